@@ -1,0 +1,126 @@
+// shardkit/dataset.h: opening, reading and writing datasets by address.
+//
+// An address is a path with an optional scheme that overrides detection:
+//   folder:DIR   wds:PATTERN   lmdb:DIR   hdf5:FILE
+// Without a scheme the format is detected from the path (and from content where
+// the path is ambiguous). A wds pattern is a single tar, a brace range
+// (`out/train-{000000..000009}.tar`), a `::`-joined list, or a manifest
+// (`out/train.manifest.json`); for writing, a printf pattern (`out/train-%06d.tar`).
+//
+// Lifetime: a Dataset must outlive every SampleReader and RandomAccess it hands
+// out. Bytes inside the samples they return keep their own storage alive and may
+// outlive all of them.
+//
+// Thread safety:
+//  - Dataset: info() and the factory methods may be called from any thread.
+//  - SampleReader: one thread at a time (each thread may open its own reader).
+//  - RandomAccess: Get() may be called from many threads at once.
+//  - SampleWriter: one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shardkit/sample.h"
+#include "shardkit/status.h"
+
+namespace shardkit {
+
+// One file of a dataset (a tar shard, the LMDB data file, the .h5 file).
+struct ShardInfo {
+  std::string path;
+  uint64_t samples = 0;
+  uint64_t bytes = 0;
+  std::string checksum;  // "xxh3:<16 hex digits>" of the whole file, empty if unknown
+};
+
+struct DatasetInfo {
+  std::string format;                   // registry name: "folder", "wds", "lmdb", "hdf5"
+  std::string address;                  // the address it was opened with
+  std::optional<uint64_t> num_samples;  // known without a full scan?
+  std::vector<std::string> class_names; // label i is class_names[i]
+  std::vector<std::string> fields;      // extensions present, sorted
+  std::vector<ShardInfo> shards;
+  uint64_t total_bytes = 0;             // bytes on disk
+  std::map<std::string, std::string> extra;  // format-specific facts (e.g. "layout": "caffe")
+};
+
+// Reads samples in dataset order.
+class SampleReader {
+ public:
+  virtual ~SampleReader() = default;
+  // Fills *out with the next sample and returns true, or returns false at the end.
+  virtual Result<bool> Next(Sample* out) = 0;
+};
+
+// Reads sample i of [0, size()). Get() is safe to call from many threads at once.
+// Field bytes are zero-copy views where the format allows it.
+class RandomAccess {
+ public:
+  virtual ~RandomAccess() = default;
+  virtual uint64_t size() const = 0;
+  virtual Status Get(uint64_t index, Sample* out) const = 0;
+};
+
+struct OpenOptions {
+  // HDF5: map dataset names to fields, e.g. {"images": "jpg", "labels": "cls"}.
+  std::map<std::string, std::string> field_map;
+};
+
+// What a writer does with a key whose last path component holds a dot (which a
+// WebDataset reader would split at the wrong place).
+enum class KeyDots {
+  kError,    // refuse with an error naming the key (default)
+  kReplace,  // replace each '.' in the last component by '_'
+};
+
+struct WriteOptions {
+  uint64_t shard_size = 1ull << 30;  // wds: start a new shard at this many bytes
+  uint64_t samples_per_shard = 0;    // wds: and/or at this many samples (0 = no limit)
+  std::vector<std::string> class_names;
+  bool overwrite = false;            // replace an existing output
+  KeyDots key_dots = KeyDots::kError;
+  std::string lmdb_layout = "shardkit";  // or "caffe"
+  bool write_index = true;           // wds: write DALI .idx files beside the shards
+};
+
+struct WriteSummary {
+  uint64_t samples = 0;
+  uint64_t bytes = 0;  // bytes written to disk
+  std::vector<ShardInfo> shards;
+};
+
+// Writes samples. Nothing appears under its final name until Finish() succeeds;
+// destroying a writer without Finish() removes what it wrote.
+class SampleWriter {
+ public:
+  virtual ~SampleWriter() = default;
+  virtual Status Write(const Sample& s) = 0;
+  virtual Result<WriteSummary> Finish() = 0;
+};
+
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  virtual const DatasetInfo& info() const = 0;
+  virtual Result<std::unique_ptr<SampleReader>> NewReader() const = 0;
+  // Unsupported for formats without random access.
+  virtual Result<std::shared_ptr<RandomAccess>> NewRandomAccess() const = 0;
+};
+
+// Opens a dataset for reading.
+Result<std::unique_ptr<Dataset>> Open(std::string_view address, const OpenOptions& opts = {});
+// Creates a writer for a new dataset.
+Result<std::unique_ptr<SampleWriter>> Create(std::string_view address, const WriteOptions& opts = {});
+// The registered format names, in registry order.
+std::vector<std::string> FormatNames();
+// The format an address resolves to (scheme or detection), without opening it.
+Result<std::string> DetectFormat(std::string_view address);
+
+}  // namespace shardkit

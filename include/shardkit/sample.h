@@ -1,0 +1,52 @@
+// shardkit/sample.h: the data model.
+//
+// A sample is a key plus named fields, as in WebDataset: each field is an
+// extension (`jpg`, `png`, `cls`, `json`, ...) and its bytes. `cls` holds the
+// integer label as ASCII decimal. Extensions are lowercase; fields are kept
+// sorted by extension and unique.
+//
+// Thread safety: a Sample is a plain value. Its field bytes are immutable
+// Bytes, so a Sample may be copied and read from any thread.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shardkit/bytes.h"
+
+namespace shardkit {
+
+struct Field {
+  std::string ext;  // lowercase extension without the leading dot, e.g. "jpg", "seg.png"
+  Bytes data;
+};
+
+struct Sample {
+  std::string key;            // e.g. "n01440764/n01440764_10026"
+  std::vector<Field> fields;  // sorted by ext, unique
+
+  // The field with this extension, or nullptr.
+  const Field* find(std::string_view ext) const;
+  // Inserts or replaces a field, keeping the order.
+  void set(std::string ext, Bytes data);
+  // Removes a field if present.
+  void erase(std::string_view ext);
+  // The label parsed from `cls`, if the sample has a valid one.
+  std::optional<int64_t> label() const;
+  void set_label(int64_t label);
+  // The first image field (jpg, jpeg, png, webp, bmp, ...), or nullptr.
+  const Field* image() const;
+  // Total payload bytes over all fields.
+  uint64_t bytes() const;
+  // XXH3-64 over (ext, size, bytes) of every field in order: the per-sample checksum.
+  uint64_t checksum() const;
+  void clear() { key.clear(); fields.clear(); }
+};
+
+// True for extensions that hold an encoded image.
+bool IsImageExt(std::string_view ext);
+
+}  // namespace shardkit

@@ -1,0 +1,8 @@
+// shardkit/shardkit.h: the whole public API.
+#pragma once
+
+#include "shardkit/bytes.h"
+#include "shardkit/dataset.h"
+#include "shardkit/sample.h"
+#include "shardkit/status.h"
+#include "shardkit/version.h"

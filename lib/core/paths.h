@@ -1,0 +1,39 @@
+// Internal: address and key helpers shared by the formats.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shardkit/status.h"
+
+namespace shardkit::paths {
+
+// Expands "a-{000..003}.tar" (zero-padded to the width of the first bound) and
+// "x.tar::y.tar" lists. A string without braces expands to itself.
+Result<std::vector<std::string>> ExpandBraces(std::string_view pattern);
+
+// Checks that `pattern` holds exactly one integer conversion (%d, %06d, %u, ...)
+// and no other '%' except "%%".
+Status CheckShardPattern(std::string_view pattern);
+// The pattern with its conversion applied to `index`.
+std::string FormatShardPattern(std::string_view pattern, uint64_t index);
+
+// A relative key safe to use as a path below an output directory: non-empty,
+// not absolute, no "." or ".." components, no empty components, no NUL.
+Status CheckSafeKey(std::string_view key);
+
+// The last path component of a key.
+std::string_view BaseName(std::string_view key);
+
+// "xxh3:0123456789abcdef"
+std::string ChecksumString(uint64_t h);
+// XXH3-64 of a whole file, streamed.
+Result<uint64_t> HashFile(const std::string& path);
+uint64_t Hash(const void* data, size_t size);
+
+// Lowercases ASCII.
+std::string Lower(std::string_view s);
+
+}  // namespace shardkit::paths

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs every Debian package shardkit needs to build, test and benchmark.
+# A no-op when everything is present. Run as root (or with sudo available).
+set -euo pipefail
+PKGS=(
+  build-essential cmake pkg-config
+  liblmdb-dev lmdb-utils
+  libarchive-dev libarchive-tools tar
+  libhdf5-dev hdf5-tools
+  libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev
+  libcli11-dev libtbb-dev catch2
+  libxxhash-dev nlohmann-json3-dev libfmt-dev libmsgpack-cxx-dev
+  libprotobuf-dev protobuf-compiler
+  python3 python3-dev python3-numpy python3-pil python3-lmdb python3-h5py
+  python3-protobuf python3-msgpack python3-pytest pybind11-dev
+)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+echo "install-deps: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,132 @@
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+
+#include "core/file.h"
+#include "core/paths.h"
+#include "shardkit/shardkit.h"
+#include "support.h"
+
+using namespace shardkit;
+
+TEST_CASE("Status carries code, message and location", "[core]") {
+  Status s = Status::Corrupt("truncated member", Location{.file = "a.tar", .offset = 512, .key = "x/y"});
+  CHECK_FALSE(s.ok());
+  CHECK(s.code() == Code::kCorrupt);
+  CHECK(s.ToString() == "corrupt: file 'a.tar', offset 512, key 'x/y': truncated member");
+  s.At(Location{.file = "other", .shard = 3});
+  CHECK(s.where().file == "a.tar");
+  CHECK(s.where().shard == 3);
+  CHECK(Status::OK().ToString() == "ok");
+}
+
+TEST_CASE("Result holds a value or a status", "[core]") {
+  auto f = [](bool good) -> Result<std::unique_ptr<int>> {
+    if (!good) return Status::NotFound("nope");
+    return std::make_unique<int>(7);
+  };
+  auto a = f(true);
+  REQUIRE(a.ok());
+  CHECK(**a == 7);
+  auto b = f(false);
+  CHECK_FALSE(b.ok());
+  CHECK(b.status().code() == Code::kNotFound);
+  auto g = [&]() -> Status {
+    SK_ASSIGN_OR_RETURN(auto v, f(false));
+    (void)v;
+    return Status::OK();
+  };
+  CHECK(g().code() == Code::kNotFound);
+}
+
+TEST_CASE("Sample keeps fields sorted and parses labels", "[core]") {
+  Sample s;
+  s.key = "k";
+  s.set("jpg", Bytes::Copy("abc"));
+  s.set("cls", Bytes::Copy("12\n"));
+  s.set("json", Bytes::Copy("{}"));
+  REQUIRE(s.fields.size() == 3);
+  CHECK(s.fields[0].ext == "cls");
+  CHECK(s.fields[1].ext == "jpg");
+  CHECK(s.fields[2].ext == "json");
+  CHECK(s.label() == 12);
+  CHECK(s.image()->ext == "jpg");
+  s.set("cls", Bytes::Copy("x1"));
+  CHECK_FALSE(s.label().has_value());
+  uint64_t h1 = s.checksum();
+  s.set("jpg", Bytes::Copy("abd"));
+  CHECK(s.checksum() != h1);
+  s.erase("jpg");
+  CHECK(s.find("jpg") == nullptr);
+  CHECK(s.bytes() == 4);
+}
+
+TEST_CASE("Brace expansion and shard patterns", "[core]") {
+  auto r = paths::ExpandBraces("a/t-{008..011}.tar::b.tar");
+  REQUIRE(r.ok());
+  CHECK(*r == std::vector<std::string>{"a/t-008.tar", "a/t-009.tar", "a/t-010.tar", "a/t-011.tar", "b.tar"});
+  CHECK_FALSE(paths::ExpandBraces("a-{1..x}.tar").ok());
+  CHECK_FALSE(paths::ExpandBraces("a-{3..1}.tar").ok());
+  CHECK(paths::CheckShardPattern("out/train-%06d.tar").ok());
+  CHECK(paths::FormatShardPattern("out/train-%06d.tar", 42) == "out/train-000042.tar");
+  CHECK(paths::FormatShardPattern("x%%-%d", 5) == "x%-5");
+  auto bad = paths::CheckShardPattern("out/train.tar");
+  CHECK(bad.code() == Code::kInvalidArgument);
+  CHECK(bad.message().find("%06d") != std::string::npos);
+  CHECK_FALSE(paths::CheckShardPattern("a-%d-%d.tar").ok());
+  CHECK_FALSE(paths::CheckShardPattern("a-%s.tar").ok());
+}
+
+TEST_CASE("Unsafe keys are refused", "[core]") {
+  CHECK(paths::CheckSafeKey("n01/img_1").ok());
+  CHECK_FALSE(paths::CheckSafeKey("../x").ok());
+  CHECK_FALSE(paths::CheckSafeKey("a/../../x").ok());
+  CHECK_FALSE(paths::CheckSafeKey("/etc/passwd").ok());
+  CHECK_FALSE(paths::CheckSafeKey("a//b").ok());
+  CHECK_FALSE(paths::CheckSafeKey("").ok());
+}
+
+TEST_CASE("AtomicFile appears only on commit", "[core][io]") {
+  sk_test::TempDir d;
+  std::string p = d / "sub/out.bin";
+  {
+    auto f = io::AtomicFile::Create(p, false);
+    REQUIRE(f.ok());
+    REQUIRE((*f)->Write("hello").ok());
+    CHECK_FALSE(io::Exists(p));
+  }
+  CHECK_FALSE(io::Exists(p));  // destroyed without commit: nothing left
+  CHECK(std::filesystem::is_empty(d / "sub"));
+  auto f = io::AtomicFile::Create(p, false);
+  REQUIRE(f.ok());
+  REQUIRE((*f)->Write("hello").ok());
+  REQUIRE((*f)->Commit().ok());
+  CHECK(sk_test::ReadFile(p) == "hello");
+  CHECK(io::AtomicFile::Create(p, false).status().code() == Code::kAlreadyExists);
+}
+
+TEST_CASE("AtomicFile reports injected write and fsync failures", "[core][io]") {
+  sk_test::TempDir d;
+  std::string p = d / "x.bin";
+  for (std::string op : {"write", "fsync"}) {
+    io::SetFaultHook([op](const std::string&, std::string_view o) { return o == op ? ENOSPC : 0; });
+    auto f = io::AtomicFile::Create(p, true);
+    REQUIRE(f.ok());
+    Status s = (*f)->Write("data");
+    if (s.ok()) s = (*f)->Commit();
+    io::SetFaultHook(nullptr);
+    CHECK(s.code() == Code::kIOError);
+    CHECK(s.ToString().find("No space left") != std::string::npos);
+    CHECK(s.where().file == p);
+    f->reset();
+    CHECK_FALSE(io::Exists(p));
+  }
+}
+
+TEST_CASE("Unknown addresses give a clear error", "[core]") {
+  auto r = Open("/nonexistent/thing.xyz");
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().message().find("/nonexistent/thing.xyz") != std::string::npos);
+  auto names = FormatNames();
+  CHECK(names == std::vector<std::string>{"folder", "wds", "lmdb", "hdf5"});
+}

@@ -1,0 +1,48 @@
+// Shared test fixtures: temporary directories, generated images, running the CLI.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sk_test {
+
+// A fresh directory under $TMPDIR, removed with its contents on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& rel) const { return path_ + "/" + rel; }
+
+ private:
+  std::string path_;
+};
+
+enum class JpegKind { kBaseline420, kBaseline444, kGray, kProgressive, kCmyk };
+
+// A JPEG of w x h pixels with a deterministic pattern from `seed`, made with turbojpeg.
+std::string MakeJpeg(int w, int h, uint32_t seed, JpegKind kind = JpegKind::kBaseline420, int quality = 90);
+// A PNG (RGB) of w x h pixels, made with libpng.
+std::string MakePng(int w, int h, uint32_t seed);
+
+void WriteFile(const std::string& path, const std::string& bytes);
+std::string ReadFile(const std::string& path);
+
+// An ImageFolder-style tree: `classes` subfolders (c0, c1, ...), `per_class`
+// JPEGs each named img<N>.JPEG. Returns the number of images.
+int MakeImageFolder(const std::string& root, int classes, int per_class, uint32_t seed = 1);
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+// Runs a shell command line, capturing stdout and stderr.
+RunResult Run(const std::string& cmdline);
+// Runs the shardkit CLI with the given (shell-quoted) arguments.
+RunResult Cli(const std::string& args);
+// Shell-quotes one argument.
+std::string Q(const std::string& s);
+
+}  // namespace sk_test
