@@ -711,6 +711,9 @@ Status Hdf5Data::Open(const std::string& path, const OpenOptions& opts) {
   Hid fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   H5Pset_elink_cb(fapl.get(), RefuseElink, nullptr);
   H5Pset_fclose_degree(fapl.get(), H5F_CLOSE_STRONG);
+  // Readers open files that no writer holds (writers rename into place), so
+  // skip flock: it fails on some network and read-only file systems.
+  H5Pset_file_locking(fapl.get(), false, true);
   Hid file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
   if (!file.ok())
     return Status::Corrupt(fmt::format("cannot open as HDF5 (truncated or not HDF5?): {}", H5Message()),
