@@ -381,6 +381,20 @@ with h5py.File(sys.argv[1], 'w') as f:
   auto ds = Open(dir / "float.h5");
   REQUIRE_FALSE(ds.ok());
   CHECK(ds.status().message().find("'labels'") != std::string::npos);
+  // A file that declares 10^12 samples in a few KB (unallocated chunks): refused before allocating.
+  r = Py(dir, R"(
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], 'w') as f:
+    f.create_dataset('images', (10**12,), dtype=h5py.vlen_dtype(np.uint8), chunks=(1024,))
+    f.create_dataset('labels', (10**12,), dtype='i8', chunks=(1024,))
+)",
+         Q(dir / "huge.h5"));
+  REQUIRE(r.exit_code == 0);
+  ds = Open(dir / "huge.h5");
+  REQUIRE_FALSE(ds.ok());
+  CHECK(ds.status().code() == Code::kCorrupt);
+  CHECK(ds.status().message().find("'images'") != std::string::npos);
+  CHECK(ds.status().message().find("1000000000000 elements") != std::string::npos);
 }
 
 TEST_CASE("hdf5 external links are refused", "[hdf5]") {

@@ -567,7 +567,16 @@ class Hdf5Data {
   Result<std::vector<std::string>> ReadStrings(hid_t obj, bool is_attr, const std::string& name) const;
   Status GetTp(uint64_t i, Sample* out) const;
 
+  // A crafted file can declare far more elements than it stores (chunks left
+  // unallocated read as fill values); refuse such counts before allocating.
+  Status CheckCount(const std::string& dataset, uint64_t count) const {
+    if (count / 64 > file_size_)
+      return Corrupt(dataset, fmt::format("declares {} elements in a file of {} bytes", count, file_size_));
+    return Status::OK();
+  }
+
   std::string path_;
+  uint64_t file_size_ = 0;
   bool shardkit_ = false;
   // Our layout.
   std::string key_blob_;
@@ -664,6 +673,7 @@ Result<std::vector<std::string>> Hdf5Data::ReadStrings(hid_t obj, bool is_attr, 
   if (rank > 1) return Corrupt(name, fmt::format("expected 1 dimension, found {}", rank));
   hssize_t count = H5Sget_simple_extent_npoints(space.get());
   if (count < 0) return Corrupt(name, "cannot read its shape");
+  SK_RETURN_IF_ERROR(CheckCount(name, uint64_t(count)));
   std::vector<std::string> out(static_cast<size_t>(count));
   if (count == 0) return out;
   auto read = [&](hid_t mt, void* buf) {
@@ -706,6 +716,7 @@ Status Hdf5Data::Open(const std::string& path, const OpenOptions& opts) {
   info.format = "hdf5";
   info.address = "hdf5:" + path;
   info.total_bytes = uint64_t(st.st_size);
+  file_size_ = uint64_t(st.st_size);
 
   H5Lock lock;
   Hid fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
@@ -778,6 +789,7 @@ Status Hdf5Data::OpenShardkit(hid_t file, uint64_t file_size) {
   {
     SK_ASSIGN_OR_RETURN(Hid d, OpenDataset(file, "keys", "keys"));
     SK_ASSIGN_OR_RETURN(n, Length1D(d.get(), "keys", path_));
+    SK_RETURN_IF_ERROR(CheckCount("keys", n));
     SK_ASSIGN_OR_RETURN(auto keys, ReadStrings(d.get(), false, "keys"));
     key_end_.reserve(n + 1);
     key_end_.push_back(0);
@@ -865,6 +877,7 @@ Status Hdf5Data::OpenMapped(hid_t file, const std::map<std::string, std::string>
     f.ext = ext == "auto" ? "" : paths::Lower(ext);
     SK_ASSIGN_OR_RETURN(f.dset, OpenDataset(file, name, name));
     SK_ASSIGN_OR_RETURN(uint64_t len, Length1D(f.dset.get(), name, path_));
+    SK_RETURN_IF_ERROR(CheckCount(name, len));
     if (first) n = len;
     else if (len != n)
       return Corrupt(name, fmt::format("holds {} elements but '{}' holds {}", len, tp_.front().name, n));
@@ -1039,7 +1052,13 @@ int BidWrite(const std::string& path) { return HasExt(path, {".h5", ".hdf5"}) ? 
 
 Result<std::unique_ptr<Dataset>> OpenHdf5(const std::string& path, const OpenOptions& opts) {
   auto d = std::make_shared<Hdf5Data>();
-  SK_RETURN_IF_ERROR(d->Open(path, opts));
+  Status st;
+  try {
+    st = d->Open(path, opts);
+  } catch (const std::exception& e) {  // allocation failure on a hostile file: no exception crosses the API
+    st = Status::Corrupt(fmt::format("cannot load the file's index: {}", e.what()), Location{.file = path});
+  }
+  if (!st.ok()) return st;
   return std::unique_ptr<Dataset>(new Hdf5Dataset(std::move(d)));
 }
 
