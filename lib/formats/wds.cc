@@ -725,8 +725,12 @@ class WdsWriter : public SampleWriter {
   }
 
  private:
+  // Makes a failure sticky and removes the unfinished shard's temporary file at once.
   Status Keep(Status s) {
-    if (!s.ok() && error_.ok()) error_ = s;
+    if (!s.ok()) {
+      if (error_.ok()) error_ = s;
+      AbortShard();
+    }
     return s;
   }
 
