@@ -621,3 +621,35 @@ with tarfile.open(sys.argv[1], 'w', format=tarfile.PAX_FORMAT) as tf:
     CHECK((*ds)->info().num_samples == 2u);
   }
 }
+
+TEST_CASE("wds: an index that does not match its shard is not trusted", "[wds]") {
+  TempDir t;
+  auto samples = MakeSamples(6);
+  samples.push_back(MakeSample("with space/img 1", 1, 77));
+  WriteOptions opts;
+  opts.samples_per_shard = 4;
+  auto sum = WriteAll(t / "i/x-%06d.tar", samples, opts);
+  REQUIRE(sum.shards.size() == 2);
+  // White space in a name: DALI's v1.1 (no names) for that shard.
+  CHECK(sk_test::ReadFile(t / "i/x-000001.idx").substr(0, 7) == "v1.1 3\n");
+  CHECK(sk_test::ReadFile(t / "i/x-000000.idx").substr(0, 7) == "v1.2 4\n");
+  // Shard 0 gets a wrong index: offsets and names of another shard.
+  sk_test::WriteFile(t / "i/x-000000.idx", "v1.2 2\ncls 512 1 c0/img0000.cls jpg 1536 30 c0/img0000.jpg\n"
+                                            "cls 3072 1 c1/img0001.cls\n");
+  for (std::string addr : {t / "i/x-{000000..000001}.tar", t / "i/x.manifest.json"}) {
+    auto ds = Open(addr);
+    REQUIRE(ds.ok());
+    auto ra = (*ds)->NewRandomAccess();
+    REQUIRE(ra.ok());
+    std::vector<Sample> got((*ra)->size());
+    for (size_t i = 0; i < got.size(); ++i) REQUIRE((*ra)->Get(i, &got[i]).ok());
+    CheckSame(got, samples);
+  }
+  // A shard truncated after it was indexed is refused, not mapped past its end.
+  auto ds = Open(t / "i/x.manifest.json");
+  REQUIRE(ds.ok());
+  fs::resize_file(t / "i/x-000001.tar", 1024);
+  auto ra = (*ds)->NewRandomAccess();
+  REQUIRE_FALSE(ra.ok());
+  CHECK(ra.status().where().file == t / "i/x-000001.tar");
+}

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <mutex>
 #include <set>
 
@@ -308,8 +309,20 @@ Result<ShardIndex> LoadIdx(const std::string& idx_path, const io::MappedFile& ma
       char type = char(h[156]);
       if (!tar::ParseNumber(h + 124, 12, &hsize) || hsize != size || (type != '0' && type != '\0'))
         return bad("index does not match the member headers");
+      // The name must be the member's own: compare with the ustar name when it
+      // can hold it; distrust escaped names (`tar --list` output, as wds2idx uses).
+      std::string_view name = tok[i + 3];
+      if (name.find('\\') != std::string_view::npos) return bad("escaped member name");
+      bool ascii = std::all_of(name.begin(), name.end(), [](char c) { return uint8_t(c) < 0x80; });
+      if (ascii && name.size() <= 100) {
+        std::string ustar(reinterpret_cast<const char*>(h), strnlen(reinterpret_cast<const char*>(h), 100));
+        if (std::memcmp(h + 257, "ustar\0", 6) == 0 && h[345] != 0)
+          ustar = std::string(reinterpret_cast<const char*>(h + 345), strnlen(reinterpret_cast<const char*>(h + 345), 155)) +
+                  "/" + ustar;
+        if (ustar != name) return bad("index names do not match the member headers");
+      }
       tar::Member m;
-      m.name = std::string(tok[i + 3]);
+      m.name = std::string(name);
       m.type = '0';
       m.header_offset = off - tar::kBlock;
       std::string key, ext;
