@@ -293,6 +293,17 @@ TEST_CASE("wds: shards made by GNU tar and Python tarfile read correctly", "[wds
     CheckSame(*got, flat);
   }
 
+  // bsdtar (libarchive's restricted pax by default), under a UTF-8 locale.
+  {
+    std::string out = t / "bsdtar.tar";
+    auto r = Run(fmt::format("cd {} && LC_ALL=C.UTF-8 bsdtar -cf {} -T {}", Q(t / "src"), Q(out), Q(t / "list.txt")));
+    REQUIRE(r.exit_code == 0);
+    auto got = ReadAll(out);
+    INFO(got.status().ToString());
+    REQUIRE(got.ok());
+    CheckSame(*got, samples);
+  }
+
   // Python's tarfile, as the WebDataset TarWriter uses it (PAX by default, and GNU).
   for (std::string py_fmt : {"PAX_FORMAT", "GNU_FORMAT"}) {
     INFO("tarfile " << py_fmt);
@@ -358,6 +369,21 @@ TEST_CASE("wds: the DALI index holds the real member offsets", "[wds]") {
     }
   }
   CHECK(next == samples.size());
+
+  // Random access takes its offsets from a consistent .idx without scanning: an
+  // index that leaves out the first sample (still consistent) shows through.
+  std::string idx0 = t / "o/v-000000.idx";
+  std::string text = sk_test::ReadFile(idx0);
+  size_t l1 = text.find('\n'), l2 = text.find('\n', l1 + 1);
+  sk_test::WriteFile(idx0, fmt::format("v1.2 {}\n", sum.shards[0].samples - 1) + text.substr(l2 + 1));
+  auto ds = Open(t / "o/v.manifest.json");
+  REQUIRE(ds.ok());
+  auto ra = (*ds)->NewRandomAccess();
+  REQUIRE(ra.ok());
+  CHECK((*ra)->size() == samples.size() - 1);
+  Sample first;
+  REQUIRE((*ra)->Get(0, &first).ok());
+  CHECK(first.key == samples[1].key);
 }
 
 TEST_CASE("wds: random access equals the sequential read, from many threads", "[wds]") {
