@@ -328,7 +328,10 @@ Result<ShardIndex> LoadIdx(const std::string& idx_path, const io::MappedFile& ma
       std::string key, ext;
       auto kind = Classify(m, map.path(), shard, &key, &ext);
       if (!kind.ok()) return bad("index names a member a scan would refuse");
-      if (*kind == NameKind::kSkip) continue;
+      if (*kind == NameKind::kSkip) {
+        ++idx.skipped;
+        continue;
+      }
       if (!sample.fields.empty() && key != sample.key) return bad("components of one line have different keys");
       for (const auto& f : sample.fields)
         if (f.ext == ext) return bad("duplicate field");
