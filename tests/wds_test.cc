@@ -565,6 +565,18 @@ TEST_CASE("wds: damaged and hostile shards give Corrupt errors with file and off
     s.replace(148, 8, fmt::format("{:06o}", sum2) + std::string("\0 ", 2));
     expect_corrupt("huge.tar", s, 0, "17179869184");
   }
+  SECTION("every truncation point is an error, never a short read") {
+    for (size_t cut = 0; cut + 512 < good.size(); cut += 37) {
+      sk_test::WriteFile(t / "cut.tar", good.substr(0, cut));
+      auto r = ReadAll(t / "cut.tar");
+      INFO("cut at " << cut);
+      REQUIRE_FALSE(r.ok());
+      CHECK(r.status().code() == Code::kCorrupt);
+      CHECK(r.status().where().file == t / "cut.tar");
+      CHECK(r.status().where().offset >= 0);
+      CHECK(r.status().where().offset <= int64_t(cut));
+    }
+  }
   SECTION("random damage never crashes") {
     for (uint32_t seed = 1; seed <= 200; ++seed) {
       std::string s = good;
