@@ -37,6 +37,17 @@ int main(int argc, char** argv) {
     CLI::App* sub = app.add_subcommand(c.name, c.description);
     runs.emplace_back(sub, c.setup(sub));
   }
+  if (argc > 1 && argv[1][0] != '-') {
+    bool known = false;
+    std::string names;
+    for (const Command& c : kCommands) {
+      known = known || std::string(argv[1]) == c.name;
+      names += (names.empty() ? "" : ", ") + std::string(c.name);
+    }
+    if (!known)
+      return shardkit::cli::UsageError(std::string("unknown command '") + argv[1] + "'; the commands are " +
+                                       names + " (run 'shardkit --help')");
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
