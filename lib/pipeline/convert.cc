@@ -1,20 +1,21 @@
 // Convert and Shard: source dataset -> samples -> destination writer.
 //
 // The copy runs in windows of `window` samples. With threads > 1 the next
-// window is read (in parallel by index when the source has random access)
+// window is read (in parallel by index, by `threads` threads, when the source has random
+// access)
 // while the current one is written, so at most two windows are in memory.
 #include "shardkit/convert.h"
 
 #include <fmt/format.h>
-#include <tbb/parallel_for.h>
-#include <tbb/task_arena.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <future>
 #include <limits>
 #include <random>
+#include <thread>
 
 #include "formats/registry.h"
 
@@ -78,7 +79,6 @@ class Fetcher {
       reader_ = std::move(r).value();
     }
     if (opts_.shuffle) perm_ = ShufflePermutation(ra_->size(), opts_.seed);
-    if (opts_.threads > 1) arena_.initialize(opts_.threads);
     return Status::OK();
   }
 
@@ -102,7 +102,15 @@ class Fetcher {
         st[j] = std::move(s);
       };
       if (opts_.threads > 1) {
-        arena_.execute([&] { tbb::parallel_for(size_t(0), count, get); });
+        // Plain threads, not a pool sized by the core count: reads may wait on I/O.
+        std::atomic<size_t> next{0};
+        auto work = [&] {
+          for (size_t j; (j = next.fetch_add(1)) < count;) get(j);
+        };
+        std::vector<std::thread> pool;
+        for (int t = 1; t < opts_.threads && size_t(t) < count; ++t) pool.emplace_back(work);
+        work();
+        for (auto& th : pool) th.join();
       } else {
         for (size_t j = 0; j < count; ++j) get(j);
       }
@@ -137,7 +145,6 @@ class Fetcher {
   std::shared_ptr<RandomAccess> ra_;
   std::unique_ptr<SampleReader> reader_;
   std::vector<uint64_t> perm_;
-  tbb::task_arena arena_;
   uint64_t next_ = 0;
   bool eof_ = false;
 };
