@@ -6,6 +6,9 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <filesystem>
+
 #include "core/file.h"
 #include "formats/registry.h"
 #include "shardkit/shardkit.h"
@@ -50,11 +53,21 @@ std::string WriteAddress(const std::string& format, const std::string& dir) {
   return format + ":" + dir + "/" + best;
 }
 
-// The address to read back what was written at `write_addr`: the address
-// itself when it opens, else its output files joined with "::".
-std::string ReadAddress(const std::string& format, const std::string& write_addr,
+// The address to read back what was written at `write_addr` (in the otherwise
+// empty directory `dir`): the first that opens and carries class names among
+// the write address itself and each entry of `dir` (e.g. a manifest beside
+// tar shards); else the output files joined with "::".
+std::string ReadAddress(const std::string& format, const std::string& write_addr, const std::string& dir,
                         const std::vector<ShardInfo>& shards) {
-  if (Open(write_addr).ok()) return write_addr;
+  std::vector<std::string> candidates = {write_addr};
+  std::vector<std::string> entries;
+  for (auto& e : std::filesystem::directory_iterator(dir)) entries.push_back(e.path().string());
+  std::sort(entries.begin(), entries.end());
+  for (auto& e : entries) candidates.push_back(format + ":" + e);
+  for (const auto& c : candidates) {
+    auto ds = Open(c);
+    if (ds.ok() && !(*ds)->info().class_names.empty()) return c;
+  }
   std::string joined;
   for (const auto& s : shards) joined += (joined.empty() ? "" : "::") + s.path;
   return format + ":" + joined;
@@ -112,7 +125,7 @@ TEST_CASE("roundtrip: every (source, destination) pair keeps keys, labels, class
         auto ws = (*w)->Finish();
         INFO("finish: " << ws.status().ToString());
         REQUIRE(ws.ok());
-        std::string src_r = ReadAddress(src, src_w, ws->shards);
+        std::string src_r = ReadAddress(src, src_w, t / "src", ws->shards);
 
         // Convert it.
         REQUIRE(io::MakeDirs(t / "dst").ok());
@@ -125,7 +138,7 @@ TEST_CASE("roundtrip: every (source, destination) pair keeps keys, labels, class
         CHECK(sum->destination_format == dst);
 
         DatasetInfo info;
-        auto got = ReadAll(ReadAddress(dst, dst_w, sum->shards), &info);
+        auto got = ReadAll(ReadAddress(dst, dst_w, t / "dst", sum->shards), &info);
         CHECK(info.format == dst);
         CHECK(info.class_names == kClasses);
         REQUIRE(got.size() == want.size());
