@@ -45,5 +45,5 @@ echo "== shardkit convert $WORK/images wds:$WORK/shards/train-%06d.tar --samples
 $SK convert "$WORK/images" "wds:$WORK/shards/train-%06d.tar" --samples-per-shard 64
 echo "== shardkit info $WORK/shards/train.manifest.json"
 $SK info "$WORK/shards/train.manifest.json"
-echo "== shardkit shard $WORK/shards/train.manifest.json $WORK/even/part-%06d.tar --num-shards 3 --shuffle --seed 1"
-$SK shard "$WORK/shards/train.manifest.json" "$WORK/even/part-%06d.tar" --num-shards 3 --shuffle --seed 1
+echo "== shardkit shard $WORK/shards/train.manifest.json $WORK/even/part-%06d.tar --samples-per-shard 50 --shuffle --seed 1"
+$SK shard "$WORK/shards/train.manifest.json" "$WORK/even/part-%06d.tar" --samples-per-shard 50 --shuffle --seed 1
