@@ -274,3 +274,35 @@ TEST_CASE("cli: --shuffle --seed is deterministic, thread-independent and a perm
   auto perm = shardkit::ShufflePermutation(30, 5);
   for (size_t i = 0; i < 30; ++i) CHECK(ka[i] == kp[perm[i]]);
 }
+
+TEST_CASE("cli: a key with a dot is refused naming the key and --key-dots; replace maps it") {
+  if (!Ready("folder") || !Ready("wds")) return;
+  TempDir t;
+  MakeImageFolder(t / "in", 1, 2);
+  WriteFile(t / "in/c0/v1.2.jpg", MakeJpeg(16, 16, 3));
+  auto r = Cli(fmt::format("convert {} wds:{}", Q(t / "in"), Q(t / "o-%06d.tar")));
+  ExpectError(r, "c0/v1.2");
+  CHECK_THAT(r.err, Catch::Contains("--key-dots"));
+  CHECK(!fs::exists(t / "o-000000.tar"));
+  r = Cli(fmt::format("convert {} wds:{} --key-dots replace --json", Q(t / "in"), Q(t / "o-%06d.tar")));
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(nlohmann::json::parse(r.out)["samples"] == 3);
+}
+
+TEST_CASE("cli: a key that would escape the output folder is refused, nothing written outside") {
+  if (!Ready("folder") || !Ready("wds")) return;
+  TempDir t;
+  auto mk = Run(fmt::format(
+      "/usr/bin/python3 -c \"import tarfile,io,sys\n"
+      "t=tarfile.open(sys.argv[1],'w')\n"
+      "for n,d in [('ok/a.jpg',b'AAAA'),('../evil.jpg',b'EVIL')]:\n"
+      "  i=tarfile.TarInfo(n); i.size=len(d); t.addfile(i,io.BytesIO(d))\n"
+      "t.close()\" {}",
+      Q(t / "bad.tar")));
+  REQUIRE(mk.exit_code == 0);
+  auto r = Cli(fmt::format("convert wds:{} folder:{}", Q(t / "bad.tar"), Q(t / "sub/out")));
+  ExpectError(r, "evil");
+  CHECK(!fs::exists(t / "sub/evil.jpg"));
+  CHECK(!fs::exists(t / "sub/out"));
+}

@@ -1,7 +1,9 @@
 // `shardkit convert` and `shardkit shard`.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <memory>
+#include <thread>
 
 #include "cli.h"
 
@@ -14,7 +16,8 @@ struct CopyFlags {
   std::string src, dst;
   bool shuffle = false;
   uint64_t seed = 0;
-  int threads = 1;
+  // Default: the cores, at least 2 (reading overlaps writing), at most 8.
+  int threads = int(std::clamp(std::thread::hardware_concurrency(), 2u, 8u));
   std::string key_dots = "error";
   bool overwrite = false;
   bool json = false;
@@ -30,7 +33,8 @@ void AddCopyFlags(CLI::App* sub, CopyFlags* f) {
   sub->add_option("--seed", f->seed, "Seed of --shuffle (default 0): same seed, same order")
       ->needs(shuffle);
   sub->add_option("--threads", f->threads,
-                  "Threads reading ahead of the writer (default 1); the output is the same for any N")
+                  "Threads reading ahead of the writer (default: the number of cores, 2 to 8); the "
+                  "output is the same for any N")
       ->check(CLI::Range(1, 1024));
   sub->add_option("--key-dots", f->key_dots,
                   "What to do with a key whose last path component holds a dot (it would split "
