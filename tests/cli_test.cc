@@ -275,7 +275,7 @@ TEST_CASE("cli: --shuffle --seed is deterministic, thread-independent and a perm
   for (size_t i = 0; i < 30; ++i) CHECK(ka[i] == kp[perm[i]]);
 }
 
-TEST_CASE("cli: a key with a dot is refused naming the key and --key-dots; replace maps it") {
+TEST_CASE("cli: a key with a dot is refused naming the key and --key-dots, replace maps it") {
   if (!Ready("folder") || !Ready("wds")) return;
   TempDir t;
   MakeImageFolder(t / "in", 1, 2);
