@@ -66,8 +66,8 @@ RunFn SetupConvert(CLI::App* sub) {
                   "Tar shards: start a new shard every N samples (default: no limit)")
       ->check(CLI::PositiveNumber);
   sub->add_option("--lmdb-layout", f->lmdb_layout,
-                  "LMDB output layout: 'shardkit' (default; msgpack records, metadata in a JSON "
-                  "file) or 'caffe' (Caffe Datum values, readable by Caffe and DALI)")
+                  "LMDB output layout: 'shardkit' (default; one record per sample, see docs/formats.md) "
+                  "or 'caffe' (Caffe Datum values, readable by Caffe and DALI)")
       ->check(CLI::IsMember({"shardkit", "caffe"}));
   sub->footer(std::string(
                   "Examples:\n"
