@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -172,4 +174,289 @@ TEST_CASE("every format: intact verifies clean, a flipped payload byte is found 
       }
     }
   }
+}
+
+TEST_CASE("wds: a deleted shard in a range or a manifest is a missing shard", "[verify]") {
+  TempDir dir;
+  Fixture f = Make(dir, "wds", MakeSamples(12));  // shards 0, 1, 2
+  REQUIRE(MustVerify(f.address).ok());
+  REQUIRE(::unlink((dir / "w/train-000001.tar").c_str()) == 0);
+  for (std::string address : {f.address, dir / "w/train-{000000..000002}.tar"}) {
+    VerifyReport r = MustVerify(address);
+    INFO(address << "\n" << Dump(r));
+    CHECK_FALSE(r.ok());
+    REQUIRE(r.count(FindingKind::kMissingShard) == 1);
+    const Finding* m = FindKind(r, FindingKind::kMissingShard);
+    CHECK(m->where.shard == 1);
+    CHECK(m->where.file == dir / "w/train-000001.tar");
+    CHECK(r.samples == 8);  // the other shards were still read
+    CHECK(r.count(FindingKind::kStructure) == 0);
+  }
+}
+
+TEST_CASE("wds: a damaged shard is a structure finding and the others are still read", "[verify]") {
+  TempDir dir;
+  Fixture f = Make(dir, "wds", MakeSamples(12));
+  // Break the header checksum of shard 0's first member.
+  std::string p = dir / "w/train-000000.tar";
+  std::string bytes = ReadFile(p);
+  bytes[148] = 'x';
+  WriteFile(p, bytes);
+  VerifyReport r = MustVerify(f.address);
+  INFO(Dump(r));
+  const Finding* s = FindKind(r, FindingKind::kStructure);
+  REQUIRE(s);
+  CHECK(s->where.file == p);
+  CHECK(s->where.shard == 0);
+  CHECK(s->where.offset >= 0);
+  CHECK(r.count(FindingKind::kShardChecksum) == 1);
+  // Shards 1 and 2 in full; of shard 0, the samples after the damaged header,
+  // reached by random access through the shard's index.
+  CHECK(r.samples == 11);
+}
+
+TEST_CASE("wds: an empty shard and a duplicate key across shards", "[verify]") {
+  TempDir dir;
+  auto samples = MakeSamples(8);
+  samples[6].key = samples[1].key;  // shard 1 repeats a key of shard 0
+  WriteDs("wds:" + dir / "w/train-%06d.tar", samples, 4);
+  // An empty third shard: a tar with only its end blocks.
+  WriteFile(dir / "w/train-000002.tar", std::string(10240, '\0'));
+  VerifyReport r = MustVerify(dir / "w/train-{000000..000002}.tar");
+  INFO(Dump(r));
+  REQUIRE(r.count(FindingKind::kDuplicateKey) == 1);
+  const Finding* d = FindKind(r, FindingKind::kDuplicateKey);
+  CHECK(d->where.key == samples[1].key);
+  CHECK(d->where.shard == 1);
+  CHECK(d->where.index == 6);
+  CHECK(d->message.find("shard 0") != std::string::npos);
+  CHECK(d->message.find("sample 1") != std::string::npos);
+  REQUIRE(r.count(FindingKind::kEmptyShard) == 1);
+  CHECK(FindKind(r, FindingKind::kEmptyShard)->where.shard == 2);
+}
+
+TEST_CASE("hdf5: duplicate keys within a file and a sample missing a field", "[verify]") {
+  TempDir dir;
+  auto samples = MakeSamples(6);
+  samples[4].key = samples[2].key;
+  samples[3].erase("txt");
+  WriteDs("hdf5:" + dir / "d.h5", samples);
+  VerifyReport r = MustVerify("hdf5:" + dir / "d.h5");
+  INFO(Dump(r));
+  REQUIRE(r.count(FindingKind::kDuplicateKey) == 1);
+  CHECK(FindKind(r, FindingKind::kDuplicateKey)->where.index == 4);
+  CHECK(FindKind(r, FindingKind::kDuplicateKey)->message.find("sample 2") != std::string::npos);
+  REQUIRE(r.count(FindingKind::kMissingField) == 1);
+  const Finding* m = FindKind(r, FindingKind::kMissingField);
+  CHECK(m->where.key == samples[3].key);
+  CHECK(m->message.find("'txt'") != std::string::npos);
+}
+
+TEST_CASE("--against finds missing, extra and different samples by key", "[verify]") {
+  for (std::string format : {"hdf5", "wds", "lmdb", "folder"}) {
+    DYNAMIC_SECTION(format) {
+      TempDir src_dir, dir;
+      auto src = MakeSamples(10);
+      WriteDs("hdf5:" + src_dir / "src.h5", src);
+      auto mine = src;
+      mine.erase(mine.begin() + 7);  // missing: c1/s0007
+      Sample extra = MakeSample(42);  // extra: c0/s0042
+      mine.push_back(extra);
+      mine[2].set("txt", Bytes::Copy("other bytes"));  // different bytes: c0/s0002
+      mine[5].set_label(0);                            // different label: c1/s0005
+      Fixture f = Make(dir, format, mine);
+      VerifyOptions o;
+      o.against = "hdf5:" + src_dir / "src.h5";
+      VerifyReport r = MustVerify(f.address, o);
+      INFO(Dump(r));
+      CHECK(r.source_samples == 10);
+      REQUIRE(r.count(FindingKind::kMissing) == 1);
+      CHECK(FindKind(r, FindingKind::kMissing)->where.key == "c1/s0007");
+      REQUIRE(r.count(FindingKind::kExtra) == 1);
+      CHECK(FindKind(r, FindingKind::kExtra)->where.key == "c0/s0042");
+      REQUIRE(r.count(FindingKind::kDifferent) == 2);
+      std::map<std::string, std::string> diff;
+      for (const auto& x : r.findings)
+        if (x.kind == FindingKind::kDifferent) diff[x.where.key] = x.message;
+      CHECK(diff["c0/s0002"].find("field 'txt' bytes differ") != std::string::npos);
+      CHECK(diff["c1/s0005"].find("label differs") != std::string::npos);
+
+      // The same data against itself: nothing.
+      VerifyOptions same;
+      same.against = f.address;
+      VerifyReport s = MustVerify(f.address, same);
+      INFO(Dump(s));
+      CHECK(s.ok());
+    }
+  }
+}
+
+TEST_CASE("verify: a dataset that does not exist is an error, not a report", "[verify]") {
+  TempDir dir;
+  auto r = Verify("hdf5:" + dir / "nope.h5");
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == Code::kNotFound);
+  auto r2 = Verify(dir / "nope.tar");
+  REQUIRE_FALSE(r2.ok());
+  CHECK(r2.status().where().file == dir / "nope.tar");
+}
+
+TEST_CASE("verify: max_findings keeps the counts whole, progress is reported", "[verify]") {
+  TempDir dir;
+  Fixture f = Make(dir, "hdf5", MakeSamples(5));
+  VerifyOptions o;
+  o.against = "hdf5:" + dir / "d.h5";
+  o.max_findings = 0;
+  uint64_t calls = 0, last = 0;
+  o.progress = [&](const VerifyProgress& p) {
+    ++calls;
+    last = p.samples;
+  };
+  VerifyReport r = MustVerify(f.address, o);
+  CHECK(r.ok());
+  CHECK(calls >= 2);  // the end of each phase
+  CHECK(last == 5);
+
+  auto samples = MakeSamples(6);
+  for (auto& s : samples) s.key = "same";
+  WriteDs("hdf5:" + dir / "dups.h5", samples);
+  VerifyOptions lim;
+  lim.max_findings = 2;
+  VerifyReport d = MustVerify("hdf5:" + dir / "dups.h5", lim);
+  CHECK(d.count(FindingKind::kDuplicateKey) == 5);
+  CHECK(d.findings.size() == 2);
+}
+
+TEST_CASE("shardkit verify: exit codes, report and JSON", "[verify][cli]") {
+  TempDir dir;
+  Fixture f = Make(dir, "wds", MakeSamples(12));
+  auto ok = Cli("verify " + Q(f.address));
+  INFO(ok.out << ok.err);
+  CHECK(ok.exit_code == 0);
+  CHECK(ok.out.find("result: intact") != std::string::npos);
+
+  auto js = Cli("verify " + Q(f.address) + " --json");
+  CHECK(js.exit_code == 0);
+  json j = json::parse(js.out);
+  for (const char* k : {"address", "format", "ok", "samples", "bytes", "shards", "seconds", "against",
+                        "source_samples", "sample_checksums", "shard_checksums", "decode", "images_decoded", "counts",
+                        "total_findings", "findings", "notes"})
+    CHECK(j.contains(k));
+  CHECK(j["ok"] == true);
+  CHECK(j["samples"] == 12);
+  CHECK(j["format"] == "wds");
+  CHECK(j["counts"].size() == size_t(kNumFindingKinds));
+
+  FlipIn(dir / "w/train-000002.tar", Marker(9));
+  REQUIRE(::unlink((dir / "w/train-000001.tar").c_str()) == 0);
+  auto bad = Cli("verify " + Q(f.address));
+  INFO(bad.out << bad.err);
+  CHECK(bad.exit_code == 1);
+  CHECK(bad.out.find("missing-shard: file '" + dir / "w/train-000001.tar" + "', shard 1") != std::string::npos);
+  CHECK(bad.out.find("sample-checksum: file '" + dir / "w/train-000002.tar" + "', shard 2, offset ") !=
+        std::string::npos);
+  CHECK(bad.out.find("sample 9, key 'c1/s0009': sample checksum is") != std::string::npos);
+  CHECK(bad.out.find("result: 3 findings: 1 shard-checksum, 1 sample-checksum, 1 missing-shard") != std::string::npos);
+
+  auto bj = Cli("verify " + Q(f.address) + " --json");
+  CHECK(bj.exit_code == 1);
+  json b = json::parse(bj.out);
+  CHECK(b["ok"] == false);
+  CHECK(b["total_findings"] == 3);
+  CHECK(b["counts"]["missing-shard"] == 1);
+  bool seen = false;
+  for (const auto& x : b["findings"])
+    if (x["kind"] == "sample-checksum") {
+      seen = true;
+      CHECK(x["key"] == "c1/s0009");
+      CHECK(x["shard"] == 2);
+      CHECK(x["index"] == 9);
+      CHECK(x["file"] == dir / "w/train-000002.tar");
+      REQUIRE(x["offset"].is_number());
+      // The offset of the data of the sample's first member (cls, first in
+      // sorted extension order), just after its 512-byte ustar header.
+      std::string tar = ReadFile(dir / "w/train-000002.tar");
+      size_t off = x["offset"].get<size_t>();
+      CHECK(off % 512 == 0);
+      CHECK(tar.substr(off, 1) == "1");
+      CHECK(tar.substr(off - 512, 12) == "c1/s0009.cls");
+    }
+  CHECK(seen);
+
+  CHECK(Cli("verify").exit_code == 2);
+  CHECK(Cli("verify " + Q(f.address) + " --max-findings x").exit_code == 2);
+  auto missing = Cli("verify " + Q(dir / "nope.manifest.json"));
+  CHECK(missing.exit_code == 1);
+  CHECK(missing.err.find("nope.manifest.json") != std::string::npos);
+}
+
+TEST_CASE("shardkit index: DALI offsets point at each member's data; wids list parses", "[verify][index]") {
+  TempDir dir;
+  auto samples = MakeSamples(7);
+  WriteOptions opts;
+  opts.samples_per_shard = 4;
+  opts.write_index = false;
+  {
+    auto w = Create("wds:" + dir / "w/t-%06d.tar", opts);
+    REQUIRE(w.ok());
+    for (const auto& s : samples) REQUIRE((*w)->Write(s).ok());
+    REQUIRE((*w)->Finish().ok());
+  }
+  auto r = Cli("index " + Q(dir / "w/t-000000.tar") + " " + Q(dir / "w/t-000001.tar"));
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  int shard_first = 0;
+  for (int shard = 0; shard < 2; ++shard) {
+    std::string tar = ReadFile(dir / fmt::format("w/t-{:06d}.tar", shard));
+    std::string idx = ReadFile(dir / fmt::format("w/t-{:06d}.idx", shard));
+    std::istringstream in(idx);
+    std::string version;
+    uint64_t n = 0;
+    in >> version >> n;
+    CHECK(version == "v1.2");
+    CHECK(n == (shard == 0 ? 4u : 3u));
+    std::string line;
+    std::getline(in, line);
+    for (uint64_t i = 0; i < n; ++i) {
+      REQUIRE(std::getline(in, line));
+      std::istringstream ls(line);
+      const Sample& want = samples[shard_first + i];
+      std::string ext, name;
+      uint64_t off = 0, size = 0;
+      size_t comps = 0;
+      while (ls >> ext >> off >> size >> name) {
+        ++comps;
+        CHECK(off % 512 == 0);
+        CHECK(name == want.key + "." + ext);
+        const Field* field = want.find(ext);
+        REQUIRE(field);
+        CHECK(size == field->data.size());
+        REQUIRE(off + size <= tar.size());
+        CHECK(tar.substr(off, size) == field->data.str());
+      }
+      CHECK(comps == want.fields.size());
+    }
+    shard_first += int(n);
+  }
+
+  auto w = Cli("index " + Q(dir / "w/t-{000000..000001}.tar") + " --format wids --output " + Q(dir / "w/list.json"));
+  INFO(w.out << w.err);
+  REQUIRE(w.exit_code == 0);
+  json j = json::parse(ReadFile(dir / "w/list.json"));
+  CHECK(j["__kind__"] == "wids-shard-index-v1");
+  CHECK(j["wids_version"] == 1);
+  CHECK(j["name"] == "list");
+  REQUIRE(j["shardlist"].size() == 2);
+  CHECK(j["shardlist"][0]["url"] == "t-000000.tar");
+  CHECK(j["shardlist"][0]["nsamples"] == 4);
+  CHECK(j["shardlist"][1]["nsamples"] == 3);
+  CHECK(j["shardlist"][1]["filesize"] == ReadFile(dir / "w/t-000001.tar").size());
+  auto md5 = Run("md5sum " + Q(dir / "w/t-000001.tar"));
+  CHECK(md5.out.substr(0, 32) == j["shardlist"][1]["md5sum"].get<std::string>());
+
+  CHECK(Cli("index " + Q(dir / "w/t-000000.tar") + " " + Q(dir / "w/t-000001.tar") + " --output x.idx").exit_code == 2);
+  CHECK(Cli("index " + Q(dir / "w/t-000000.tar") + " --format nope").exit_code == 2);
+  auto missing = Cli("index " + Q(dir / "w/none.tar"));
+  CHECK(missing.exit_code == 1);
+  CHECK(missing.err.find("none.tar") != std::string::npos);
 }

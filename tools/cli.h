@@ -34,6 +34,8 @@ struct Command {
 RunFn SetupConvert(CLI::App* sub);
 RunFn SetupShard(CLI::App* sub);
 RunFn SetupInfo(CLI::App* sub);
+RunFn SetupVerify(CLI::App* sub);
+RunFn SetupIndex(CLI::App* sub);
 
 // Prints "shardkit: error: <status>" to stderr; returns kExitError.
 int Fail(const Status& st);

@@ -23,6 +23,7 @@
 #include "core/file.h"
 #include "core/paths.h"
 #include "formats/registry.h"
+#include "formats/wds_index.h"
 
 #if __has_include("decode/jpeg.h")
 #include "decode/jpeg.h"
@@ -231,7 +232,7 @@ class Verifier {
   // ---- one unit
 
   static bool IsChecksumError(const Status& s) {
-    return s.code() == Code::kCorrupt && s.message().find("checksum") != std::string::npos;
+    return s.code() == Code::kCorrupt && s.message().find("checksum mismatch") != std::string::npos;
   }
 
   void AddStatus(const Status& s, const Location& at) {
@@ -272,6 +273,7 @@ class Verifier {
       Add(FindingKind::kMissingShard, at,
           manifest_.empty() ? "shard named by the address does not exist"
                             : fmt::format("shard listed in the manifest '{}' does not exist", manifest_));
+      if (u.expect_samples) first_index_ += *u.expect_samples;
       return;
     }
     if (u.shard >= 0) CheckFileChecksum(u.path, u.shard, u.checksum, u.expect_bytes);
@@ -285,6 +287,7 @@ class Verifier {
         return;
       }
       AddStatus(opened.status(), at);
+      if (u.expect_samples) first_index_ += *u.expect_samples;
       return;
     }
     const Dataset& ds = **opened;
@@ -354,7 +357,26 @@ class Verifier {
     if (!sums.empty() && sums.size() != read)
       Add(FindingKind::kCount, at,
           fmt::format("{} recorded for {} read", Plural(sums.size(), "per-sample checksum"), read));
-    first_index_ += read;
+    // Dataset order follows the metadata where it has one: the samples of a
+    // missing shard keep their places.
+    first_index_ += u.expect_samples ? std::max(read, *u.expect_samples) : read;
+    members_.reset();
+  }
+
+  // A tar shard's sample: the byte offset of its first member's data (one scan
+  // of the shard, made at the first finding that needs it).
+  Location WithOffset(size_t ui, uint64_t local, Location at) {
+    const Unit& u = units_[ui];
+    if (u.shard < 0) return at;
+    if (!members_) {
+      auto m = formats::wds::ScanShardMembers(u.path, u.shard);
+      members_ = m.ok() ? std::move(m).value() : formats::wds::ShardMembers{};
+    }
+    if (local < members_->keys.size() && members_->keys[local] == at.key) {
+      size_t first = local == 0 ? 0 : members_->sample_ends[local - 1];
+      if (first < members_->members.size()) at.offset = int64_t(members_->members[first].offset);
+    }
+    return at;
   }
 
   void NoteOnce(std::string note) {
@@ -374,7 +396,7 @@ class Verifier {
 
     uint64_t sum = s.checksum();
     if (local < sums.size() && sums[local] != sum)
-      Add(FindingKind::kSampleChecksum, at,
+      Add(FindingKind::kSampleChecksum, WithOffset(ui, local, at),
           fmt::format("sample checksum is {} but the writer recorded {}", paths::ChecksumString(sum),
                       paths::ChecksumString(sums[local])));
 
@@ -398,6 +420,7 @@ class Verifier {
     sample_set_.push_back(sit->second);
     sample_key_.push_back(&it->first);
     sample_unit_.push_back(uint32_t(ui));
+    sample_index_.push_back(gi);
     for (const auto& e : exts) ++field_counts_[e];
 
     if (!opts_.against.empty()) Compare(s, sum, at);
@@ -485,7 +508,8 @@ class Verifier {
       uint32_t id = sample_set_[g];
       if (!lacks[id]) continue;
       const Unit& u = units_[sample_unit_[g]];
-      Add(FindingKind::kMissingField, Location{.file = u.path, .shard = u.shard, .key = *sample_key_[g], .index = int64_t(g)},
+      Add(FindingKind::kMissingField,
+          Location{.file = u.path, .shard = u.shard, .key = *sample_key_[g], .index = int64_t(sample_index_[g])},
           "sample lacks field " + missing_of[id]);
     }
   }
@@ -530,6 +554,8 @@ class Verifier {
   std::vector<uint32_t> sample_set_;
   std::vector<const std::string*> sample_key_;
   std::vector<uint32_t> sample_unit_;
+  std::vector<uint64_t> sample_index_;
+  std::optional<formats::wds::ShardMembers> members_;  // of the wds shard being read, on demand
   std::map<std::string, uint64_t> field_counts_;
 
   std::unordered_map<std::string, SourceEntry> source_;
