@@ -25,6 +25,7 @@
 #include <turbojpeg.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -151,6 +152,8 @@ struct MetaFacts {
   uint64_t last_pg = 0;
   uint64_t entries = 0;
   uint64_t file_size = 0;
+  uint64_t main_root = ~uint64_t(0);
+  uint32_t main_depth = 0;
 };
 
 Result<MetaFacts> CheckDataFile(const std::string& data_path) {
@@ -194,10 +197,17 @@ Result<MetaFacts> CheckDataFile(const std::string& data_path) {
   bool ok1 = f.file_size >= f.page_size + 152 && read_meta(f.page_size, m1) && u32(m1, 16) == 0xBEEFC0DE;
   ::close(fd);
   if (!ok1) return Status::Corrupt("LMDB data file is truncated or damaged (second meta page missing)", loc);
+  // LMDB takes the page size from the newer meta page: both must agree.
+  if (u32(m1, 40) != f.page_size || u32(m1, 20) != 1)
+    return Status::Corrupt(fmt::format("LMDB meta pages disagree (page size {} vs {}, version {})", f.page_size,
+                                       u32(m1, 40), u32(m1, 20)),
+                           loc);
   const uint8_t* m = u64(m1, 144) > u64(m0, 144) ? m1 : m0;
   f.last_pg = u64(m, 136);
   f.entries = u64(m, 120);
   uint64_t root = u64(m, 128);
+  f.main_root = root;
+  f.main_depth = uint32_t(m[94]) | (uint32_t(m[95]) << 8);
   if (f.last_pg > (uint64_t(1) << 48) || (f.last_pg + 1) * f.page_size > f.file_size)
     return Status::Corrupt(fmt::format("LMDB data file is truncated: the meta page says it holds {} pages of {} bytes "
                                        "({} bytes) but the file has {} bytes",
@@ -210,6 +220,24 @@ Result<MetaFacts> CheckDataFile(const std::string& data_path) {
 
 // ----------------------------------------------------------------------------
 // The shared, read-only environment.
+
+// [start, end) of every offset-0 mapping of the file with this inode.
+std::vector<std::pair<uint64_t, uint64_t>> MapsOf(uint64_t inode) {
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  auto text = io::ReadFile("/proc/self/maps");
+  if (!text.ok()) return out;
+  std::string_view all = *text;
+  while (!all.empty()) {
+    size_t nl = all.find('\n');
+    std::string line(all.substr(0, nl));
+    all.remove_prefix(nl == std::string_view::npos ? all.size() : nl + 1);
+    unsigned long long lo = 0, hi = 0, off = 0, ino = 0;
+    char perms[8] = {0}, dev[32] = {0};
+    if (std::sscanf(line.c_str(), "%llx-%llx %7s %llx %31s %llu", &lo, &hi, perms, &off, dev, &ino) != 6) continue;
+    if (ino == inode && off == 0) out.emplace_back(lo, hi);
+  }
+  return out;
+}
 
 class Env {
  public:
@@ -234,8 +262,23 @@ class Env {
     bool has_lock = io::Exists(dir + "/lock.mdb");
     if (!has_lock || ::access(dir.c_str(), W_OK) != 0) flags |= MDB_NOLOCK;
     e->nolock_ = (flags & MDB_NOLOCK) != 0;
+    struct stat dst;
+    if (::stat(e->data_path_.c_str(), &dst) != 0) return Status::FromErrno(errno, "cannot stat", loc);
+    auto before = MapsOf(uint64_t(dst.st_ino));
     rc = mdb_env_open(e->env_, dir.c_str(), flags, 0644);
     if (rc) return MdbStatus(rc, "cannot open the LMDB environment", loc);
+    // LMDB does not tell where it mapped the file (mdb_env_info's me_mapaddr is
+    // the fixed-map address, null here): find the new mapping of data.mdb in
+    // /proc/self/maps. Every page, key and value is bounds-checked against it,
+    // and the B-tree is checked through it before LMDB walks it.
+    auto after = MapsOf(uint64_t(dst.st_ino));
+    for (const auto& m : after)
+      if (std::find(before.begin(), before.end(), m) == before.end()) {
+        e->map_ = reinterpret_cast<const uint8_t*>(uintptr_t(m.first));
+        e->map_len_ = std::min<uint64_t>(m.second - m.first, e->meta_.file_size);
+      }
+    if (!e->map_) return Status::Internal("cannot find LMDB's mapping of data.mdb in /proc/self/maps", loc);
+    SK_RETURN_IF_ERROR(e->CheckTree());
     MDB_txn* txn = nullptr;
     rc = mdb_txn_begin(e->env_, nullptr, MDB_RDONLY, &txn);
     if (rc) return MdbStatus(rc, "cannot begin a read transaction", loc);
@@ -251,21 +294,9 @@ class Env {
       return MdbStatus(rc, "mdb_stat", loc);
     }
     e->entries_ = st.ms_entries;
-    if (e->entries_ > 0) {
-      MDB_cursor* cur = nullptr;
-      MDB_val k, v;
-      rc = mdb_cursor_open(txn, e->dbi_, &cur);
-      if (rc == 0) rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
-      if (cur) mdb_cursor_close(cur);
-      if (rc) {
-        mdb_txn_abort(txn);
-        return MdbStatus(rc, "reading the first LMDB entry", loc);
-      }
-      Status ms = e->FindMap(k.mv_data);
-      if (!ms.ok()) {
-        mdb_txn_abort(txn);
-        return ms;
-      }
+    if (e->entries_ != e->meta_.entries) {
+      mdb_txn_abort(txn);
+      return Status::Corrupt(fmt::format("LMDB lists {} entries, its meta page {}", e->entries_, e->meta_.entries), loc);
     }
     e->Release(txn);
     return e;
@@ -298,31 +329,71 @@ class Env {
     return map_ && b >= map_ && n <= map_len_ && uint64_t(b - map_) <= map_len_ - n;
   }
 
-  // LMDB does not tell where it mapped the file (mdb_env_info's me_mapaddr is
-  // the fixed-map address, null here). Find the mapping of data.mdb that holds
-  // a pointer LMDB handed out, in /proc/self/maps, so that every key and value
-  // can be bounds-checked before it is touched.
-  Status FindMap(const void* inside) {
+  // Walks the main B-tree through the map before LMDB does: LMDB trusts its
+  // pages and reads wherever a damaged node offset or page number points.
+  // Checks every branch and leaf page header, node bounds, child and overflow
+  // page numbers, depth and the entry count. Reads only inside the mapped file.
+  Status CheckTree() const {
     Location loc{.file = data_path_};
-    struct stat st;
-    if (::stat(data_path_.c_str(), &st) != 0) return Status::FromErrno(errno, "cannot stat", loc);
-    auto text = io::ReadFile("/proc/self/maps");
-    if (!text.ok()) return text.status();
-    auto p = reinterpret_cast<uintptr_t>(inside);
-    std::string_view all = *text;
-    while (!all.empty()) {
-      size_t nl = all.find('\n');
-      std::string line(all.substr(0, nl));
-      all.remove_prefix(nl == std::string_view::npos ? all.size() : nl + 1);
-      unsigned long long lo = 0, hi = 0, off = 0, ino = 0;
-      char perms[8] = {0}, dev[32] = {0};
-      if (std::sscanf(line.c_str(), "%llx-%llx %7s %llx %31s %llu", &lo, &hi, perms, &off, dev, &ino) != 6) continue;
-      if (ino != uint64_t(st.st_ino) || off != 0 || p < lo || p >= hi) continue;
-      map_ = reinterpret_cast<const uint8_t*>(uintptr_t(lo));
-      map_len_ = std::min<uint64_t>(hi - lo, meta_.file_size);
+    const uint64_t psize = meta_.page_size, last = meta_.last_pg;
+    if (meta_.main_root == ~uint64_t(0)) {
+      if (meta_.entries != 0) return Status::Corrupt("LMDB meta page lists entries but no root page", loc);
       return Status::OK();
     }
-    return Status::Corrupt("the first LMDB key lies outside the mapping of data.mdb", loc);
+    auto u16 = [](const uint8_t* p) { uint16_t v; std::memcpy(&v, p, 2); return v; };
+    auto u64 = [](const uint8_t* p) { uint64_t v; std::memcpy(&v, p, 8); return v; };
+    uint64_t leaf_entries = 0, pages = 0;
+    struct Item { uint64_t pgno; uint32_t depth; };
+    std::vector<Item> stack{{meta_.main_root, 1}};
+    while (!stack.empty()) {
+      Item it = stack.back();
+      stack.pop_back();
+      auto bad = [&](std::string why) {
+        return Status::Corrupt(fmt::format("LMDB page {} is damaged: {}", it.pgno, why),
+                               Location{.file = data_path_, .offset = int64_t(it.pgno * psize)});
+      };
+      if (it.pgno < 2 || it.pgno > last) return bad(fmt::format("page number outside 2..{}", last));
+      if (it.depth > meta_.main_depth || it.depth > 64) return bad("tree deeper than the meta page says");
+      if (++pages > last + 1) return bad("tree has a cycle");
+      if ((it.pgno + 1) * psize > map_len_) return bad("past the end of the mapped file");
+      const uint8_t* pg = map_ + it.pgno * psize;
+      if (u64(pg) != it.pgno) return bad(fmt::format("header names page {}", u64(pg)));
+      uint16_t flags = u16(pg + 10), lower = u16(pg + 12), upper = u16(pg + 14);
+      bool branch = flags & 0x01, leaf = flags & 0x02;
+      if (branch == leaf || (flags & (0x04 | 0x08 | 0x20 | 0x40)))
+        return bad(fmt::format("flags 0x{:x} are not a plain branch or leaf page", flags));
+      if (lower < 16 || (lower & 1) || lower > upper || upper > psize) return bad("bad lower/upper bounds");
+      uint32_t n = (lower - 16) / 2;
+      if (branch && it.depth == meta_.main_depth) return bad("branch page at leaf depth");
+      if (leaf && it.depth != meta_.main_depth) return bad("leaf page above leaf depth");
+      for (uint32_t i = 0; i < n; ++i) {
+        uint32_t off = u16(pg + 16 + 2 * i);
+        if (off < upper || off + 8 > psize) return bad(fmt::format("node {} offset {} out of bounds", i, off));
+        const uint8_t* nd = pg + off;
+        uint32_t lo = u16(nd), hi = u16(nd + 2), nflags = u16(nd + 4), ksize = u16(nd + 6);
+        if (off + 8 + ksize > psize) return bad(fmt::format("node {} key runs past the page", i));
+        if (branch) {
+          uint64_t child = uint64_t(lo) | (uint64_t(hi) << 16) | (uint64_t(nflags) << 32);
+          stack.push_back({child, it.depth + 1});
+          continue;
+        }
+        uint64_t dsize = uint64_t(lo) | (uint64_t(hi) << 16);
+        if (nflags & ~0x01u) return bad(fmt::format("node {} has flags 0x{:x} (sub-databases are not used)", i, nflags));
+        if (nflags & 0x01) {  // F_BIGDATA: the value lives in overflow pages
+          if (off + 8 + ksize + 8 > psize) return bad(fmt::format("node {} overflow page number runs past the page", i));
+          uint64_t ov = u64(nd + 8 + ksize);
+          uint64_t npages = (16 - 1 + dsize) / psize + 1;
+          if (ov < 2 || ov > last || npages > last + 1 - ov)
+            return bad(fmt::format("node {} value of {} bytes at overflow page {} runs past page {}", i, dsize, ov, last));
+        } else if (off + 8 + ksize + dsize > psize) {
+          return bad(fmt::format("node {} value runs past the page", i));
+        }
+        ++leaf_entries;
+      }
+    }
+    if (leaf_entries != meta_.entries)
+      return Status::Corrupt(fmt::format("LMDB tree holds {} entries, its meta page lists {}", leaf_entries, meta_.entries), loc);
+    return Status::OK();
   }
 
   MDB_dbi dbi() const { return dbi_; }
@@ -375,7 +446,7 @@ Status DecodeRecord(const std::shared_ptr<Env>& env, std::string_view lkey, cons
   const msgpack::object& o = oh.get();
   if (o.type != msgpack::type::MAP) return bad("not a msgpack map");
   bool have_key = false, have_fields = false;
-  std::optional<uint64_t> sum;
+  std::optional<uint64_t> sum, key_sum;
   for (uint32_t i = 0; i < o.via.map.size; ++i) {
     const auto& kv = o.via.map.ptr[i];
     if (kv.key.type != msgpack::type::STR) return bad("a map key is not a string");
@@ -402,10 +473,20 @@ Status DecodeRecord(const std::shared_ptr<Env>& env, std::string_view lkey, cons
     } else if (name == "xxh3") {
       if (kv.val.type != msgpack::type::POSITIVE_INTEGER) return bad("\"xxh3\" is not an unsigned integer");
       sum = kv.val.via.u64;
-    }  // other names: ignored (room for later versions)
+    } else if (name == "key_xxh3") {
+      if (kv.val.type != msgpack::type::POSITIVE_INTEGER) return bad("\"key_xxh3\" is not an unsigned integer");
+      key_sum = kv.val.via.u64;
+    } else {
+      // Strict: a damaged name ("xxh3" -> "xxh2") must not switch a check off.
+      return bad(fmt::format("unknown record entry '{}'", name));
+    }
   }
   if (!have_key || !have_fields) return bad("missing \"key\" or \"fields\"");
   if (out->key.empty()) return bad("empty sample key");
+  if (key_sum && *key_sum != paths::Hash(out->key.data(), out->key.size()))
+    return Status::Corrupt(fmt::format("LMDB key '{}' in '{}': the sample key '{}' does not match its stored key_xxh3",
+                                       lkey, env->data_path(), out->key),
+                           loc);
   if (sum && *sum != out->checksum())
     return Status::Corrupt(fmt::format("LMDB key '{}' in '{}': checksum mismatch for sample '{}' (stored {}, computed {})",
                                        lkey, env->data_path(), out->key, paths::ChecksumString(*sum),
@@ -747,7 +828,7 @@ struct SpanBuffer {
 
 void PackRecord(SpanBuffer* buf, const Sample& s, uint64_t checksum) {
   msgpack::packer<SpanBuffer> pk(*buf);
-  pk.pack_map(3);
+  pk.pack_map(4);
   pk.pack_str(3).pack_str_body("key", 3);
   if (ValidUtf8(s.key)) pk.pack_str(uint32_t(s.key.size())).pack_str_body(s.key.data(), uint32_t(s.key.size()));
   else pk.pack_bin(uint32_t(s.key.size())).pack_bin_body(s.key.data(), uint32_t(s.key.size()));
@@ -760,6 +841,8 @@ void PackRecord(SpanBuffer* buf, const Sample& s, uint64_t checksum) {
   }
   pk.pack_str(4).pack_str_body("xxh3", 4);
   pk.pack_uint64(checksum);
+  pk.pack_str(8).pack_str_body("key_xxh3", 8);
+  pk.pack_uint64(paths::Hash(s.key.data(), s.key.size()));
 }
 
 class LmdbWriter : public SampleWriter {
@@ -847,7 +930,7 @@ class LmdbWriter : public SampleWriter {
     j["data_file"] = {{"path", "data.mdb"}, {"bytes", data_bytes}, {"checksum", shard.checksum}};
     if (layout_ == Layout::kShardkit) {
       j["key"] = "%010d sample index";
-      j["value"] = "msgpack map {\"key\": str|bin, \"fields\": {ext: bin}, \"xxh3\": uint64}";
+      j["value"] = "msgpack map {\"key\": str|bin, \"fields\": {ext: bin}, \"xxh3\": uint64, \"key_xxh3\": uint64}";
     } else {
       j["key"] = "%08d_<key>.<image ext>";
       j["value"] = "caffe.Datum protobuf (encoded=true)";
