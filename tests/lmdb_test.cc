@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "core/file.h"
 #include "formats/lmdb.h"
 #include "formats/registry.h"
 #include "shardkit/shardkit.h"
@@ -466,4 +467,89 @@ TEST_CASE("lmdb: bids", "[lmdb]") {
   auto ds = Open(t / "x.lmdb/data.mdb");
   REQUIRE(ds.ok());
   CHECK((*ds)->info().num_samples == 2u);
+}
+
+TEST_CASE("lmdb: caffe layout values are checked against shardkit.json's sample checksums", "[lmdb]") {
+  TempDir t;
+  auto samples = MakeSamples(4, false);
+  std::string out = t / "c.lmdb";
+  WriteOptions o;
+  o.lmdb_layout = "caffe";
+  WriteAll(out, samples, o);
+  std::string script = t / "poke.py";
+  WriteFile(script, std::string(kPyDatum) + R"(
+import lmdb
+env = lmdb.open(sys.argv[1])
+with env.begin(write=True) as txn:
+    k = b'00000001_c1/img_0001.jpg'
+    d = Datum(); d.ParseFromString(txn.get(k))
+    b = bytearray(d.data); b[50] ^= 4; d.data = bytes(b)
+    txn.put(k, d.SerializeToString())
+)");
+  auto py = Run(fmt::format("{} {} {}", kPy, Q(script), Q(out)));
+  INFO(py.err);
+  REQUIRE(py.exit_code == 0);
+  auto ds = Open(out);
+  REQUIRE(ds.ok());
+  auto ra = (*ds)->NewRandomAccess();
+  Sample s;
+  CHECK((*ra)->Get(0, &s).ok());
+  Status e = (*ra)->Get(1, &s);
+  CHECK(e.code() == Code::kCorrupt);
+  CHECK(e.message().find("checksum mismatch for sample 'c1/img_0001'") != std::string::npos);
+  CHECK(e.message().find("00000001_c1/img_0001.jpg") != std::string::npos);
+}
+
+TEST_CASE("lmdb: nothing appears without Finish, and a failed sync is fatal", "[lmdb]") {
+  TempDir t;
+  auto samples = MakeSamples(30, false);
+  {
+    auto w = Create(t / "gone.lmdb", {});
+    REQUIRE(w.ok());
+    for (const auto& s : samples) REQUIRE((*w)->Write(s).ok());
+    CHECK(fs::exists(t / fmt::format("gone.lmdb.partial-{}", ::getpid())));
+  }  // destroyed without Finish()
+  CHECK(fs::is_empty(t.path()));
+
+  io::SetFaultHook([](const std::string& path, std::string_view op) {
+    return op == "fsync" && path.find("data.mdb") != std::string::npos ? EIO : 0;
+  });
+  auto w = Create(t / "eio.lmdb", {});
+  REQUIRE(w.ok());
+  for (const auto& s : samples) REQUIRE((*w)->Write(s).ok());
+  auto r = (*w)->Finish();
+  io::SetFaultHook(nullptr);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == Code::kIOError);
+  CHECK_FALSE(fs::exists(t / "eio.lmdb"));
+  w->reset();
+  CHECK(fs::is_empty(t.path()));
+
+  // A bad sample is refused by name; the writer goes on.
+  auto w2 = Create(t / "ok.lmdb", {});
+  REQUIRE(w2.ok());
+  Sample empty_key = samples[0];
+  empty_key.key.clear();
+  CHECK((*w2)->Write(empty_key).code() == Code::kInvalidArgument);
+  REQUIRE((*w2)->Write(samples[0]).ok());
+  REQUIRE((*w2)->Finish().ok());
+}
+
+TEST_CASE("lmdb: one directory opened twice in one process shares the environment", "[lmdb]") {
+  TempDir t;
+  auto samples = MakeSamples(5, false);
+  WriteAll(t / "two.lmdb", samples);
+  auto a = Open(t / "two.lmdb");
+  auto b = Open("lmdb:" + (t / "two.lmdb/"));
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  auto ra = (*a)->NewRandomAccess();
+  auto rb = (*b)->NewRandomAccess();
+  Sample x, y;
+  REQUIRE((*ra)->Get(2, &x).ok());
+  REQUIRE((*rb)->Get(2, &y).ok());
+  CHECK(x.find("jpg")->data.data() == y.find("jpg")->data.data());  // same map
+  a->reset();
+  ra->reset();
+  CheckSame(ReadAll(**b), samples);
 }

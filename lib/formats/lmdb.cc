@@ -30,6 +30,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <set>
 
@@ -246,7 +247,26 @@ class Env {
     if (env_) mdb_env_close(env_);
   }
 
+  // One Env per data file per process (LMDB forbids opening an environment twice
+  // in one process): a second Open of the same directory shares the first.
   static Result<std::shared_ptr<Env>> Open(const std::string& dir) {
+    static std::mutex mu;
+    static std::map<std::pair<uint64_t, uint64_t>, std::weak_ptr<Env>> open;
+    struct stat st;
+    std::string data = dir + "/data.mdb";
+    if (::stat(data.c_str(), &st) != 0)
+      return errno == ENOENT ? Status::NotFound("no data.mdb in the LMDB directory", Location{.file = data})
+                             : Status::FromErrno(errno, "cannot stat", Location{.file = data});
+    std::pair<uint64_t, uint64_t> id{uint64_t(st.st_dev), uint64_t(st.st_ino)};
+    std::lock_guard<std::mutex> g(mu);
+    if (auto e = open[id].lock()) return e;
+    SK_ASSIGN_OR_RETURN(auto e, OpenNew(dir));
+    open[id] = e;
+    for (auto it = open.begin(); it != open.end();) it = it->second.expired() ? open.erase(it) : std::next(it);
+    return e;
+  }
+
+  static Result<std::shared_ptr<Env>> OpenNew(const std::string& dir) {
     auto e = std::make_shared<Env>();
     e->dir_ = dir;
     e->data_path_ = dir + "/data.mdb";
@@ -523,7 +543,7 @@ bool ParseDatum(const void* p, size_t n, caffe::Datum* d) {
 }
 
 Status DecodeDatum(const std::shared_ptr<Env>& env, std::string_view lkey, const MDB_val& v, uint64_t index,
-                   Sample* out) {
+                   Sample* out, const std::vector<uint64_t>* sums = nullptr) {
   out->clear();
   Location loc{.file = env->dir(), .key = std::string(lkey), .index = int64_t(index)};
   auto bad = [&](std::string why) {
@@ -574,6 +594,12 @@ Status DecodeDatum(const std::shared_ptr<Env>& env, std::string_view lkey, const
     out->set("shape", Bytes::Take(shape.dump()));
   }
   if (d.has_label()) out->set_label(d.label());
+  if (sums && index < sums->size() && (*sums)[index] != out->checksum())
+    return Status::Corrupt(fmt::format("LMDB key '{}' in '{}': checksum mismatch for sample '{}' (shardkit.json has {}, "
+                                       "computed {})",
+                                       lkey, env->data_path(), out->key, paths::ChecksumString((*sums)[index]),
+                                       paths::ChecksumString(out->checksum())),
+                           loc);
   return Status::OK();
 }
 
@@ -586,7 +612,8 @@ class LmdbDataset;
 
 class LmdbReader : public SampleReader {
  public:
-  LmdbReader(std::shared_ptr<Env> env, Layout layout, uint64_t count) : env_(std::move(env)), layout_(layout), count_(count) {}
+  LmdbReader(std::shared_ptr<Env> env, Layout layout, uint64_t count, std::shared_ptr<const std::vector<uint64_t>> sums)
+      : env_(std::move(env)), layout_(layout), count_(count), sums_(std::move(sums)) {}
   ~LmdbReader() override {
     if (cur_) mdb_cursor_close(cur_);
     if (txn_) env_->Release(txn_);
@@ -624,7 +651,7 @@ class LmdbReader : public SampleReader {
                                Location{.file = env_->dir(), .key = std::string(lkey), .index = int64_t(index_)});
       SK_RETURN_IF_ERROR(DecodeRecord(env_, lkey, v, index_, out));
     } else {
-      SK_RETURN_IF_ERROR(DecodeDatum(env_, lkey, v, index_, out));
+      SK_RETURN_IF_ERROR(DecodeDatum(env_, lkey, v, index_, out, sums_.get()));
     }
     ++index_;
     return true;
@@ -634,6 +661,7 @@ class LmdbReader : public SampleReader {
   std::shared_ptr<Env> env_;
   Layout layout_;
   uint64_t count_;
+  std::shared_ptr<const std::vector<uint64_t>> sums_;
   MDB_txn* txn_ = nullptr;
   MDB_cursor* cur_ = nullptr;
   uint64_t index_ = 0;
@@ -643,8 +671,9 @@ class LmdbReader : public SampleReader {
 class LmdbRandomAccess : public RandomAccess {
  public:
   LmdbRandomAccess(std::shared_ptr<Env> env, Layout layout, uint64_t count,
-                   std::shared_ptr<const std::vector<std::string>> keys)
-      : env_(std::move(env)), layout_(layout), count_(count), keys_(std::move(keys)) {}
+                   std::shared_ptr<const std::vector<std::string>> keys,
+                   std::shared_ptr<const std::vector<uint64_t>> sums)
+      : env_(std::move(env)), layout_(layout), count_(count), keys_(std::move(keys)), sums_(std::move(sums)) {}
   uint64_t size() const override { return count_; }
 
   Status Get(uint64_t index, Sample* out) const override {
@@ -661,7 +690,7 @@ class LmdbRandomAccess : public RandomAccess {
       return Status::Corrupt(fmt::format("LMDB key '{}' of sample {} is missing from '{}'", lkey, index, env_->dir()), loc);
     if (rc) return MdbStatus(rc, fmt::format("reading LMDB key '{}'", lkey), loc);
     if (layout_ == Layout::kShardkit) return DecodeRecord(env_, lkey, v, index, out);
-    return DecodeDatum(env_, lkey, v, index, out);
+    return DecodeDatum(env_, lkey, v, index, out, sums_.get());
   }
 
  private:
@@ -669,6 +698,7 @@ class LmdbRandomAccess : public RandomAccess {
   Layout layout_;
   uint64_t count_;
   std::shared_ptr<const std::vector<std::string>> keys_;
+  std::shared_ptr<const std::vector<uint64_t>> sums_;
 };
 
 class LmdbDataset : public Dataset {
@@ -703,6 +733,17 @@ class LmdbDataset : public Dataset {
         info.class_names = j.value("class_names", std::vector<std::string>{});
         info.fields = j.value("fields", std::vector<std::string>{});
         if (j.contains("data_file")) shard.checksum = j["data_file"].value("checksum", "");
+        if (d->layout_ == Layout::kCaffe && j.contains("sample_checksums")) {
+          auto sums = std::make_shared<std::vector<uint64_t>>();
+          for (const auto& x : j["sample_checksums"]) {
+            std::string v = x.get<std::string>();
+            if (v.size() != 21 || v.rfind("xxh3:", 0) != 0) throw std::runtime_error("bad sample checksum '" + v + "'");
+            sums->push_back(std::stoull(v.substr(5), nullptr, 16));
+          }
+          if (sums->size() != j.at("num_samples").get<uint64_t>())
+            throw std::runtime_error("sample_checksums does not hold one checksum per sample");
+          d->sums_ = std::move(sums);
+        }
       } catch (const std::exception& e) {
         return Status::Corrupt(fmt::format("shardkit.json: {}", e.what()), mloc);
       }
@@ -733,10 +774,10 @@ class LmdbDataset : public Dataset {
 
   const DatasetInfo& info() const override { return info_; }
   Result<std::unique_ptr<SampleReader>> NewReader() const override {
-    return std::unique_ptr<SampleReader>(new LmdbReader(env_, layout_, count_));
+    return std::unique_ptr<SampleReader>(new LmdbReader(env_, layout_, count_, sums_));
   }
   Result<std::shared_ptr<RandomAccess>> NewRandomAccess() const override {
-    return std::shared_ptr<RandomAccess>(std::make_shared<LmdbRandomAccess>(env_, layout_, count_, keys_));
+    return std::shared_ptr<RandomAccess>(std::make_shared<LmdbRandomAccess>(env_, layout_, count_, keys_, sums_));
   }
 
  private:
@@ -811,6 +852,7 @@ class LmdbDataset : public Dataset {
   Layout layout_ = Layout::kShardkit;
   uint64_t count_ = 0;
   std::shared_ptr<const std::vector<std::string>> keys_;
+  std::shared_ptr<const std::vector<uint64_t>> sums_;  // caffe layout, from shardkit.json
 };
 
 // ----------------------------------------------------------------------------
