@@ -553,3 +553,14 @@ TEST_CASE("lmdb: one directory opened twice in one process shares the environmen
   ra->reset();
   CheckSame(ReadAll(**b), samples);
 }
+
+TEST_CASE("lmdb: overwrite replaces only an LMDB directory", "[lmdb]") {
+  TempDir t;
+  fs::create_directories(t / "precious.lmdb");
+  WriteFile(t / "precious.lmdb/notes.txt", "keep me");
+  WriteOptions ow;
+  ow.overwrite = true;
+  auto w = Create(t / "precious.lmdb", ow);
+  CHECK(w.status().code() == Code::kAlreadyExists);
+  CHECK(ReadFile(t / "precious.lmdb/notes.txt") == "keep me");
+}

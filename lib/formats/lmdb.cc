@@ -896,6 +896,13 @@ class LmdbWriter : public SampleWriter {
       return Status::Invalid(fmt::format("unknown LMDB layout '{}' (shardkit or caffe)", opts.lmdb_layout), loc);
     if (io::Exists(final_dir) && !opts.overwrite)
       return Status::Exists("output exists (pass --overwrite to replace it)", loc);
+    if (io::Exists(final_dir)) {
+      // overwrite replaces an LMDB directory (or an empty one), never anything else.
+      std::error_code ec;
+      bool replaceable = io::IsDir(final_dir) && (io::Exists(final_dir + "/data.mdb") || fs::is_empty(final_dir, ec));
+      if (!replaceable)
+        return Status::Exists("refusing to replace it: it is not an LMDB directory (no data.mdb)", loc);
+    }
     std::unique_ptr<LmdbWriter> w(new LmdbWriter());
     w->final_ = final_dir;
     w->opts_ = opts;
@@ -990,7 +997,11 @@ class LmdbWriter : public SampleWriter {
       fs::remove_all(old, ec);
       if (::rename(final_.c_str(), old.c_str()) != 0) return Status::FromErrno(errno, "cannot move the old output aside", loc);
     }
-    if (::rename(temp_.c_str(), final_.c_str()) != 0) return Status::FromErrno(errno, "cannot rename the LMDB into place", loc);
+    if (::rename(temp_.c_str(), final_.c_str()) != 0) {
+      int err = errno;
+      if (!old.empty()) (void)::rename(old.c_str(), final_.c_str());  // put the old output back
+      return Status::FromErrno(err, "cannot rename the LMDB into place", loc);
+    }
     finished_ = true;
     SK_RETURN_IF_ERROR(io::FsyncDir(io::DirName(final_)));
     if (!old.empty()) fs::remove_all(old, ec);
