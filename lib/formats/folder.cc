@@ -408,7 +408,8 @@ Result<std::unique_ptr<Dataset>> OpenFolder(const std::string& path_in, const Op
   auto& raw = w.raw_;
   std::sort(raw.begin(), raw.end(), [](const Walker::Raw& a, const Walker::Raw& b) {
     if (a.key != b.key) return a.key < b.key;
-    return a.file.ext < b.file.ext;
+    if (a.file.ext != b.file.ext) return a.file.ext < b.file.ext;
+    return a.file.suffix < b.file.suffix;  // deterministic order of clashing files in the error
   });
   DatasetInfo info;
   info.format = "folder";
@@ -416,8 +417,9 @@ Result<std::unique_ptr<Dataset>> OpenFolder(const std::string& path_in, const Op
   std::set<std::string> fields;
   for (size_t i = 0; i < raw.size(); ++i) {
     auto& r = raw[i];
-    if (i > 0 && raw[i - 1].key == r.key && raw[i - 1].file.ext == r.file.ext) {
-      std::string a = Join(root, raw[i - 1].key + "." + raw[i - 1].file.suffix);
+    if (!idx->entries.empty() && idx->entries.back().key == r.key &&
+        idx->entries.back().files.back().ext == r.file.ext) {
+      std::string a = Join(root, r.key + "." + idx->entries.back().files.back().suffix);
       std::string b = Join(root, r.key + "." + r.file.suffix);
       return Status::Invalid(
           fmt::format("two files for field '{}' of one sample: '{}' and '{}' (extensions are matched "
