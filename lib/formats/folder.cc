@@ -27,6 +27,8 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
 
 #include "core/file.h"
 #include "core/paths.h"
@@ -387,17 +389,37 @@ Result<std::unique_ptr<Dataset>> OpenFolder(const std::string& path_in, const Op
       }
     }
     std::sort(idx->class_names.begin(), idx->class_names.end());
-    w.ancestors_.clear();
     struct stat self;
     if (::fstat(rootfd, &self) != 0) return Status::FromErrno(errno, "cannot stat", Location{.file = root});
-    w.ancestors_.emplace_back(self.st_dev, self.st_ino);
-    for (size_t c = 0; c < idx->class_names.size(); ++c) {
-      const std::string& name = idx->class_names[c];
-      int sub = ::openat(rootfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-      if (sub < 0) return Status::FromErrno(errno, "cannot open class directory", Location{.file = Join(root, name)});
-      Status st = w.Walk(sub, name, int64_t(c), 1);
-      ::close(sub);
-      SK_RETURN_IF_ERROR(st);
+    // One walker per class folder, in parallel (a directory walk of ImageNet is
+    // 1.28M stat calls); results and the first error are taken in class order.
+    size_t nc = idx->class_names.size();
+    std::vector<Walker> ws(nc, Walker(root, true));
+    std::vector<Status> errs(nc);
+    tbb::parallel_for(tbb::blocked_range<size_t>(0, nc, 1), [&](const tbb::blocked_range<size_t>& r) {
+      for (size_t c = r.begin(); c < r.end(); ++c) {
+        const std::string& name = idx->class_names[c];
+        int sub = ::openat(rootfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (sub < 0) {
+          errs[c] = Status::FromErrno(errno, "cannot open class directory", Location{.file = Join(root, name)});
+          continue;
+        }
+        ws[c].ancestors_.emplace_back(self.st_dev, self.st_ino);
+        errs[c] = ws[c].Walk(sub, name, int64_t(c), 1);
+        ::close(sub);
+      }
+    });
+    size_t total = 0;
+    for (size_t c = 0; c < nc; ++c) {
+      SK_RETURN_IF_ERROR(errs[c]);
+      total += ws[c].raw_.size();
+    }
+    w.raw_.reserve(total);
+    for (size_t c = 0; c < nc; ++c) {
+      for (auto& r : ws[c].raw_) w.raw_.push_back(std::move(r));
+      w.skipped_ += ws[c].skipped_;
+      if (w.skipped_example_.empty()) w.skipped_example_ = ws[c].skipped_example_;
+      ws[c] = Walker(root, true);
     }
   } else {
     SK_RETURN_IF_ERROR(w.Walk(rootfd, "", -1, 0));
