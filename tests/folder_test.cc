@@ -176,6 +176,22 @@ TEST_CASE("flat folder: sidecars form one sample, first-dot split, sorted keys",
   CHECK(all[2].label() == 7);
   CHECK(all[2].find("cls")->data.view() == "7\n");  // flat: the cls file's bytes as they are
   CHECK(all[2].fields.size() == 3);
+
+  // A damaged layout marker is an error naming it, not a guess.
+  sk_test::WriteFile(root + "/.shardkit-folder.json", "{\"layout\": 3");
+  auto r = Open(root);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == Code::kCorrupt);
+  CHECK(r.status().where().file == root + "/.shardkit-folder.json");
+  // A marker saying "flat" wins over the class-folder look of a root holding only folders.
+  std::string nested = t / "nested";
+  MkDir(nested + "/a");
+  sk_test::WriteFile(nested + "/a/x.jpg", "X");
+  CHECK(MustOpen(nested)->info().extra.at("layout") == "classes");
+  sk_test::WriteFile(nested + "/.shardkit-folder.json", "{\"layout\": \"flat\"}\n");
+  auto fl = MustOpen(nested);
+  CHECK(fl->info().extra.at("layout") == "flat");
+  CHECK(fl->info().class_names.empty());
 }
 
 TEST_CASE("class folder: a cls sidecar must agree with the folder", "[folder]") {
