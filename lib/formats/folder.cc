@@ -73,23 +73,53 @@ std::optional<int64_t> ParseLabel(std::string_view v) {
 
 // ---------------------------------------------------------------- reading
 
-struct FileRef {
-  std::string suffix;  // the file name's text after the split dot, case kept
-  std::string ext;     // lowercased suffix: the field name
-  uint64_t size = 0;
+// The index is compact (about 70 bytes per one-file sample plus its name, so
+// about 90 MB for ImageNet's 1.28M images): file names live in one arena, a
+// sample points at its directory and at a run of consecutive file records.
+struct FileRec {
+  uint64_t name_off = 0;  // base name in Index::names
+  uint32_t name_len = 0;
+  uint32_t stem_len = 0;  // the key's last component is name[0, stem_len); name[stem_len] is the split dot
+  uint64_t size = 0;      // at open
 };
 
 struct Entry {  // one sample
-  std::string key;
-  int64_t label = -1;  // class index, or -1 (flat)
-  std::vector<FileRef> files;  // sorted by ext
+  uint64_t first_file = 0;
+  uint32_t nfiles = 0;
+  uint32_t dir = 0;    // index into Index::dirs
+  int32_t label = -1;  // class index, or -1 (flat)
 };
 
 struct Index {
   std::string root;
   bool classes = false;
   std::vector<std::string> class_names;
-  std::vector<Entry> entries;
+  std::vector<std::string> dirs;  // relative to root, "" for the root itself
+  std::string names;
+  std::vector<FileRec> files;
+  std::vector<Entry> entries;  // sorted by key
+
+  std::string_view Name(const FileRec& f) const { return std::string_view(names).substr(f.name_off, f.name_len); }
+  std::string_view Stem(const FileRec& f) const { return Name(f).substr(0, f.stem_len); }
+  std::string_view Suffix(const FileRec& f) const { return Name(f).substr(f.stem_len + 1); }
+  std::string Key(const Entry& e) const {
+    const std::string& d = dirs[e.dir];
+    std::string_view stem = Stem(files[e.first_file]);
+    std::string k;
+    k.reserve(d.size() + 1 + stem.size());
+    k += d;
+    if (!d.empty()) k += '/';
+    k += stem;
+    return k;
+  }
+  std::string Path(const Entry& e, const FileRec& f) const {
+    const std::string& d = dirs[e.dir];
+    std::string p = root;
+    if (p != "/") p += '/';
+    if (!d.empty()) p += d + "/";
+    p += Name(f);
+    return p;
+  }
 };
 
 enum class Layout { kUnknown, kFlat, kClasses };
@@ -101,6 +131,8 @@ struct DirItem {
   uint64_t size = 0;
 };
 
+// Walks part of a tree (the whole tree, or one class folder) into its own
+// Index fragment; fragments are merged in a fixed order afterwards.
 class Walker {
  public:
   Walker(std::string root, bool classes) : root_(std::move(root)), classes_(classes) {}
@@ -151,9 +183,9 @@ class Walker {
     return st;
   }
 
-  // Walks the directory `dirfd` (relative path `rel`), adding its files below
-  // and recursing into subdirectories. `label` is the class index or -1.
-  Status Walk(int dirfd, const std::string& rel, int64_t label, int depth) {
+  // Walks the directory `dirfd` (relative path `rel`): groups its files into
+  // samples and recurses into subdirectories. `label` is the class index or -1.
+  Status Walk(int dirfd, const std::string& rel, int32_t label, int depth) {
     if (depth > kMaxDepth)
       return Status::Invalid(fmt::format("directory tree deeper than {} levels", kMaxDepth),
                              Location{.file = Join(root_, rel)});
@@ -166,57 +198,133 @@ class Walker {
     ancestors_.emplace_back(self.st_dev, self.st_ino);
     std::vector<DirItem> items;
     Status st = List(dirfd, rel, &items);
+    if (st.ok()) st = AddFiles(rel, items, label);
     for (size_t i = 0; st.ok() && i < items.size(); ++i) {
       const DirItem& it = items[i];
+      if (!it.is_dir) continue;
       std::string relname = rel.empty() ? it.name : rel + "/" + it.name;
-      if (it.is_dir) {
-        int sub = ::openat(dirfd, it.name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (sub < 0) {
-          st = Status::FromErrno(errno, "cannot open directory", Location{.file = Join(root_, relname)});
-          break;
-        }
-        st = Walk(sub, relname, label, depth + 1);
-        ::close(sub);
-      } else {
-        AddFile(rel, it, label);
+      int sub = ::openat(dirfd, it.name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      if (sub < 0) {
+        st = Status::FromErrno(errno, "cannot open directory", Location{.file = Join(root_, relname)});
+        break;
       }
+      st = Walk(sub, relname, label, depth + 1);
+      ::close(sub);
     }
     ancestors_.pop_back();
     return st;
   }
 
-  void AddFile(const std::string& rel, const DirItem& it, int64_t label) {
-    // Split rule: classes layout at the last dot (one image file = one sample,
-    // whatever dots its name holds, as torchvision does); flat layout at the
-    // first dot (as WebDataset does with member names).
-    size_t dot = classes_ ? it.name.rfind('.') : it.name.find('.');
-    if (dot == std::string::npos || dot == 0 || dot + 1 == it.name.size()) {
-      ++skipped_;
-      if (skipped_example_.empty()) skipped_example_ = Join(root_, rel.empty() ? it.name : rel + "/" + it.name);
-      return;
+  // Groups the files of one directory into samples. Keys of different
+  // directories differ, so grouping per directory is exact.
+  Status AddFiles(const std::string& rel, const std::vector<DirItem>& items, int32_t label) {
+    struct Local {
+      const DirItem* item;
+      size_t dot;
+      std::string ext;
+    };
+    std::vector<Local> loc;
+    for (const auto& it : items) {
+      if (it.is_dir) continue;
+      // Split rule: classes layout at the last dot (one image file = one sample,
+      // whatever dots its name holds, as torchvision does); flat layout at the
+      // first dot (as WebDataset does with member names).
+      size_t dot = classes_ ? it.name.rfind('.') : it.name.find('.');
+      if (dot == std::string::npos || dot == 0 || dot + 1 == it.name.size()) {
+        std::string p = Join(root_, rel.empty() ? it.name : rel + "/" + it.name);
+        if (skipped_ == 0 || p < skipped_example_) skipped_example_ = p;
+        ++skipped_;
+        continue;
+      }
+      loc.push_back({&it, dot, paths::Lower(std::string_view(it.name).substr(dot + 1))});
     }
-    Raw r;
-    r.key = rel.empty() ? it.name.substr(0, dot) : rel + "/" + it.name.substr(0, dot);
-    r.file.suffix = it.name.substr(dot + 1);
-    r.file.ext = paths::Lower(r.file.suffix);
-    r.file.size = it.size;
-    r.label = label;
-    raw_.push_back(std::move(r));
+    if (loc.empty()) return Status::OK();
+    std::sort(loc.begin(), loc.end(), [](const Local& a, const Local& b) {
+      std::string_view sa = std::string_view(a.item->name).substr(0, a.dot);
+      std::string_view sb = std::string_view(b.item->name).substr(0, b.dot);
+      if (sa != sb) return sa < sb;
+      if (a.ext != b.ext) return a.ext < b.ext;
+      return a.item->name < b.item->name;
+    });
+    uint32_t dir = uint32_t(idx_.dirs.size());
+    idx_.dirs.push_back(rel);
+    for (size_t i = 0; i < loc.size(); ++i) {
+      const Local& l = loc[i];
+      std::string_view stem = std::string_view(l.item->name).substr(0, l.dot);
+      bool same_key = i > 0 && std::string_view(loc[i - 1].item->name).substr(0, loc[i - 1].dot) == stem;
+      std::string key = rel.empty() ? std::string(stem) : rel + "/" + std::string(stem);
+      if (same_key && loc[i - 1].ext == l.ext) {
+        std::string a = Join(root_, rel.empty() ? loc[i - 1].item->name : rel + "/" + loc[i - 1].item->name);
+        std::string b = Join(root_, rel.empty() ? l.item->name : rel + "/" + l.item->name);
+        return Status::Invalid(
+            fmt::format("two files for field '{}' of one sample: '{}' and '{}' (extensions are matched "
+                        "case-insensitively; rename or remove one)",
+                        l.ext, a, b),
+            Location{.file = b, .key = key});
+      }
+      if (!same_key) idx_.entries.push_back(Entry{idx_.files.size(), 0, dir, label});
+      FileRec f;
+      f.name_off = idx_.names.size();
+      f.name_len = uint32_t(l.item->name.size());
+      f.stem_len = uint32_t(l.dot);
+      f.size = l.item->size;
+      idx_.names += l.item->name;
+      idx_.files.push_back(f);
+      idx_.entries.back().nfiles++;
+      total_bytes_ += f.size;
+      fields_.insert(l.ext);
+    }
+    return Status::OK();
   }
 
-  struct Raw {
-    std::string key;
-    FileRef file;
-    int64_t label;
-  };
+  // Appends another walker's fragment (for the parallel class walk).
+  void Merge(Walker&& o) {
+    uint64_t name_base = idx_.names.size(), file_base = idx_.files.size();
+    uint32_t dir_base = uint32_t(idx_.dirs.size());
+    idx_.names += o.idx_.names;
+    for (auto& f : o.idx_.files) {
+      f.name_off += name_base;
+      idx_.files.push_back(f);
+    }
+    for (auto& d : o.idx_.dirs) idx_.dirs.push_back(std::move(d));
+    for (auto& e : o.idx_.entries) {
+      e.first_file += file_base;
+      e.dir += dir_base;
+      idx_.entries.push_back(e);
+    }
+    total_bytes_ += o.total_bytes_;
+    fields_.merge(o.fields_);
+    if (o.skipped_ > 0 && (skipped_ == 0 || o.skipped_example_ < skipped_example_)) skipped_example_ = o.skipped_example_;
+    skipped_ += o.skipped_;
+    o.idx_ = Index();
+  }
 
   std::string root_;
   bool classes_;
   std::vector<std::pair<dev_t, ino_t>> ancestors_;
-  std::vector<Raw> raw_;
+  Index idx_;
+  uint64_t total_bytes_ = 0;
+  std::set<std::string> fields_;
   uint64_t skipped_ = 0;
   std::string skipped_example_;
 };
+
+// Byte-order comparison of two keys given as (dir, stem) without building them.
+int CompareKeys(std::string_view da, std::string_view sa, std::string_view db, std::string_view sb) {
+  std::string_view a[3] = {da, da.empty() ? "" : "/", sa};
+  std::string_view b[3] = {db, db.empty() ? "" : "/", sb};
+  size_t ai = 0, ao = 0, bi = 0, bo = 0;
+  for (;;) {
+    while (ai < 3 && ao >= a[ai].size()) ++ai, ao = 0;
+    while (bi < 3 && bo >= b[bi].size()) ++bi, bo = 0;
+    if (ai == 3 || bi == 3) return (ai == 3 ? 0 : 1) - (bi == 3 ? 0 : 1);
+    size_t n = std::min(a[ai].size() - ao, b[bi].size() - bo);
+    int c = std::memcmp(a[ai].data() + ao, b[bi].data() + bo, n);
+    if (c != 0) return c;
+    ao += n;
+    bo += n;
+  }
+}
 
 Result<Layout> ReadMarker(const std::string& root) {
   std::string path = Join(root, kMarker);
@@ -233,8 +341,6 @@ Result<Layout> ReadMarker(const std::string& root) {
   return Status::Corrupt(fmt::format("bad layout marker: unknown layout '{}'", l), Location{.file = path});
 }
 
-class FolderAccess;
-
 class FolderDataset : public Dataset {
  public:
   FolderDataset(std::shared_ptr<const Index> idx, DatasetInfo info) : idx_(std::move(idx)), info_(std::move(info)) {}
@@ -247,7 +353,7 @@ class FolderDataset : public Dataset {
   DatasetInfo info_;
 };
 
-Status ReadWhole(const std::string& path, uint64_t* size_out, Bytes* out) {
+Status ReadWhole(const std::string& path, Bytes* out) {
   // O_NONBLOCK: a file replaced by a FIFO since Open() must not block us.
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) return Status::FromErrno(errno, "cannot open", Location{.file = path});
@@ -262,7 +368,6 @@ Status ReadWhole(const std::string& path, uint64_t* size_out, Bytes* out) {
     return Status::IOError("cannot read: no longer a regular file", Location{.file = path});
   }
   size_t n = size_t(sb.st_size);
-  *size_out = n;
   if (n == 0) {
     ::close(fd);
     *out = Bytes();
@@ -297,15 +402,16 @@ Status GetSample(const Index& idx, uint64_t i, Sample* out) {
                            Location{.file = idx.root, .index = int64_t(i)});
   const Entry& e = idx.entries[i];
   out->clear();
-  out->key = e.key;
-  out->fields.reserve(e.files.size() + 1);
-  for (const auto& f : e.files) {
-    if (idx.classes && f.ext == "cls") continue;  // implied by the folder (checked at Open)
+  out->key = idx.Key(e);
+  out->fields.reserve(e.nfiles + 1);
+  for (uint64_t k = e.first_file; k < e.first_file + e.nfiles; ++k) {
+    const FileRec& f = idx.files[k];
+    std::string ext = paths::Lower(idx.Suffix(f));
+    if (idx.classes && ext == "cls") continue;  // implied by the folder (checked at Open)
     Bytes b;
-    uint64_t size = 0;
-    Status st = ReadWhole(Join(idx.root, e.key + "." + f.suffix), &size, &b);
-    if (!st.ok()) return st.At(Location{.key = e.key, .index = int64_t(i)});
-    out->fields.push_back(Field{f.ext, std::move(b)});
+    Status st = ReadWhole(idx.Path(e, f), &b);
+    if (!st.ok()) return st.At(Location{.key = out->key, .index = int64_t(i)});
+    out->fields.push_back(Field{std::move(ext), std::move(b)});  // files are sorted by ext
   }
   if (e.label >= 0) out->set_label(e.label);
   return Status::OK();
@@ -359,9 +465,9 @@ Result<std::unique_ptr<Dataset>> OpenFolder(const std::string& path_in, const Op
 
   auto marker = ReadMarker(root);
   if (!marker.ok()) return std::move(marker).take_status();
-  Walker probe(root, false);
+  Walker w(root, false);
   std::vector<DirItem> top;
-  SK_RETURN_IF_ERROR(probe.List(rootfd, "", &top));
+  SK_RETURN_IF_ERROR(w.List(rootfd, "", &top));
   Layout layout = *marker;
   if (layout == Layout::kUnknown) {
     bool any_dir = false, any_image = false;
@@ -373,117 +479,98 @@ Result<std::unique_ptr<Dataset>> OpenFolder(const std::string& path_in, const Op
   }
   bool classes = layout == Layout::kClasses;
 
-  auto idx = std::make_shared<Index>();
-  idx->root = root;
-  idx->classes = classes;
-  Walker w(root, classes);
+  std::vector<std::string> class_names;
   uint64_t ignored_root = 0;
   std::string ignored_example;
   if (classes) {
+    w = Walker(root, true);
     for (const auto& it : top) {
       if (it.is_dir) {
-        idx->class_names.push_back(it.name);
+        class_names.push_back(it.name);
       } else {  // files beside class folders are not samples (torchvision ignores them)
         if (ignored_example.empty() || it.name < ignored_example) ignored_example = it.name;
         ++ignored_root;
       }
     }
-    std::sort(idx->class_names.begin(), idx->class_names.end());
+    std::sort(class_names.begin(), class_names.end());
+    if (class_names.size() > size_t(INT32_MAX))
+      return Status::Unsupported("too many class folders", Location{.file = root});
     struct stat self;
     if (::fstat(rootfd, &self) != 0) return Status::FromErrno(errno, "cannot stat", Location{.file = root});
     // One walker per class folder, in parallel (a directory walk of ImageNet is
-    // 1.28M stat calls); results and the first error are taken in class order.
-    size_t nc = idx->class_names.size();
+    // 1.28M stat calls); fragments and the first error are taken in class order.
+    size_t nc = class_names.size();
     std::vector<Walker> ws(nc, Walker(root, true));
     std::vector<Status> errs(nc);
     tbb::parallel_for(tbb::blocked_range<size_t>(0, nc, 1), [&](const tbb::blocked_range<size_t>& r) {
       for (size_t c = r.begin(); c < r.end(); ++c) {
-        const std::string& name = idx->class_names[c];
+        const std::string& name = class_names[c];
         int sub = ::openat(rootfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (sub < 0) {
           errs[c] = Status::FromErrno(errno, "cannot open class directory", Location{.file = Join(root, name)});
           continue;
         }
         ws[c].ancestors_.emplace_back(self.st_dev, self.st_ino);
-        errs[c] = ws[c].Walk(sub, name, int64_t(c), 1);
+        errs[c] = ws[c].Walk(sub, name, int32_t(c), 1);
         ::close(sub);
       }
     });
-    size_t total = 0;
-    for (size_t c = 0; c < nc; ++c) {
-      SK_RETURN_IF_ERROR(errs[c]);
-      total += ws[c].raw_.size();
-    }
-    w.raw_.reserve(total);
-    for (size_t c = 0; c < nc; ++c) {
-      for (auto& r : ws[c].raw_) w.raw_.push_back(std::move(r));
-      w.skipped_ += ws[c].skipped_;
-      if (w.skipped_example_.empty()) w.skipped_example_ = ws[c].skipped_example_;
-      ws[c] = Walker(root, true);
-    }
+    for (size_t c = 0; c < nc; ++c) SK_RETURN_IF_ERROR(errs[c]);
+    for (size_t c = 0; c < nc; ++c) w.Merge(std::move(ws[c]));
   } else {
     SK_RETURN_IF_ERROR(w.Walk(rootfd, "", -1, 0));
   }
 
-  // Group files into samples: sort by (key, ext); equal (key, ext) pairs are two
-  // files for one field (e.g. a.JPG beside a.jpg).
-  auto& raw = w.raw_;
-  std::sort(raw.begin(), raw.end(), [](const Walker::Raw& a, const Walker::Raw& b) {
-    if (a.key != b.key) return a.key < b.key;
-    if (a.file.ext != b.file.ext) return a.file.ext < b.file.ext;
-    return a.file.suffix < b.file.suffix;  // deterministic order of clashing files in the error
-  });
-  DatasetInfo info;
-  info.format = "folder";
-  info.address = path_in;
-  std::set<std::string> fields;
-  for (size_t i = 0; i < raw.size(); ++i) {
-    auto& r = raw[i];
-    if (!idx->entries.empty() && idx->entries.back().key == r.key &&
-        idx->entries.back().files.back().ext == r.file.ext) {
-      std::string a = Join(root, r.key + "." + idx->entries.back().files.back().suffix);
-      std::string b = Join(root, r.key + "." + r.file.suffix);
-      return Status::Invalid(
-          fmt::format("two files for field '{}' of one sample: '{}' and '{}' (extensions are matched "
-                      "case-insensitively; rename or remove one)",
-                      r.file.ext, a, b),
-          Location{.file = b, .key = r.key});
-    }
-    if (idx->entries.empty() || idx->entries.back().key != r.key) {
-      idx->entries.push_back(Entry{r.key, r.label, {}});
-    }
-    info.total_bytes += r.file.size;
-    fields.insert(r.file.ext);
-    idx->entries.back().files.push_back(std::move(r.file));
+  auto idx = std::make_shared<Index>(std::move(w.idx_));
+  idx->root = root;
+  idx->classes = classes;
+  idx->class_names = class_names;
+  // Order: samples sorted by key in byte order.
+  {
+    const Index& x = *idx;
+    std::vector<uint64_t> order(x.entries.size());
+    for (uint64_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](uint64_t a, uint64_t b) {
+      const Entry& ea = x.entries[a];
+      const Entry& eb = x.entries[b];
+      return CompareKeys(x.dirs[ea.dir], x.Stem(x.files[ea.first_file]), x.dirs[eb.dir],
+                         x.Stem(x.files[eb.first_file])) < 0;
+    });
+    std::vector<Entry> sorted(order.size());
+    for (uint64_t i = 0; i < order.size(); ++i) sorted[i] = x.entries[order[i]];
+    idx->entries = std::move(sorted);
   }
-  raw.clear();
-  raw.shrink_to_fit();
 
   // Classes layout: a cls sidecar must agree with the folder's label.
   if (classes) {
-    for (size_t i = 0; i < idx->entries.size(); ++i) {
-      const Entry& e = idx->entries[i];
-      for (const auto& f : e.files) {
-        if (f.ext != "cls") continue;
-        std::string path = Join(root, e.key + "." + f.suffix);
+    for (const Entry& e : idx->entries) {
+      for (uint64_t k = e.first_file; k < e.first_file + e.nfiles; ++k) {
+        const FileRec& f = idx->files[k];
+        if (paths::Lower(idx->Suffix(f)) != "cls") continue;
+        std::string path = idx->Path(e, f);
         auto text = io::ReadFile(path);
-        if (!text.ok()) return std::move(text).take_status().At(Location{.key = e.key});
+        if (!text.ok()) return std::move(text).take_status().At(Location{.key = idx->Key(e)});
         auto v = ParseLabel(*text);
         if (!v)
-          return Status::Corrupt("cls file does not hold an ASCII decimal label", Location{.file = path, .key = e.key});
+          return Status::Corrupt("cls file does not hold an ASCII decimal label",
+                                 Location{.file = path, .key = idx->Key(e)});
         if (*v != e.label)
           return Status::Corrupt(
               fmt::format("label conflict: the class folder '{}' gives label {} but the cls file says {}",
                           idx->class_names[size_t(e.label)], e.label, *v),
-              Location{.file = path, .key = e.key});
+              Location{.file = path, .key = idx->Key(e)});
       }
     }
-    fields.insert("cls");
+    if (!idx->entries.empty()) w.fields_.insert("cls");
   }
 
+  DatasetInfo info;
+  info.format = "folder";
+  info.address = path_in;
   info.num_samples = idx->entries.size();
   info.class_names = idx->class_names;
-  info.fields.assign(fields.begin(), fields.end());
+  info.fields.assign(w.fields_.begin(), w.fields_.end());
+  info.total_bytes = w.total_bytes_;
   info.shards.push_back(ShardInfo{root, idx->entries.size(), info.total_bytes, ""});
   info.extra["layout"] = classes ? "classes" : "flat";
   if (w.skipped_ > 0) {
