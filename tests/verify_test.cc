@@ -32,7 +32,7 @@ std::string Marker(int i) { return fmt::format("payload-marker-{:04d}-end", i); 
 
 Sample MakeSample(int i) {
   Sample s;
-  s.key = fmt::format("c{}/s{:04d}", i % 2, i);
+  s.key = fmt::format("{}/s{:04d}", kClasses[i % 2], i);  // class folder first: folder keeps keys
   s.set("jpg", Bytes::Take(MakeJpeg(16, 16, uint32_t(i))));
   s.set("txt", Bytes::Copy(Marker(i)));
   s.set_label(i % 2);
@@ -162,7 +162,7 @@ TEST_CASE("every format: intact verifies clean, a flipped payload byte is found 
       CHECK_FALSE(bad.ok());
       const Finding* s = FindKind(bad, FindingKind::kSampleChecksum);
       REQUIRE(s);
-      CHECK(s->where.key == "c0/s0006");
+      CHECK(s->where.key == "cat/s0006");
       CHECK(s->where.index == 6);
       CHECK(bad.count(FindingKind::kSampleChecksum) == 1);
       if (format == "wds") {
@@ -259,11 +259,12 @@ TEST_CASE("--against finds missing, extra and different samples by key", "[verif
       auto src = MakeSamples(10);
       WriteDs("hdf5:" + src_dir / "src.h5", src);
       auto mine = src;
-      mine.erase(mine.begin() + 7);  // missing: c1/s0007
-      Sample extra = MakeSample(42);  // extra: c0/s0042
+      mine.erase(mine.begin() + 7);  // missing: dog/s0007
+      Sample extra = MakeSample(42);  // extra: cat/s0042
       mine.push_back(extra);
-      mine[2].set("txt", Bytes::Copy("other bytes"));  // different bytes: c0/s0002
-      mine[5].set_label(0);                            // different label: c1/s0005
+      mine[2].set("txt", Bytes::Copy("other bytes"));  // different bytes: cat/s0002
+      // A different label (a folder cannot hold one: its folder is its label).
+      if (format != "folder") mine[5].set_label(0);
       Fixture f = Make(dir, format, mine);
       VerifyOptions o;
       o.against = "hdf5:" + src_dir / "src.h5";
@@ -271,15 +272,15 @@ TEST_CASE("--against finds missing, extra and different samples by key", "[verif
       INFO(Dump(r));
       CHECK(r.source_samples == 10);
       REQUIRE(r.count(FindingKind::kMissing) == 1);
-      CHECK(FindKind(r, FindingKind::kMissing)->where.key == "c1/s0007");
+      CHECK(FindKind(r, FindingKind::kMissing)->where.key == "dog/s0007");
       REQUIRE(r.count(FindingKind::kExtra) == 1);
-      CHECK(FindKind(r, FindingKind::kExtra)->where.key == "c0/s0042");
-      REQUIRE(r.count(FindingKind::kDifferent) == 2);
+      CHECK(FindKind(r, FindingKind::kExtra)->where.key == "cat/s0042");
+      REQUIRE(r.count(FindingKind::kDifferent) == (format == "folder" ? 1u : 2u));
       std::map<std::string, std::string> diff;
       for (const auto& x : r.findings)
         if (x.kind == FindingKind::kDifferent) diff[x.where.key] = x.message;
-      CHECK(diff["c0/s0002"].find("field 'txt' bytes differ") != std::string::npos);
-      CHECK(diff["c1/s0005"].find("label differs") != std::string::npos);
+      CHECK(diff["cat/s0002"].find("field 'txt' bytes differ") != std::string::npos);
+      if (format != "folder") CHECK(diff["dog/s0005"].find("label differs") != std::string::npos);
 
       // The same data against itself: nothing.
       VerifyOptions same;
@@ -355,7 +356,7 @@ TEST_CASE("shardkit verify: exit codes, report and JSON", "[verify][cli]") {
   CHECK(bad.out.find("missing-shard: file '" + dir / "w/train-000001.tar" + "', shard 1") != std::string::npos);
   CHECK(bad.out.find("sample-checksum: file '" + dir / "w/train-000002.tar" + "', shard 2, offset ") !=
         std::string::npos);
-  CHECK(bad.out.find("sample 9, key 'c1/s0009': sample checksum is") != std::string::npos);
+  CHECK(bad.out.find("sample 9, key 'dog/s0009': sample checksum is") != std::string::npos);
   CHECK(bad.out.find("result: 3 findings: 1 shard-checksum, 1 sample-checksum, 1 missing-shard") != std::string::npos);
 
   auto bj = Cli("verify " + Q(f.address) + " --json");
@@ -368,7 +369,7 @@ TEST_CASE("shardkit verify: exit codes, report and JSON", "[verify][cli]") {
   for (const auto& x : b["findings"])
     if (x["kind"] == "sample-checksum") {
       seen = true;
-      CHECK(x["key"] == "c1/s0009");
+      CHECK(x["key"] == "dog/s0009");
       CHECK(x["shard"] == 2);
       CHECK(x["index"] == 9);
       CHECK(x["file"] == dir / "w/train-000002.tar");
@@ -379,7 +380,7 @@ TEST_CASE("shardkit verify: exit codes, report and JSON", "[verify][cli]") {
       size_t off = x["offset"].get<size_t>();
       CHECK(off % 512 == 0);
       CHECK(tar.substr(off, 1) == "1");
-      CHECK(tar.substr(off - 512, 12) == "c1/s0009.cls");
+      CHECK(tar.substr(off - 512, 13) == "dog/s0009.cls");
     }
   CHECK(seen);
 

@@ -59,6 +59,12 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
+// A record's location with the sample key (the LMDB key stays in the message).
+Location SampleLoc(Location loc, const std::string& sample_key) {
+  loc.key = sample_key;
+  return loc;
+}
+
 constexpr const char* kMetaName = "shardkit.json";
 constexpr int kFormatVersion = 1;
 constexpr size_t kDefaultMapSize = sizeof(size_t) >= 8 ? (size_t(1) << 40) : (size_t(1) << 30);
@@ -511,7 +517,7 @@ Status DecodeRecord(const std::shared_ptr<Env>& env, std::string_view lkey, cons
     return Status::Corrupt(fmt::format("LMDB key '{}' in '{}': checksum mismatch for sample '{}' (stored {}, computed {})",
                                        lkey, env->data_path(), out->key, paths::ChecksumString(*sum),
                                        paths::ChecksumString(out->checksum())),
-                           loc);
+                           SampleLoc(loc, out->key));
   return Status::OK();
 }
 
@@ -599,7 +605,7 @@ Status DecodeDatum(const std::shared_ptr<Env>& env, std::string_view lkey, const
                                        "computed {})",
                                        lkey, env->data_path(), out->key, paths::ChecksumString((*sums)[index]),
                                        paths::ChecksumString(out->checksum())),
-                           loc);
+                           SampleLoc(loc, out->key));
   return Status::OK();
 }
 
@@ -759,6 +765,8 @@ class LmdbDataset : public Dataset {
     d->count_ = count;
     info.num_samples = count;
     info.extra["layout"] = d->layout_ == Layout::kShardkit ? "shardkit" : "caffe";
+    if (d->layout_ == Layout::kShardkit)
+      info.extra["sample_checksums"] = "xxh3 in every record, checked on every read";
     info.extra["locking"] = env.nolock() ? "none (MDB_NOLOCK)" : "lock.mdb";
     info.shards.push_back(shard);
     info.total_bytes = shard.bytes;
@@ -778,6 +786,11 @@ class LmdbDataset : public Dataset {
   }
   Result<std::shared_ptr<RandomAccess>> NewRandomAccess() const override {
     return std::shared_ptr<RandomAccess>(std::make_shared<LmdbRandomAccess>(env_, layout_, count_, keys_, sums_));
+  }
+  // Caffe layout: the list in shardkit.json. Our layout keeps each checksum in
+  // its record, where every read checks it (info().extra["sample_checksums"]).
+  Result<std::vector<uint64_t>> RecordedChecksums() const override {
+    return sums_ ? *sums_ : std::vector<uint64_t>{};
   }
 
  private:
