@@ -164,7 +164,10 @@ struct ImageDecoder::Impl {
     pipeline::CropBox sb{box.x * s, box.y * s, box.w * s, box.h * s};
     int x0 = std::max(0, Floor(sb.x)), x1 = std::min(int(cinfo.output_width), std::max(x0 + 1, Ceil(sb.x + sb.w)));
     int y0 = std::max(0, Floor(sb.y)), y1 = std::min(int(cinfo.output_height), std::max(y0 + 1, Ceil(sb.y + sb.h)));
-    JDIMENSION xoff = JDIMENSION(x0), cw = JDIMENSION(x1 - x0);
+    // Two extra columns each side: fancy (triangle) chroma upsampling of a column reads
+    // its neighbours, and libjpeg treats the edges of a cropped region as image edges.
+    const int mx0 = std::max(0, x0 - 2), mx1 = std::min(int(cinfo.output_width), x1 + 2);
+    JDIMENSION xoff = JDIMENSION(mx0), cw = JDIMENSION(mx1 - mx0);
     if (cw < cinfo.output_width) jpeg_crop_scanline(&cinfo, &xoff, &cw);
     const int height = y1 - y0;
     const size_t stride = size_t(cinfo.output_width) * comps;  // output_width is now the cropped width

@@ -110,7 +110,7 @@ Augment EvalAugment(int width, int height, int resize, int out_w, int out_h) {
   }
   const double sx = width / rw, sy = height / rh;  // source pixels per resized pixel
   // CenterCrop: top = round((rh - out_h) / 2), left = round((rw - out_w) / 2).
-  double left = std::round((rw - out_w) / 2.0), top = std::round((rh - out_h) / 2.0);
+  double left = std::nearbyint((rw - out_w) / 2.0), top = std::nearbyint((rh - out_h) / 2.0);  // Python round: half to even
   double cw = std::min<double>(out_w, rw), ch = std::min<double>(out_h, rh);
   left = std::max(0.0, left);
   top = std::max(0.0, top);
