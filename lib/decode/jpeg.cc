@@ -150,9 +150,11 @@ struct ImageDecoder::Impl {
       return Status::Corrupt(fmt::format("JPEG with {} components is not supported", cinfo.num_components));
     }
     pipeline::CropBox box = ClampBox(choose(*info), info->width, info->height);
+    // Only the scales libjpeg-turbo has SIMD IDCTs for (8/8, 4/8, 2/8, 1/8): the others
+    // (7/8, 6/8, ...) run plain C IDCTs that cost more than they save.
     int num = 8;
     if (min_w > 0 && min_h > 0) {
-      while (num > 1 && box.w * (num - 1) / 8.0 >= min_w && box.h * (num - 1) / 8.0 >= min_h) --num;
+      while (num > 1 && box.w * (num / 2) / 8.0 >= min_w && box.h * (num / 2) / 8.0 >= min_h) num /= 2;
     }
     cinfo.scale_num = unsigned(num);
     cinfo.scale_denom = 8;

@@ -5,7 +5,7 @@
 // output pixel i along an axis, center c = box0 + (i + 0.5) * s with s = box_len / out,
 // support r = max(s, 1), taps x in [floor(c - r + 0.5), floor(c + r + 0.5)) clipped to
 // the box's pixel range, weights tri((x + 0.5 - c) / max(s, 1)) normalised to sum 1.
-// Horizontal pass first (uint8 in, float accumulate), then vertical, then flip,
+// Vertical pass first (uint8 in, float accumulate), then horizontal, then flip,
 // normalisation ((v / 255 - mean) / std for floats; round-to-nearest for uint8) and the
 // store in the requested dtype and layout.
 //
@@ -48,8 +48,7 @@ class Resizer {
 
  private:
   AxisWeights wx_, wy_;
-  std::vector<float> tmp_;   // horizontal pass: rows x out.width x 3
-  std::vector<float> line_;  // one output row x 3
+  std::vector<float> tmp_;  // one row: vertical result, as RGBx, and the output row
 };
 
 uint16_t FloatToHalf(float f);
