@@ -475,6 +475,7 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<RandomAccess> dat
   for (auto& b : pool->buffers) {
     b = pool->alloc->Allocate(pool->slot_bytes);
     if (!b) return Status::IOError(fmt::format("cannot allocate {} batch buffers of {} bytes", o.prefetch, pool->slot_bytes));
+    std::memset(b, 0, pool->slot_bytes);  // fault the pages in now, not during the first epoch
   }
   impl->pool = pool;
   // Let the arena have `threads` workers even beyond TBB's default (hardware - 1).
