@@ -415,3 +415,24 @@ TEST_CASE("options are validated", "[loader]") {
   CHECK(Loader::Create(data, o).status().code() == Code::kInvalidArgument);
   CHECK(Loader::Create(std::shared_ptr<RandomAccess>(), SmallOpts()).status().code() == Code::kInvalidArgument);
 }
+
+TEST_CASE("Create(address) reports a dataset it cannot open instead of crashing", "[loader]") {
+  sk_test::TempDir tmp;
+  auto r = Loader::Create(tmp / "missing.tar", SmallOpts());
+  REQUIRE(!r.ok());
+  CHECK(!r.status().message().empty());
+}
+
+TEST_CASE("eval mode is deterministic and never flips", "[loader]") {
+  auto data = MakeData(12, 64);
+  LoaderOptions o = SmallOpts();
+  o.mode = AugmentMode::kEval;
+  o.shuffle = false;
+  o.resize_size = 36;
+  auto a = MustCreate(data, o);
+  a->set_epoch(0);
+  auto e0 = Drain(*a);
+  a->set_epoch(7);
+  auto e7 = Drain(*a);
+  CHECK(e0 == e7);  // no randomness at all in eval mode without shuffle
+}

@@ -31,6 +31,18 @@
 #include "pipeline/plan.h"
 #include "pipeline/resize.h"
 
+// Debian's TBB is not built with ThreadSanitizer, so TSan cannot see that a task
+// enqueued or forked by TBB happens after the code that spawned it. Tell it.
+#if defined(__SANITIZE_THREAD__)
+extern "C" void __tsan_acquire(void* addr);
+extern "C" void __tsan_release(void* addr);
+#define SK_TSAN_ACQUIRE(p) __tsan_acquire((void*)(p))
+#define SK_TSAN_RELEASE(p) __tsan_release((void*)(p))
+#else
+#define SK_TSAN_ACQUIRE(p) ((void)0)
+#define SK_TSAN_RELEASE(p) ((void)0)
+#endif
+
 namespace shardkit {
 
 const char* DTypeName(DType d) {
@@ -268,7 +280,9 @@ struct Loader::Impl {
       ++in_flight;
       uint64_t e = epoch;
       std::shared_ptr<detail::BatchPool> p = pool;  // `this` may be gone once in_flight drops
+      SK_TSAN_RELEASE(job.get());
       arena->enqueue([this, job, e, p] {
+        SK_TSAN_ACQUIRE(job.get());
         RunJob(*job, e);
         std::lock_guard<std::mutex> lk(p->mu);
         job->done = true;
@@ -313,8 +327,10 @@ struct Loader::Impl {
     job.keys.assign(count, std::string());
     job.row_status.assign(count, Status::OK());
     uint8_t* base = static_cast<uint8_t*>(pool->buffers[size_t(job.slot)]);
+    SK_TSAN_RELEASE(&job);
     try {
       tbb::parallel_for(tbb::blocked_range<size_t>(0, count, 1), [&](const tbb::blocked_range<size_t>& r) {
+        SK_TSAN_ACQUIRE(&job);
         for (size_t i = r.begin(); i != r.end(); ++i) {
           if (cancel.load(std::memory_order_relaxed)) {
             job.row_status[i] = Status::Cancelled("loader stopped");
@@ -328,7 +344,9 @@ struct Loader::Impl {
                                                  Location{.index = int64_t(job.indices[i])});
           }
         }
+        SK_TSAN_RELEASE(&job.row_status);
       });
+      SK_TSAN_ACQUIRE(&job.row_status);
     } catch (const std::exception& ex) {
       job.error = Status::Internal(fmt::format("exception in the loader: {}", ex.what()));
       return;

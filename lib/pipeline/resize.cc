@@ -3,6 +3,13 @@
 #pragma GCC optimize("O3")
 #include "pipeline/resize.h"
 
+// ifunc resolvers run before a sanitizer's runtime is up: no clones in sanitized builds.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SK_TARGET_CLONES
+#else
+#define SK_TARGET_CLONES SK_TARGET_CLONES
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -114,7 +121,7 @@ namespace {
 typedef float v4f __attribute__((vector_size(16)));
 
 // Vertical taps over uint8 rows -> one float row (RGB interleaved, `len` floats).
-__attribute__((target_clones("avx2", "default")))
+SK_TARGET_CLONES
 void VerticalRow(const uint8_t* src, size_t stride, const float* w, int n, size_t len, float* __restrict L) {
   for (size_t i = 0; i < len; ++i) L[i] = 0.f;
   for (int k = 0; k < n; ++k) {
