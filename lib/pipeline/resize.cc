@@ -7,7 +7,7 @@
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define SK_TARGET_CLONES
 #else
-#define SK_TARGET_CLONES SK_TARGET_CLONES
+#define SK_TARGET_CLONES __attribute__((target_clones("avx2", "default")))
 #endif
 
 #include <algorithm>
