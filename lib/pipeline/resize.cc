@@ -164,20 +164,26 @@ void StoreT(const float* L, int ow, int oh, int j, bool flip, const float* mul, 
     }
   } else {
     T* d = dst + size_t(j) * ow * 3;
+    const v4f m4 = {mul[0], mul[1], mul[2], 0.f}, a4 = {add[0], add[1], add[2], 0.f};
+    const v4f* L4 = reinterpret_cast<const v4f*>(L);
     for (int i = 0; i < ow; ++i) {
-      const int xo = flip ? ow - 1 - i : i;
-      for (int c = 0; c < 3; ++c) d[xo * 3 + c] = conv(L[i * 4 + c] * mul[c] + add[c]);
+      const v4f v = L4[i] * m4 + a4;
+      T* q = d + size_t(flip ? ow - 1 - i : i) * 3;
+      q[0] = conv(v[0]);
+      q[1] = conv(v[1]);
+      q[2] = conv(v[2]);
     }
   }
 }
 
+SK_TARGET_CLONES
 void StoreRow(const float* L, int ow, int oh, int j, bool flip, const float* mul, const float* add,
               const OutputSpec& out, void* dst) {
   switch (out.dtype) {
     case DType::kUint8:
       StoreT(L, ow, oh, j, flip, mul, add, out.layout, static_cast<uint8_t*>(dst), [](float v) {
         v = v < 0.f ? 0.f : (v > 255.f ? 255.f : v);
-        return uint8_t(__builtin_nearbyintf(v));
+        return uint8_t(int(v + 0.5f));  // round half up (vectorises; nearbyint is a libm call)
       });
       break;
     case DType::kFloat32:

@@ -6,7 +6,7 @@
 // support r = max(s, 1), taps x in [floor(c - r + 0.5), floor(c + r + 0.5)) clipped to
 // the box's pixel range, weights tri((x + 0.5 - c) / max(s, 1)) normalised to sum 1.
 // Vertical pass first (uint8 in, float accumulate), then horizontal, then flip,
-// normalisation ((v / 255 - mean) / std for floats; round-to-nearest for uint8) and the
+// normalisation ((v / 255 - mean) / std for floats; uint8 rounds half up) and the
 // store in the requested dtype and layout.
 //
 // Threading: Resizer holds scratch; one per thread.
