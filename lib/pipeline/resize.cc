@@ -182,7 +182,7 @@ void StoreRow(const float* L, int ow, int oh, int j, bool flip, const float* mul
   switch (out.dtype) {
     case DType::kUint8:
       StoreT(L, ow, oh, j, flip, mul, add, out.layout, static_cast<uint8_t*>(dst), [](float v) {
-        v = v < 0.f ? 0.f : (v > 255.f ? 255.f : v);
+        v = std::max(0.f, std::min(v, 255.f));  // minss/maxss, no branches
         return uint8_t(int(v + 0.5f));  // round half up (vectorises; nearbyint is a libm call)
       });
       break;
