@@ -131,19 +131,40 @@ void VerticalRow(const uint8_t* src, size_t stride, const float* w, int n, size_
   }
 }
 
-// RGB floats -> RGBx vectors, so that a horizontal tap is one vector multiply-add.
-void Expand(const float* L3, int pixels, v4f* L4) {
-  for (int x = 0; x < pixels; ++x) L4[x] = v4f{L3[x * 3], L3[x * 3 + 1], L3[x * 3 + 2], 0.f};
+inline v4f Load4(const float* p) {  // unaligned; lane 3 is the next pixel's R (ignored)
+  v4f v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
 }
 
-void HorizontalRow(const v4f* L4, int xlo, const AxisWeights& wx, int ow, v4f* out) {
+// Horizontal taps straight from the RGB float row: one unaligned 4-float load per tap.
+// Two output pixels per iteration, so that two accumulation chains overlap.
+void HorizontalRow(const float* L3, int xlo, const AxisWeights& wx, int ow, v4f* out) {
   const int tx = wx.taps;
-  for (int i = 0; i < ow; ++i) {
+  int i = 0;
+  for (; i + 1 < ow; i += 2) {
+    const float* w0 = &wx.w[size_t(i) * tx];
+    const float* w1 = w0 + tx;
+    const float* p0 = L3 + size_t(wx.start[i] - xlo) * 3;
+    const float* p1 = L3 + size_t(wx.start[i + 1] - xlo) * 3;
+    const int n0 = wx.count[i], n1 = wx.count[i + 1];
+    v4f a0 = {0, 0, 0, 0}, a1 = {0, 0, 0, 0};
+    const int n = n0 < n1 ? n0 : n1;
+    int k = 0;
+    for (; k < n; ++k) {
+      a0 += w0[k] * Load4(p0 + 3 * k);
+      a1 += w1[k] * Load4(p1 + 3 * k);
+    }
+    for (int k0 = k; k0 < n0; ++k0) a0 += w0[k0] * Load4(p0 + 3 * k0);
+    for (int k1 = k; k1 < n1; ++k1) a1 += w1[k1] * Load4(p1 + 3 * k1);
+    out[i] = a0;
+    out[i + 1] = a1;
+  }
+  for (; i < ow; ++i) {
     const float* w = &wx.w[size_t(i) * tx];
-    const v4f* p = L4 + (wx.start[i] - xlo);
+    const float* p = L3 + size_t(wx.start[i] - xlo) * 3;
     v4f acc = {0, 0, 0, 0};
-    const int n = wx.count[i];
-    for (int k = 0; k < n; ++k) acc += w[k] * p[k];
+    for (int k = 0; k < wx.count[i]; ++k) acc += w[k] * Load4(p + 3 * k);
     out[i] = acc;
   }
 }
@@ -153,14 +174,17 @@ void StoreT(const float* L, int ow, int oh, int j, bool flip, const float* mul, 
             T* dst, Conv conv) {
   if (layout == Layout::kNCHW) {
     const size_t plane = size_t(ow) * oh;
-    for (int c = 0; c < 3; ++c) {
-      T* d = dst + size_t(c) * plane + size_t(j) * ow;
-      const float m = mul[c], a = add[c];
-      if (flip) {
-        for (int i = 0; i < ow; ++i) d[ow - 1 - i] = conv(L[i * 4 + c] * m + a);
-      } else {
-        for (int i = 0; i < ow; ++i) d[i] = conv(L[i * 4 + c] * m + a);
-      }
+    T* d0 = dst + size_t(j) * ow;
+    T* d1 = d0 + plane;
+    T* d2 = d1 + plane;
+    const v4f m4 = {mul[0], mul[1], mul[2], 0.f}, a4 = {add[0], add[1], add[2], 0.f};
+    const v4f* L4 = reinterpret_cast<const v4f*>(L);
+    for (int i = 0; i < ow; ++i) {
+      const v4f v = L4[i] * m4 + a4;
+      const int xo = flip ? ow - 1 - i : i;
+      d0[xo] = conv(v[0]);
+      d1[xo] = conv(v[1]);
+      d2[xo] = conv(v[2]);
     }
   } else {
     T* d = dst + size_t(j) * ow * 3;
@@ -212,10 +236,10 @@ void Resizer::Run(const uint8_t* src, size_t stride, int src_w, int src_h, const
   // Vertical pass first (contiguous, vectorised, straight from the uint8 rows) over the
   // box's columns, then the horizontal taps on one float row at a time.
   const int cols = xhi - xlo;
-  tmp_.resize(size_t(cols) * 3 + size_t(cols) * 4 + size_t(ow) * 4 + 8);
+  tmp_.resize(size_t(cols) * 3 + 4 + size_t(ow) * 4 + 4);
   float* L3 = tmp_.data();
-  v4f* L4 = reinterpret_cast<v4f*>((reinterpret_cast<uintptr_t>(L3 + size_t(cols) * 3) + 15) & ~uintptr_t(15));
-  v4f* O4 = L4 + cols;
+  L3[size_t(cols) * 3] = 0.f;  // the 4th lane of the last pixel's load
+  v4f* O4 = reinterpret_cast<v4f*>((reinterpret_cast<uintptr_t>(L3 + size_t(cols) * 3 + 1) + 15) & ~uintptr_t(15));
   float mul[3], add[3];
   const bool is_u8 = out.dtype == DType::kUint8;
   for (int c = 0; c < 3; ++c) {
@@ -226,8 +250,7 @@ void Resizer::Run(const uint8_t* src, size_t stride, int src_w, int src_h, const
   for (int j = 0; j < oh; ++j) {
     VerticalRow(src + stride * size_t(wy_.start[j]) + size_t(xlo) * 3, stride, &wy_.w[size_t(j) * ty], wy_.count[j],
                 size_t(cols) * 3, L3);
-    Expand(L3, cols, L4);
-    HorizontalRow(L4, xlo, wx_, ow, O4);
+    HorizontalRow(L3, xlo, wx_, ow, O4);
     StoreRow(reinterpret_cast<const float*>(O4), ow, oh, j, flip, mul, add, out, dst);
   }
 }

@@ -48,7 +48,7 @@ class Resizer {
 
  private:
   AxisWeights wx_, wy_;
-  std::vector<float> tmp_;  // one row: vertical result, as RGBx, and the output row
+  std::vector<float> tmp_;  // one row: vertical result (RGB) and the output row (RGBx)
 };
 
 uint16_t FloatToHalf(float f);
