@@ -27,7 +27,7 @@ struct BenchOptions {
   bool sequential = false;            // sequential mode (stream in dataset order)
   std::vector<int> threads = {1};     // thread counts to measure
   uint64_t samples = 0;               // samples per measured pass (0: min(size, 20000))
-  double seconds = 0;                 // or: stop a pass after this long (0: by samples)
+  double seconds = 0;                 // or: size each pass to take about this long (calibrated)
   bool cold = false;                  // drop the files from the page cache before each pass
   uint64_t seed = 0;                  // random order
   int slices = 8;                     // interleaving: each pass is cut into this many slices

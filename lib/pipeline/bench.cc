@@ -342,6 +342,31 @@ Result<BenchReport> RunBench(const std::vector<std::string>& addresses, const Be
     min_size = std::min(min_size, n);
   }
   uint64_t n = opts.samples ? opts.samples : std::min<uint64_t>(min_size == UINT64_MAX ? 20000 : min_size, 20000);
+  if (opts.seconds > 0 && !opts.samples) {
+    // Calibrate: time a few reads of every dataset, then size a pass to take about `seconds`.
+    say("calibrating");
+    double per_sample = 0;
+    for (auto& t : targets) {
+      Sample s;
+      uint64_t k = 0;
+      auto c0 = Clock::now();
+      if (t.ra) {
+        auto probe = BenchOrder(opts.seed + 1, t.ra->size(), std::min<uint64_t>(t.ra->size(), 200));
+        for (uint64_t i : probe) {
+          SK_RETURN_IF_ERROR(t.ra->Get(i, &s));
+          ++k;
+        }
+      } else {
+        SK_ASSIGN_OR_RETURN(auto rd, t.ds->NewReader());
+        for (; k < 200; ++k) {
+          SK_ASSIGN_OR_RETURN(bool more, rd->Next(&s));
+          if (!more) break;
+        }
+      }
+      if (k) per_sample += std::chrono::duration<double>(Clock::now() - c0).count() / double(k);
+    }
+    n = per_sample > 0 ? uint64_t(std::clamp(opts.seconds / per_sample, 100.0, 1e8)) : 1000;
+  }
   int slices = std::max(1, opts.slices);
   if (uint64_t(slices) > n) slices = int(n);
   // With several datasets of different sizes, index into the smallest so every
