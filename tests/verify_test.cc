@@ -461,3 +461,52 @@ TEST_CASE("shardkit index: DALI offsets point at each member's data; wids list p
   CHECK(missing.exit_code == 1);
   CHECK(missing.err.find("none.tar") != std::string::npos);
 }
+
+TEST_CASE("--decode finds a corrupt JPEG by key", "[verify][decode]") {
+  TempDir dir;
+  auto samples = MakeSamples(6);
+  std::string jpg = samples[2].find("jpg")->data.str();
+  samples[2].set("jpg", Bytes::Copy(jpg.substr(0, jpg.size() / 2)));  // truncated
+  samples[4].set("jpg", Bytes::Copy("this is not a JPEG"));
+  WriteDs("hdf5:" + dir / "d.h5", samples);
+  // Without --decode the container is intact: the checksums were taken over these bytes.
+  CHECK(MustVerify("hdf5:" + dir / "d.h5").ok());
+  VerifyOptions o;
+  o.decode = true;
+  VerifyReport r = MustVerify("hdf5:" + dir / "d.h5", o);
+  INFO(Dump(r));
+  CHECK(r.images_decoded == 6);
+  REQUIRE(r.count(FindingKind::kDecodeError) == 2);
+  std::vector<std::string> keys;
+  for (const auto& f : r.findings)
+    if (f.kind == FindingKind::kDecodeError) {
+      keys.push_back(f.where.key);
+      CHECK(f.message.find("field 'jpg'") != std::string::npos);
+    }
+  CHECK(keys == std::vector<std::string>{samples[2].key, samples[4].key});
+
+  auto cli = Cli("verify " + Q("hdf5:" + dir / "d.h5") + " --decode");
+  INFO(cli.out << cli.err);
+  CHECK(cli.exit_code == 1);
+  CHECK(cli.out.find("decode-error: file '" + dir / "d.h5" + "', sample 2, key '" + samples[2].key + "'") !=
+        std::string::npos);
+  CHECK(cli.out.find("6 images decoded") != std::string::npos);
+}
+
+TEST_CASE("--decode reports an image that decodes only with warnings", "[verify][decode]") {
+  TempDir dir;
+  auto samples = MakeSamples(3);
+  // Bytes between the entropy-coded data and the EOI marker: libjpeg warns
+  // ("extraneous bytes before marker") and decodes anyway.
+  std::string jpg = samples[1].find("jpg")->data.str();
+  REQUIRE(jpg.substr(jpg.size() - 2) == "\xFF\xD9");
+  samples[1].set("jpg", Bytes::Copy(jpg.substr(0, jpg.size() - 2) + std::string("\x12\x34\x56", 3) + "\xFF\xD9"));
+  WriteDs("hdf5:" + dir / "d.h5", samples);
+  VerifyOptions o;
+  o.decode = true;
+  VerifyReport r = MustVerify("hdf5:" + dir / "d.h5", o);
+  INFO(Dump(r));
+  CHECK(r.count(FindingKind::kDecodeError) == 0);
+  REQUIRE(r.count(FindingKind::kDecodeWarning) == 1);
+  CHECK(FindKind(r, FindingKind::kDecodeWarning)->where.key == samples[1].key);
+}
