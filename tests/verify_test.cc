@@ -496,11 +496,12 @@ TEST_CASE("--decode finds a corrupt JPEG by key", "[verify][decode]") {
 TEST_CASE("--decode reports an image that decodes only with warnings", "[verify][decode]") {
   TempDir dir;
   auto samples = MakeSamples(3);
-  // Bytes between the entropy-coded data and the EOI marker: libjpeg warns
-  // ("extraneous bytes before marker") and decodes anyway.
+  // Garbage bytes between two header segments (after APP0, before the next
+  // marker): libjpeg warns ("extraneous bytes before marker") and decodes.
   std::string jpg = samples[1].find("jpg")->data.str();
-  REQUIRE(jpg.substr(jpg.size() - 2) == "\xFF\xD9");
-  samples[1].set("jpg", Bytes::Copy(jpg.substr(0, jpg.size() - 2) + std::string("\x12\x34\x56", 3) + "\xFF\xD9"));
+  REQUIRE(jpg.substr(2, 2) == "\xFF\xE0");
+  size_t app0_end = 4 + ((uint8_t(jpg[4]) << 8) | uint8_t(jpg[5]));
+  samples[1].set("jpg", Bytes::Copy(jpg.substr(0, app0_end) + std::string("\x12\x34\x56", 3) + jpg.substr(app0_end)));
   WriteDs("hdf5:" + dir / "d.h5", samples);
   VerifyOptions o;
   o.decode = true;

@@ -21,16 +21,11 @@
 #include <nlohmann/json.hpp>
 
 #include "core/file.h"
+#include "decode/jpeg.h"
 #include "core/paths.h"
 #include "formats/registry.h"
 #include "formats/wds_index.h"
 
-#if __has_include("decode/jpeg.h")
-#include "decode/jpeg.h"
-#define SHARDKIT_VERIFY_DECODE 1
-#else
-#define SHARDKIT_VERIFY_DECODE 0
-#endif
 
 namespace shardkit {
 
@@ -91,9 +86,6 @@ class Verifier {
 
   Result<VerifyReport> Run() {
     SK_ASSIGN_OR_RETURN(rep_.format, DetectFormat(address_));
-#if !SHARDKIT_VERIFY_DECODE
-    if (opts_.decode) return Status::Unsupported("--decode: this build has no image decoder");
-#endif
     if (!opts_.against.empty()) SK_RETURN_IF_ERROR(LoadSource());
     SK_RETURN_IF_ERROR(MakeUnits());
     for (size_t u = 0; u < units_.size(); ++u) CheckUnit(u);
@@ -430,9 +422,7 @@ class Verifier {
     for (const auto& e : exts) ++field_counts_[e];
 
     if (!opts_.against.empty()) Compare(s, sum, at);
-#if SHARDKIT_VERIFY_DECODE
     if (opts_.decode) DecodeImages(s, at);
-#endif
     Progress(false);
   }
 
@@ -468,7 +458,6 @@ class Verifier {
     Add(FindingKind::kDifferent, at, std::move(msg));
   }
 
-#if SHARDKIT_VERIFY_DECODE
   void DecodeImages(const Sample& s, const Location& at) {
     if (!decoder_) decoder_ = std::make_unique<decode::ImageDecoder>();
     for (const auto& f : s.fields) {
@@ -492,7 +481,6 @@ class Verifier {
     }
   }
   std::unique_ptr<decode::ImageDecoder> decoder_;
-#endif
 
   // ---- across the dataset
 
