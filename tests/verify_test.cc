@@ -511,3 +511,34 @@ TEST_CASE("--decode reports an image that decodes only with warnings", "[verify]
   REQUIRE(r.count(FindingKind::kDecodeWarning) == 1);
   CHECK(FindKind(r, FindingKind::kDecodeWarning)->where.key == samples[1].key);
 }
+
+TEST_CASE("verify: shards written by GNU tar (no index, no checksums) and broken single-file datasets", "[verify]") {
+  TempDir dir;
+  MakeImageFolder(dir / "img", 2, 3);
+  REQUIRE(Run("cd " + Q(dir / "img") + " && tar --sort=name -cf ../a.tar c0 && tar --sort=name -cf ../b.tar c1")
+              .exit_code == 0);
+  VerifyReport r = MustVerify(dir / "a.tar::" + dir / "b.tar");
+  INFO(Dump(r));
+  CHECK(r.ok());
+  CHECK(r.samples == 6);
+  CHECK_FALSE(r.sample_checksums);
+  REQUIRE(r.notes.size() == 1);
+  CHECK(r.notes[0].find("2 of 2 shards record no per-sample checksums") != std::string::npos);
+
+  // A truncated HDF5 file and a truncated LMDB: structure findings naming the file, exit 1.
+  WriteDs("hdf5:" + dir / "d.h5", MakeSamples(5));
+  REQUIRE(::truncate((dir / "d.h5").c_str(), 600) == 0);
+  VerifyReport h = MustVerify("hdf5:" + dir / "d.h5");
+  INFO(Dump(h));
+  REQUIRE(h.count(FindingKind::kStructure) == 1);
+  CHECK(h.findings[0].where.file == dir / "d.h5");
+  WriteDs("lmdb:" + dir / "db", MakeSamples(5));
+  REQUIRE(::truncate((dir / "db/data.mdb").c_str(), 4096) == 0);
+  VerifyReport l = MustVerify("lmdb:" + dir / "db");
+  INFO(Dump(l));
+  CHECK(l.count(FindingKind::kStructure) + l.count(FindingKind::kShardChecksum) >= 1);
+  CHECK_FALSE(l.ok());
+  auto cli = Cli("verify " + Q("lmdb:" + dir / "db"));
+  CHECK(cli.exit_code == 1);
+  CHECK(cli.out.find(dir / "db") != std::string::npos);
+}

@@ -91,6 +91,9 @@ class Verifier {
     for (size_t u = 0; u < units_.size(); ++u) CheckUnit(u);
     if (!fatal_.ok()) return fatal_;
     Progress(true);
+    if (shards_without_sums_)
+      rep_.notes.push_back(fmt::format("{} of {} record no per-sample checksums (the first: '{}')",
+                                       shards_without_sums_, Plural(units_.size(), "shard"), first_without_sums_));
     CheckFields();
     if (!opts_.against.empty()) ReportMissing();
     rep_.seconds = Elapsed();
@@ -302,8 +305,11 @@ class Verifier {
       if (rep_.format == "folder")
         NoteOnce("no recorded checksums: an image folder carries no metadata; checked structure and keys only");
       else
-        NoteOnce(u.shard >= 0 ? fmt::format("shard '{}' records no per-sample checksums", u.path)
-                              : std::string("the dataset records no per-sample checksums"));
+      if (u.shard >= 0) {
+        if (shards_without_sums_++ == 0) first_without_sums_ = u.path;
+      } else {
+        NoteOnce("the dataset records no per-sample checksums");
+      }
     } else {
       rep_.sample_checksums = true;
     }
@@ -537,6 +543,8 @@ class Verifier {
   std::vector<std::string> classes_, source_classes_;
   uint64_t first_index_ = 0;
   Status fatal_;
+  uint64_t shards_without_sums_ = 0;
+  std::string first_without_sums_;
 
   const char* phase_ = "verify";
   uint64_t phase_samples_ = 0, phase_bytes_ = 0;
