@@ -23,7 +23,8 @@
 //    images that decode only with warnings).
 //
 // Thread safety: Verify() is reentrant; the progress callback runs on the
-// calling thread.
+// calling thread. Reading and checksums run on the calling thread; --decode
+// decodes batches of images on VerifyOptions::threads threads.
 #pragma once
 
 #include <array>
@@ -77,6 +78,7 @@ struct VerifyProgress {
 struct VerifyOptions {
   std::string against;  // address of the source dataset; empty: no comparison
   bool decode = false;  // decode every image field
+  int threads = 0;      // decoding threads; 0: one per core
   // Findings kept in VerifyReport::findings (counts cover all of them); 0: all.
   uint64_t max_findings = 0;
   OpenOptions open;     // for the dataset (not the source)

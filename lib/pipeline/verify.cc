@@ -12,7 +12,9 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <thread>
 #include <map>
 #include <set>
 #include <unordered_map>
@@ -89,6 +91,7 @@ class Verifier {
     if (!opts_.against.empty()) SK_RETURN_IF_ERROR(LoadSource());
     SK_RETURN_IF_ERROR(MakeUnits());
     for (size_t u = 0; u < units_.size(); ++u) CheckUnit(u);
+    FlushDecodes();
     if (!fatal_.ok()) return fatal_;
     Progress(true);
     if (shards_without_sums_)
@@ -363,6 +366,7 @@ class Verifier {
           fmt::format("{} recorded for {} read", Plural(sums.size(), "per-sample checksum"), read));
     // Dataset order follows the metadata where it has one: the samples of a
     // missing shard keep their places.
+    FlushDecodes();
     first_index_ += u.expect_samples ? std::max(read, *u.expect_samples) : read;
     members_.reset();
   }
@@ -464,29 +468,61 @@ class Verifier {
     Add(FindingKind::kDifferent, at, std::move(msg));
   }
 
+  // Images are decoded in batches by a few threads, each with its own decoder;
+  // findings are added in sample order.
+  struct DecodeJob {
+    Location at;
+    std::string ext;
+    Bytes data;
+    Status status;
+    uint64_t warnings = 0;
+  };
+
   void DecodeImages(const Sample& s, const Location& at) {
-    if (!decoder_) decoder_ = std::make_unique<decode::ImageDecoder>();
-    for (const auto& f : s.fields) {
-      if (!IsImageExt(f.ext)) continue;
-      uint64_t warnings = decoder_->tolerated_warnings();
-      decode::Region region;
-      decode::ImageInfo info;
-      Status st = decoder_->Decode(
-          f.data.data(), f.data.size(),
-          [](const decode::ImageInfo& i) { return pipeline::CropBox{0, 0, double(i.width), double(i.height)}; },
-          0, 0, &region, &info);
-      ++rep_.images_decoded;
-      if (!st.ok()) {
-        Add(FindingKind::kDecodeError, at, fmt::format("field '{}' does not decode: {}", f.ext, st.message()));
-        continue;
-      }
-      uint64_t w = decoder_->tolerated_warnings() - warnings;
-      if (w)
-        Add(FindingKind::kDecodeWarning, at,
-            fmt::format("field '{}' decodes only with {}", f.ext, Plural(w, "warning")));
-    }
+    for (const auto& f : s.fields)
+      if (IsImageExt(f.ext)) jobs_.push_back(DecodeJob{at, f.ext, f.data, Status::OK(), 0});
+    if (jobs_.size() >= 256 * Threads()) FlushDecodes();
   }
-  std::unique_ptr<decode::ImageDecoder> decoder_;
+
+  size_t Threads() const {
+    if (opts_.threads > 0) return size_t(opts_.threads);
+    return std::max<size_t>(1, std::thread::hardware_concurrency());
+  }
+
+  void FlushDecodes() {
+    if (jobs_.empty()) return;
+    size_t n = std::min(Threads(), jobs_.size());
+    while (decoders_.size() < n) decoders_.push_back(std::make_unique<decode::ImageDecoder>());
+    std::atomic<size_t> next{0};
+    auto work = [&](decode::ImageDecoder* d) {
+      for (size_t i; (i = next.fetch_add(1)) < jobs_.size();) {
+        DecodeJob& j = jobs_[i];
+        uint64_t before = d->tolerated_warnings();
+        decode::Region region;
+        j.status = d->Decode(
+            j.data.data(), j.data.size(),
+            [](const decode::ImageInfo& im) { return pipeline::CropBox{0, 0, double(im.width), double(im.height)}; },
+            0, 0, &region, nullptr);
+        j.warnings = d->tolerated_warnings() - before;
+      }
+    };
+    std::vector<std::thread> pool;
+    for (size_t t = 1; t < n; ++t) pool.emplace_back(work, decoders_[t].get());
+    work(decoders_[0].get());
+    for (auto& t : pool) t.join();
+    for (auto& j : jobs_) {
+      ++rep_.images_decoded;
+      if (!j.status.ok())
+        Add(FindingKind::kDecodeError, std::move(j.at),
+            fmt::format("field '{}' does not decode: {}", j.ext, j.status.message()));
+      else if (j.warnings)
+        Add(FindingKind::kDecodeWarning, std::move(j.at),
+            fmt::format("field '{}' decodes only with {}", j.ext, Plural(j.warnings, "warning")));
+    }
+    jobs_.clear();
+  }
+  std::vector<DecodeJob> jobs_;
+  std::vector<std::unique_ptr<decode::ImageDecoder>> decoders_;
 
   // ---- across the dataset
 
