@@ -452,7 +452,7 @@ Bytes View(const std::shared_ptr<Env>& env, const void* p, size_t n) {
 // check_payload: compare the payload with the record's xxh3 (sequential reads, verify);
 // random access skips that hash (a few us per 100 kB) on the hot path, like the other formats.
 Status DecodeRecord(const std::shared_ptr<Env>& env, std::string_view lkey, const MDB_val& v, uint64_t index,
-                    Sample* out, bool check_payload = true) {
+                    Sample* out, bool check_payload = true, uint64_t* stored_sum = nullptr) {
   out->clear();
   Location loc{.file = env->dir(), .key = std::string(lkey), .index = int64_t(index)};
   auto bad = [&](std::string why) {
@@ -515,6 +515,7 @@ Status DecodeRecord(const std::shared_ptr<Env>& env, std::string_view lkey, cons
     return Status::Corrupt(fmt::format("LMDB key '{}' in '{}': the sample key '{}' does not match its stored key_xxh3",
                                        lkey, env->data_path(), out->key),
                            loc);
+  if (stored_sum) *stored_sum = sum ? *sum : 0;
   if (check_payload && sum && *sum != out->checksum())
     return Status::Corrupt(fmt::format("LMDB key '{}' in '{}': checksum mismatch for sample '{}' (stored {}, computed {})",
                                        lkey, env->data_path(), out->key, paths::ChecksumString(*sum),
@@ -790,10 +791,38 @@ class LmdbDataset : public Dataset {
   Result<std::shared_ptr<RandomAccess>> NewRandomAccess() const override {
     return std::shared_ptr<RandomAccess>(std::make_shared<LmdbRandomAccess>(env_, layout_, count_, keys_, sums_));
   }
-  // Caffe layout: the list in shardkit.json. Our layout keeps each checksum in
-  // its record, where every read checks it (info().extra["sample_checksums"]).
+  // Caffe layout: the list in shardkit.json. Our layout: each record's xxh3,
+  // collected by one cursor pass that parses the records without hashing
+  // payloads (the sequential reader also checks them on every read).
   Result<std::vector<uint64_t>> RecordedChecksums() const override {
-    return sums_ ? *sums_ : std::vector<uint64_t>{};
+    if (layout_ == Layout::kCaffe) return sums_ ? *sums_ : std::vector<uint64_t>{};
+    std::vector<uint64_t> out;
+    out.reserve(count_);
+    SK_ASSIGN_OR_RETURN(MDB_txn * txn, env_->Acquire());
+    MDB_cursor* cur = nullptr;
+    Location loc{.file = env_->data_path()};
+    int rc = mdb_cursor_open(txn, env_->dbi(), &cur);
+    Status st;
+    MDB_val k, v;
+    for (int op = MDB_FIRST; rc == 0; op = MDB_NEXT) {
+      rc = mdb_cursor_get(cur, &k, &v, MDB_cursor_op(op));
+      if (rc) break;
+      if (!env_->InMap(k.mv_data, k.mv_size)) {
+        st = Status::Corrupt("LMDB key lies outside the data file", loc);
+        break;
+      }
+      Sample s;
+      uint64_t sum = 0;
+      st = DecodeRecord(env_, std::string_view(static_cast<const char*>(k.mv_data), k.mv_size), v, out.size(), &s,
+                        /*check_payload=*/false, &sum);
+      if (!st.ok()) break;
+      out.push_back(sum);
+    }
+    if (cur) mdb_cursor_close(cur);
+    env_->Release(txn);
+    if (!st.ok()) return st;
+    if (rc && rc != MDB_NOTFOUND) return MdbStatus(rc, "reading the records' checksums", loc);
+    return out;
   }
 
  private:
