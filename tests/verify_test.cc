@@ -129,7 +129,7 @@ std::string FileOf(const Fixture& f, const TempDir& dir, int i) {
 
 }  // namespace
 
-TEST_CASE("finding kinds have their documented names", "[verify]") {
+TEST_CASE("verify finding kinds have their documented names", "[verify]") {
   std::vector<std::string> names;
   for (int k = 0; k < kNumFindingKinds; ++k) names.push_back(FindingKindName(FindingKind(k)));
   CHECK(names == std::vector<std::string>{"structure", "count", "shard-checksum", "sample-checksum",
@@ -137,7 +137,7 @@ TEST_CASE("finding kinds have their documented names", "[verify]") {
                                           "missing", "extra", "different", "decode-error", "decode-warning"});
 }
 
-TEST_CASE("every format: intact verifies clean, a flipped payload byte is found by key", "[verify]") {
+TEST_CASE("verify, every format: intact verifies clean, a flipped payload byte is found by key", "[verify]") {
   for (std::string format : {"hdf5", "lmdb", "wds", "folder"}) {
     DYNAMIC_SECTION(format) {
       TempDir dir;
@@ -184,7 +184,7 @@ TEST_CASE("every format: intact verifies clean, a flipped payload byte is found 
   }
 }
 
-TEST_CASE("wds: a deleted shard in a range or a manifest is a missing shard", "[verify]") {
+TEST_CASE("verify wds: a deleted shard in a range or a manifest is a missing shard", "[verify]") {
   TempDir dir;
   Fixture f = Make(dir, "wds", MakeSamples(12));  // shards 0, 1, 2
   REQUIRE(MustVerify(f.address).ok());
@@ -202,7 +202,7 @@ TEST_CASE("wds: a deleted shard in a range or a manifest is a missing shard", "[
   }
 }
 
-TEST_CASE("wds: a damaged shard is a structure finding and the others are still read", "[verify]") {
+TEST_CASE("verify wds: a damaged shard is a structure finding and the others are still read", "[verify]") {
   TempDir dir;
   Fixture f = Make(dir, "wds", MakeSamples(12));
   // Break the header checksum of shard 0's first member.
@@ -223,7 +223,7 @@ TEST_CASE("wds: a damaged shard is a structure finding and the others are still 
   CHECK(r.samples == 11);
 }
 
-TEST_CASE("wds: an empty shard and a duplicate key across shards", "[verify]") {
+TEST_CASE("verify wds: an empty shard and a duplicate key across shards", "[verify]") {
   TempDir dir;
   auto samples = MakeSamples(8);
   samples[6].key = samples[1].key;  // shard 1 repeats a key of shard 0
@@ -243,7 +243,7 @@ TEST_CASE("wds: an empty shard and a duplicate key across shards", "[verify]") {
   CHECK(FindKind(r, FindingKind::kEmptyShard)->where.shard == 2);
 }
 
-TEST_CASE("hdf5: duplicate keys within a file and a sample missing a field", "[verify]") {
+TEST_CASE("verify hdf5: duplicate keys within a file and a sample missing a field", "[verify]") {
   TempDir dir;
   auto samples = MakeSamples(6);
   samples[4].key = samples[2].key;
@@ -260,7 +260,7 @@ TEST_CASE("hdf5: duplicate keys within a file and a sample missing a field", "[v
   CHECK(m->message.find("'txt'") != std::string::npos);
 }
 
-TEST_CASE("--against finds missing, extra and different samples by key", "[verify]") {
+TEST_CASE("verify against a source finds missing, extra and different samples by key", "[verify]") {
   for (std::string format : {"hdf5", "wds", "lmdb", "folder"}) {
     DYNAMIC_SECTION(format) {
       TempDir src_dir, dir;
@@ -470,7 +470,7 @@ TEST_CASE("shardkit index: DALI offsets point at each member's data; wids list p
   CHECK(missing.err.find("none.tar") != std::string::npos);
 }
 
-TEST_CASE("--decode finds a corrupt JPEG by key", "[verify][decode]") {
+TEST_CASE("verify with decoding finds a corrupt JPEG by key", "[verify][decode]") {
   TempDir dir;
   auto samples = MakeSamples(6);
   std::string jpg = samples[2].find("jpg")->data.str();
@@ -501,7 +501,7 @@ TEST_CASE("--decode finds a corrupt JPEG by key", "[verify][decode]") {
   CHECK(cli.out.find("6 images decoded") != std::string::npos);
 }
 
-TEST_CASE("--decode reports an image that decodes only with warnings", "[verify][decode]") {
+TEST_CASE("verify with decoding reports an image that decodes only with warnings", "[verify][decode]") {
   TempDir dir;
   auto samples = MakeSamples(3);
   // Garbage bytes between two header segments (after APP0, before the next
