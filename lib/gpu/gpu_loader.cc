@@ -282,6 +282,7 @@ struct Set {
 struct QueueItem {
   Status st;
   DeviceBatch batch;
+  uint64_t hw = 0, cuda = 0, host = 0, roi = 0;  // counted when handed out
 };
 
 struct DecodeImpl final : GpuLoader::Impl {
@@ -318,6 +319,13 @@ struct DecodeImpl final : GpuLoader::Impl {
       if (s.arena) SK_CUDA_IGNORE(cudaFree(s.arena));
       if (s.done) SK_CUDA_IGNORE(cudaEventDestroy(s.done));
     }
+    for (auto& [p, pinned] : retired) {
+      if (pinned) {
+        SK_CUDA_IGNORE(cudaFreeHost(p));
+      } else {
+        SK_CUDA_IGNORE(cudaFree(p));
+      }
+    }
 #ifdef SHARDKIT_HAVE_NVJPEG
     nv.reset();
 #endif
@@ -333,6 +341,12 @@ struct DecodeImpl final : GpuLoader::Impl {
     for (auto& s : sets) {
       s.rows.resize(o.batch_size);
       SK_CUDA_RETURN(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
+      // First sizes: 64 KiB of weights and descriptors per row; nvJPEG output for a
+      // 500x400 region per row. They grow (rarely) to what batches need.
+      SK_RETURN_IF_ERROR(Grow(&s.host, &s.host_cap, size_t(o.batch_size) * (64 << 10), true));
+      SK_RETURN_IF_ERROR(Grow(&s.dev, &s.dev_cap, size_t(o.batch_size) * (64 << 10), false));
+      if (!g.force_cpu_decode && NvjpegCompiled())
+        SK_RETURN_IF_ERROR(Grow(&s.arena, &s.arena_cap, size_t(o.batch_size) * 500 * 400 * 3, false));
     }
 #ifdef SHARDKIT_HAVE_NVJPEG
     if (!g.force_cpu_decode) {
@@ -406,7 +420,7 @@ struct DecodeImpl final : GpuLoader::Impl {
       if (ce != cudaSuccess) {
         it.st = gpu::CudaError(ce, "cudaEventSynchronize(set)");
       } else {
-        auto r = RunBatch(set, int(b % 2), e, b, slot);
+        auto r = RunBatch(set, int(b % 2), e, b, slot, &it);
         if (r.ok()) {
           it.batch = std::move(r).value();
         } else {
@@ -441,6 +455,11 @@ struct DecodeImpl final : GpuLoader::Impl {
       ended = true;
     } else {
       ring->MarkHanded(it.batch.slot());
+      ++batches;
+      hw += it.hw;
+      cuda += it.cuda;
+      host += it.host;
+      roi += it.roi;
     }
     return std::move(it.batch);
   }
@@ -549,15 +568,16 @@ struct DecodeImpl final : GpuLoader::Impl {
     r.st = DecodeOnHost(r, e, index, where);
   }
 
-  static Status Grow(uint8_t** p, size_t* cap, size_t need, bool pinned) {
+  // Buffers only grow, to the high-water mark of the batches seen (then memory stays
+  // flat). A replaced buffer is retired, not freed: cudaFree/cudaFreeHost would wait for
+  // the whole device, including the consumer's kernels.
+  std::vector<std::pair<void*, bool>> retired;  // (pointer, pinned), freed at destruction
+
+  Status Grow(uint8_t** p, size_t* cap, size_t need, bool pinned) {
     if (need <= *cap) return Status::OK();
-    size_t c = std::max(need + need / 4, size_t(1) << 20);
+    size_t c = std::max(need + need / 2, size_t(1) << 20);
     if (*p) {
-      if (pinned) {
-        SK_CUDA_RETURN(cudaFreeHost(*p));
-      } else {
-        SK_CUDA_RETURN(cudaFree(*p));
-      }
+      retired.emplace_back(*p, pinned);
       *p = nullptr;
       *cap = 0;
     }
@@ -572,7 +592,7 @@ struct DecodeImpl final : GpuLoader::Impl {
     return Status::OK();
   }
 
-  Result<DeviceBatch> RunBatch(Set& set, int set_index, uint64_t e, uint64_t b, int slot) {
+  Result<DeviceBatch> RunBatch(Set& set, int set_index, uint64_t e, uint64_t b, int slot, QueueItem* counts) {
     const uint64_t begin = b * o.batch_size;
     const uint64_t end = std::min<uint64_t>(begin + o.batch_size, order.size());
     const size_t count = size_t(end - begin);
@@ -655,15 +675,14 @@ struct DecodeImpl final : GpuLoader::Impl {
       keys.push_back(r.sample.key);
       indices.push_back(order[begin + i]);
       switch (r.route) {
-        case 0: ++host; break;
-        case 1: ++hw; break;
-        default: ++cuda; break;
+        case 0: ++counts->host; break;
+        case 1: ++counts->hw; break;
+        default: ++counts->cuda; break;
       }
 #ifdef SHARDKIT_HAVE_NVJPEG
-      if (r.route != 0 && r.item.roi) ++roi;
+      if (r.route != 0 && r.item.roi) ++counts->roi;
 #endif
     }
-    ++batches;
     return GpuLoaderAccess::Make(ring, slot, o.dtype, o.layout, int64_t(keep.size()), o.output_height,
                                  o.output_width, std::move(labels), std::move(keys), std::move(indices), e, b);
   }

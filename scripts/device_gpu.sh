@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# The GPU feed on the GPU machine (issue 7): configure with CUDA, build, run the GPU tests,
+# compute-sanitizer on them, and the benchmark with its peers; a short table last.
+#
+# Run from the repo root on the GPU machine, with .deps/ carried along (made here by
+# scripts/device-deps.sh):
+#   bash scripts/device_gpu.sh [all|build|test|sanitize|bench]     (default: all)
+# Each stage builds what it needs first. Outputs go to build-gpu/ and, when $OUT is set,
+# logs and JSON results are copied there.
+set -uo pipefail
+stage=${1:-all}
+cd "$(dirname "$0")/.."
+if [ -f .deps/unpack.sh ]; then
+  # shellcheck disable=SC1091
+  source .deps/unpack.sh
+else
+  echo "device_gpu: .deps/unpack.sh missing (run scripts/device-deps.sh here and carry .deps)" >&2
+fi
+export PATH=/usr/local/cuda/bin:$PATH
+OUTDIR=${OUT:-build-gpu/out}
+mkdir -p "$OUTDIR"
+J=$(nproc)
+T0=$(date +%s)
+say() { echo "== device_gpu [$(( $(date +%s) - T0 ))s] $*"; }
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee "$OUTDIR/gpu.txt"
+nvcc --version | tail -1 | tee -a "$OUTDIR/gpu.txt"
+
+build() {
+  say "configure"
+  cmake -S . -B build-gpu -DSHARDKIT_WITH_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+    > "$OUTDIR/configure.log" 2>&1 || { tail -40 "$OUTDIR/configure.log"; return 1; }
+  grep "shardkit:" "$OUTDIR/configure.log"
+  say "build"
+  cmake --build build-gpu -j"$J" --target shardkit test_gpu shardkit_gpu_bench > "$OUTDIR/build.log" 2>&1 \
+    || { grep -E "error|Error" -A5 "$OUTDIR/build.log" | head -60; return 1; }
+  say "built"
+}
+
+gtests() {
+  say "GPU tests"
+  build-gpu/tests/test_gpu --durations yes > "$OUTDIR/test_gpu.log" 2>&1
+  local rc=$?
+  grep -E "warning:|SKIPPED|nvJPEG vs|FAILED|failed|passed|^[0-9.]+ s:" -A2 "$OUTDIR/test_gpu.log" | head -80
+  return $rc
+}
+
+sanitize() {
+  say "compute-sanitizer memcheck"
+  local cs
+  cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  local rc=0
+  # Every GPU test but the memory-flatness one (the sanitizer's own allocations move it).
+  timeout 400 "$cs" --tool memcheck --leak-check full --error-exitcode 97 \
+    build-gpu/tests/test_gpu "~device memory stays flat over many epochs" > "$OUTDIR/memcheck.log" 2>&1 || rc=$?
+  tail -8 "$OUTDIR/memcheck.log"
+  say "compute-sanitizer synccheck (overlap test)"
+  timeout 200 "$cs" --tool synccheck --error-exitcode 97 \
+    build-gpu/tests/test_gpu "the copy of the next batch overlaps the consumer's kernel" > "$OUTDIR/synccheck.log" 2>&1 || rc=$?
+  tail -4 "$OUTDIR/synccheck.log"
+  return $rc
+}
+
+bench() {
+  local corpus=${CORPUS:-/tmp/sk_corpus}
+  if [ ! -d "$corpus" ]; then
+    say "corpus (8000 images)"
+    local py=python3 mk=""
+    [ -x /usr/bin/python3 ] && /usr/bin/python3 -c "import PIL, numpy" 2>/dev/null && py=/usr/bin/python3
+    for c in "${CORPUS_SCRIPT:-}" ../shared/corpus/make_corpus.py shared/corpus/make_corpus.py .corpus/make_corpus.py; do
+      [ -n "$c" ] && [ -f "$c" ] && { mk=$c; break; }
+    done
+    [ -n "$mk" ] || { echo "device_gpu: make_corpus.py not found (set CORPUS_SCRIPT, or carry ../shared/corpus as .corpus)"; return 1; }
+    $py "$mk" "$corpus" --count 8000 > "$OUTDIR/corpus.log" 2>&1 \
+      || { echo "device_gpu: cannot make the corpus"; tail "$OUTDIR/corpus.log"; return 1; }
+  fi
+  say "shardkit_gpu_bench"
+  build-gpu/shardkit_gpu_bench "$corpus" --batch 256 --epochs 2 > "$OUTDIR/bench_shardkit.jsonl" 2> "$OUTDIR/bench_shardkit.err"
+  cat "$OUTDIR/bench_shardkit.err"
+  say "peers (torchvision GPU decode, DataLoader)"
+  python3 scripts/bench_gpu_peer.py "$corpus" --batch 256 --epochs 2 --workers 15 > "$OUTDIR/bench_peers.jsonl" \
+    2> "$OUTDIR/bench_peers.err"
+  tail -3 "$OUTDIR/bench_peers.err"
+  python3 - "$OUTDIR/bench_shardkit.jsonl" "$OUTDIR/bench_peers.jsonl" "$OUTDIR/gpu.txt" <<'PY'
+import json, sys
+rows = []
+for f in sys.argv[1:3]:
+    for line in open(f):
+        line = line.strip()
+        if line.startswith("{"):
+            rows.append(json.loads(line))
+rate = {}
+for r in rows:
+    if "images_per_s" in r:
+        key = r["mode"] + (f"(step {r['consumer_step_ms']:.0f}ms)" if "consumer_step_ms" in r else "")
+        rate[key] = r
+dl = next((r["images_per_s"] for r in rows if r["mode"] == "dataloader" and "images_per_s" in r), None)
+tv = next((r["images_per_s"] for r in rows if r["mode"] == "torchvision_gpu_decode" and "images_per_s" in r), None)
+print()
+print("GPU:", open(sys.argv[3]).read().strip().replace("\n", " | "))
+print(f"{'mode':34s} {'images/s':>10s} {'x DataLoader':>13s} {'x torchvision':>14s}  notes")
+for k, r in rate.items():
+    ips = r["images_per_s"]
+    a = f"{ips / dl:.2f}" if dl else "-"
+    b = f"{ips / tv:.2f}" if tv else "-"
+    notes = []
+    if "consumer_wait_pct" in r: notes.append(f"wait {r['consumer_wait_pct']:.2f}% vs_cpu {r['vs_cpu_loader']:.3f}")
+    if "hardware" in r: notes.append(f"hw {r['hardware']} cuda {r['cuda']} host {r['host']} roi {r['roi']}")
+    if "skipped" in r: notes.append(f"skipped {r['skipped']} (CMYK/PNG)")
+    print(f"{k:34s} {ips:10.1f} {a:>13s} {b:>14s}  {'; '.join(notes)}")
+for r in rows:
+    if "error" in r or ("skipped" in r and "images_per_s" not in r):
+        print(f"{r['mode']:34s} {'-':>10s}  {r.get('error', r.get('skipped'))}")
+PY
+}
+
+rc=0
+case "$stage" in
+  build) build || rc=1 ;;
+  test) build && gtests || rc=1 ;;
+  sanitize) build && sanitize || rc=1 ;;
+  bench) build && bench || rc=1 ;;
+  all)
+    build || exit 1
+    gtests || rc=1
+    sanitize || rc=1
+    bench || rc=1
+    ;;
+  *) echo "usage: $0 [all|build|test|sanitize|bench]"; exit 2 ;;
+esac
+say "done rc=$rc"
+exit $rc
