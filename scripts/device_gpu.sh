@@ -30,7 +30,7 @@ build() {
   say "configure"
   cmake -S . -B build-gpu -DSHARDKIT_WITH_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
     > "$OUTDIR/configure.log" 2>&1 || { tail -40 "$OUTDIR/configure.log"; return 1; }
-  grep "shardkit:" "$OUTDIR/configure.log"
+  grep -A30 "shardkit:" "$OUTDIR/configure.log" | grep -v "^--" | head -60
   say "build"
   cmake --build build-gpu -j"$J" --target shardkit test_gpu shardkit_gpu_bench > "$OUTDIR/build.log" 2>&1 \
     || { grep -E "error|Error" -A5 "$OUTDIR/build.log" | head -60; return 1; }
@@ -71,11 +71,18 @@ bench() {
       [ -n "$c" ] && [ -f "$c" ] && { mk=$c; break; }
     done
     [ -n "$mk" ] || { echo "device_gpu: make_corpus.py not found (set CORPUS_SCRIPT, or carry ../shared/corpus as .corpus)"; return 1; }
-    $py "$mk" "$corpus" --count 8000 > "$OUTDIR/corpus.log" 2>&1 \
+    # make_corpus.py opens every file of its sources/ (SOURCES.md too): run a copy of it
+    # beside the images only.
+    local tmp
+    tmp=$(mktemp -d)
+    cp "$mk" "$tmp/" && mkdir -p "$tmp/sources"
+    find "$(dirname "$mk")/sources" -maxdepth 1 -type f \( -iname '*.png' -o -iname '*.jpg' -o -iname '*.jpeg' \) \
+      -exec cp {} "$tmp/sources/" \;
+    $py "$tmp/make_corpus.py" "$corpus" --count 8000 > "$OUTDIR/corpus.log" 2>&1 \
       || { echo "device_gpu: cannot make the corpus"; tail "$OUTDIR/corpus.log"; return 1; }
   fi
   say "shardkit_gpu_bench"
-  build-gpu/shardkit_gpu_bench "$corpus" --batch 256 --epochs 2 > "$OUTDIR/bench_shardkit.jsonl" 2> "$OUTDIR/bench_shardkit.err"
+  build-gpu/lib/shardkit_gpu_bench "$corpus" --batch 256 --epochs 2 > "$OUTDIR/bench_shardkit.jsonl" 2> "$OUTDIR/bench_shardkit.err"
   cat "$OUTDIR/bench_shardkit.err"
   say "peers (torchvision GPU decode, DataLoader)"
   python3 scripts/bench_gpu_peer.py "$corpus" --batch 256 --epochs 2 --workers 15 > "$OUTDIR/bench_peers.jsonl" \

@@ -21,7 +21,23 @@ if(SHARDKIT_WITH_CUDA)
       set(SHARDKIT_HAVE_CUDA ON)
       find_path(SHARDKIT_NVJPEG_INCLUDE nvjpeg.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
       if(TARGET CUDA::nvjpeg AND SHARDKIT_NVJPEG_INCLUDE)
-        set(SHARDKIT_HAVE_NVJPEG ON)
+        # nvjpeg_decoder.cc was written against the documented API without this header
+        # at hand: check that it compiles here, and build without nvJPEG (saying why)
+        # rather than not at all when it does not.
+        set(_sk_tc_type ${CMAKE_TRY_COMPILE_TARGET_TYPE})
+        set(CMAKE_TRY_COMPILE_TARGET_TYPE STATIC_LIBRARY)
+        try_compile(SHARDKIT_NVJPEG_COMPILES ${CMAKE_BINARY_DIR}/nvjpeg_check
+          SOURCES ${CMAKE_CURRENT_LIST_DIR}/nvjpeg_decoder.cc
+          CMAKE_FLAGS "-DINCLUDE_DIRECTORIES=${PROJECT_SOURCE_DIR}/include;${PROJECT_SOURCE_DIR}/lib;${SHARDKIT_NVJPEG_INCLUDE};${CUDAToolkit_INCLUDE_DIRS}"
+          CXX_STANDARD 20
+          OUTPUT_VARIABLE _sk_nvjpeg_out)
+        set(CMAKE_TRY_COMPILE_TARGET_TYPE ${_sk_tc_type})
+        if(SHARDKIT_NVJPEG_COMPILES)
+          set(SHARDKIT_HAVE_NVJPEG ON)
+        else()
+          message(WARNING "shardkit: lib/gpu/nvjpeg_decoder.cc does not compile against ${SHARDKIT_NVJPEG_INCLUDE}/nvjpeg.h; "
+            "building without nvJPEG. Compiler output:\n${_sk_nvjpeg_out}")
+        endif()
       endif()
     endif()
   endif()
