@@ -111,7 +111,7 @@ for k, r in rate.items():
     a = f"{ips / dl:.2f}" if dl else "-"
     b = f"{ips / tv:.2f}" if tv else "-"
     notes = []
-    if "consumer_wait_pct" in r: notes.append(f"wait {r['consumer_wait_pct']:.2f}% vs_cpu {r['vs_cpu_loader']:.3f}")
+    if "consumer_wait_pct" in r: notes.append(f"consumer wait {r['consumer_wait_pct']:.2f}%, x cpu_loader {r['vs_cpu_loader']:.3f}, x ideal {r['vs_ideal']:.3f}")
     if "hardware" in r: notes.append(f"hw {r['hardware']} cuda {r['cuda']} host {r['host']} roi {r['roi']}")
     if "skipped" in r: notes.append(f"skipped {r['skipped']} (CMYK/PNG)")
     print(f"{k:34s} {ips:10.1f} {a:>13s} {b:>14s}  {'; '.join(notes)}")

@@ -124,21 +124,118 @@ struct GpuLoader::Impl {
 };
 
 // ---------------------------------------------------------------------------------------
-// The copy path: CPU Loader (uint8 NHWC, pinned) -> cudaMemcpyAsync -> convert kernel.
+// Both paths: a producer thread fills ring slots ahead of the consumer (at most ring
+// batches: backpressure is the ring), a queue hands them out in order.
 
 namespace {
 
-struct CopyImpl final : GpuLoader::Impl {
-  std::unique_ptr<Loader> loader;
+struct QueueItem {
+  Status st;
+  DeviceBatch batch;
+  uint64_t hw = 0, cuda = 0, host = 0, roi = 0;  // counted when handed out
+};
+
+struct ProducerImpl : GpuLoader::Impl {
+  std::thread producer;
+  std::atomic<bool> stop{false};
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  std::deque<QueueItem> queue;
+  Status sticky;
+  bool ended = false;
+
+  // Consumer thread, producer stopped: position at the start of epoch e.
+  virtual void BeginEpoch(uint64_t e) = 0;
+  // Producer thread: fill slots with the batches of epoch e, then push End (or an error).
+  virtual void Produce(uint64_t e) = 0;
+
+  void Stop() {
+    if (!producer.joinable()) return;
+    stop.store(true);
+    if (ring) ring->Wake();
+    cv.notify_all();
+    producer.join();
+    stop.store(false);
+    std::deque<QueueItem> q;
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      q.swap(queue);
+    }
+    for (auto& it : q) it.batch.Release(stream);  // never handed out: the loader's stream
+  }
+
+  void Start(uint64_t e) {
+    epoch = e;
+    BeginEpoch(e);
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      sticky = Status::OK();
+      ended = false;
+    }
+    producer = std::thread([this, e] {
+      if (cudaSetDevice(g.device) != cudaSuccess) {
+        Push({gpu::CudaError(cudaGetLastError(), "cudaSetDevice"), {}});
+        return;
+      }
+      Produce(e);
+    });
+  }
+
+  void SetEpoch(uint64_t e) override {
+    Stop();
+    Start(e);
+  }
+
+  void Push(QueueItem it) {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      queue.push_back(std::move(it));
+    }
+    cv.notify_all();
+  }
+
+  Result<DeviceBatch> Next() override {
+    std::unique_lock<std::mutex> lk(mu);
+    if (!sticky.ok()) return sticky;
+    if (ended) return GpuLoaderAccess::End();
+    if (queue.empty() && ring->Handed() >= int(ring->slots.size()))
+      return Status::Invalid(fmt::format("the consumer holds all {} device batches; release one before Next()", g.ring));
+    cv.wait(lk, [&] { return !queue.empty(); });
+    QueueItem it = std::move(queue.front());
+    queue.pop_front();
+    if (!it.st.ok()) {
+      sticky = it.st;
+      return it.st;
+    }
+    if (it.batch.end_of_epoch()) {
+      ended = true;
+    } else {
+      ring->MarkHanded(it.batch.slot());
+      ++batches;
+      hw += it.hw;
+      cuda += it.cuda;
+      host += it.host;
+      roi += it.roi;
+    }
+    return std::move(it.batch);
+  }
+};
+
+// ---------------------------------------------------------------------------------------
+// The copy path: CPU Loader (uint8 NHWC, pinned) -> cudaMemcpyAsync -> convert kernel.
+
+struct CopyImpl final : ProducerImpl {
+  std::unique_ptr<Loader> loader;  // used by the producer thread only while it runs
   struct Pending {
     Batch host;
     cudaEvent_t copied;
   };
-  std::deque<Pending> pending;  // host batches whose copy may still be running
+  std::deque<Pending> pending;  // host batches whose copy may still be running (producer)
   std::vector<cudaEvent_t> free_events;
   size_t max_pending = 2;
 
   ~CopyImpl() override {
+    Stop();
     SK_CUDA_IGNORE(cudaSetDevice(g.device));
     if (stream) SK_CUDA_IGNORE(cudaStreamSynchronize(stream));
     for (auto& p : pending) free_events.push_back(p.copied);
@@ -155,6 +252,7 @@ struct CopyImpl final : GpuLoader::Impl {
     std::string why;
     inner.allocator = PinnedHostAllocator(&why);
     if (!inner.allocator) return Status::Unsupported(why);
+    // Host batches: the CPU loader's read-ahead, plus those whose copy is in flight.
     inner.prefetch = std::max(o.prefetch, 2) + 2;
     max_pending = size_t(inner.prefetch - 2);
     if (data) {
@@ -170,23 +268,29 @@ struct CopyImpl final : GpuLoader::Impl {
       SK_CUDA_RETURN(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
       free_events.push_back(e);
     }
+    Start(0);
     return Status::OK();
   }
 
-  void SetEpoch(uint64_t e) override {
-    epoch = e;
+  void BeginEpoch(uint64_t e) override {
     loader->set_epoch(e);
+    std::lock_guard<std::mutex> lk(mu);
+    skipped.clear();
   }
   uint64_t NumBatches() const override { return loader->num_batches(); }
   uint64_t NumSamples() const override { return loader->num_samples(); }
-  std::vector<Status> Skipped() const override { return loader->skipped(); }
+  std::vector<Status> skipped;  // the CPU loader's list, copied by the producer (guarded by mu)
+  std::vector<Status> Skipped() const override {
+    std::lock_guard<std::mutex> lk(mu);
+    return skipped;
+  }
 
-  // Returns host batches whose copy has finished to the loader's pool; waits for the
-  // oldest while more than max_pending are out.
+  // Returns host batches whose copy has finished to the CPU loader's pool; waits for the
+  // oldest while max_pending are out.
   Status Reap() {
     while (!pending.empty()) {
       cudaEvent_t ev = pending.front().copied;
-      cudaError_t q = pending.size() > max_pending - 1 ? cudaEventSynchronize(ev) : cudaEventQuery(ev);
+      cudaError_t q = pending.size() >= max_pending ? cudaEventSynchronize(ev) : cudaEventQuery(ev);
       if (q == cudaErrorNotReady) {
         (void)cudaGetLastError();
         break;
@@ -198,38 +302,52 @@ struct CopyImpl final : GpuLoader::Impl {
     return Status::OK();
   }
 
-  Result<DeviceBatch> Next() override {
-    SK_CUDA_RETURN(cudaSetDevice(g.device));
-    SK_RETURN_IF_ERROR(Reap());
-    int slot = ring->TryAcquire();
-    if (slot < 0)
-      return Status::Invalid(fmt::format("the consumer holds all {} device batches; release one before Next()", g.ring));
-    auto r = loader->Next();
-    if (!r.ok()) {
-      ring->Abandon(slot);
-      return std::move(r).take_status();
+  void Produce(uint64_t) override {
+    for (;;) {
+      int slot = ring->Acquire(&stop);
+      if (slot < 0) return;  // stopped
+      QueueItem it;
+      Status st = Reap();
+      Result<Batch> r = st.ok() ? loader->Next() : Result<Batch>(st);
+      if (o.on_error == DecodeErrorPolicy::kSkip) {
+        std::vector<Status> sk = loader->skipped();
+        std::lock_guard<std::mutex> lk(mu);
+        skipped.swap(sk);
+      }
+      if (!r.ok()) {
+        ring->Abandon(slot);
+        it.st = std::move(r).take_status();
+        Push(std::move(it));
+        return;  // stays failed until set_epoch, as the CPU loader
+      }
+      Batch hb = std::move(r).value();
+      if (hb.end_of_epoch()) {
+        ring->Abandon(slot);
+        it.batch = GpuLoaderAccess::End();
+        Push(std::move(it));
+        return;
+      }
+      st = Upload(hb, slot);
+      if (st.ok() && free_events.empty()) st = Status::Internal("copy events exhausted");
+      cudaEvent_t ev = st.ok() ? free_events.back() : nullptr;
+      if (st.ok()) {
+        cudaError_t ce = cudaEventRecord(ev, stream);  // after the copy and the conversion
+        if (ce != cudaSuccess) st = gpu::CudaError(ce, "cudaEventRecord(copy)");
+      }
+      if (!st.ok()) {
+        ring->Abandon(slot);
+        it.st = st;
+        Push(std::move(it));
+        return;
+      }
+      free_events.pop_back();
+      it.host = hb.size();
+      it.batch = GpuLoaderAccess::Make(ring, slot, o.dtype, o.layout, int64_t(hb.size()), o.output_height,
+                                       o.output_width, hb.labels(), hb.keys(), hb.indices(), hb.epoch(), hb.index());
+      pending.push_back({std::move(hb), ev});
+      Push(std::move(it));
+      if (stop.load()) return;
     }
-    Batch hb = std::move(r).value();
-    if (hb.end_of_epoch()) {
-      ring->Abandon(slot);
-      return GpuLoaderAccess::End();
-    }
-    Status st = Upload(hb, slot);
-    if (!st.ok()) {
-      ring->Abandon(slot);
-      return st;
-    }
-    ring->MarkHanded(slot);
-    DeviceBatch db = GpuLoaderAccess::Make(ring, slot, o.dtype, o.layout, int64_t(hb.size()), o.output_height,
-                                           o.output_width, hb.labels(), hb.keys(), hb.indices(), hb.epoch(),
-                                           hb.index());
-    if (free_events.empty()) return Status::Internal("copy events exhausted");
-    pending.push_back({std::move(hb), free_events.back()});
-    free_events.pop_back();
-    SK_CUDA_RETURN(cudaEventRecord(pending.back().copied, stream));  // after the copy (and convert)
-    ++batches;
-    host += db.size();
-    return db;
   }
 
   Status Upload(const Batch& hb, int slot) {
@@ -279,13 +397,7 @@ struct Set {
   cudaEvent_t done = nullptr;
 };
 
-struct QueueItem {
-  Status st;
-  DeviceBatch batch;
-  uint64_t hw = 0, cuda = 0, host = 0, roi = 0;  // counted when handed out
-};
-
-struct DecodeImpl final : GpuLoader::Impl {
+struct DecodeImpl final : ProducerImpl {
   std::unique_ptr<Dataset> dataset;
   std::shared_ptr<RandomAccess> data;
   uint64_t n = 0;
@@ -299,14 +411,7 @@ struct DecodeImpl final : GpuLoader::Impl {
   Set sets[2];
   std::vector<uint64_t> order;
 
-  std::thread producer;
-  std::atomic<bool> stop{false};
-  mutable std::mutex mu;
-  std::condition_variable cv;
-  std::deque<QueueItem> queue;
-  std::vector<Status> skipped;
-  Status sticky;
-  bool ended = false;
+  std::vector<Status> skipped;  // guarded by mu
 
   ~DecodeImpl() override {
     Stop();
@@ -365,52 +470,14 @@ struct DecodeImpl final : GpuLoader::Impl {
     return skipped;
   }
 
-  void Stop() {
-    if (!producer.joinable()) return;
-    stop.store(true);
-    ring->Wake();
-    cv.notify_all();
-    producer.join();
-    stop.store(false);
-    std::deque<QueueItem> q;
-    {
-      std::lock_guard<std::mutex> lk(mu);
-      q.swap(queue);
-    }
-    for (auto& it : q) it.batch.Release(stream);  // never handed out: the loader's stream
-  }
-
-  void Start(uint64_t e) {
-    epoch = e;
+  void BeginEpoch(uint64_t e) override {
     std::vector<uint64_t> perm = pipeline::EpochPermutation(n, o.seed, e, o.shuffle);
     order = pipeline::RankIndices(perm, uint32_t(o.rank), uint32_t(o.world_size), o.batch_size, o.drop_last);
-    {
-      std::lock_guard<std::mutex> lk(mu);
-      skipped.clear();
-      sticky = Status::OK();
-      ended = false;
-    }
-    producer = std::thread([this, e] { Produce(e); });
+    std::lock_guard<std::mutex> lk(mu);
+    skipped.clear();
   }
 
-  void SetEpoch(uint64_t e) override {
-    Stop();
-    Start(e);
-  }
-
-  void Push(QueueItem it) {
-    {
-      std::lock_guard<std::mutex> lk(mu);
-      queue.push_back(std::move(it));
-    }
-    cv.notify_all();
-  }
-
-  void Produce(uint64_t e) {
-    if (cudaSetDevice(g.device) != cudaSuccess) {
-      Push({gpu::CudaError(cudaGetLastError(), "cudaSetDevice"), {}});
-      return;
-    }
+  void Produce(uint64_t e) override {
     for (uint64_t b = 0; b < part.num_batches; ++b) {
       int slot = ring->Acquire(&stop);
       if (slot < 0) return;  // stopped
@@ -436,32 +503,6 @@ struct DecodeImpl final : GpuLoader::Impl {
       if (stop.load()) return;
     }
     Push({Status::OK(), GpuLoaderAccess::End()});
-  }
-
-  Result<DeviceBatch> Next() override {
-    std::unique_lock<std::mutex> lk(mu);
-    if (!sticky.ok()) return sticky;
-    if (ended) return GpuLoaderAccess::End();
-    if (queue.empty() && ring->Handed() >= int(ring->slots.size()))
-      return Status::Invalid(fmt::format("the consumer holds all {} device batches; release one before Next()", g.ring));
-    cv.wait(lk, [&] { return !queue.empty(); });
-    QueueItem it = std::move(queue.front());
-    queue.pop_front();
-    if (!it.st.ok()) {
-      sticky = it.st;
-      return it.st;
-    }
-    if (it.batch.end_of_epoch()) {
-      ended = true;
-    } else {
-      ring->MarkHanded(it.batch.slot());
-      ++batches;
-      hw += it.hw;
-      cuda += it.cuda;
-      host += it.host;
-      roi += it.roi;
-    }
-    return std::move(it.batch);
   }
 
   // --- one batch ---
