@@ -112,6 +112,9 @@ class Dataset {
   virtual Result<std::unique_ptr<SampleReader>> NewReader() const = 0;
   // Unsupported for formats without random access.
   virtual Result<std::shared_ptr<RandomAccess>> NewRandomAccess() const = 0;
+  // The per-sample checksums (Sample::checksum()) the writer recorded, in dataset
+  // order; empty when the dataset carries none (e.g. written by another tool).
+  virtual Result<std::vector<uint64_t>> RecordedChecksums() const { return std::vector<uint64_t>{}; }
 };
 
 // Opens a dataset for reading.
