@@ -9,9 +9,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <random>
 #include <vector>
 
 #include "gpu/jpeg_header.h"
+#include "gpu/resize_math.h"
+#include "gpu/weights.h"
 #include "gpu/testing.h"
 #include "pipeline/resize.h"
 #include "shardkit/gpu.h"
@@ -199,6 +202,77 @@ TEST_CASE("JPEG headers are routed to the hardware, CUDA or host decoder", "[gpu
   CHECK_FALSE(h.complete);
   std::string cut = MakeJpeg(64, 48, 1).substr(0, 40);  // ends inside the header
   CHECK_FALSE(gpu::ParseJpegHeader(reinterpret_cast<const uint8_t*>(cut.data()), cut.size(), &h));
+}
+
+TEST_CASE("the resize kernel's arithmetic equals the CPU Resizer bit for bit (run on the host)", "[gpu]") {
+  // The kernel's per-pixel code (gpu/resize_math.h) on the host, fed with the tables the
+  // GPU path builds (gpu/weights.h), against pipeline::Resizer on the same pixels.
+  std::mt19937 rng(11);
+  int checked = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const int W = 8 + int(rng() % 300), H = 8 + int(rng() % 240);
+    const size_t stride = size_t(W) * 3 + (rng() % 2) * 5;  // sometimes padded rows
+    std::vector<uint8_t> px(stride * H);
+    for (auto& v : px) v = uint8_t(rng());
+    pipeline::CropBox box;
+    if (trial % 3 == 2) {  // fractional, eval-like
+      box.w = 1.0 + (W - 1) * (0.2 + 0.8 * (rng() % 1000) / 1000.0);
+      box.h = 1.0 + (H - 1) * (0.2 + 0.8 * (rng() % 1000) / 1000.0);
+      box.x = (W - box.w) * (rng() % 1000) / 1000.0;
+      box.y = (H - box.h) * (rng() % 1000) / 1000.0;
+    } else {
+      box.w = 1 + int(rng() % unsigned(W));
+      box.h = 1 + int(rng() % unsigned(H));
+      box.x = int(rng() % unsigned(W - int(box.w) + 1));
+      box.y = int(rng() % unsigned(H - int(box.h) + 1));
+    }
+    const bool flip = rng() % 2;
+    pipeline::OutputSpec spec;
+    spec.width = trial % 2 ? 64 : 24 + int(rng() % 200);
+    spec.height = trial % 2 ? 48 : 24 + int(rng() % 200);
+    spec.dtype = trial % 4 < 2 ? DType::kUint8 : DType::kFloat32;
+    spec.layout = spec.dtype == DType::kUint8 ? Layout::kNHWC : Layout::kNCHW;
+    const int ow = spec.width, oh = spec.height;
+    std::vector<uint8_t> ref(size_t(ow) * oh * 3 * DTypeSize(spec.dtype));
+    pipeline::Resizer rz;
+    rz.Run(px.data(), stride, W, H, box, flip, spec, ref.data());
+
+    pipeline::AxisWeights wx, wy;
+    int x0, y0, x1, y1;
+    gpu::BoxWeights(box, W, H, ow, oh, &wx, &wy, &x0, &y0, &x1, &y1);
+    // The GPU path uploads only the rectangle the weights read.
+    std::vector<uint8_t> rect(size_t(x1 - x0) * (y1 - y0) * 3);
+    for (int y = y0; y < y1; ++y)
+      std::memcpy(&rect[size_t(y - y0) * (x1 - x0) * 3], &px[stride * y + size_t(x0) * 3], size_t(x1 - x0) * 3);
+    gpu::ShiftStarts(&wx, x0);
+    gpu::ShiftStarts(&wy, y0);
+    std::vector<uint8_t> ours(ref.size());
+    float mul[3], add[3];
+    for (int c = 0; c < 3; ++c) {
+      mul[c] = 1.f / (255.f * spec.std[c]);
+      add[c] = -spec.mean[c] / spec.std[c];
+    }
+    for (int j = 0; j < oh; ++j)
+      for (int i = 0; i < ow; ++i) {
+        float v[3];
+        gpu::ResizePixel(rect.data(), int64_t(x1 - x0) * 3, wx.start[i], wx.count[i], &wx.w[size_t(i) * wx.taps],
+                         wy.start[j], wy.count[j], &wy.w[size_t(j) * wy.taps], v);
+        const int xo = flip ? ow - 1 - i : i;
+        for (int c = 0; c < 3; ++c) {
+          if (spec.dtype == DType::kUint8) {
+            ours[(size_t(j) * ow + xo) * 3 + c] = gpu::ToU8(v[c]);
+          } else {
+            float f = gpu::Affine(v[c], mul[c], add[c]);
+            std::memcpy(&ours[((size_t(c) * oh + j) * ow + xo) * 4], &f, 4);
+          }
+        }
+      }
+    INFO("trial " << trial << ": " << W << "x" << H << " box " << box.x << "," << box.y << " " << box.w << "x"
+                  << box.h << " -> " << ow << "x" << oh << " " << DTypeName(spec.dtype));
+    CHECK(ours == ref);
+    ++checked;
+  }
+  CHECK(checked == 60);
 }
 
 TEST_CASE("without a CUDA device the GPU API fails with a reason", "[gpu]") {

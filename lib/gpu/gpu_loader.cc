@@ -23,6 +23,7 @@
 #include "gpu/jpeg_header.h"
 #include "gpu/kernels.h"
 #include "gpu/ring.h"
+#include "gpu/weights.h"
 #include "pipeline/plan.h"
 #include "pipeline/resize.h"
 #include "shardkit/gpu.h"
@@ -74,13 +75,6 @@ Result<int> EnvInt(const char* name, int dflt) {
   long x = std::strtol(v, &end, 10);
   if (*end || x < 0 || x > (1 << 20)) return Status::Invalid(fmt::format("environment {}='{}' is not a valid number", name, v));
   return int(x);
-}
-
-// The source pixel range [lo, hi) of a box along one axis, as pipeline::Resizer::Run
-// computes it (kept identical so that the weights are identical).
-void BoxRange(double start, double len, int size, int* lo, int* hi) {
-  *lo = std::max(0, int(std::floor(start + 1e-9)));
-  *hi = std::min(size, std::max(*lo + 1, int(std::ceil(start + len - 1e-9))));
 }
 
 size_t Align(size_t x, size_t a = 256) { return (x + a - 1) / a * a; }
@@ -522,12 +516,10 @@ struct DecodeImpl final : ProducerImpl {
                                              o.dct_scaling ? o.output_height : 0, &reg);
     if (!st.ok()) return st.At(where);
     int xlo, xhi, ylo, yhi;
-    BoxRange(reg.box.x, reg.box.w, reg.width, &xlo, &xhi);
-    BoxRange(reg.box.y, reg.box.h, reg.height, &ylo, &yhi);
-    pipeline::ComputeAxis(reg.box.x, reg.box.w, o.output_width, xlo, xhi, &r.wx);
-    pipeline::ComputeAxis(reg.box.y, reg.box.h, o.output_height, ylo, yhi, &r.wy);
-    for (auto& s : r.wx.start) s -= xlo;
-    for (auto& s : r.wy.start) s -= ylo;
+    gpu::BoxWeights(reg.box, reg.width, reg.height, o.output_width, o.output_height, &r.wx, &r.wy, &xlo, &ylo, &xhi,
+                    &yhi);
+    gpu::ShiftStarts(&r.wx, xlo);
+    gpu::ShiftStarts(&r.wy, ylo);
     r.pw = xhi - xlo;
     r.ph = yhi - ylo;
     r.pixels.resize(size_t(r.pw) * r.ph * 3);
@@ -552,8 +544,7 @@ struct DecodeImpl final : ProducerImpl {
                                 : pipeline::EvalAugment(h.width, h.height, o.resize_size, o.output_width,
                                                         o.output_height);
     int xlo, xhi, ylo, yhi;
-    BoxRange(aug.box.x, aug.box.w, h.width, &xlo, &xhi);
-    BoxRange(aug.box.y, aug.box.h, h.height, &ylo, &yhi);
+    gpu::BoxWeights(aug.box, h.width, h.height, o.output_width, o.output_height, &r.wx, &r.wy, &xlo, &ylo, &xhi, &yhi);
     gpu::NvItem& it = r.item;
     it = gpu::NvItem{};
     it.data = r.data;
@@ -561,11 +552,9 @@ struct DecodeImpl final : ProducerImpl {
     it.roi = g.roi_decode && (xlo > 0 || ylo > 0 || xhi < h.width || yhi < h.height);
     it.x = xlo, it.y = ylo, it.w = xhi - xlo, it.h = yhi - ylo;
     if (!nv->Inspect(tid, cls == gpu::JpegClass::kHardware, &it)) return false;
-    pipeline::ComputeAxis(aug.box.x, aug.box.w, o.output_width, xlo, xhi, &r.wx);
-    pipeline::ComputeAxis(aug.box.y, aug.box.h, o.output_height, ylo, yhi, &r.wy);
     if (it.roi) {
-      for (auto& s : r.wx.start) s -= xlo;
-      for (auto& s : r.wy.start) s -= ylo;
+      gpu::ShiftStarts(&r.wx, xlo);
+      gpu::ShiftStarts(&r.wy, ylo);
       r.pw = it.w;
       r.ph = it.h;
     } else {

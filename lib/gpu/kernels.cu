@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "gpu/cuda_util.h"
+#include "gpu/resize_math.h"
 
 namespace shardkit::gpu {
 namespace {
@@ -16,30 +17,27 @@ struct NormArgs {
 };
 
 template <class T>
-__device__ __forceinline__ T Cast(float v);
-template <>
-__device__ __forceinline__ uint8_t Cast<uint8_t>(float v) {
-  return uint8_t(rintf(fminf(fmaxf(v, 0.f), 255.f)));
-}
-template <>
-__device__ __forceinline__ float Cast<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ __half Cast<__half>(float v) { return __float2half_rn(v); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 Cast<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-
-template <class T>
-__device__ __forceinline__ void Store(T* dst, int64_t at, float v, float mul, float add) {
-  dst[at] = Cast<T>(__fadd_rn(__fmul_rn(v, mul), add));
-}
+__device__ __forceinline__ void Store(T* dst, int64_t at, float v, float mul, float add);
 template <>
 __device__ __forceinline__ void Store<uint8_t>(uint8_t* dst, int64_t at, float v, float, float) {
-  dst[at] = Cast<uint8_t>(v);
+  dst[at] = ToU8(v);
+}
+template <>
+__device__ __forceinline__ void Store<float>(float* dst, int64_t at, float v, float mul, float add) {
+  dst[at] = Affine(v, mul, add);
+}
+template <>
+__device__ __forceinline__ void Store<__half>(__half* dst, int64_t at, float v, float mul, float add) {
+  dst[at] = __float2half_rn(Affine(v, mul, add));
+}
+template <>
+__device__ __forceinline__ void Store<__nv_bfloat16>(__nv_bfloat16* dst, int64_t at, float v, float mul, float add) {
+  dst[at] = __float2bfloat16_rn(Affine(v, mul, add));
 }
 
-// One thread per output pixel; blockIdx.y is the batch row. The horizontal sums of each
-// tap row are recomputed per output pixel (in the host Resizer's order), so the result
-// equals its two-pass computation bit for bit.
+// One thread per output pixel; blockIdx.y is the batch row. The vertical sums of each
+// tap column are recomputed per output pixel, in the host Resizer's order (vertical pass,
+// then horizontal), so the result equals its two-pass computation bit for bit.
 template <class T, bool kNchw>
 __global__ void ResizeKernel(const ResizeDesc* __restrict__ descs, const uint32_t* __restrict__ blob, int out_h,
                              int out_w, NormArgs norm, T* __restrict__ dst) {
@@ -60,24 +58,10 @@ __global__ void ResizeKernel(const ResizeDesc* __restrict__ descs, const uint32_
   const float* wx = w_x + size_t(i) * d.taps_x;
   const int sy = start_y[j], cy = count_y[j];
   const float* wy = w_y + size_t(j) * d.taps_y;
-  float l0 = 0.f, l1 = 0.f, l2 = 0.f;
-  for (int k = 0; k < cy; ++k) {
-    const uint8_t* row = d.src + (sy + k) * d.pitch + int64_t(sx) * 3;
-    float a0 = 0.f, a1 = 0.f, a2 = 0.f;
-    for (int m = 0; m < cx; ++m) {
-      const float w = wx[m];
-      a0 = __fadd_rn(a0, __fmul_rn(w, float(row[m * 3 + 0])));
-      a1 = __fadd_rn(a1, __fmul_rn(w, float(row[m * 3 + 1])));
-      a2 = __fadd_rn(a2, __fmul_rn(w, float(row[m * 3 + 2])));
-    }
-    const float wk = wy[k];
-    l0 = __fadd_rn(l0, __fmul_rn(wk, a0));
-    l1 = __fadd_rn(l1, __fmul_rn(wk, a1));
-    l2 = __fadd_rn(l2, __fmul_rn(wk, a2));
-  }
+  float l[3];
+  ResizePixel(d.src, d.pitch, sx, cx, wx, sy, cy, wy, l);
   const int xo = d.flip ? out_w - 1 - i : i;
   const int64_t plane = int64_t(out_h) * out_w;
-  const float l[3] = {l0, l1, l2};
 #pragma unroll
   for (int c = 0; c < 3; ++c) {
     int64_t at = kNchw ? (int64_t(n) * 3 + c) * plane + int64_t(j) * out_w + xo

@@ -2,7 +2,8 @@
 // CUDA headers (streams are void*, i.e. cudaStream_t).
 //
 // Arithmetic: every product and sum is rounded separately (__fmul_rn/__fadd_rn, no fused
-// multiply-add) and in the same order as pipeline::Resizer on the host, so that the same
+// multiply-add) and in the same order as pipeline::Resizer on the host (vertical taps,
+// then horizontal), so that the same
 // source pixels, box and weights give bit-identical outputs on both.
 #pragma once
 
@@ -16,7 +17,7 @@ namespace shardkit::gpu {
 
 // Per-channel affine map applied to values v in [0, 255]: out = v * mul + add, with
 // mul = 1 / (255 * std) and add = -mean / std computed in float exactly as the host
-// Resizer does (for uint8 output: round-to-nearest-even of clamp(v, 0, 255)).
+// Resizer does (for uint8 output: clamp(v, 0, 255) rounded half up, as the Resizer).
 struct Normalize {
   float mul[3] = {1, 1, 1};
   float add[3] = {0, 0, 0};
