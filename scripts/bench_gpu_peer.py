@@ -10,8 +10,9 @@
   PNG: those files are left out of this peer and counted ("skipped").
 - dataloader: torchvision ImageFolder + RandomResizedCrop(224) + RandomHorizontalFlip +
   ToTensor + Normalize in a DataLoader (batch 256, 15 workers, pin_memory, persistent
-  workers), each batch moved to the GPU (non_blocking) and waited for.
-The first batch of each peer is a warm-up and is not timed.
+  workers): the work of scripts/bench_loader_peer.py, plus each batch moved to the GPU
+  (non_blocking) and waited for. Its first 5 batches (workers starting) are not timed.
+The first batch of the torchvision peer is a warm-up and is not timed.
 """
 import argparse, json, os, sys, time
 
@@ -96,15 +97,18 @@ def dataloader(root, batch, epochs, workers):
     ds = datasets.ImageFolder(root, tf)
     dl = torch.utils.data.DataLoader(ds, batch_size=batch, shuffle=True, num_workers=workers, pin_memory=True,
                                      persistent_workers=True, drop_last=False)
-    n, t0, started = 0, None, False
+    # As scripts/bench_loader_peer.py: the first 5 batches (workers starting) are not timed.
+    n, t0, seen = 0, None, 0
     for e in range(epochs):
         for x, y in dl:
             x = x.cuda(non_blocking=True)
             torch.cuda.synchronize()
-            if not started:
-                started, t0 = True, time.perf_counter()
+            seen += 1
+            if seen == 5:
+                t0 = time.perf_counter()
                 continue
-            n += x.shape[0]
+            if t0 is not None:
+                n += x.shape[0]
     dt = time.perf_counter() - t0
     emit({"mode": "dataloader", "images_per_s": n / dt, "images": n, "seconds": dt, "workers": workers})
 

@@ -9,8 +9,9 @@
 # logs and JSON results are copied there.
 set -uo pipefail
 stage=${1:-all}
-corpus=${CORPUS:-/tmp/sk_corpus}
 cd "$(dirname "$0")/.."
+corpus=${CORPUS:-$PWD/.bench/gpu_corpus}  # .bench/ is git-ignored: kept between runs
+mkdir -p "$(dirname "$corpus")"
 if [ -f .deps/unpack.sh ]; then
   # shellcheck disable=SC1091
   source .deps/unpack.sh
