@@ -5,8 +5,8 @@
 # Run from the repo root on the GPU machine, with .deps/ carried along (made here by
 # scripts/device-deps.sh):
 #   bash scripts/device_gpu.sh [all|build|test|sanitize|bench]     (default: all)
-# Each stage builds what it needs first. Outputs go to build-gpu/ and, when $OUT is set,
-# logs and JSON results are copied there.
+# Each stage builds what it needs first (in build-gpu/). Logs and JSON results are written
+# to $OUT when it is set, else to build-gpu/out. The corpus is made once, in .bench/.
 set -uo pipefail
 stage=${1:-all}
 cd "$(dirname "$0")/.."
