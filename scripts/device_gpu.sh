@@ -5,6 +5,8 @@
 # Run from the repo root on the GPU machine, with .deps/ carried along (made here by
 # scripts/device-deps.sh):
 #   bash scripts/device_gpu.sh [all|build|test|sanitize|bench]     (default: all)
+# `all` may take longer than one 10-minute device call: run build, test, sanitize and
+# bench as four calls (build-gpu/ and .bench/ are git-ignored and stay on the machine).
 # Each stage builds what it needs first (in build-gpu/). Logs and JSON results are written
 # to $OUT when it is set, else to build-gpu/out. The corpus is made once, in .bench/.
 set -uo pipefail
