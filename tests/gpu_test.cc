@@ -337,6 +337,54 @@ TEST_CASE("copy path: device batches equal the CPU loader's (uint8 exactly, floa
   CHECK(worst <= tol);
 }
 
+TEST_CASE("GPU loaders resume from a saved state with the batches of the uninterrupted run", "[gpu]") {
+  REQUIRE_GPU_OR_SKIP();
+  auto data = MixedData(90);
+  LoaderOptions o = Opts(DType::kUint8, Layout::kNHWC);
+  for (bool gpu_decode : {false, true}) {
+    GpuOptions g;
+    g.decoder = gpu_decode ? DecoderKind::kGpu : DecoderKind::kCpu;
+    g.force_cpu_decode = gpu_decode && !NvjpegCompiled();
+    auto whole = GpuEpoch(data, o, g, 2);
+    for (uint64_t cut : {0, 1, 3}) {
+      auto a = GpuLoader::Create(data, o, g);
+      REQUIRE(a.ok());
+      (*a)->set_epoch(2);
+      for (uint64_t k = 0; k < cut; ++k) REQUIRE((*a)->Next().ok());
+      LoaderState st = (*a)->save_state();
+      CHECK(st.epoch == 2);
+      CHECK(st.next_batch == cut);
+      auto json = st.ToJson();
+      a->reset();
+      auto parsed = LoaderState::FromJson(json);
+      REQUIRE(parsed.ok());
+      auto b = GpuLoader::Create(data, o, g);
+      REQUIRE(b.ok());
+      REQUIRE((*b)->restore(*parsed).ok());
+      for (size_t k = cut; k < whole.size(); ++k) {
+        auto x = (*b)->Next();
+        REQUIRE(x.ok());
+        REQUIRE_FALSE(x->end_of_epoch());
+        std::vector<uint8_t> bytes(x->bytes());
+        REQUIRE(x->CopyToHost(bytes.data()).ok());
+        INFO("gpu decode " << gpu_decode << " cut " << cut << " batch " << k);
+        CHECK(x->index() == k);
+        CHECK(x->keys() == whole[k].keys);
+        CHECK(bytes == whole[k].bytes);
+      }
+      auto end = (*b)->Next();
+      REQUIRE(end.ok());
+      CHECK(end->end_of_epoch());
+    }
+    // A state from another configuration is refused.
+    auto c = GpuLoader::Create(data, o, g);
+    REQUIRE(c.ok());
+    LoaderState bad = (*c)->save_state();
+    bad.batch_size = 7;
+    CHECK((*c)->restore(bad).code() == Code::kInvalidArgument);
+  }
+}
+
 TEST_CASE("a DeviceBatch outlives its loader, and holding every slot fails Next() instead of hanging", "[gpu]") {
   REQUIRE_GPU_OR_SKIP();
   auto data = MixedData(64, false);

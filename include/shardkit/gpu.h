@@ -162,8 +162,16 @@ class GpuLoader {
   // The next batch of the epoch, or the end-of-epoch marker; errors as Loader::Next().
   Result<DeviceBatch> Next();
 
-  // Under kSkip: the samples skipped so far in this epoch.
+  // Under kSkip: the samples skipped so far in this epoch (batches made ahead included).
   std::vector<Status> skipped() const;
+
+  // The position: the batch that the next Next() returns (batches prepared ahead on the
+  // device do not count). The same LoaderState as Loader's: a GpuLoader can resume a
+  // CPU Loader's run and the reverse.
+  LoaderState save_state() const;
+  // Continues from `s` (same dataset size, seed, batch size, rank and world size, else
+  // kInvalidArgument); the batches then equal those of the uninterrupted run.
+  Status restore(const LoaderState& s);
 
   struct Stats {
     uint64_t batches = 0;

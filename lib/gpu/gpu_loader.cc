@@ -100,7 +100,9 @@ struct GpuLoader::Impl {
     }
   }
   virtual void SetEpoch(uint64_t e) = 0;
+  virtual Status Restore(uint64_t e, uint64_t next_batch) = 0;
   virtual Result<DeviceBatch> Next() = 0;
+  uint64_t next_batch = 0;  // index of the batch the next Next() hands out
   virtual uint64_t NumBatches() const = 0;
   virtual uint64_t NumSamples() const = 0;
   virtual std::vector<Status> Skipped() const = 0;
@@ -138,10 +140,11 @@ struct ProducerImpl : GpuLoader::Impl {
   Status sticky;
   bool ended = false;
 
-  // Consumer thread, producer stopped: position at the start of epoch e.
-  virtual void BeginEpoch(uint64_t e) = 0;
-  // Producer thread: fill slots with the batches of epoch e, then push End (or an error).
-  virtual void Produce(uint64_t e) = 0;
+  // Consumer thread, producer stopped: position at batch `start` of epoch e.
+  virtual Status BeginEpoch(uint64_t e, uint64_t start) = 0;
+  // Producer thread: fill slots with the batches of epoch e from `start` on, then push
+  // End (or an error).
+  virtual void Produce(uint64_t e, uint64_t start) = 0;
 
   void Stop() {
     if (!producer.joinable()) return;
@@ -158,26 +161,39 @@ struct ProducerImpl : GpuLoader::Impl {
     for (auto& it : q) it.batch.Release(stream);  // never handed out: the loader's stream
   }
 
-  void Start(uint64_t e) {
+  Status Start(uint64_t e, uint64_t start = 0) {
+    if (Status st = BeginEpoch(e, start); !st.ok()) {
+      std::lock_guard<std::mutex> lk(mu);
+      sticky = st;  // Next() reports it instead of waiting for a producer that never ran
+      return st;
+    }
     epoch = e;
-    BeginEpoch(e);
+    next_batch = start;
     {
       std::lock_guard<std::mutex> lk(mu);
       sticky = Status::OK();
       ended = false;
     }
-    producer = std::thread([this, e] {
+    producer = std::thread([this, e, start] {
       if (cudaSetDevice(g.device) != cudaSuccess) {
         Push({gpu::CudaError(cudaGetLastError(), "cudaSetDevice"), {}});
         return;
       }
-      Produce(e);
+      Produce(e, start);
     });
+    return Status::OK();
   }
 
   void SetEpoch(uint64_t e) override {
     Stop();
-    Start(e);
+    (void)Start(e);  // position 0 of an epoch is always valid
+  }
+
+  Status Restore(uint64_t e, uint64_t start) override {
+    if (start > NumBatches())
+      return Status::Invalid(fmt::format("loader state is at batch {} of an epoch of {}", start, NumBatches()));
+    Stop();
+    return Start(e, start);
   }
 
   void Push(QueueItem it) {
@@ -205,6 +221,7 @@ struct ProducerImpl : GpuLoader::Impl {
       ended = true;
     } else {
       ring->MarkHanded(it.batch.slot());
+      next_batch = it.batch.index() + 1;
       ++batches;
       hw += it.hw;
       cuda += it.cuda;
@@ -262,14 +279,21 @@ struct CopyImpl final : ProducerImpl {
       SK_CUDA_RETURN(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
       free_events.push_back(e);
     }
-    Start(0);
-    return Status::OK();
+    return Start(0);
   }
 
-  void BeginEpoch(uint64_t e) override {
-    loader->set_epoch(e);
+  Status BeginEpoch(uint64_t e, uint64_t start) override {
+    if (start == 0) {
+      loader->set_epoch(e);
+    } else {
+      LoaderState st = loader->save_state();
+      st.epoch = e;
+      st.next_batch = start;
+      SK_RETURN_IF_ERROR(loader->restore(st));
+    }
     std::lock_guard<std::mutex> lk(mu);
     skipped.clear();
+    return Status::OK();
   }
   uint64_t NumBatches() const override { return loader->num_batches(); }
   uint64_t NumSamples() const override { return loader->num_samples(); }
@@ -296,7 +320,7 @@ struct CopyImpl final : ProducerImpl {
     return Status::OK();
   }
 
-  void Produce(uint64_t) override {
+  void Produce(uint64_t, uint64_t) override {
     for (;;) {
       int slot = ring->Acquire(&stop);
       if (slot < 0) return;  // stopped
@@ -453,8 +477,7 @@ struct DecodeImpl final : ProducerImpl {
                                                          g.hardware_decoder));
     }
 #endif
-    Start(0);
-    return Status::OK();
+    return Start(0);
   }
 
   uint64_t NumBatches() const override { return part.num_batches; }
@@ -464,15 +487,16 @@ struct DecodeImpl final : ProducerImpl {
     return skipped;
   }
 
-  void BeginEpoch(uint64_t e) override {
+  Status BeginEpoch(uint64_t e, uint64_t) override {
     std::vector<uint64_t> perm = pipeline::EpochPermutation(n, o.seed, e, o.shuffle);
     order = pipeline::RankIndices(perm, uint32_t(o.rank), uint32_t(o.world_size), o.batch_size, o.drop_last);
     std::lock_guard<std::mutex> lk(mu);
     skipped.clear();
+    return Status::OK();
   }
 
-  void Produce(uint64_t e) override {
-    for (uint64_t b = 0; b < part.num_batches; ++b) {
+  void Produce(uint64_t e, uint64_t start) override {
+    for (uint64_t b = start; b < part.num_batches; ++b) {
       int slot = ring->Acquire(&stop);
       if (slot < 0) return;  // stopped
       Set& set = sets[b % 2];
@@ -896,6 +920,30 @@ Result<DeviceBatch> GpuLoader::Next() {
   auto r = impl_->Next();
   impl_->wait_s += std::chrono::duration<double>(Clock::now() - t0).count();
   return r;
+}
+
+LoaderState GpuLoader::save_state() const {
+  LoaderState s;
+  s.seed = impl_->o.seed;
+  s.epoch = impl_->epoch;
+  s.next_batch = impl_->next_batch;
+  s.num_samples = impl_->NumSamples();
+  s.rank = impl_->o.rank;
+  s.world_size = impl_->o.world_size;
+  s.batch_size = impl_->o.batch_size;
+  return s;
+}
+
+Status GpuLoader::restore(const LoaderState& s) {
+  const LoaderOptions& o = impl_->o;
+  if (s.seed != o.seed || s.num_samples != impl_->NumSamples() || s.rank != o.rank || s.world_size != o.world_size ||
+      s.batch_size != o.batch_size)
+    return Status::Invalid(fmt::format(
+        "loader state (seed {}, {} samples, rank {}/{}, batch {}) does not match this loader "
+        "(seed {}, {} samples, rank {}/{}, batch {})",
+        s.seed, s.num_samples, s.rank, s.world_size, s.batch_size, o.seed, impl_->NumSamples(), o.rank,
+        o.world_size, o.batch_size));
+  return impl_->Restore(s.epoch, s.next_batch);
 }
 
 GpuLoader::Stats GpuLoader::stats() const {

@@ -58,6 +58,8 @@ DecoderKind GpuLoader::decoder() const { return DecoderKind::kCpu; }
 void* GpuLoader::stream() const { return nullptr; }
 Result<DeviceBatch> GpuLoader::Next() { return No(); }
 std::vector<Status> GpuLoader::skipped() const { return {}; }
+LoaderState GpuLoader::save_state() const { return {}; }
+Status GpuLoader::restore(const LoaderState&) { return No(); }
 GpuLoader::Stats GpuLoader::stats() const { return {}; }
 
 namespace gpu::testing {
