@@ -134,6 +134,20 @@ for k, r in rate.items():
 for r in rows:
     if "error" in r or ("skipped" in r and "images_per_s" not in r):
         print(f"{r['mode']:34s} {'-':>10s}  {r.get('error', r.get('skipped'))}")
+# The goals of issue 7.
+cp = [r for r in rows if r["mode"] == "copy_path" and "images_per_s" in r]
+gd = next((r for r in rows if r["mode"] == "gpu_decode" and "images_per_s" in r), None)
+goals = []
+if len(cp) >= 3:
+    goals.append(("copy path, consumer 0.5x: rate / CPU loader >= 0.98", cp[1]["vs_cpu_loader"], cp[1]["vs_cpu_loader"] >= 0.98))
+    goals.append(("copy path, consumer 1.5x: consumer wait % < 2", cp[2]["consumer_wait_pct"], cp[2]["consumer_wait_pct"] < 2))
+if gd and dl:
+    goals.append(("gpu decode / DataLoader >= 10", gd["images_per_s"] / dl, gd["images_per_s"] / dl >= 10))
+if gd and tv:
+    goals.append(("gpu decode / torchvision GPU decode >= 2", gd["images_per_s"] / tv, gd["images_per_s"] / tv >= 2))
+print()
+for name, v, ok in goals:
+    print(f"goal: {name:55s} {v:8.3f}  {'met' if ok else 'NOT met'}")
 PY
 }
 
