@@ -4,15 +4,25 @@
 #
 # Run from the repo root on the GPU machine, with .deps/ carried along (made here by
 # scripts/device-deps.sh):
-#   bash scripts/device_gpu.sh [all|build|test|sanitize|bench]     (default: all)
+#   bash scripts/device_gpu.sh [all|quick|build|test|sanitize|bench]   (default: all)
+# quick = build + test + bench (no sanitizer): the default when called from
+# scripts/device_bench.sh, which passes BUILD (build dir), WORK ($WORK/imgs: its corpus)
+# and OUT.
 # `all` may take longer than one 10-minute device call: run build, test, sanitize and
 # bench as four calls (build-gpu/ and .bench/ are git-ignored and stay on the machine).
-# Each stage builds what it needs first (in build-gpu/). Logs and JSON results are written
-# to $OUT when it is set, else to build-gpu/out. The corpus is made once, in .bench/.
+# Each stage builds what it needs first (in $BUILD, default build-gpu/). Logs and JSON results are written
+# to $OUT (as gpu_*) when it is set, else to $BUILD/out; the corpus is made once, in .bench/
+# (or taken from $WORK/imgs).
 set -uo pipefail
-stage=${1:-all}
+stage=${1:-${WORK:+quick}}
+stage=${stage:-all}
 cd "$(dirname "$0")/.."
-corpus=${CORPUS:-$PWD/.bench/gpu_corpus}  # .bench/ is git-ignored: kept between runs
+B=${BUILD:-build-gpu}
+if [ -n "${WORK:-}" ] && [ -d "$WORK/imgs" ]; then
+  corpus=${CORPUS:-$WORK/imgs}                # device_bench.sh's corpus
+else
+  corpus=${CORPUS:-$PWD/.bench/gpu_corpus}    # .bench/ is git-ignored: kept between runs
+fi
 mkdir -p "$(dirname "$corpus")"
 if [ -f .deps/unpack.sh ]; then
   # shellcheck disable=SC1091
@@ -21,32 +31,32 @@ else
   echo "device_gpu: .deps/unpack.sh missing (run scripts/device-deps.sh here and carry .deps)" >&2
 fi
 export PATH=/usr/local/cuda/bin:$PATH
-OUTDIR=${OUT:-build-gpu/out}
+OUTDIR=${OUT:-$B/out}
 mkdir -p "$OUTDIR"
 J=$(nproc)
 T0=$(date +%s)
 say() { echo "== device_gpu [$(( $(date +%s) - T0 ))s] $*"; }
 
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee "$OUTDIR/gpu.txt"
-nvcc --version | tail -1 | tee -a "$OUTDIR/gpu.txt"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee "$OUTDIR/gpu_device.txt"
+nvcc --version | tail -1 | tee -a "$OUTDIR/gpu_device.txt"
 
 build() {
   say "configure"
-  cmake -S . -B build-gpu -DSHARDKIT_WITH_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
-    > "$OUTDIR/configure.log" 2>&1 || { tail -40 "$OUTDIR/configure.log"; return 1; }
-  grep -A30 "shardkit:" "$OUTDIR/configure.log" | grep -v "^--" | head -60
+  cmake -S . -B "$B" -DSHARDKIT_WITH_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+    > "$OUTDIR/gpu_configure.log" 2>&1 || { tail -40 "$OUTDIR/gpu_configure.log"; return 1; }
+  grep -A30 "shardkit:" "$OUTDIR/gpu_configure.log" | grep -v "^--" | head -60
   say "build"
-  cmake --build build-gpu -j"$J" --target shardkit test_gpu shardkit_gpu_bench > "$OUTDIR/build.log" 2>&1 \
-    || { grep -E "error|Error" -A5 "$OUTDIR/build.log" | head -60; return 1; }
+  cmake --build "$B" -j"$J" --target shardkit test_gpu shardkit_gpu_bench > "$OUTDIR/gpu_build.log" 2>&1 \
+    || { grep -E "error|Error" -A5 "$OUTDIR/gpu_build.log" | head -60; return 1; }
   say "built"
 }
 
 gtests() {
   say "GPU tests"
   corpus || echo "device_gpu: no corpus; the corpus test will skip"
-  SHARDKIT_CORPUS=$corpus build-gpu/tests/test_gpu --durations yes > "$OUTDIR/test_gpu.log" 2>&1
+  SHARDKIT_CORPUS=$corpus $B/tests/test_gpu --durations yes > "$OUTDIR/gpu_tests.log" 2>&1
   local rc=$?
-  grep -E "warning:|SKIPPED|nvJPEG vs|FAILED|failed|passed|^[0-9.]+ s:" -A2 "$OUTDIR/test_gpu.log" | head -80
+  grep -E "warning:|SKIPPED|nvJPEG vs|FAILED|failed|passed|^[0-9.]+ s:" -A2 "$OUTDIR/gpu_tests.log" | head -80
   return $rc
 }
 
@@ -58,17 +68,17 @@ sanitize() {
   # Every GPU test but [nosan]: memory flatness (the sanitizer's own allocations move it)
   # and the 8000-image corpus (too slow under memcheck).
   timeout 330 "$cs" --tool memcheck --leak-check full --error-exitcode 97 \
-    build-gpu/tests/test_gpu "~[nosan]" > "$OUTDIR/memcheck.log" 2>&1 || rc=$?
-  tail -8 "$OUTDIR/memcheck.log"
+    $B/tests/test_gpu "~[nosan]" > "$OUTDIR/gpu_memcheck.log" 2>&1 || rc=$?
+  tail -8 "$OUTDIR/gpu_memcheck.log"
   # initcheck: no kernel reads device memory nothing wrote (staging, weights, pixels).
   # Only tests without nvJPEG: writes by the JPEG engines may be invisible to it.
   say "compute-sanitizer initcheck (copy path, host-decoded GPU path)"
   timeout 120 "$cs" --tool initcheck --error-exitcode 97 \
-    build-gpu/tests/test_gpu "copy path*" > "$OUTDIR/initcheck_copy.log" 2>&1 || rc=$?
-  tail -4 "$OUTDIR/initcheck_copy.log"
+    $B/tests/test_gpu "copy path*" > "$OUTDIR/gpu_initcheck_copy.log" 2>&1 || rc=$?
+  tail -4 "$OUTDIR/gpu_initcheck_copy.log"
   timeout 120 "$cs" --tool initcheck --error-exitcode 97 \
-    build-gpu/tests/test_gpu "GPU decode with every image on the host decoder*" > "$OUTDIR/initcheck_host.log" 2>&1 || rc=$?
-  tail -4 "$OUTDIR/initcheck_host.log"
+    $B/tests/test_gpu "GPU decode with every image on the host decoder*" > "$OUTDIR/gpu_initcheck_host.log" 2>&1 || rc=$?
+  tail -4 "$OUTDIR/gpu_initcheck_host.log"
   return $rc
 }
 
@@ -89,8 +99,8 @@ corpus() {
     find "$(dirname "$mk")/sources" -maxdepth 1 -type f \( -iname '*.png' -o -iname '*.jpg' -o -iname '*.jpeg' \) \
       -exec cp {} "$tmp/sources/" \;
     rm -rf "$corpus.part"
-    $py "$tmp/make_corpus.py" "$corpus.part" --count 8000 > "$OUTDIR/corpus.log" 2>&1 \
-      || { echo "device_gpu: cannot make the corpus"; tail "$OUTDIR/corpus.log"; return 1; }
+    $py "$tmp/make_corpus.py" "$corpus.part" --count 8000 > "$OUTDIR/gpu_corpus.log" 2>&1 \
+      || { echo "device_gpu: cannot make the corpus"; tail "$OUTDIR/gpu_corpus.log"; return 1; }
     mv "$corpus.part" "$corpus"
   fi
 }
@@ -98,13 +108,13 @@ corpus() {
 bench() {
   corpus || return 1
   say "shardkit_gpu_bench"
-  build-gpu/lib/shardkit_gpu_bench "$corpus" --batch 256 --epochs 2 > "$OUTDIR/bench_shardkit.jsonl" 2> "$OUTDIR/bench_shardkit.err"
-  cat "$OUTDIR/bench_shardkit.err"
+  $B/lib/shardkit_gpu_bench "$corpus" --batch 256 --epochs 2 > "$OUTDIR/gpu_bench_shardkit.jsonl" 2> "$OUTDIR/gpu_bench_shardkit.err"
+  cat "$OUTDIR/gpu_bench_shardkit.err"
   say "peers (torchvision GPU decode, DataLoader)"
-  python3 scripts/bench_gpu_peer.py "$corpus" --batch 256 --epochs 2 --workers 15 > "$OUTDIR/bench_peers.jsonl" \
-    2> "$OUTDIR/bench_peers.err"
-  tail -3 "$OUTDIR/bench_peers.err"
-  python3 - "$OUTDIR/bench_shardkit.jsonl" "$OUTDIR/bench_peers.jsonl" "$OUTDIR/gpu.txt" <<'PY'
+  python3 scripts/bench_gpu_peer.py "$corpus" --batch 256 --epochs 2 --workers $(( J > 1 ? J - 1 : 1 )) > "$OUTDIR/gpu_bench_peers.jsonl" \
+    2> "$OUTDIR/gpu_bench_peers.err"
+  tail -3 "$OUTDIR/gpu_bench_peers.err"
+  python3 - "$OUTDIR/gpu_bench_shardkit.jsonl" "$OUTDIR/gpu_bench_peers.jsonl" "$OUTDIR/gpu_device.txt" <<'PY'
 import json, sys
 rows = []
 for f in sys.argv[1:3]:
@@ -157,13 +167,19 @@ case "$stage" in
   test) build && gtests || rc=1 ;;
   sanitize) build && sanitize || rc=1 ;;
   bench) build && bench || rc=1 ;;
+  quick)
+    build || exit 1
+    gtests || rc=1
+    bench || rc=1
+    echo "device_gpu: compute-sanitizer not run in quick mode: scripts/device_gpu.sh sanitize"
+    ;;
   all)
     build || exit 1
     gtests || rc=1
     sanitize || rc=1
     bench || rc=1
     ;;
-  *) echo "usage: $0 [all|build|test|sanitize|bench]"; exit 2 ;;
+  *) echo "usage: $0 [all|quick|build|test|sanitize|bench]"; exit 2 ;;
 esac
 say "done rc=$rc"
 exit $rc
