@@ -24,7 +24,9 @@ else
   corpus=${CORPUS:-$PWD/.bench/gpu_corpus}    # .bench/ is git-ignored: kept between runs
 fi
 mkdir -p "$(dirname "$corpus")"
-if [ -f .deps/unpack.sh ]; then
+if [[ "${CMAKE_PREFIX_PATH:-}" == */opt/deps/* ]]; then
+  :  # already unpacked by the caller (scripts/device_bench.sh)
+elif [ -f .deps/unpack.sh ]; then
   # shellcheck disable=SC1091
   source .deps/unpack.sh
 else
