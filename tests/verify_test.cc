@@ -550,3 +550,24 @@ TEST_CASE("verify: shards written by GNU tar (no index, no checksums) and broken
   CHECK(cli.exit_code == 1);
   CHECK(cli.out.find(dir / "db") != std::string::npos);
 }
+
+TEST_CASE("shardkit convert --no-index, then shardkit index writes what the writer would have", "[verify][index]") {
+  TempDir dir;
+  MakeImageFolder(dir / "img", 2, 5);
+  auto a = Cli("convert " + Q(dir / "img") + " " + Q("wds:" + dir / "a/t-%06d.tar") + " --samples-per-shard 4");
+  INFO(a.out << a.err);
+  REQUIRE(a.exit_code == 0);
+  auto b = Cli("convert " + Q(dir / "img") + " " + Q("wds:" + dir / "b/t-%06d.tar") +
+               " --samples-per-shard 4 --no-index");
+  INFO(b.out << b.err);
+  REQUIRE(b.exit_code == 0);
+  CHECK_FALSE(std::filesystem::exists(dir / "b/t-000000.idx"));
+  auto idx = Cli("index " + Q(dir / "b/t-{000000..000002}.tar"));
+  INFO(idx.out << idx.err);
+  REQUIRE(idx.exit_code == 0);
+  for (int i = 0; i < 3; ++i)
+    CHECK(ReadFile(dir / fmt::format("b/t-{:06d}.idx", i)) == ReadFile(dir / fmt::format("a/t-{:06d}.idx", i)));
+  auto v = Cli("verify " + Q(dir / "b/t.manifest.json") + " --against " + Q(dir / "img") + " --decode");
+  INFO(v.out << v.err);
+  CHECK(v.exit_code == 0);
+}

@@ -21,6 +21,7 @@ struct CopyFlags {
   std::string key_dots = "error";
   bool overwrite = false;
   bool json = false;
+  bool no_index = false;
 };
 
 void AddCopyFlags(CLI::App* sub, CopyFlags* f) {
@@ -42,6 +43,8 @@ void AddCopyFlags(CLI::App* sub, CopyFlags* f) {
                   "each such '.'")
       ->check(CLI::IsMember({"error", "replace"}));
   sub->add_flag("--overwrite", f->overwrite, "Replace an existing output");
+  sub->add_flag("--no-index", f->no_index,
+                "Tar shards: do not write DALI's .idx beside each shard (`shardkit index` makes them later)");
   sub->add_flag("--json", f->json,
                 "Print the summary as one JSON object: command, source, destination, "
                 "source_format, destination_format, samples, bytes, payload_bytes, seconds, "
@@ -84,6 +87,7 @@ RunFn SetupConvert(CLI::App* sub) {
     o.write.samples_per_shard = f->samples_per_shard;
     o.write.overwrite = f->overwrite;
     o.write.key_dots = ToKeyDots(f->key_dots);
+    o.write.write_index = !f->no_index;
     o.write.lmdb_layout = f->lmdb_layout;
     o.shuffle = f->shuffle;
     o.seed = f->seed;
@@ -136,6 +140,7 @@ RunFn SetupShard(CLI::App* sub) {
     o.threads = f->threads;
     o.overwrite = f->overwrite;
     o.key_dots = ToKeyDots(f->key_dots);
+    o.write_index = !f->no_index;
     Result<ConvertSummary> r = [&] {
       ProgressPrinter progress;
       return Shard(f->src, f->dst, o, progress.fn());
