@@ -1,0 +1,174 @@
+"""shardkit.open / info / convert / shard and shardkit.Error, against real files."""
+import os
+import threading
+
+import pytest
+
+import shardkit
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def test_open_len_getitem_bytes_equal_files(folder):
+    address, samples = folder
+    ds = shardkit.open(address)
+    assert len(ds) == len(samples) == 24
+    keys = []
+    for i in range(len(ds)):
+        s = ds[i]
+        keys.append(s["__key__"])
+        path, label, _ = samples[s["__key__"]]
+        assert s["jpg"] == read(path)
+        assert s["cls"] == str(label).encode()
+        assert set(s) == {"__key__", "jpg", "cls"}
+    assert sorted(keys) == sorted(samples)
+    assert ds[-1] == ds[len(ds) - 1]
+    assert [s["__key__"] for s in ds[2:8:3]] == [keys[2], keys[5]]
+    with pytest.raises(IndexError):
+        ds[len(ds)]
+    with pytest.raises(IndexError):
+        ds[-len(ds) - 1]
+
+
+def test_iteration_equals_random_access(folder):
+    address, _ = folder
+    ds = shardkit.open(address)
+    assert list(ds) == [ds[i] for i in range(len(ds))]
+    # Two iterators are independent.
+    a, b = iter(ds), iter(ds)
+    assert next(a) == next(b)
+
+
+def test_info(folder):
+    address, samples = folder
+    ds = shardkit.open(address)
+    info = ds.info
+    assert info["format"] == "folder"
+    assert info["num_samples"] == 24
+    assert info["class_names"] == ["cat", "dog", "eel"]
+    assert "jpg" in info["fields"] and "cls" in info["fields"]
+    assert shardkit.info(address) == info
+    assert ds.class_names == ["cat", "dog", "eel"]
+    assert "folder" in repr(ds)
+
+
+def test_missing_dataset_raises_error_with_file(tmp_path):
+    missing = str(tmp_path / "nope")
+    with pytest.raises(shardkit.Error) as ei:
+        shardkit.open("folder:" + missing)
+    e = ei.value
+    assert isinstance(e, RuntimeError)
+    assert e.code in ("not_found", "io_error", "invalid_argument")
+    assert e.file is not None and "nope" in e.file
+    assert "nope" in str(e)
+    with pytest.raises(shardkit.Error):
+        shardkit.info("folder:" + missing)
+
+
+def test_unreadable_sample_raises_with_key_and_file(folder):
+    address, samples = folder
+    ds = shardkit.open(address)
+    path, _, _ = samples["dog/img3"]
+    index = [ds[i]["__key__"] for i in range(len(ds))].index("dog/img3")
+    os.remove(path)  # vanished after the dataset was indexed
+    with pytest.raises(shardkit.Error) as ei:
+        ds[index]
+    assert ei.value.key == "dog/img3"
+    assert ei.value.file is not None and ei.value.file.endswith("dog/img3.jpg")
+
+
+def test_getitem_from_threads(folder):
+    address, samples = folder
+    ds = shardkit.open(address)
+    results = {}
+
+    def work(t):
+        results[t] = [ds[i]["jpg"] for i in range(len(ds))]
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    expected = [ds[i]["jpg"] for i in range(len(ds))]
+    assert all(results[t] == expected for t in range(4))
+
+
+needs_convert = pytest.mark.skipif(not shardkit.HAVE_CONVERT, reason="no convert pipeline in this build")
+
+
+@needs_convert
+def test_convert_folder_to_tar_shards_round_trip(tmp_path, folder):
+    address, samples = folder
+    seen = []
+    summary = shardkit.convert(address, "wds:" + str(tmp_path / "s-%06d.tar"), samples_per_shard=10,
+                               progress=seen.append)
+    assert summary["samples"] == 24
+    assert [s["samples"] for s in summary["shards"]] == [10, 10, 4]
+    assert all(os.path.exists(s["path"]) for s in summary["shards"])
+    assert seen and seen[-1]["samples"] == 24
+    out = shardkit.open("wds:" + str(tmp_path / "s-{000000..000002}.tar"))
+    src = shardkit.open(address)
+    assert len(out) == 24
+    assert [out[i] for i in range(24)] == [src[i] for i in range(24)]
+    assert out.info["class_names"] == ["cat", "dog", "eel"]
+
+
+@needs_convert
+def test_convert_refuses_existing_output(tmp_path, folder):
+    address, _ = folder
+    dst = "folder:" + str(tmp_path / "copy")
+    shardkit.convert(address, dst)
+    with pytest.raises(shardkit.Error) as ei:
+        shardkit.convert(address, dst)
+    assert ei.value.code == "already_exists"
+    shardkit.convert(address, dst, overwrite=True)
+    assert len(shardkit.open(dst)) == 24
+
+
+@needs_convert
+def test_shard_even_counts_and_shuffle(tmp_path, folder):
+    address, samples = folder
+    summary = shardkit.shard(address, str(tmp_path / "t-%06d.tar"), num_shards=5, shuffle=True, seed=3)
+    assert [s["samples"] for s in summary["shards"]] == [5, 5, 5, 5, 4]
+    out = shardkit.open("wds:" + str(tmp_path / "t-{000000..000004}.tar"))
+    keys = [s["__key__"] for s in out]
+    assert sorted(keys) == sorted(samples)
+    assert keys != sorted(keys)  # shuffled
+    for s in out:
+        assert s["jpg"] == read(samples[s["__key__"]][0])
+
+
+@needs_convert
+def test_truncated_shard_raises_with_file(tmp_path, shards):
+    address, _ = shards
+    path = address[len("wds:"):].replace("{000000..000002}", "000001")
+    size = os.path.getsize(path)
+    with open(path, "r+b") as f:
+        f.truncate(size // 2 + 100)
+    with pytest.raises(shardkit.Error) as ei:
+        ds = shardkit.open(address)
+        for _ in ds:
+            pass
+    e = ei.value
+    assert e.file is not None and e.file.endswith("train-000001.tar"), str(e)
+    assert e.code == "corrupt"
+
+
+@needs_convert
+def test_convert_progress_exception_is_raised_after(tmp_path, folder):
+    address, _ = folder
+
+    def boom(p):
+        raise KeyError("stop")
+
+    with pytest.raises(KeyError):
+        shardkit.convert(address, "folder:" + str(tmp_path / "c"), progress=boom)
+
+
+def test_verify_is_marked_missing():
+    with pytest.raises(NotImplementedError):
+        shardkit.verify("anything")
