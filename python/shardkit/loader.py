@@ -244,6 +244,7 @@ class Loader:
                 yield images, labels, keys
             else:
                 yield images, labels
+            del images, labels  # hold no batch while the consumer's step runs the next call
 
     def _to_device(self, torch, images, labels):
         # Until device batches come from the library (issue 7): copy on the current

@@ -122,8 +122,10 @@ class PyDataset {
  private:
   void EnsureRandomAccess() {
     // Made on first use: building it may scan the dataset (e.g. tar shards without index).
+    // The GIL is released before call_once: a thread waiting there must not hold it while
+    // the thread running the initializer works (and takes the GIL back at its end).
+    py::gil_scoped_release nogil;
     std::call_once(ra_once_, [this] {
-      py::gil_scoped_release nogil;
       Result<std::shared_ptr<RandomAccess>> r = ds_->NewRandomAccess();
       if (r.ok()) ra_ = std::move(r).value();
       else ra_status_ = std::move(r).take_status();

@@ -242,16 +242,23 @@ class PyLoader {
   }
   ~PyLoader() { Close(); }
 
+  // f(loader) under the lock, without the GIL; f must not touch Python objects.
+  template <class F>
+  auto With(F f) {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mu_);
+    return f(*Get());
+  }
+
+  // Never wait for mu_ holding the GIL: the thread holding mu_ may need the GIL back.
   void Close() {
+    py::gil_scoped_release nogil;  // shutting down waits for the decoding threads
     std::unique_ptr<Loader> l;
     {
       std::lock_guard<std::mutex> lock(mu_);
       l = std::move(loader_);
     }
-    if (l) {
-      py::gil_scoped_release nogil;  // shutting down waits for the decoding threads
-      l.reset();
-    }
+    l.reset();
   }
 
   // The next batch, or None at the end of the epoch.
@@ -273,8 +280,7 @@ class PyLoader {
     Get()->set_epoch(e);
   }
   std::string SaveState() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return Get()->save_state().ToJson();
+    return With([](Loader& l) { return l.save_state().ToJson(); });
   }
   void Restore(const std::string& json) {
     LoaderState s = Unwrap(LoaderState::FromJson(json));
@@ -287,19 +293,10 @@ class PyLoader {
     Check(std::move(st));
   }
   py::list Skipped() {
-    std::vector<Status> v;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      v = Get()->skipped();
-    }
+    std::vector<Status> v = With([](Loader& l) { return l.skipped(); });
     py::list out;
     for (const Status& s : v) out.append(MakeError(s));
     return out;
-  }
-  template <class F>
-  auto With(F f) {
-    std::lock_guard<std::mutex> lock(mu_);
-    return f(*Get());
   }
 
  private:
@@ -408,7 +405,7 @@ tensor made from it is freed.)doc")
       .def_property_readonly("world_size",
                              [](PyLoader& l) { return l.With([](Loader& x) { return x.world_size(); }); })
       .def_property_readonly("class_names",
-                             [](PyLoader& l) { return l.With([](Loader& x) { return x.class_names(); }); });
+                             [](PyLoader& l) { return l.With([](Loader& x) { return std::vector<std::string>(x.class_names()); }); });
 #else
   m.attr("HAVE_LOADER") = false;
 #endif

@@ -81,20 +81,27 @@ def test_unreadable_sample_raises_with_key_and_file(folder):
 
 
 def test_getitem_from_threads(folder):
+    # Many threads at once, from the very first access (which builds the random access
+    # object while other threads wait for it: none may wait holding the GIL).
     address, samples = folder
-    ds = shardkit.open(address)
-    results = {}
+    expected = None
+    for _ in range(5):
+        ds = shardkit.open(address)
+        barrier = threading.Barrier(6)
+        results = {}
 
-    def work(t):
-        results[t] = [ds[i]["jpg"] for i in range(len(ds))]
+        def work(t):
+            barrier.wait()
+            results[t] = [ds[i]["jpg"] for i in range(len(ds))]
 
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    expected = [ds[i]["jpg"] for i in range(len(ds))]
-    assert all(results[t] == expected for t in range(4))
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert not any(t.is_alive() for t in threads), "threads hung"
+        expected = expected or [read(samples[ds[i]["__key__"]][0]) for i in range(len(ds))]
+        assert all(results[t] == expected for t in range(6))
 
 
 needs_convert = pytest.mark.skipif(not shardkit.HAVE_CONVERT, reason="no convert pipeline in this build")
