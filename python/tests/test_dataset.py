@@ -58,14 +58,15 @@ def test_info(folder):
 def test_missing_dataset_raises_error_with_file(tmp_path):
     missing = str(tmp_path / "nope")
     with pytest.raises(shardkit.Error) as ei:
-        shardkit.open("folder:" + missing)
+        shardkit.open(missing)
     e = ei.value
     assert isinstance(e, RuntimeError)
     assert e.code in ("not_found", "io_error", "invalid_argument")
+    assert e.key is None and e.offset is None
     assert e.file is not None and "nope" in e.file
     assert "nope" in str(e)
     with pytest.raises(shardkit.Error):
-        shardkit.info("folder:" + missing)
+        shardkit.info(missing)
 
 
 def test_unreadable_sample_raises_with_key_and_file(folder):
