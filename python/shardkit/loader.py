@@ -277,10 +277,12 @@ def _parse_device(device):
         torch = None
     if torch is not None:
         d = torch.device(device)
-        if d.type == "cuda" and d.index is None:
+        if d.type == "cuda" and d.index is None and torch.cuda.is_available():
             d = torch.device("cuda", torch.cuda.current_device())
         if d.type not in ("cpu", "cuda"):
             raise ValueError(f'device must be "cpu" or "cuda:N", not {device!r}')
+        if d.type == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError(f"device {device!r} asked for, but torch sees no CUDA device")
         return d
     if str(device) != "cpu":
         raise ValueError(f"device {device!r} needs torch")

@@ -287,6 +287,40 @@ def test_bad_arguments(folder):
     assert "/no/such/dir" in str(ei.value)
 
 
+def test_next_releases_the_gil(folder):
+    import threading
+
+    address, _ = folder
+    # Big outputs on one thread: each batch takes a while to make.
+    ld = loader(address, output_size=512, batch_size=24, threads=1, prefetch=2, shuffle=False)
+    count = [0]
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            count[0] += 1
+
+    t = threading.Thread(target=spin)
+    t.start()
+    try:
+        before = count[0]
+        b = ld._loader.next()  # waits for the whole batch to be decoded
+        during = count[0] - before
+    finally:
+        stop.set()
+        t.join()
+    assert b is not None and len(b) == 24
+    assert during > 1000, "the Python thread did not run while next() waited"
+
+
+def test_cuda_device_without_cuda(folder):
+    address, _ = folder
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    with pytest.raises(RuntimeError):
+        loader(address, device="cuda:0")
+
+
 def test_tar_shards(shards):
     address, samples = shards
     ld = loader(address, return_keys=True)
