@@ -88,6 +88,10 @@ struct WriteOptions {
   KeyDots key_dots = KeyDots::kError;
   std::string lmdb_layout = "shardkit";  // or "caffe"
   bool write_index = true;           // wds: write DALI .idx files beside the shards
+  // wds: when non-empty, shard i holds exactly shard_plan[i] samples (the sum is the
+  // number of samples the caller will write); shard_size and samples_per_shard are
+  // then ignored. Used by `shardkit shard --num-shards N` for even shards.
+  std::vector<uint64_t> shard_plan;
 };
 
 struct WriteSummary {
@@ -112,6 +116,9 @@ class Dataset {
   virtual Result<std::unique_ptr<SampleReader>> NewReader() const = 0;
   // Unsupported for formats without random access.
   virtual Result<std::shared_ptr<RandomAccess>> NewRandomAccess() const = 0;
+  // The per-sample checksums (Sample::checksum()) the writer recorded, in dataset
+  // order; empty when the dataset carries none (e.g. written by another tool).
+  virtual Result<std::vector<uint64_t>> RecordedChecksums() const { return std::vector<uint64_t>{}; }
 };
 
 // Opens a dataset for reading.

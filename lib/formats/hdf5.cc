@@ -1,20 +1,1086 @@
-// hdf5 format. (Placeholder: not implemented yet.)
+// hdf5 format: one .h5 file that h5py users read without shardkit.
+//
+// Layout written (format version 1; docs/formats-hdf5.md has the full contract):
+//   /keys                   1-D vlen string, N sample keys
+//   /labels                 1-D int64, N labels (-1: the sample has none)
+//   /checksums              1-D uint64, N per-sample XXH3 (Sample::checksum())
+//   /fields/<ext>/data      1-D uint8, CONTIGUOUS, every payload of <ext> back to back
+//   /fields/<ext>/offsets   1-D uint64, N+1: sample i is data[offsets[i]:offsets[i+1]]
+//   attributes on /: shardkit_format_version (int32), class_names (vlen strings)
+//
+// Debian's HDF5 is the serial build: no two threads may be inside the library
+// at once. Every H5* call in this file runs under H5Mutex(). Random reads of our
+// layout never call HDF5: the payload datasets are contiguous, so their file
+// address (H5Dget_offset) plus the in-memory offsets give each payload's byte
+// range in an mmap of the whole file. Third-party files (vlen `images`) go
+// through HDF5, under the mutex, one element at a time.
+//
+// Writing: payloads are streamed into unlinked per-field spill files beside the
+// output (same file system, so copy_file_range can share blocks); Finish()
+// creates the HDF5 file under a temporary name with contiguous datasets of the
+// now known sizes (allocated early, never filled), closes it, copies each spill
+// into its dataset's byte range, fsyncs and renames.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <hdf5.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "core/file.h"
+#include "core/paths.h"
 #include "formats/registry.h"
 
 namespace shardkit::formats {
+namespace {
+
+constexpr int kFormatVersion = 1;
+constexpr char kSignature[8] = {'\x89', 'H', 'D', 'F', '\r', '\n', '\x1a', '\n'};
+constexpr size_t kSpillBuf = 1 << 20;
+constexpr size_t kCopyBlock = 8 << 20;
+
+// ---------------------------------------------------------------------------
+// The one lock around the HDF5 library, and HDF5 errors as Status.
+
+std::mutex& H5Mutex() {
+  static std::mutex m;
+  return m;
+}
+
+// Holds the library lock. Also turns HDF5's own error printing off (once).
+class H5Lock {
+ public:
+  H5Lock() : g_(H5Mutex()) {
+    static bool silenced = false;
+    if (!silenced) {
+      H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+      silenced = true;
+    }
+  }
+
+ private:
+  std::lock_guard<std::mutex> g_;
+};
+
+herr_t InnermostError(unsigned n, const H5E_error2_t* e, void* data) {
+  auto* out = static_cast<std::string*>(data);
+  if (n == 0 && e && e->desc) *out = e->desc;
+  return 0;
+}
+
+// The innermost message of HDF5's error stack (clears the stack). Lock held.
+std::string H5Message() {
+  std::string msg;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, InnermostError, &msg);
+  H5Eclear2(H5E_DEFAULT);
+  return msg.empty() ? "HDF5 library error" : "HDF5: " + msg;
+}
+
+// An HDF5 handle closed on destruction. Only create and destroy under H5Lock.
+class Hid {
+ public:
+  Hid() = default;
+  Hid(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  Hid(Hid&& o) noexcept : id_(o.id_), close_(o.close_) { o.id_ = -1; }
+  Hid& operator=(Hid&& o) noexcept {
+    if (this != &o) {
+      reset();
+      id_ = o.id_;
+      close_ = o.close_;
+      o.id_ = -1;
+    }
+    return *this;
+  }
+  ~Hid() { reset(); }
+  void reset() {
+    if (id_ >= 0 && close_) close_(id_);
+    id_ = -1;
+  }
+  hid_t get() const { return id_; }
+  bool ok() const { return id_ >= 0; }
+  // Closes now and reports a failure (for files, where close writes metadata).
+  herr_t close() {
+    herr_t rc = id_ >= 0 && close_ ? close_(id_) : 0;
+    id_ = -1;
+    return rc;
+  }
+
+ private:
+  hid_t id_ = -1;
+  herr_t (*close_)(hid_t) = nullptr;
+};
+
+bool IsValidUtf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (size_t k = 1; k < n; ++k)
+      if ((static_cast<unsigned char>(s[i + k]) >> 6) != 2) return false;
+    i += n;
+  }
+  return true;
+}
+
+std::string SniffExt(const uint8_t* p, size_t n) {
+  if (n >= 3 && p[0] == 0xFF && p[1] == 0xD8 && p[2] == 0xFF) return "jpg";
+  if (n >= 8 && std::memcmp(p, "\x89PNG\r\n\x1a\n", 8) == 0) return "png";
+  if (n >= 4 && std::memcmp(p, "GIF8", 4) == 0) return "gif";
+  if (n >= 12 && std::memcmp(p, "RIFF", 4) == 0 && std::memcmp(p + 8, "WEBP", 4) == 0) return "webp";
+  if (n >= 2 && p[0] == 'B' && p[1] == 'M') return "bmp";
+  return "bin";
+}
+
+bool HasExt(const std::string& path, std::initializer_list<const char*> exts) {
+  std::string l = paths::Lower(path);
+  for (const char* e : exts) {
+    std::string_view ev(e);
+    if (l.size() > ev.size() && l.compare(l.size() - ev.size(), ev.size(), ev) == 0) return true;
+  }
+  return false;
+}
+
+// ---------------------------------------------------------------------------
+// Writer.
+
+struct SpillField {
+  std::string ext;
+  int fd = -1;
+  std::string buf;
+  uint64_t size = 0;               // bytes appended so far (written + buffered)
+  std::vector<uint64_t> offsets;   // N+1 once every sample is written
+  ~SpillField() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// Where the spill bytes go: copy_file_range/pwrite at the dataset's file
+// address after H5Fclose (default), or H5Dwrite in blocks (for comparison;
+// SHARDKIT_HDF5_COPY=h5dwrite).
+bool UseH5Dwrite() {
+  const char* v = std::getenv("SHARDKIT_HDF5_COPY");
+  return v && std::string_view(v) == "h5dwrite";
+}
+
+class Hdf5Writer : public SampleWriter {
+ public:
+  Hdf5Writer(std::string path, WriteOptions opts) : path_(std::move(path)), opts_(std::move(opts)) {
+    key_end_.push_back(0);
+  }
+  ~Hdf5Writer() override {
+    if (!temp_.empty() && !finished_) ::unlink(temp_.c_str());
+  }
+
+  Status Write(const Sample& s) override {
+    if (finished_) return Status::Invalid("write after Finish()", Location{.file = path_});
+    if (!failed_.ok()) return failed_;
+    Status st = DoWrite(s);
+    if (!st.ok()) failed_ = st;
+    return st;
+  }
+
+  Result<WriteSummary> Finish() override {
+    if (finished_) return Status::Invalid("Finish() called twice", Location{.file = path_});
+    if (!failed_.ok()) return failed_;
+    auto r = DoFinish();
+    if (!r.ok()) {
+      failed_ = r.status();
+      if (!temp_.empty()) ::unlink(temp_.c_str());
+      temp_.clear();
+    }
+    return r;
+  }
+
+ private:
+  uint64_t n() const { return labels_.size(); }
+
+  Status DoWrite(const Sample& s) {
+    Location at{.file = path_, .key = s.key, .index = int64_t(n())};
+    if (s.key.empty()) return Status::Invalid("empty sample key", at);
+    if (s.key.find('\0') != std::string::npos) return Status::Invalid("sample key holds a NUL byte", at);
+    int64_t label = -1;
+    bool cls_in_labels = false;
+    if (const Field* c = s.find("cls")) {
+      auto l = s.label();
+      // Only a canonical non-negative decimal goes to /labels alone; anything
+      // else is kept byte-exact in fields/cls.
+      if (l && *l >= 0 && std::to_string(*l) == c->data.view()) {
+        label = *l;
+        cls_in_labels = true;
+      }
+    }
+    for (const auto& f : s.fields) {
+      if (f.ext == "cls" && cls_in_labels) continue;
+      if (f.ext.empty() || f.ext.find('/') != std::string::npos || f.ext.find('\0') != std::string::npos ||
+          f.ext == "." || f.ext == "..")
+        return Status::Invalid(fmt::format("field extension '{}' cannot name an HDF5 group", f.ext), at);
+      SK_ASSIGN_OR_RETURN(SpillField * sf, GetSpill(f.ext));
+      SK_RETURN_IF_ERROR(Append(sf, f.data.data(), f.data.size()));
+    }
+    for (auto& [ext, sf] : spills_) sf->offsets.push_back(sf->size);
+    key_blob_ += s.key;
+    key_end_.push_back(key_blob_.size());
+    labels_.push_back(label);
+    checksums_.push_back(s.checksum());
+    return Status::OK();
+  }
+
+  Result<SpillField*> GetSpill(const std::string& ext) {
+    auto it = spills_.find(ext);
+    if (it != spills_.end()) return it->second.get();
+    auto sf = std::make_unique<SpillField>();
+    sf->ext = ext;
+    sf->offsets.assign(n() + 1, 0);  // earlier samples lack this field: empty ranges
+    std::string dir = io::DirName(path_);
+    auto base = std::filesystem::path(path_).filename().string();
+    std::string spill = fmt::format("{}/.{}.spill-{}-{}", dir, base, ::getpid(), spills_.size());
+    sf->fd = ::open(spill.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (sf->fd < 0) return Status::FromErrno(errno, "cannot create spill file", Location{.file = spill});
+    ::unlink(spill.c_str());  // anonymous from now on: nothing is left behind on a crash
+    sf->buf.reserve(kSpillBuf);
+    SpillField* p = sf.get();
+    spills_.emplace(ext, std::move(sf));
+    return p;
+  }
+
+  Status FlushSpill(SpillField* sf, const char* p, size_t len) {
+    SK_RETURN_IF_ERROR(io::CheckFault(path_, "write"));
+    while (len > 0) {
+      ssize_t w = ::write(sf->fd, p, len);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        return Status::FromErrno(errno, fmt::format("write to the spill file of field '{}' failed", sf->ext),
+                                 Location{.file = path_});
+      }
+      p += w;
+      len -= size_t(w);
+    }
+    return Status::OK();
+  }
+
+  Status Append(SpillField* sf, const uint8_t* data, size_t len) {
+    const char* p = reinterpret_cast<const char*>(data);
+    sf->size += len;
+    if (sf->buf.size() + len > kSpillBuf) {
+      SK_RETURN_IF_ERROR(FlushSpill(sf, sf->buf.data(), sf->buf.size()));
+      sf->buf.clear();
+      if (len >= kSpillBuf) return FlushSpill(sf, p, len);
+    }
+    sf->buf.append(p, len);
+    return Status::OK();
+  }
+
+  Result<WriteSummary> DoFinish() {
+    for (auto& [ext, sf] : spills_) {
+      SK_RETURN_IF_ERROR(FlushSpill(sf.get(), sf->buf.data(), sf->buf.size()));
+      sf->buf.clear();
+      sf->buf.shrink_to_fit();
+    }
+    if (!opts_.overwrite && io::Exists(path_))
+      return Status::Exists("output exists (pass --overwrite to replace it)", Location{.file = path_});
+    std::string dir = io::DirName(path_);
+    auto base = std::filesystem::path(path_).filename().string();
+    temp_ = fmt::format("{}/.{}.tmp-{}", dir, base, ::getpid());
+    ::unlink(temp_.c_str());
+
+    std::map<std::string, haddr_t> addrs;
+    SK_RETURN_IF_ERROR(WriteHdf5(&addrs));
+    if (!UseH5Dwrite()) SK_RETURN_IF_ERROR(CopySpills(addrs));
+
+    SK_RETURN_IF_ERROR(io::CheckFault(path_, "fsync"));
+    int fd = ::open(temp_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return Status::FromErrno(errno, "cannot reopen temporary file", Location{.file = temp_});
+    struct stat st{};
+    ::fstat(fd, &st);
+    if (::fsync(fd) != 0) {
+      int e = errno;
+      ::close(fd);
+      return Status::FromErrno(e, "fsync failed", Location{.file = path_});
+    }
+    ::close(fd);
+    if (!opts_.overwrite && io::Exists(path_))
+      return Status::Exists("output appeared while writing (pass --overwrite to replace it)", Location{.file = path_});
+    if (::rename(temp_.c_str(), path_.c_str()) != 0)
+      return Status::FromErrno(errno, "rename into place failed", Location{.file = path_});
+    finished_ = true;
+    temp_.clear();
+    SK_RETURN_IF_ERROR(io::FsyncDir(dir));
+    spills_.clear();  // closes the spill files, freeing their blocks
+
+    WriteSummary sum;
+    sum.samples = n();
+    sum.bytes = uint64_t(st.st_size);
+    sum.shards.push_back(ShardInfo{.path = path_, .samples = n(), .bytes = uint64_t(st.st_size), .checksum = ""});
+    return sum;
+  }
+
+  // Creates the HDF5 file at temp_ and, with SHARDKIT_HDF5_COPY=h5dwrite, fills
+  // the payload datasets through HDF5. Returns each payload dataset's address.
+  Status WriteHdf5(std::map<std::string, haddr_t>* addrs) {
+    H5Lock lock;
+    Location at{.file = path_};
+    auto fail = [&](std::string what) { return Status::IOError(fmt::format("{}: {}", what, H5Message()), at); };
+    Hid file(H5Fcreate(temp_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+    if (!file.ok()) return fail("cannot create HDF5 file");
+    const hsize_t N = n();
+
+    // Attributes on the root group.
+    {
+      Hid space(H5Screate(H5S_SCALAR), H5Sclose);
+      Hid attr(H5Acreate2(file.get(), "shardkit_format_version", H5T_STD_I32LE, space.get(), H5P_DEFAULT,
+                          H5P_DEFAULT),
+               H5Aclose);
+      int32_t v = kFormatVersion;
+      if (!attr.ok() || H5Awrite(attr.get(), H5T_NATIVE_INT32, &v) < 0) return fail("cannot write attribute");
+    }
+    if (!opts_.class_names.empty()) {
+      bool utf8 = true;
+      std::vector<const char*> ptrs;
+      for (const auto& c : opts_.class_names) {
+        if (c.find('\0') != std::string::npos)
+          return Status::Invalid(fmt::format("class name '{}' holds a NUL byte", c), at);
+        utf8 = utf8 && IsValidUtf8(c);
+        ptrs.push_back(c.c_str());
+      }
+      Hid type(H5Tcopy(H5T_C_S1), H5Tclose);
+      H5Tset_size(type.get(), H5T_VARIABLE);
+      H5Tset_cset(type.get(), utf8 ? H5T_CSET_UTF8 : H5T_CSET_ASCII);
+      hsize_t dims[1] = {ptrs.size()};
+      Hid space(H5Screate_simple(1, dims, nullptr), H5Sclose);
+      Hid attr(H5Acreate2(file.get(), "class_names", type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+      if (!attr.ok() || H5Awrite(attr.get(), type.get(), ptrs.data()) < 0)
+        return fail("cannot write attribute 'class_names'");
+    }
+
+    // keys
+    {
+      std::vector<const char*> ptrs(N);
+      std::string blob;  // NUL-terminated copies
+      blob.reserve(key_blob_.size() + N);
+      std::vector<size_t> at0(N);
+      bool utf8 = true;
+      for (hsize_t i = 0; i < N; ++i) {
+        std::string_view k(key_blob_.data() + key_end_[i], key_end_[i + 1] - key_end_[i]);
+        utf8 = utf8 && IsValidUtf8(k);
+        at0[i] = blob.size();
+        blob.append(k);
+        blob.push_back('\0');
+      }
+      for (hsize_t i = 0; i < N; ++i) ptrs[i] = blob.data() + at0[i];
+      Hid type(H5Tcopy(H5T_C_S1), H5Tclose);
+      H5Tset_size(type.get(), H5T_VARIABLE);
+      H5Tset_cset(type.get(), utf8 ? H5T_CSET_UTF8 : H5T_CSET_ASCII);
+      SK_RETURN_IF_ERROR(WriteDataset(file.get(), "keys", type.get(), type.get(), N, ptrs.data(), at));
+    }
+    SK_RETURN_IF_ERROR(WriteDataset(file.get(), "labels", H5T_STD_I64LE, H5T_NATIVE_INT64, N, labels_.data(), at));
+    SK_RETURN_IF_ERROR(
+        WriteDataset(file.get(), "checksums", H5T_STD_U64LE, H5T_NATIVE_UINT64, N, checksums_.data(), at));
+
+    Hid fields(H5Gcreate2(file.get(), "fields", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+    if (!fields.ok()) return fail("cannot create group 'fields'");
+    for (auto& [ext, sf] : spills_) {
+      Hid g(H5Gcreate2(fields.get(), ext.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+      if (!g.ok()) return fail(fmt::format("cannot create group 'fields/{}'", ext));
+      SK_RETURN_IF_ERROR(
+          WriteDataset(g.get(), "offsets", H5T_STD_U64LE, H5T_NATIVE_UINT64, N + 1, sf->offsets.data(), at));
+      Hid dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+      H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS);
+      H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY);
+      H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
+      hsize_t dims[1] = {sf->size};
+      Hid space(H5Screate_simple(1, dims, nullptr), H5Sclose);
+      Hid d(H5Dcreate2(g.get(), "data", H5T_STD_U8LE, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT), H5Dclose);
+      if (!d.ok()) return fail(fmt::format("cannot create dataset 'fields/{}/data'", ext));
+      if (sf->size > 0) {
+        haddr_t a = H5Dget_offset(d.get());
+        if (a == HADDR_UNDEF) return fail(fmt::format("dataset 'fields/{}/data' has no file address", ext));
+        (*addrs)[ext] = a;
+        if (UseH5Dwrite()) SK_RETURN_IF_ERROR(CopyWithH5Dwrite(sf.get(), d.get(), space.get()));
+      }
+    }
+    fields.reset();
+    if (file.close() < 0) return fail("cannot close HDF5 file");
+    return Status::OK();
+  }
+
+  Status WriteDataset(hid_t parent, const char* name, hid_t ftype, hid_t mtype, hsize_t count, const void* buf,
+                      const Location& at) {
+    hsize_t dims[1] = {count};
+    Hid space(H5Screate_simple(1, dims, nullptr), H5Sclose);
+    Hid d(H5Dcreate2(parent, name, ftype, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
+    if (!d.ok() || (count > 0 && H5Dwrite(d.get(), mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0))
+      return Status::IOError(fmt::format("cannot write dataset '{}': {}", name, H5Message()), at);
+    return Status::OK();
+  }
+
+  Status ReadSpill(SpillField* sf, uint64_t off, char* buf, size_t len) {
+    while (len > 0) {
+      ssize_t r = ::pread(sf->fd, buf, len, off_t(off));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0)
+        return Status::FromErrno(r < 0 ? errno : EIO, fmt::format("read of the spill file of '{}' failed", sf->ext),
+                                 Location{.file = path_});
+      buf += r;
+      off += uint64_t(r);
+      len -= size_t(r);
+    }
+    return Status::OK();
+  }
+
+  // Lock held.
+  Status CopyWithH5Dwrite(SpillField* sf, hid_t dset, hid_t fspace) {
+    std::string buf(kCopyBlock, '\0');
+    for (uint64_t off = 0; off < sf->size; off += kCopyBlock) {
+      hsize_t len = std::min<uint64_t>(kCopyBlock, sf->size - off);
+      SK_RETURN_IF_ERROR(ReadSpill(sf, off, buf.data(), len));
+      hsize_t start[1] = {off}, count[1] = {len};
+      H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, nullptr, count, nullptr);
+      Hid mspace(H5Screate_simple(1, count, nullptr), H5Sclose);
+      SK_RETURN_IF_ERROR(io::CheckFault(path_, "write"));
+      if (H5Dwrite(dset, H5T_NATIVE_UINT8, mspace.get(), fspace, H5P_DEFAULT, buf.data()) < 0)
+        return Status::IOError(fmt::format("cannot write dataset 'fields/{}/data': {}", sf->ext, H5Message()),
+                               Location{.file = path_, .offset = int64_t(off)});
+    }
+    return Status::OK();
+  }
+
+  // Copies each spill file into its dataset's byte range of the closed file.
+  Status CopySpills(const std::map<std::string, haddr_t>& addrs) {
+    int out = ::open(temp_.c_str(), O_WRONLY | O_CLOEXEC);
+    if (out < 0) return Status::FromErrno(errno, "cannot reopen temporary file", Location{.file = temp_});
+    Status st;
+    std::string buf;
+    for (auto& [ext, a] : addrs) {
+      SpillField* sf = spills_.at(ext).get();
+      st = io::CheckFault(path_, "write");
+      if (!st.ok()) break;
+      uint64_t done = 0;
+      bool use_cfr = true;
+      while (done < sf->size && st.ok()) {
+        size_t len = size_t(std::min<uint64_t>(kCopyBlock * 8, sf->size - done));
+        if (use_cfr) {
+          loff_t in_off = loff_t(done), out_off = loff_t(a + done);
+          ssize_t c = ::copy_file_range(sf->fd, &in_off, out, &out_off, len, 0);
+          if (c > 0) {
+            done += uint64_t(c);
+            continue;
+          }
+          if (c < 0 && errno == EINTR) continue;
+          if (c < 0 && (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP)) {
+            use_cfr = false;
+            continue;
+          }
+          st = Status::FromErrno(c < 0 ? errno : EIO, fmt::format("copy of field '{}' failed", ext),
+                                 Location{.file = path_, .offset = int64_t(a + done)});
+          break;
+        }
+        len = std::min(len, kCopyBlock);
+        buf.resize(kCopyBlock);
+        st = ReadSpill(sf, done, buf.data(), len);
+        if (!st.ok()) break;
+        const char* p = buf.data();
+        size_t left = len;
+        while (left > 0) {
+          ssize_t w = ::pwrite(out, p, left, off_t(a + done + (len - left)));
+          if (w < 0 && errno == EINTR) continue;
+          if (w < 0) {
+            st = Status::FromErrno(errno, "write failed", Location{.file = path_, .offset = int64_t(a + done)});
+            break;
+          }
+          p += w;
+          left -= size_t(w);
+        }
+        done += len;
+      }
+      if (!st.ok()) break;
+    }
+    ::close(out);
+    return st;
+  }
+
+  std::string path_, temp_;
+  WriteOptions opts_;
+  std::string key_blob_;
+  std::vector<uint64_t> key_end_;
+  std::vector<int64_t> labels_;
+  std::vector<uint64_t> checksums_;
+  std::map<std::string, std::unique_ptr<SpillField>> spills_;
+  Status failed_;
+  bool finished_ = false;
+};
+
+// ---------------------------------------------------------------------------
+// Reader.
+
+struct Payload {
+  std::string ext;
+  uint64_t addr = 0;  // file offset of data[0]
+  std::vector<uint64_t> offsets;
+};
+
+// A dataset of a third-party file read through HDF5.
+struct TpField {
+  std::string name;  // dataset name in the file
+  std::string ext;   // "" = sniff per sample
+  enum Kind { kVlenU8, kVlenStr, kFixedStr, kInt } kind = kVlenU8;
+  Hid dset;
+  Hid mtype;                  // memory type for element reads
+  size_t fixed_size = 0;      // kFixedStr
+  std::vector<int64_t> ints;  // kInt: whole dataset in memory
+};
+
+// State shared by a Dataset, its readers and random-access handles.
+class Hdf5Data {
+ public:
+  ~Hdf5Data() {
+    H5Lock lock;
+    tp_.clear();
+    file_.reset();
+  }
+
+  Status Open(const std::string& path, const OpenOptions& opts);
+  Status Get(uint64_t i, Sample* out) const;
+
+  DatasetInfo info;
+  uint64_t n = 0;
+
+ private:
+  Status OpenShardkit(hid_t file, uint64_t file_size);
+  Status OpenMapped(hid_t file, const std::map<std::string, std::string>& map);
+  Status Corrupt(const std::string& dataset, const std::string& what) const {
+    return Status::Corrupt(fmt::format("dataset '{}': {}", dataset, what), Location{.file = path_});
+  }
+  Result<Hid> OpenDataset(hid_t parent, const std::string& name, const std::string& full) const;
+  Status ReadInts(hid_t d, const std::string& name, uint64_t expect, bool is_unsigned, void* out) const;
+  Result<std::vector<std::string>> ReadStrings(hid_t obj, bool is_attr, const std::string& name) const;
+  Status GetTp(uint64_t i, Sample* out) const;
+
+  // A crafted file can declare far more elements than it stores (chunks left
+  // unallocated read as fill values); refuse such counts before allocating.
+  Status CheckCount(const std::string& dataset, uint64_t count) const {
+    if (count / 64 > file_size_)
+      return Corrupt(dataset, fmt::format("declares {} elements in a file of {} bytes", count, file_size_));
+    return Status::OK();
+  }
+
+  std::string path_;
+  uint64_t file_size_ = 0;
+  bool shardkit_ = false;
+  // Our layout.
+  std::string key_blob_;
+  std::vector<uint64_t> key_end_;
+  std::vector<int64_t> labels_;
+  std::vector<Payload> payloads_;
+  std::shared_ptr<io::MappedFile> map_;
+  // Third-party layout (the HDF5 file stays open).
+  Hid file_;
+  std::vector<TpField> tp_;
+};
+
+herr_t RefuseElink(const char* parent_file, const char* parent_group, const char* child_file,
+                   const char* child_object, unsigned*, hid_t, void*) {
+  (void)parent_file, (void)parent_group, (void)child_file, (void)child_object;
+  return -1;  // never traverse an external link
+}
+
+struct LinkList {
+  std::vector<std::pair<std::string, H5L_type_t>> links;
+};
+
+herr_t CollectLink(hid_t, const char* name, const H5L_info_t* info, void* data) {
+  static_cast<LinkList*>(data)->links.emplace_back(name, info->type);
+  return 0;
+}
+
+// Lists a group's links; an external link is refused. Lock held.
+Result<LinkList> ListLinks(hid_t group, const std::string& gname, const std::string& path) {
+  LinkList l;
+  if (H5Literate(group, H5_INDEX_NAME, H5_ITER_INC, nullptr, CollectLink, &l) < 0)
+    return Status::Corrupt(fmt::format("cannot list group '{}': {}", gname, H5Message()), Location{.file = path});
+  for (auto& [name, type] : l.links) {
+    if (type == H5L_TYPE_EXTERNAL)
+      return Status::Unsupported(
+          fmt::format("external link '{}{}' refused: shardkit reads only self-contained HDF5 files",
+                      gname == "/" ? "/" : gname + "/", name),
+          Location{.file = path});
+    if (type != H5L_TYPE_HARD && type != H5L_TYPE_SOFT)
+      return Status::Unsupported(fmt::format("user-defined link '{}/{}' refused", gname, name),
+                                 Location{.file = path});
+  }
+  return l;
+}
+
+Result<Hid> Hdf5Data::OpenDataset(hid_t parent, const std::string& name, const std::string& full) const {
+  H5O_info_t oi;
+  if (H5Oget_info_by_name(parent, name.c_str(), &oi, H5P_DEFAULT) < 0)
+    return Corrupt(full, "cannot open: " + H5Message());
+  if (oi.type != H5O_TYPE_DATASET) return Corrupt(full, "is not a dataset");
+  Hid d(H5Dopen2(parent, name.c_str(), H5P_DEFAULT), H5Dclose);
+  if (!d.ok()) return Corrupt(full, "cannot open: " + H5Message());
+  // Raw data in external files is refused like external links.
+  Hid dcpl(H5Dget_create_plist(d.get()), H5Pclose);
+  if (dcpl.ok() && H5Pget_external_count(dcpl.get()) > 0)
+    return Status::Unsupported(fmt::format("dataset '{}' stores its data in external files: refused", full),
+                               Location{.file = path_});
+  if (dcpl.ok() && H5Pget_layout(dcpl.get()) == H5D_VIRTUAL)
+    return Status::Unsupported(fmt::format("dataset '{}' is a virtual dataset: refused", full),
+                               Location{.file = path_});
+  return d;
+}
+
+// Rank and length of a 1-D dataset, or a Corrupt status. Lock held.
+Result<uint64_t> Length1D(hid_t d, const std::string& name, const std::string& path) {
+  Hid space(H5Dget_space(d), H5Sclose);
+  int rank = space.ok() ? H5Sget_simple_extent_ndims(space.get()) : -1;
+  if (rank != 1)
+    return Status::Corrupt(fmt::format("dataset '{}': expected 1 dimension, found {}", name, rank),
+                           Location{.file = path});
+  hsize_t dims[1];
+  H5Sget_simple_extent_dims(space.get(), dims, nullptr);
+  return uint64_t(dims[0]);
+}
+
+Status Hdf5Data::ReadInts(hid_t d, const std::string& name, uint64_t expect, bool is_unsigned, void* out) const {
+  Hid type(H5Dget_type(d), H5Tclose);
+  if (H5Tget_class(type.get()) != H5T_INTEGER)
+    return Corrupt(name, "expected an integer type (labels, offsets and checksums are integers)");
+  SK_ASSIGN_OR_RETURN(uint64_t len, Length1D(d, name, path_));
+  if (len != expect) return Corrupt(name, fmt::format("holds {} elements, expected {}", len, expect));
+  if (len > 0 && H5Dread(d, is_unsigned ? H5T_NATIVE_UINT64 : H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                         out) < 0)
+    return Corrupt(name, "cannot read: " + H5Message());
+  return Status::OK();
+}
+
+// Reads a 1-D string dataset or attribute (vlen or fixed). Lock held.
+Result<std::vector<std::string>> Hdf5Data::ReadStrings(hid_t obj, bool is_attr, const std::string& name) const {
+  Hid type(is_attr ? H5Aget_type(obj) : H5Dget_type(obj), H5Tclose);
+  if (H5Tget_class(type.get()) != H5T_STRING) return Corrupt(name, "expected strings");
+  Hid space(is_attr ? H5Aget_space(obj) : H5Dget_space(obj), H5Sclose);
+  int rank = H5Sget_simple_extent_ndims(space.get());
+  if (rank > 1) return Corrupt(name, fmt::format("expected 1 dimension, found {}", rank));
+  hssize_t count = H5Sget_simple_extent_npoints(space.get());
+  if (count < 0) return Corrupt(name, "cannot read its shape");
+  SK_RETURN_IF_ERROR(CheckCount(name, uint64_t(count)));
+  std::vector<std::string> out(static_cast<size_t>(count));
+  if (count == 0) return out;
+  auto read = [&](hid_t mt, void* buf) {
+    return is_attr ? H5Aread(obj, mt, buf) : H5Dread(obj, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf);
+  };
+  Hid mt(H5Tcopy(H5T_C_S1), H5Tclose);
+  if (H5Tis_variable_str(type.get()) > 0) {
+    H5Tset_size(mt.get(), H5T_VARIABLE);
+    H5Tset_cset(mt.get(), H5Tget_cset(type.get()));
+    std::vector<char*> ptrs(size_t(count), nullptr);
+    if (read(mt.get(), ptrs.data()) < 0) return Corrupt(name, "cannot read: " + H5Message());
+    for (size_t i = 0; i < ptrs.size(); ++i)
+      if (ptrs[i]) out[i] = ptrs[i];
+    H5Dvlen_reclaim(mt.get(), space.get(), H5P_DEFAULT, ptrs.data());
+  } else {
+    size_t sz = H5Tget_size(type.get());
+    H5Tset_size(mt.get(), sz);
+    H5Tset_strpad(mt.get(), H5T_STR_NULLPAD);
+    H5Tset_cset(mt.get(), H5Tget_cset(type.get()));
+    std::string buf(sz * size_t(count), '\0');
+    if (read(mt.get(), buf.data()) < 0) return Corrupt(name, "cannot read: " + H5Message());
+    for (size_t i = 0; i < out.size(); ++i) {
+      std::string_view s(buf.data() + i * sz, sz);
+      auto z = s.find('\0');
+      if (z != std::string_view::npos) s = s.substr(0, z);
+      while (!s.empty() && s.back() == ' ') s.remove_suffix(1);  // H5T_STR_SPACEPAD
+      out[i] = std::string(s);
+    }
+  }
+  return out;
+}
+
+Status Hdf5Data::Open(const std::string& path, const OpenOptions& opts) {
+  path_ = path;
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0)
+    return errno == ENOENT ? Status::NotFound("no such file", Location{.file = path})
+                           : Status::FromErrno(errno, "cannot stat", Location{.file = path});
+  if (!S_ISREG(st.st_mode)) return Status::Invalid("not a regular file", Location{.file = path});
+  info.format = "hdf5";
+  info.address = "hdf5:" + path;
+  info.total_bytes = uint64_t(st.st_size);
+  file_size_ = uint64_t(st.st_size);
+
+  H5Lock lock;
+  Hid fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  H5Pset_elink_cb(fapl.get(), RefuseElink, nullptr);
+  H5Pset_fclose_degree(fapl.get(), H5F_CLOSE_STRONG);
+  // Readers open files that no writer holds (writers rename into place), so
+  // skip flock: it fails on some network and read-only file systems.
+  H5Pset_file_locking(fapl.get(), false, true);
+  Hid file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
+  if (!file.ok())
+    return Status::Corrupt(fmt::format("cannot open as HDF5 (truncated or not HDF5?): {}", H5Message()),
+                           Location{.file = path});
+  SK_ASSIGN_OR_RETURN(LinkList root, ListLinks(file.get(), "/", path));
+  auto has = [&](const char* name) {
+    for (auto& [n, t] : root.links)
+      if (n == name) return true;
+    return false;
+  };
+  Status s;
+  if (opts.field_map.empty() && has("keys") && has("fields")) {
+    s = OpenShardkit(file.get(), uint64_t(st.st_size));
+    // Everything is in memory or mapped: the HDF5 file closes here.
+  } else {
+    std::map<std::string, std::string> map = opts.field_map;
+    if (map.empty()) {
+      if (has("images")) map["images"] = "";
+      if (has("labels")) map["labels"] = "cls";
+      else if (has("targets")) map["targets"] = "cls";
+    }
+    bool any_payload = false;
+    for (auto& [name, ext] : map) any_payload = any_payload || ext != "cls";
+    if (!any_payload)
+      return Status::Unsupported(
+          "no known layout: expected 'keys' + 'fields' (shardkit) or an 'images' dataset; "
+          "map other dataset names to fields with a field map (e.g. imgs=jpg,y=cls)",
+          Location{.file = path});
+    for (auto& [name, ext] : map)
+      if (!has(name.c_str()))
+        return Status::NotFound(fmt::format("dataset '{}' (mapped to field '{}') does not exist", name,
+                                            ext.empty() ? "auto" : ext),
+                                Location{.file = path});
+    s = OpenMapped(file.get(), map);
+    if (s.ok()) file_ = std::move(file);
+  }
+  if (!s.ok()) return s;
+  info.num_samples = n;
+  info.shards.push_back(ShardInfo{.path = path, .samples = n, .bytes = uint64_t(st.st_size), .checksum = ""});
+  return Status::OK();
+}
+
+Status Hdf5Data::OpenShardkit(hid_t file, uint64_t file_size) {
+  shardkit_ = true;
+  info.extra["layout"] = "shardkit";
+  if (H5Aexists(file, "shardkit_format_version") > 0) {
+    Hid a(H5Aopen(file, "shardkit_format_version", H5P_DEFAULT), H5Aclose);
+    Hid t(H5Aget_type(a.get()), H5Tclose);
+    int32_t v = 0;
+    if (H5Tget_class(t.get()) != H5T_INTEGER || H5Aread(a.get(), H5T_NATIVE_INT32, &v) < 0)
+      return Status::Corrupt("attribute 'shardkit_format_version' is not an integer", Location{.file = path_});
+    if (v > kFormatVersion)
+      return Status::Unsupported(
+          fmt::format("written with format version {}; this shardkit reads up to {}", v, kFormatVersion),
+          Location{.file = path_});
+    info.extra["format_version"] = std::to_string(v);
+  }
+  if (H5Aexists(file, "class_names") > 0) {
+    Hid a(H5Aopen(file, "class_names", H5P_DEFAULT), H5Aclose);
+    SK_ASSIGN_OR_RETURN(info.class_names, ReadStrings(a.get(), true, "class_names (attribute)"));
+  }
+  {
+    SK_ASSIGN_OR_RETURN(Hid d, OpenDataset(file, "keys", "keys"));
+    SK_ASSIGN_OR_RETURN(n, Length1D(d.get(), "keys", path_));
+    SK_RETURN_IF_ERROR(CheckCount("keys", n));
+    SK_ASSIGN_OR_RETURN(auto keys, ReadStrings(d.get(), false, "keys"));
+    key_end_.reserve(n + 1);
+    key_end_.push_back(0);
+    for (uint64_t i = 0; i < n; ++i) {
+      if (keys[i].empty())
+        return Status::Corrupt("dataset 'keys': empty key", Location{.file = path_, .index = int64_t(i)});
+      key_blob_ += keys[i];
+      key_end_.push_back(key_blob_.size());
+    }
+  }
+  {
+    SK_ASSIGN_OR_RETURN(Hid d, OpenDataset(file, "labels", "labels"));
+    labels_.resize(n);
+    SK_RETURN_IF_ERROR(ReadInts(d.get(), "labels", n, false, labels_.data()));
+  }
+  if (H5Lexists(file, "checksums", H5P_DEFAULT) > 0) {
+    SK_ASSIGN_OR_RETURN(Hid d, OpenDataset(file, "checksums", "checksums"));
+    std::vector<uint64_t> sums(n);
+    SK_RETURN_IF_ERROR(ReadInts(d.get(), "checksums", n, true, sums.data()));
+    info.extra["checksums"] = "per-sample xxh3 in dataset 'checksums'";
+  }
+  Hid fields(H5Gopen2(file, "fields", H5P_DEFAULT), H5Gclose);
+  if (!fields.ok()) return Status::Corrupt("'fields' is not a group: " + H5Message(), Location{.file = path_});
+  SK_ASSIGN_OR_RETURN(LinkList exts, ListLinks(fields.get(), "/fields", path_));
+  bool any_label = std::any_of(labels_.begin(), labels_.end(), [](int64_t l) { return l >= 0; });
+  for (auto& [ext, type] : exts.links) {
+    std::string gname = "fields/" + ext;
+    Hid g(H5Gopen2(fields.get(), ext.c_str(), H5P_DEFAULT), H5Gclose);
+    if (!g.ok()) return Status::Corrupt(fmt::format("'{}' is not a group", gname), Location{.file = path_});
+    SK_ASSIGN_OR_RETURN(LinkList inner, ListLinks(g.get(), "/" + gname, path_));
+    (void)inner;
+    Payload p;
+    p.ext = ext;
+    std::string dname = gname + "/data", oname = gname + "/offsets";
+    SK_ASSIGN_OR_RETURN(Hid data, OpenDataset(g.get(), "data", dname));
+    SK_ASSIGN_OR_RETURN(Hid offs, OpenDataset(g.get(), "offsets", oname));
+    {
+      Hid t(H5Dget_type(data.get()), H5Tclose);
+      if (H5Tget_class(t.get()) != H5T_INTEGER || H5Tget_size(t.get()) != 1)
+        return Corrupt(dname, "expected uint8 elements");
+      Hid dcpl(H5Dget_create_plist(data.get()), H5Pclose);
+      if (H5Pget_layout(dcpl.get()) != H5D_CONTIGUOUS)
+        return Corrupt(dname, "expected a contiguous (not chunked or compact) layout");
+    }
+    SK_ASSIGN_OR_RETURN(uint64_t size, Length1D(data.get(), dname, path_));
+    p.offsets.resize(n + 1);
+    SK_RETURN_IF_ERROR(ReadInts(offs.get(), oname, n + 1, true, p.offsets.data()));
+    for (uint64_t i = 0; i < n; ++i)
+      if (p.offsets[i + 1] < p.offsets[i])
+        return Status::Corrupt(fmt::format("dataset '{}': not monotone ({} then {})", oname, p.offsets[i],
+                                           p.offsets[i + 1]),
+                               Location{.file = path_, .index = int64_t(i)});
+    if (p.offsets[n] > size)
+      return Corrupt(oname, fmt::format("ends at {} beyond the {} bytes of '{}'", p.offsets[n], size, dname));
+    if (size > 0) {
+      haddr_t a = H5Dget_offset(data.get());
+      if (a == HADDR_UNDEF) return Corrupt(dname, "has no storage allocated in the file");
+      if (a + size > file_size || a + size < a)
+        return Status::Corrupt(
+            fmt::format("dataset '{}': bytes [{}, {}) lie past the end of the file ({} bytes): truncated?", dname, a,
+                        a + size, file_size),
+            Location{.file = path_, .offset = int64_t(file_size)});
+      p.addr = a;
+    }
+    if (ext == "cls" || p.offsets[n] > p.offsets[0]) info.fields.push_back(ext);
+    payloads_.push_back(std::move(p));
+  }
+  if (any_label && std::find(info.fields.begin(), info.fields.end(), "cls") == info.fields.end())
+    info.fields.push_back("cls");
+  std::sort(info.fields.begin(), info.fields.end());
+  std::sort(payloads_.begin(), payloads_.end(), [](const Payload& a, const Payload& b) { return a.ext < b.ext; });
+  SK_ASSIGN_OR_RETURN(map_, io::MappedFile::Open(path_));
+  if (map_->size() < file_size)
+    return Status::Corrupt("file shrank while opening", Location{.file = path_});
+  return Status::OK();
+}
+
+Status Hdf5Data::OpenMapped(hid_t file, const std::map<std::string, std::string>& map) {
+  info.extra["layout"] = "images-labels";
+  bool first = true;
+  std::vector<std::string> fields;
+  for (auto& [name, ext] : map) {
+    TpField f;
+    f.name = name;
+    f.ext = ext == "auto" ? "" : paths::Lower(ext);
+    SK_ASSIGN_OR_RETURN(f.dset, OpenDataset(file, name, name));
+    SK_ASSIGN_OR_RETURN(uint64_t len, Length1D(f.dset.get(), name, path_));
+    SK_RETURN_IF_ERROR(CheckCount(name, len));
+    if (first) n = len;
+    else if (len != n)
+      return Corrupt(name, fmt::format("holds {} elements but '{}' holds {}", len, tp_.front().name, n));
+    first = false;
+    Hid type(H5Dget_type(f.dset.get()), H5Tclose);
+    H5T_class_t cls = H5Tget_class(type.get());
+    if (cls == H5T_INTEGER) {
+      f.kind = TpField::kInt;
+      f.ints.resize(n);
+      SK_RETURN_IF_ERROR(ReadInts(f.dset.get(), name, n, false, f.ints.data()));
+      if (f.ext.empty()) f.ext = "cls";
+    } else if (f.ext == "cls") {
+      return Corrupt(name, "labels must be integers");
+    } else if (cls == H5T_VLEN) {
+      Hid base(H5Tget_super(type.get()), H5Tclose);
+      if (H5Tget_class(base.get()) != H5T_INTEGER || H5Tget_size(base.get()) != 1)
+        return Corrupt(name, "expected variable-length uint8 elements");
+      f.kind = TpField::kVlenU8;
+      f.mtype = Hid(H5Tvlen_create(H5T_NATIVE_UINT8), H5Tclose);
+    } else if (cls == H5T_STRING) {
+      f.mtype = Hid(H5Tcopy(H5T_C_S1), H5Tclose);
+      if (H5Tis_variable_str(type.get()) > 0) {
+        f.kind = TpField::kVlenStr;
+        H5Tset_size(f.mtype.get(), H5T_VARIABLE);
+      } else {
+        f.kind = TpField::kFixedStr;
+        f.fixed_size = H5Tget_size(type.get());
+        H5Tset_size(f.mtype.get(), f.fixed_size);
+        H5Tset_strpad(f.mtype.get(), H5T_STR_NULLPAD);
+      }
+      H5Tset_cset(f.mtype.get(), H5Tget_cset(type.get()));
+    } else {
+      return Corrupt(name, "expected variable-length uint8, strings or integers");
+    }
+    tp_.push_back(std::move(f));
+  }
+  // Payload fields before labels, so that tp_.front() names a payload in messages.
+  std::stable_sort(tp_.begin(), tp_.end(),
+                   [](const TpField& a, const TpField& b) { return (a.kind == TpField::kInt) < (b.kind == TpField::kInt); });
+  // Field list: what element 0 holds (sniffed extensions) plus the fixed ones.
+  // GetTp expects the lock, which is held here.
+  if (n > 0) {
+    Sample s0;
+    SK_RETURN_IF_ERROR(GetTp(0, &s0));
+    for (auto& fl : s0.fields) fields.push_back(fl.ext);
+  }
+  for (auto& f : tp_)
+    if (!f.ext.empty() && std::find(fields.begin(), fields.end(), f.ext) == fields.end()) fields.push_back(f.ext);
+  std::sort(fields.begin(), fields.end());
+  info.fields = fields;
+  return Status::OK();
+}
+
+// Reads element i of every mapped dataset. Lock held.
+Status Hdf5Data::GetTp(uint64_t i, Sample* out) const {
+  out->clear();
+  out->key = fmt::format("{:08d}", i);
+  for (const auto& f : tp_) {
+    Location at{.file = path_, .index = int64_t(i)};
+    if (f.kind == TpField::kInt) {
+      out->set(f.ext, Bytes::Take(std::to_string(f.ints[i])));
+      continue;
+    }
+    Hid fspace(H5Dget_space(f.dset.get()), H5Sclose);
+    hsize_t start[1] = {i}, count[1] = {1};
+    H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start, nullptr, count, nullptr);
+    Hid mspace(H5Screate_simple(1, count, nullptr), H5Sclose);
+    Bytes b;
+    if (f.kind == TpField::kVlenU8) {
+      hvl_t v{0, nullptr};
+      if (H5Dread(f.dset.get(), f.mtype.get(), mspace.get(), fspace.get(), H5P_DEFAULT, &v) < 0)
+        return Status::Corrupt(fmt::format("dataset '{}': cannot read element: {}", f.name, H5Message()), at);
+      b = Bytes::Copy(v.p, v.len);
+      H5Dvlen_reclaim(f.mtype.get(), mspace.get(), H5P_DEFAULT, &v);
+    } else if (f.kind == TpField::kVlenStr) {
+      char* p = nullptr;
+      if (H5Dread(f.dset.get(), f.mtype.get(), mspace.get(), fspace.get(), H5P_DEFAULT, &p) < 0)
+        return Status::Corrupt(fmt::format("dataset '{}': cannot read element: {}", f.name, H5Message()), at);
+      if (p) b = Bytes::Copy(std::string_view(p));
+      H5Dvlen_reclaim(f.mtype.get(), mspace.get(), H5P_DEFAULT, &p);
+    } else {
+      std::string buf(f.fixed_size, '\0');
+      if (H5Dread(f.dset.get(), f.mtype.get(), mspace.get(), fspace.get(), H5P_DEFAULT, buf.data()) < 0)
+        return Status::Corrupt(fmt::format("dataset '{}': cannot read element: {}", f.name, H5Message()), at);
+      buf.resize(std::min(buf.size(), buf.find('\0')));
+      b = Bytes::Take(std::move(buf));
+    }
+    if (b.empty()) continue;  // an empty element: the sample lacks this field
+    std::string ext = f.ext.empty() ? SniffExt(b.data(), b.size()) : f.ext;
+    out->set(ext, std::move(b));
+  }
+  return Status::OK();
+}
+
+Status Hdf5Data::Get(uint64_t i, Sample* out) const {
+  if (i >= n)
+    return Status::Invalid(fmt::format("sample index {} out of range [0, {})", i, n),
+                           Location{.file = path_, .index = int64_t(i)});
+  if (!shardkit_) {
+    H5Lock lock;
+    return GetTp(i, out);
+  }
+  out->clear();
+  out->key.assign(key_blob_, key_end_[i], key_end_[i + 1] - key_end_[i]);
+  const uint8_t* base = map_->data();
+  std::shared_ptr<const void> owner = map_;
+  for (const auto& p : payloads_) {
+    uint64_t b = p.offsets[i], e = p.offsets[i + 1];
+    if (e > b) out->fields.push_back(Field{p.ext, Bytes(owner, base + p.addr + b, size_t(e - b))});
+  }
+  if (labels_[i] >= 0 && !out->find("cls")) out->set_label(labels_[i]);
+  return Status::OK();
+}
+
+class Hdf5RandomAccess : public RandomAccess {
+ public:
+  explicit Hdf5RandomAccess(std::shared_ptr<const Hdf5Data> d) : d_(std::move(d)) {}
+  uint64_t size() const override { return d_->n; }
+  Status Get(uint64_t index, Sample* out) const override { return d_->Get(index, out); }
+
+ private:
+  std::shared_ptr<const Hdf5Data> d_;
+};
+
+class Hdf5Reader : public SampleReader {
+ public:
+  explicit Hdf5Reader(std::shared_ptr<const Hdf5Data> d) : d_(std::move(d)) {}
+  Result<bool> Next(Sample* out) override {
+    if (i_ >= d_->n) return false;
+    SK_RETURN_IF_ERROR(d_->Get(i_, out));
+    ++i_;
+    return true;
+  }
+
+ private:
+  std::shared_ptr<const Hdf5Data> d_;
+  uint64_t i_ = 0;
+};
+
+class Hdf5Dataset : public Dataset {
+ public:
+  explicit Hdf5Dataset(std::shared_ptr<Hdf5Data> d) : d_(std::move(d)) {}
+  const DatasetInfo& info() const override { return d_->info; }
+  Result<std::unique_ptr<SampleReader>> NewReader() const override {
+    return std::unique_ptr<SampleReader>(new Hdf5Reader(d_));
+  }
+  Result<std::shared_ptr<RandomAccess>> NewRandomAccess() const override {
+    return std::shared_ptr<RandomAccess>(new Hdf5RandomAccess(d_));
+  }
+
+ private:
+  std::shared_ptr<Hdf5Data> d_;
+};
+
+int BidRead(const std::string& path) {
+  struct stat st{};
+  if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      char sig[8] = {};
+      ssize_t r = ::pread(fd, sig, 8, 0);
+      ::close(fd);
+      if (r == 8 && std::memcmp(sig, kSignature, 8) == 0) return 90;
+    }
+  } else if (::stat(path.c_str(), &st) == 0) {
+    return 0;  // a directory is never an HDF5 file
+  }
+  return HasExt(path, {".h5", ".hdf5", ".hdf"}) ? 90 : 0;
+}
+
+int BidWrite(const std::string& path) { return HasExt(path, {".h5", ".hdf5"}) ? 90 : 0; }
+
+Result<std::unique_ptr<Dataset>> OpenHdf5(const std::string& path, const OpenOptions& opts) {
+  auto d = std::make_shared<Hdf5Data>();
+  Status st;
+  try {
+    st = d->Open(path, opts);
+  } catch (const std::exception& e) {  // allocation failure on a hostile file: no exception crosses the API
+    st = Status::Corrupt(fmt::format("cannot load the file's index: {}", e.what()), Location{.file = path});
+  }
+  if (!st.ok()) return st;
+  return std::unique_ptr<Dataset>(new Hdf5Dataset(std::move(d)));
+}
+
+Result<std::unique_ptr<SampleWriter>> CreateHdf5(const std::string& path, const WriteOptions& opts) {
+  if (!opts.overwrite && io::Exists(path))
+    return Status::Exists("output exists (pass --overwrite to replace it)", Location{.file = path});
+  if (io::IsDir(path)) return Status::Invalid("output is a directory", Location{.file = path});
+  std::string dir = io::DirName(path);
+  if (!io::IsDir(dir)) SK_RETURN_IF_ERROR(io::MakeDirs(dir));
+  return std::unique_ptr<SampleWriter>(new Hdf5Writer(path, opts));
+}
+
+}  // namespace
 
 Format Hdf5Format() {
   return Format{
       .name = "hdf5",
-      .description = "hdf5 (not implemented yet)",
-      .bid_read = [](const std::string&) { return 0; },
-      .bid_write = [](const std::string&) { return 0; },
-      .open = [](const std::string& path, const OpenOptions&) -> Result<std::unique_ptr<Dataset>> {
-        return Status::Unsupported("the hdf5 format is not implemented yet", Location{.file = path});
-      },
-      .create = [](const std::string& path, const WriteOptions&) -> Result<std::unique_ptr<SampleWriter>> {
-        return Status::Unsupported("the hdf5 format is not implemented yet", Location{.file = path});
-      },
+      .description = "one HDF5 file (.h5): keys, labels, contiguous payload datasets; reads h5py's images/labels",
+      .bid_read = BidRead,
+      .bid_write = BidWrite,
+      .open = OpenHdf5,
+      .create = CreateHdf5,
   };
 }
 

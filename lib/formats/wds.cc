@@ -1,20 +1,894 @@
-// wds format. (Placeholder: not implemented yet.)
+// wds format: WebDataset tar shards.
+//
+// Write: pax (restricted) tar through libarchive, one shard per printf index,
+// reproducible bytes, a DALI .idx per shard and a JSON manifest beside them.
+// Read: our own strict scanner (formats/tar.h) over an mmap of each shard, so
+// that fields are zero-copy views and every error names file and offset.
+// The layout is documented in docs/formats-wds.md.
+#include <archive.h>
+#include <archive_entry.h>
+#include <locale.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <set>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/file.h"
+#include "core/paths.h"
 #include "formats/registry.h"
+#include "formats/tar.h"
 
 namespace shardkit::formats {
+
+namespace {
+
+using json = nlohmann::json;
+
+// ---------------------------------------------------------------------------
+// Naming rules.
+
+bool EndsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+std::string BaseOf(const std::string& path) {
+  auto slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+std::string JoinDir(const std::string& dir, const std::string& name) {
+  if (dir.empty() || dir == ".") return name;
+  return dir + "/" + name;
+}
+
+// DALI's default index name: the archive path up to the first dot of its base
+// name (a leading dot does not count), plus ".idx".
+std::string IdxPathFor(const std::string& tar_path) {
+  size_t base = tar_path.rfind('/');
+  base = base == std::string::npos ? 0 : base + 1;
+  size_t dot = tar_path.find('.', base + 1);
+  return (dot == std::string::npos ? tar_path : tar_path.substr(0, dot)) + ".idx";
+}
+
+// The manifest of a write pattern: in the pattern's directory, named after the
+// part of the base name before the '%' conversion ("%%" read as '%'), with
+// trailing '-', '_' and '.' removed ("shards" when nothing is left), plus
+// ".manifest.json". out/train-%06d.tar -> out/train.manifest.json.
+std::string ManifestPathFor(const std::string& pattern) {
+  std::string dir = io::DirName(pattern);
+  std::string base = BaseOf(pattern);
+  std::string prefix;
+  for (size_t i = 0; i < base.size(); ++i) {
+    if (base[i] != '%') {
+      prefix += base[i];
+      continue;
+    }
+    if (i + 1 < base.size() && base[i + 1] == '%') {
+      prefix += '%';
+      ++i;
+      continue;
+    }
+    break;
+  }
+  while (!prefix.empty() && (prefix.back() == '-' || prefix.back() == '_' || prefix.back() == '.')) prefix.pop_back();
+  if (prefix.empty()) prefix = "shards";
+  std::string name = prefix + ".manifest.json";
+  return pattern.find('/') == std::string::npos ? name : JoinDir(dir, name);
+}
+
+bool HasSpace(std::string_view s) {
+  for (char c : s)
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f') return true;
+  return false;
+}
+
+// ---------------------------------------------------------------------------
+// Member names -> (key, extension), as the WebDataset reader splits them.
+
+enum class NameKind { kField, kSkip };
+
+// Classifies a tar member. Fields: *key and *ext are set. Skipped (counted):
+// directories, top-level names starting with "__" (WebDataset metadata) and
+// names whose base name starts with '.' (hidden files). Errors: links and
+// devices (their bytes are not in the shard), regular files without an
+// extension, unsafe keys ("..", absolute).
+Result<NameKind> Classify(const tar::Member& m, const std::string& file, int64_t shard, std::string* key,
+                          std::string* ext) {
+  Location where{.file = file, .shard = shard, .offset = int64_t(m.header_offset)};
+  if (m.type == '5' || m.type == 'D' || m.type == 'V') return NameKind::kSkip;
+  std::string_view name = m.name;
+  while (name.substr(0, 2) == "./") name.remove_prefix(2);
+  if (m.type != '0') {
+    const char* what = m.type == '1'   ? "a hard link"
+                       : m.type == '2' ? "a symbolic link"
+                       : m.type == '3' ? "a character device"
+                       : m.type == '4' ? "a block device"
+                       : m.type == '6' ? "a FIFO"
+                                       : "of an unsupported type";
+    return Status::Corrupt(fmt::format("member '{}' is {} (type '{}'); a shard must hold regular files "
+                                       "(create it with `tar -h` to store the files links point to)",
+                                       m.name, what, m.type),
+                           where);
+  }
+  if (name.empty()) return NameKind::kSkip;
+  size_t slash = name.rfind('/');
+  std::string_view base = slash == std::string_view::npos ? name : name.substr(slash + 1);
+  if (slash == std::string_view::npos && base.substr(0, 2) == "__") return NameKind::kSkip;
+  if (!base.empty() && base.front() == '.') return NameKind::kSkip;
+  size_t dot = base.find('.');
+  if (dot == std::string_view::npos || dot + 1 == base.size())
+    return Status::Corrupt(fmt::format("member '{}' has no extension: WebDataset members are named KEY.EXT, "
+                                       "so its field cannot be told",
+                                       m.name),
+                           where);
+  size_t split = (slash == std::string_view::npos ? 0 : slash + 1) + dot;
+  *key = std::string(name.substr(0, split));
+  *ext = paths::Lower(name.substr(split + 1));
+  Status safe = paths::CheckSafeKey(*key);
+  if (!safe.ok()) return Status::Corrupt(fmt::format("member '{}': {}", m.name, safe.message()), where);
+  return NameKind::kField;
+}
+
+// ---------------------------------------------------------------------------
+// Shard index: where each sample's members lie.
+
+struct FieldRef {
+  std::string ext;
+  uint64_t offset = 0;  // of the data
+  uint64_t size = 0;
+};
+
+struct SampleRef {
+  std::string key;
+  uint64_t offset = 0;  // of the first member's first header block
+  std::vector<FieldRef> fields;  // in shard order
+};
+
+struct ShardIndex {
+  std::string path;
+  uint64_t file_size = 0;
+  std::vector<SampleRef> samples;
+  uint64_t skipped = 0;
+  std::set<std::string> exts;
+};
+
+// Groups consecutive members with the same key into samples.
+class SampleCursor {
+ public:
+  SampleCursor(const io::MappedFile& map, int64_t shard)
+      : scan_(map.data(), map.size(), map.path()), file_(map.path()), shard_(shard) {}
+
+  Result<bool> Next(SampleRef* out) {
+    if (!have_pending_) {
+      SK_ASSIGN_OR_RETURN(bool more, Pull());
+      if (!more) return false;
+    }
+    out->key = std::move(pending_key_);
+    out->offset = pending_header_;
+    out->fields.clear();
+    out->fields.push_back(std::move(pending_));
+    have_pending_ = false;
+    for (;;) {
+      SK_ASSIGN_OR_RETURN(bool more, Pull());
+      if (!more) return true;
+      if (pending_key_ != out->key) return true;
+      for (const auto& f : out->fields)
+        if (f.ext == pending_.ext)
+          return Status::Corrupt(fmt::format("field '{}' appears twice in sample '{}'", f.ext, out->key),
+                                 Location{.file = file_, .shard = shard_, .offset = int64_t(pending_header_),
+                                          .key = out->key});
+      out->fields.push_back(std::move(pending_));
+      have_pending_ = false;
+    }
+  }
+  uint64_t skipped() const { return skipped_; }
+
+ private:
+  // Reads the next data member into pending_.
+  Result<bool> Pull() {
+    tar::Member m;
+    for (;;) {
+      auto r = scan_.Next(&m);
+      if (!r.ok()) {
+        Status s = std::move(r).take_status();
+        s.At(Location{.shard = shard_});
+        return s;
+      }
+      if (!*r) return false;
+      std::string key, ext;
+      SK_ASSIGN_OR_RETURN(NameKind kind, Classify(m, file_, shard_, &key, &ext));
+      if (kind == NameKind::kSkip) {
+        if (m.type == '0') ++skipped_;
+        continue;
+      }
+      pending_key_ = std::move(key);
+      pending_ = FieldRef{std::move(ext), m.data_offset, m.size};
+      pending_header_ = m.header_offset;
+      have_pending_ = true;
+      return true;
+    }
+  }
+
+  tar::Scanner scan_;
+  std::string file_;
+  int64_t shard_;
+  bool have_pending_ = false;
+  std::string pending_key_;
+  FieldRef pending_;
+  uint64_t pending_header_ = 0;
+  uint64_t skipped_ = 0;
+};
+
+Result<std::shared_ptr<io::MappedFile>> MapShard(const std::string& path, int64_t shard) {
+  auto m = io::MappedFile::Open(path);
+  if (!m.ok()) {
+    Status s = std::move(m).take_status();
+    s.At(Location{.file = path, .shard = shard});
+    return s;
+  }
+  return std::move(m).value();
+}
+
+Result<ShardIndex> ScanShard(const io::MappedFile& map, int64_t shard) {
+  ShardIndex idx;
+  idx.path = map.path();
+  idx.file_size = map.size();
+  SampleCursor cur(map, shard);
+  for (;;) {
+    SampleRef s;
+    SK_ASSIGN_OR_RETURN(bool more, cur.Next(&s));
+    if (!more) break;
+    for (const auto& f : s.fields) idx.exts.insert(f.ext);
+    idx.samples.push_back(std::move(s));
+  }
+  idx.skipped = cur.skipped();
+  return idx;
+}
+
+// Loads a DALI v1.2 index and checks it against the mapped shard: offsets on
+// block boundaries inside the file, a valid regular-file header with the same
+// size before every member, names that classify like a scan would, and the
+// end-of-archive block right after the last member. Any doubt: returns an
+// error and the caller scans instead.
+Result<ShardIndex> LoadIdx(const std::string& idx_path, const io::MappedFile& map, int64_t shard) {
+  SK_ASSIGN_OR_RETURN(std::string text, io::ReadFile(idx_path));
+  auto bad = [&](std::string why) { return Status::Corrupt(why, Location{.file = idx_path, .shard = shard}); };
+  ShardIndex idx;
+  idx.path = map.path();
+  idx.file_size = map.size();
+  size_t pos = 0;
+  auto next_line = [&](std::string_view* line) {
+    if (pos >= text.size()) return false;
+    size_t nl = text.find('\n', pos);
+    if (nl == std::string::npos) nl = text.size();
+    *line = std::string_view(text).substr(pos, nl - pos);
+    pos = nl + 1;
+    return true;
+  };
+  std::string_view line;
+  if (!next_line(&line) || line.substr(0, 5) != "v1.2 ") return bad("not a v1.2 index");
+  uint64_t n = 0;
+  try {
+    n = std::stoull(std::string(line.substr(5)));
+  } catch (...) {
+    return bad("bad sample count");
+  }
+  uint64_t last_end = 0;
+  while (next_line(&line)) {
+    if (line.empty()) continue;
+    std::vector<std::string_view> tok;
+    size_t s = 0;
+    while (s < line.size()) {
+      size_t e = line.find(' ', s);
+      if (e == std::string_view::npos) e = line.size();
+      if (e > s) tok.push_back(line.substr(s, e - s));
+      s = e + 1;
+    }
+    if (tok.empty() || tok.size() % 4 != 0) return bad("malformed line");
+    SampleRef sample;
+    for (size_t i = 0; i < tok.size(); i += 4) {
+      uint64_t off = 0, size = 0;
+      try {
+        off = std::stoull(std::string(tok[i + 1]));
+        size = std::stoull(std::string(tok[i + 2]));
+      } catch (...) {
+        return bad("bad offset or size");
+      }
+      if (off < tar::kBlock || off % tar::kBlock != 0 || off > map.size() || size > map.size() - off)
+        return bad("offset outside the shard");
+      const uint8_t* h = map.data() + off - tar::kBlock;
+      uint64_t hsize = 0;
+      char type = char(h[156]);
+      if (!tar::ParseNumber(h + 124, 12, &hsize) || hsize != size || (type != '0' && type != '\0'))
+        return bad("index does not match the member headers");
+      // The name must be the member's own: compare with the ustar name when it
+      // can hold it; distrust escaped names (`tar --list` output, as wds2idx uses).
+      std::string_view name = tok[i + 3];
+      if (name.find('\\') != std::string_view::npos) return bad("escaped member name");
+      bool ascii = std::all_of(name.begin(), name.end(), [](char c) { return uint8_t(c) < 0x80; });
+      if (ascii && name.size() <= 100) {
+        std::string ustar(reinterpret_cast<const char*>(h), strnlen(reinterpret_cast<const char*>(h), 100));
+        if (std::memcmp(h + 257, "ustar\0", 6) == 0 && h[345] != 0)
+          ustar = std::string(reinterpret_cast<const char*>(h + 345), strnlen(reinterpret_cast<const char*>(h + 345), 155)) +
+                  "/" + ustar;
+        if (ustar != name) return bad("index names do not match the member headers");
+      }
+      tar::Member m;
+      m.name = std::string(name);
+      m.type = '0';
+      m.header_offset = off - tar::kBlock;
+      std::string key, ext;
+      auto kind = Classify(m, map.path(), shard, &key, &ext);
+      if (!kind.ok()) return bad("index names a member a scan would refuse");
+      if (*kind == NameKind::kSkip) {
+        ++idx.skipped;
+        continue;
+      }
+      if (!sample.fields.empty() && key != sample.key) return bad("components of one line have different keys");
+      for (const auto& f : sample.fields)
+        if (f.ext == ext) return bad("duplicate field");
+      if (sample.fields.empty()) sample.key = key, sample.offset = off - tar::kBlock;
+      idx.exts.insert(ext);
+      sample.fields.push_back(FieldRef{std::move(ext), off, size});
+      last_end = std::max(last_end, off + (size + tar::kBlock - 1) / tar::kBlock * tar::kBlock);
+    }
+    if (!sample.fields.empty()) idx.samples.push_back(std::move(sample));
+  }
+  if (idx.samples.size() != n) return bad("sample count does not match the lines");
+  // Nothing may follow the last indexed member but the end-of-archive blocks.
+  if (last_end + tar::kBlock > map.size()) return bad("shard shorter than the index says");
+  for (uint64_t i = 0; i < tar::kBlock; ++i)
+    if (map.data()[last_end + i]) return bad("members follow the last indexed one");
+  return idx;
+}
+
+void FillSample(const std::shared_ptr<io::MappedFile>& map, const SampleRef& ref, Sample* out) {
+  out->clear();
+  out->key = ref.key;
+  std::shared_ptr<const void> owner = map;
+  for (const auto& f : ref.fields) out->set(f.ext, Bytes(owner, map->data() + f.offset, f.size));
+}
+
+// ---------------------------------------------------------------------------
+// Reading.
+
+class WdsReader : public SampleReader {
+ public:
+  explicit WdsReader(std::vector<std::string> paths) : paths_(std::move(paths)) {}
+
+  Result<bool> Next(Sample* out) override {
+    for (;;) {
+      if (!cursor_) {
+        if (next_ >= paths_.size()) return false;
+        SK_ASSIGN_OR_RETURN(map_, MapShard(paths_[next_], int64_t(next_)));
+        cursor_ = std::make_unique<SampleCursor>(*map_, int64_t(next_));
+        ++next_;
+      }
+      SampleRef ref;
+      SK_ASSIGN_OR_RETURN(bool more, cursor_->Next(&ref));
+      if (!more) {
+        cursor_.reset();
+        map_.reset();
+        continue;
+      }
+      FillSample(map_, ref, out);
+      return true;
+    }
+  }
+
+ private:
+  std::vector<std::string> paths_;
+  size_t next_ = 0;
+  std::shared_ptr<io::MappedFile> map_;
+  std::unique_ptr<SampleCursor> cursor_;
+};
+
+class WdsRandomAccess : public RandomAccess {
+ public:
+  struct Shard {
+    std::shared_ptr<io::MappedFile> map;
+    std::shared_ptr<const ShardIndex> index;
+    uint64_t first = 0;  // global index of its first sample
+  };
+  explicit WdsRandomAccess(std::vector<Shard> shards) : shards_(std::move(shards)) {
+    for (auto& s : shards_) {
+      s.first = total_;
+      total_ += s.index->samples.size();
+    }
+  }
+  uint64_t size() const override { return total_; }
+  Status Get(uint64_t i, Sample* out) const override {
+    if (i >= total_)
+      return Status::Invalid(fmt::format("sample index {} out of range (dataset has {})", i, total_),
+                             Location{.index = int64_t(i)});
+    auto it = std::upper_bound(shards_.begin(), shards_.end(), i,
+                               [](uint64_t v, const Shard& s) { return v < s.first; });
+    const Shard& s = *(it - 1);
+    FillSample(s.map, s.index->samples[i - s.first], out);
+    return Status::OK();
+  }
+
+ private:
+  std::vector<Shard> shards_;
+  uint64_t total_ = 0;
+};
+
+class WdsDataset : public Dataset {
+ public:
+  const DatasetInfo& info() const override { return info_; }
+
+  Result<std::unique_ptr<SampleReader>> NewReader() const override {
+    return std::unique_ptr<SampleReader>(new WdsReader(paths_));
+  }
+
+  Result<std::shared_ptr<RandomAccess>> NewRandomAccess() const override {
+    std::vector<WdsRandomAccess::Shard> shards;
+    for (size_t i = 0; i < paths_.size(); ++i) {
+      WdsRandomAccess::Shard s;
+      SK_ASSIGN_OR_RETURN(s.map, MapShard(paths_[i], int64_t(i)));
+      SK_ASSIGN_OR_RETURN(s.index, Index(i, *s.map));
+      // A shard that changed size since it was indexed could SIGBUS a mapping.
+      if (s.map->size() != s.index->file_size)
+        return Status::Corrupt(fmt::format("shard changed size since it was indexed ({} -> {} bytes)",
+                                           s.index->file_size, s.map->size()),
+                               Location{.file = paths_[i], .shard = int64_t(i)});
+      shards.push_back(std::move(s));
+    }
+    return std::shared_ptr<RandomAccess>(new WdsRandomAccess(std::move(shards)));
+  }
+
+  // The index of shard i: cached, else from its .idx when consistent, else a scan.
+  Result<std::shared_ptr<const ShardIndex>> Index(size_t i, const io::MappedFile& map) const {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (indexes_[i] && indexes_[i]->file_size == map.size()) return indexes_[i];
+    }
+    std::shared_ptr<const ShardIndex> idx;
+    std::string idx_path = IdxPathFor(paths_[i]);
+    if (io::Exists(idx_path)) {
+      auto r = LoadIdx(idx_path, map, int64_t(i));
+      if (r.ok()) idx = std::make_shared<ShardIndex>(std::move(r).value());
+    }
+    if (!idx) {
+      SK_ASSIGN_OR_RETURN(auto scanned, ScanShard(map, int64_t(i)));
+      idx = std::make_shared<ShardIndex>(std::move(scanned));
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    indexes_[i] = idx;
+    return idx;
+  }
+
+  DatasetInfo info_;
+  std::vector<std::string> paths_;
+  mutable std::mutex mu_;
+  mutable std::vector<std::shared_ptr<const ShardIndex>> indexes_;
+};
+
+Result<uint64_t> FileSize(const std::string& path, int64_t shard) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0)
+    return errno == ENOENT ? Status::NotFound("shard does not exist", Location{.file = path, .shard = shard})
+                           : Status::FromErrno(errno, "cannot stat shard", Location{.file = path, .shard = shard});
+  if (!S_ISREG(st.st_mode))
+    return Status::Invalid("shard is not a regular file", Location{.file = path, .shard = shard});
+  return uint64_t(st.st_size);
+}
+
+Result<std::unique_ptr<Dataset>> OpenManifest(const std::string& path) {
+  SK_ASSIGN_OR_RETURN(std::string text, io::ReadFile(path));
+  auto ds = std::make_unique<WdsDataset>();
+  DatasetInfo& info = ds->info_;
+  info.format = "wds";
+  info.address = path;
+  std::string dir = io::DirName(path);
+  try {
+    json j = json::parse(text);
+    if (j.value("format", "") != "wds")
+      return Status::Corrupt("not a shardkit wds manifest (\"format\" is not \"wds\")", Location{.file = path});
+    info.num_samples = j.at("num_samples").get<uint64_t>();
+    info.class_names = j.value("class_names", std::vector<std::string>{});
+    info.fields = j.value("fields", std::vector<std::string>{});
+    uint64_t sum = 0;
+    for (const auto& s : j.at("shards")) {
+      ShardInfo si;
+      std::string rel = s.at("path").get<std::string>();
+      si.path = (!rel.empty() && rel[0] == '/') ? rel : JoinDir(dir, rel);
+      si.samples = s.at("samples").get<uint64_t>();
+      si.bytes = s.at("bytes").get<uint64_t>();
+      si.checksum = s.value("checksum", "");
+      sum += si.samples;
+      info.shards.push_back(std::move(si));
+    }
+    if (sum != *info.num_samples)
+      return Status::Corrupt(fmt::format("manifest says {} samples but its shards add up to {}", *info.num_samples,
+                                         sum),
+                             Location{.file = path});
+  } catch (const std::exception& e) {
+    return Status::Corrupt(fmt::format("bad manifest: {}", e.what()), Location{.file = path});
+  }
+  for (size_t i = 0; i < info.shards.size(); ++i) {
+    const auto& si = info.shards[i];
+    SK_ASSIGN_OR_RETURN(uint64_t size, FileSize(si.path, int64_t(i)));
+    if (size != si.bytes)
+      return Status::Corrupt(fmt::format("shard has {} bytes but the manifest says {}", size, si.bytes),
+                             Location{.file = si.path, .shard = int64_t(i)});
+    info.total_bytes += size;
+    ds->paths_.push_back(si.path);
+  }
+  ds->indexes_.resize(ds->paths_.size());
+  return std::unique_ptr<Dataset>(std::move(ds));
+}
+
+Result<std::unique_ptr<Dataset>> OpenWds(const std::string& path, const OpenOptions&) {
+  if (EndsWith(path, ".manifest.json")) return OpenManifest(path);
+  SK_ASSIGN_OR_RETURN(std::vector<std::string> paths, paths::ExpandBraces(path));
+  auto ds = std::make_unique<WdsDataset>();
+  DatasetInfo& info = ds->info_;
+  info.format = "wds";
+  info.address = path;
+  ds->paths_ = paths;
+  ds->indexes_.resize(paths.size());
+  std::set<std::string> exts;
+  uint64_t samples = 0, skipped = 0;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    SK_ASSIGN_OR_RETURN(uint64_t size, FileSize(paths[i], int64_t(i)));
+    (void)size;
+    SK_ASSIGN_OR_RETURN(auto map, MapShard(paths[i], int64_t(i)));
+    SK_ASSIGN_OR_RETURN(auto idx, ds->Index(i, *map));
+    exts.insert(idx->exts.begin(), idx->exts.end());
+    samples += idx->samples.size();
+    skipped += idx->skipped;
+    info.shards.push_back(ShardInfo{paths[i], idx->samples.size(), idx->file_size, ""});
+    info.total_bytes += idx->file_size;
+  }
+  info.num_samples = samples;
+  info.fields.assign(exts.begin(), exts.end());
+  if (skipped) info.extra["skipped_members"] = std::to_string(skipped);
+  return std::unique_ptr<Dataset>(std::move(ds));
+}
+
+// ---------------------------------------------------------------------------
+// Writing.
+
+// Makes libarchive's name conversion independent of the process locale: names
+// are taken as UTF-8, and bytes that are not UTF-8 are stored as they are
+// (libarchive then marks the entry "hdrcharset=BINARY").
+class Utf8Locale {
+ public:
+  Utf8Locale() {
+    static locale_t loc = [] {
+      locale_t l = newlocale(LC_CTYPE_MASK, "C.UTF-8", locale_t(0));
+      return l ? l : newlocale(LC_CTYPE_MASK, "C", locale_t(0));
+    }();
+    old_ = loc ? uselocale(loc) : locale_t(0);
+  }
+  ~Utf8Locale() {
+    if (old_) uselocale(old_);
+  }
+
+ private:
+  locale_t old_;
+};
+
+struct IdxEntry {
+  std::string ext, name;
+  uint64_t offset, size;
+};
+
+class WdsWriter : public SampleWriter {
+ public:
+  WdsWriter(std::string pattern, WriteOptions opts)
+      : pattern_(std::move(pattern)), opts_(std::move(opts)), manifest_(ManifestPathFor(pattern_)) {}
+
+  ~WdsWriter() override {
+    if (!finished_) {
+      AbortShard();
+      for (const auto& p : committed_) ::unlink(p.c_str());
+    }
+    if (hash_) XXH3_freeState(hash_);
+  }
+
+  static Result<std::unique_ptr<SampleWriter>> Make(const std::string& pattern, const WriteOptions& opts) {
+    SK_RETURN_IF_ERROR(paths::CheckShardPattern(pattern));
+    auto slash = pattern.rfind('/');
+    if (slash != std::string::npos && pattern.substr(0, slash).find('%') != std::string::npos)
+      return Status::Invalid(fmt::format("bad shard pattern '{}': the %d conversion must be in the file name, "
+                                         "not in a directory",
+                                         pattern));
+    std::string first = paths::FormatShardPattern(pattern, 0);
+    if (opts.write_index && IdxPathFor(first) == IdxPathFor(paths::FormatShardPattern(pattern, 1)))
+      return Status::Invalid(fmt::format("shard pattern '{}': DALI index names (base name up to its first dot, "
+                                         "plus .idx) would be the same for every shard; put the %d before any "
+                                         "dot in the file name or turn index writing off",
+                                         pattern));
+    if (opts.shard_size < 2 * tar::kBlock)
+      return Status::Invalid(fmt::format("shard size {} is too small", opts.shard_size));
+    auto w = std::make_unique<WdsWriter>(pattern, opts);
+    if (!opts.overwrite) {
+      for (const std::string& p : {first, w->manifest_})
+        if (io::Exists(p))
+          return Status::Exists("output exists (pass --overwrite to replace it)", Location{.file = p});
+    }
+    std::string dir = io::DirName(first);
+    if (!io::IsDir(dir)) SK_RETURN_IF_ERROR(io::MakeDirs(dir));
+    if (::access(dir.c_str(), W_OK) != 0)
+      return Status::FromErrno(errno, "output directory is not writable", Location{.file = dir});
+    return std::unique_ptr<SampleWriter>(std::move(w));
+  }
+
+  Status Write(const Sample& in) override {
+    if (finished_) return Status::Internal("Write() after Finish()");
+    if (!error_.ok()) return error_;
+    std::string key = in.key;
+    Location where{.key = in.key, .index = int64_t(total_samples_)};
+    SK_RETURN_IF_ERROR(paths::CheckSafeKey(key).At(where));
+    size_t base = key.rfind('/');
+    base = base == std::string::npos ? 0 : base + 1;
+    if (key.find('.', base) != std::string::npos) {
+      if (opts_.key_dots != KeyDots::kReplace)
+        return Status::Invalid(fmt::format("key '{}' has a dot in its last path component, which a WebDataset "
+                                           "reader would take as the start of the extension; pass "
+                                           "--key-dots=replace to write such keys with '_' in place of '.'",
+                                           in.key),
+                               where);
+      for (size_t i = base; i < key.size(); ++i)
+        if (key[i] == '.') key[i] = '_';
+    }
+    if (in.fields.empty())
+      return Status::Invalid("sample has no fields: it cannot be stored in a tar shard", where);
+    std::vector<const Field*> fields;
+    for (const auto& f : in.fields) {
+      if (f.ext.empty() || f.ext.front() == '.' || f.ext.find('/') != std::string::npos ||
+          f.ext.find('\0') != std::string::npos || paths::Lower(f.ext) != f.ext)
+        return Status::Invalid(fmt::format("bad field extension '{}' (expected lowercase, no '/', no leading dot)",
+                                           f.ext),
+                               where);
+      fields.push_back(&f);
+    }
+    std::sort(fields.begin(), fields.end(), [](const Field* a, const Field* b) { return a->ext < b->ext; });
+    for (size_t i = 1; i < fields.size(); ++i)
+      if (fields[i]->ext == fields[i - 1]->ext)
+        return Status::Invalid(fmt::format("field '{}' appears twice", fields[i]->ext), where);
+    if (shard_samples_ > 0 && key == prev_key_)
+      return Status::Invalid("same key as the previous sample: the two would merge into one on read", where);
+
+    // Upper bound of the bytes this sample adds (headers, pax records, padding).
+    uint64_t need = 0;
+    for (const Field* f : fields) {
+      size_t name_len = key.size() + 1 + f->ext.size();
+      need += tar::kBlock + (f->data.size() + tar::kBlock - 1) / tar::kBlock * tar::kBlock;
+      need += tar::kBlock + (2 * name_len + 64 + tar::kBlock - 1) / tar::kBlock * tar::kBlock;  // pax header
+    }
+    const uint64_t max_samples =
+        !opts_.shard_plan.empty()
+            ? opts_.shard_plan[std::min(summary_.shards.size(), opts_.shard_plan.size() - 1)]
+            : (opts_.samples_per_shard ? opts_.samples_per_shard : UINT64_MAX);
+    if (ar_ && (shard_samples_ >= max_samples ||
+                (opts_.shard_plan.empty() && ShardBytes() + need + 2 * tar::kBlock > opts_.shard_size))) {
+      SK_RETURN_IF_ERROR(Keep(FinishShard()));
+    }
+    if (!ar_) SK_RETURN_IF_ERROR(Keep(StartShard()));
+
+    Utf8Locale utf8;
+    for (const Field* f : fields) {
+      std::string name = key + "." + f->ext;
+      struct archive_entry* e = archive_entry_new();
+      archive_entry_copy_pathname(e, name.c_str());
+      archive_entry_set_filetype(e, AE_IFREG);
+      archive_entry_set_perm(e, 0444);
+      archive_entry_set_size(e, int64_t(f->data.size()));
+      archive_entry_set_mtime(e, 0, 0);
+      archive_entry_set_uid(e, 0);
+      archive_entry_set_gid(e, 0);
+      int r = archive_write_header(ar_, e);
+      archive_entry_free(e);
+      if (r < ARCHIVE_WARN) return Keep(ArchiveError("cannot write tar header", name));
+      uint64_t off = ShardBytes();
+      const uint8_t* p = f->data.data();
+      size_t left = f->data.size();
+      while (left > 0) {
+        la_ssize_t n = archive_write_data(ar_, p, left);
+        if (n <= 0) return Keep(ArchiveError("cannot write member data", name));
+        p += n;
+        left -= size_t(n);
+      }
+      if (archive_write_finish_entry(ar_) < ARCHIVE_WARN) return Keep(ArchiveError("cannot finish member", name));
+      if (HasSpace(name)) idx_names_ok_ = false;
+      idx_.push_back(IdxEntry{f->ext, std::move(name), off, f->data.size()});
+      fields_.insert(f->ext);
+    }
+    idx_lines_.push_back(idx_.size());
+    prev_key_ = key;
+    ++shard_samples_;
+    ++total_samples_;
+    return Status::OK();
+  }
+
+  Result<WriteSummary> Finish() override {
+    if (finished_) return Status::Internal("Finish() called twice");
+    if (!error_.ok()) return error_;
+    if (ar_) SK_RETURN_IF_ERROR(Keep(FinishShard()));
+    json j;
+    j["format"] = "wds";
+    j["version"] = 1;
+    j["pattern"] = BaseOf(pattern_);
+    j["num_samples"] = total_samples_;
+    j["class_names"] = opts_.class_names;
+    j["fields"] = std::vector<std::string>(fields_.begin(), fields_.end());
+    uint64_t total = 0;
+    json shards = json::array();
+    for (const auto& s : summary_.shards) {
+      json o;
+      o["path"] = BaseOf(s.path);
+      o["samples"] = s.samples;
+      o["bytes"] = s.bytes;
+      o["checksum"] = s.checksum;
+      if (opts_.write_index) o["index"] = BaseOf(IdxPathFor(s.path));
+      shards.push_back(std::move(o));
+      total += s.bytes;
+    }
+    j["total_bytes"] = total;
+    j["shards"] = std::move(shards);
+    SK_RETURN_IF_ERROR(io::WriteFileAtomic(manifest_, j.dump(2) + "\n", true));
+    summary_.samples = total_samples_;
+    summary_.bytes = total;
+    finished_ = true;
+    return summary_;
+  }
+
+ private:
+  // Makes a failure sticky and removes the unfinished shard's temporary file at once.
+  Status Keep(Status s) {
+    if (!s.ok()) {
+      if (error_.ok()) error_ = s;
+      AbortShard();
+    }
+    return s;
+  }
+
+  uint64_t ShardBytes() const { return ar_ ? uint64_t(archive_filter_bytes(ar_, 0)) : 0; }
+
+  Status ArchiveError(const char* what, const std::string& name) {
+    if (!io_error_.ok()) return io_error_;
+    return Status::IOError(fmt::format("{} for '{}': {}", what, name, archive_error_string(ar_)),
+                           Location{.file = file_ ? file_->path() : "", .shard = int64_t(summary_.shards.size())});
+  }
+
+  static la_ssize_t WriteCb(struct archive*, void* self, const void* buf, size_t n) {
+    auto* w = static_cast<WdsWriter*>(self);
+    if (w->discard_) return la_ssize_t(n);
+    Status s = w->file_->Write(buf, n);
+    if (!s.ok()) {
+      w->io_error_ = s;
+      return -1;
+    }
+    XXH3_64bits_update(w->hash_, buf, n);
+    return la_ssize_t(n);
+  }
+
+  Status StartShard() {
+    std::string path = paths::FormatShardPattern(pattern_, summary_.shards.size());
+    SK_ASSIGN_OR_RETURN(file_, io::AtomicFile::Create(path, opts_.overwrite));
+    if (!hash_) hash_ = XXH3_createState();
+    XXH3_64bits_reset(hash_);
+    Utf8Locale utf8;
+    ar_ = archive_write_new();
+    discard_ = false;
+    io_error_ = Status::OK();
+    if (archive_write_set_format_pax_restricted(ar_) != ARCHIVE_OK ||
+        archive_write_set_bytes_per_block(ar_, 0) != ARCHIVE_OK ||
+        archive_write_open2(ar_, this, nullptr, &WdsWriter::WriteCb, nullptr, nullptr) != ARCHIVE_OK) {
+      Status s = Status::Internal(fmt::format("libarchive setup failed: {}", archive_error_string(ar_)),
+                                  Location{.file = path});
+      AbortShard();
+      return s;
+    }
+    shard_samples_ = 0;
+    idx_.clear();
+    idx_lines_.clear();
+    idx_names_ok_ = true;
+    return Status::OK();
+  }
+
+  void AbortShard() {
+    if (ar_) {
+      discard_ = true;
+      archive_write_free(ar_);
+      ar_ = nullptr;
+    }
+    file_.reset();  // unlinks the temporary file
+  }
+
+  Status FinishShard() {
+    {
+      Utf8Locale utf8;
+      int r = archive_write_close(ar_);
+      if (r != ARCHIVE_OK) return ArchiveError("cannot finish shard", "end of archive");
+      archive_write_free(ar_);
+      ar_ = nullptr;
+    }
+    std::string path = file_->path();
+    uint64_t size = file_->size();
+    SK_RETURN_IF_ERROR(file_->Commit());
+    file_.reset();
+    committed_.push_back(path);
+    if (opts_.write_index) {
+      // DALI's v1.2 index; v1.1 (no names) when a name holds white space,
+      // which would break its space-separated lines.
+      std::string text = fmt::format("{} {}\n", idx_names_ok_ ? "v1.2" : "v1.1", shard_samples_);
+      size_t start = 0;
+      for (size_t end : idx_lines_) {
+        for (size_t i = start; i < end; ++i) {
+          const auto& e = idx_[i];
+          if (i > start) text += ' ';
+          text += fmt::format("{} {} {}", e.ext, e.offset, e.size);
+          if (idx_names_ok_) text += " " + e.name;
+        }
+        text += '\n';
+        start = end;
+      }
+      std::string idx_path = IdxPathFor(path);
+      SK_RETURN_IF_ERROR(io::WriteFileAtomic(idx_path, text, true));
+      committed_.push_back(idx_path);
+    }
+    summary_.shards.push_back(
+        ShardInfo{path, shard_samples_, size, paths::ChecksumString(XXH3_64bits_digest(hash_))});
+    shard_samples_ = 0;
+    return Status::OK();
+  }
+
+  std::string pattern_;
+  WriteOptions opts_;
+  std::string manifest_;
+  struct archive* ar_ = nullptr;
+  std::unique_ptr<io::AtomicFile> file_;
+  XXH3_state_t* hash_ = nullptr;
+  bool discard_ = false;
+  Status io_error_;  // the file layer's error behind a libarchive failure
+  Status error_;     // sticky: the first failure ends the writer
+  uint64_t shard_samples_ = 0, total_samples_ = 0;
+  std::string prev_key_;
+  std::vector<IdxEntry> idx_;       // members of the current shard
+  std::vector<size_t> idx_lines_;   // end of each sample in idx_
+  bool idx_names_ok_ = true;
+  std::set<std::string> fields_;
+  WriteSummary summary_;
+  std::vector<std::string> committed_;  // files under their final names, removed if never finished
+  bool finished_ = false;
+};
+
+}  // namespace
 
 Format WdsFormat() {
   return Format{
       .name = "wds",
-      .description = "wds (not implemented yet)",
-      .bid_read = [](const std::string&) { return 0; },
-      .bid_write = [](const std::string&) { return 0; },
-      .open = [](const std::string& path, const OpenOptions&) -> Result<std::unique_ptr<Dataset>> {
-        return Status::Unsupported("the wds format is not implemented yet", Location{.file = path});
+      .description = "WebDataset tar shards (read: x.tar, x-{000..009}.tar, a.tar::b.tar, x.manifest.json; "
+                     "write: out/x-%06d.tar)",
+      .bid_read = [](const std::string& path) -> int {
+        std::string p = paths::Lower(path);
+        if (EndsWith(p, ".manifest.json")) return 90;
+        if (p.find('{') != std::string::npos || p.find("::") != std::string::npos) {
+          auto r = paths::ExpandBraces(path);
+          if (!r.ok() || r->empty()) return 0;
+          for (const auto& e : *r)
+            if (!EndsWith(paths::Lower(e), ".tar")) return 0;
+          return 90;
+        }
+        return EndsWith(p, ".tar") ? 90 : 0;
       },
-      .create = [](const std::string& path, const WriteOptions&) -> Result<std::unique_ptr<SampleWriter>> {
-        return Status::Unsupported("the wds format is not implemented yet", Location{.file = path});
+      .bid_write = [](const std::string& path) -> int {
+        return EndsWith(paths::Lower(path), ".tar") && paths::CheckShardPattern(path).ok() ? 90 : 0;
       },
+      .open = OpenWds,
+      .create = WdsWriter::Make,
   };
 }
 

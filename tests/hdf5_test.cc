@@ -1,0 +1,545 @@
+// The hdf5 format: round trip, random access from many threads, real clients
+// (h5dump, h5py) on what shardkit writes, third-party layouts, bad input.
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "core/file.h"
+#include "shardkit/shardkit.h"
+#include "support.h"
+
+using namespace shardkit;
+using namespace sk_test;
+
+namespace {
+
+const char* kPy = "/usr/bin/python3";
+
+// n samples: a JPEG each, a label on most, a `txt` field on some, one key
+// with non-ASCII text.
+std::vector<Sample> MakeSamples(int n) {
+  std::vector<Sample> out;
+  for (int i = 0; i < n; ++i) {
+    Sample s;
+    s.key = fmt::format("c{}/img_{:04d}", i % 3, i);
+    if (i == 1) s.key = "c1/ünïcode_0001";
+    s.set("jpg", Bytes::Take(MakeJpeg(8 + i % 7, 8 + i % 5, uint32_t(i))));
+    if (i % 7 != 3) s.set_label(i % 3);
+    if (i % 5 == 0) s.set("txt", Bytes::Copy(fmt::format("caption {}", i)));
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+const std::vector<std::string> kClasses = {"cat", "dog", "émeu"};
+
+void WriteH5(const std::string& path, const std::vector<Sample>& samples, WriteOptions opts = {}) {
+  if (opts.class_names.empty()) opts.class_names = kClasses;
+  auto w = Create("hdf5:" + path, opts);
+  REQUIRE(w.ok());
+  for (const auto& s : samples) REQUIRE((*w)->Write(s).ok());
+  auto sum = (*w)->Finish();
+  REQUIRE(sum.ok());
+  CHECK(sum->samples == samples.size());
+}
+
+void CheckSame(const Sample& got, const Sample& want) {
+  CHECK(got.key == want.key);
+  REQUIRE(got.fields.size() == want.fields.size());
+  for (size_t k = 0; k < got.fields.size(); ++k) {
+    CHECK(got.fields[k].ext == want.fields[k].ext);
+    CHECK(got.fields[k].data == want.fields[k].data);
+  }
+}
+
+RunResult Py(const TempDir& dir, const std::string& script, const std::string& args = "") {
+  WriteFile(dir / "script.py", script);
+  return Run(fmt::format("{} {} {}", kPy, Q(dir / "script.py"), args));
+}
+
+std::vector<std::string> Listing(const std::string& dir) {
+  std::vector<std::string> out;
+  for (auto& e : std::filesystem::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("hdf5 round trip keeps keys, labels, class names and bytes", "[hdf5]") {
+  TempDir dir;
+  auto samples = MakeSamples(40);
+  std::string path = dir / "out.h5";
+  WriteH5(path, samples);
+  CHECK(Listing(dir.path()) == std::vector<std::string>{"out.h5"});  // no spill or temp file left
+
+  CHECK(DetectFormat(path).ok());
+  CHECK(*DetectFormat(path) == "hdf5");
+  auto ds = Open(path);
+  REQUIRE(ds.ok());
+  const DatasetInfo& info = (*ds)->info();
+  CHECK(info.format == "hdf5");
+  CHECK(info.num_samples == 40u);
+  CHECK(info.class_names == kClasses);
+  CHECK(info.fields == std::vector<std::string>{"cls", "jpg", "txt"});
+  CHECK(info.extra.at("layout") == "shardkit");
+  REQUIRE(info.shards.size() == 1);
+  CHECK(info.shards[0].path == path);
+
+  auto r = (*ds)->NewReader();
+  REQUIRE(r.ok());
+  Sample s;
+  size_t i = 0;
+  for (;;) {
+    auto more = (*r)->Next(&s);
+    REQUIRE(more.ok());
+    if (!*more) break;
+    REQUIRE(i < samples.size());
+    CheckSame(s, samples[i]);
+    ++i;
+  }
+  CHECK(i == samples.size());
+  // Sample 3 has no label: no cls field comes back.
+  auto ra = (*ds)->NewRandomAccess();
+  REQUIRE(ra.ok());
+  REQUIRE((*ra)->Get(3, &s).ok());
+  CHECK(s.find("cls") == nullptr);
+  // Payloads are zero-copy views of one mapping.
+  Sample a, b;
+  REQUIRE((*ra)->Get(0, &a).ok());
+  REQUIRE((*ra)->Get(1, &b).ok());
+  CHECK(a.find("jpg")->data.owner() == b.find("jpg")->data.owner());
+  CHECK(b.find("jpg")->data.data() == a.find("jpg")->data.data() + a.find("jpg")->data.size());
+  CHECK_FALSE((*ra)->Get(40, &s).ok());
+}
+
+TEST_CASE("hdf5 non-canonical cls and empty datasets round trip", "[hdf5]") {
+  TempDir dir;
+  std::vector<Sample> samples(3);
+  samples[0].key = "a";
+  samples[0].set("cls", Bytes::Copy("7\n"));  // kept byte-exact in fields/cls
+  samples[1].key = "b";
+  samples[1].set("cls", Bytes::Copy("-2"));
+  samples[2].key = "c";
+  samples[2].set("cls", Bytes::Copy("5"));
+  WriteH5(dir / "x.h5", samples);
+  auto ds = Open(dir / "x.h5");
+  REQUIRE(ds.ok());
+  auto ra = (*ds)->NewRandomAccess();
+  REQUIRE(ra.ok());
+  for (size_t i = 0; i < 3; ++i) {
+    Sample s;
+    REQUIRE((*ra)->Get(i, &s).ok());
+    CheckSame(s, samples[i]);
+  }
+  // Zero samples.
+  WriteH5(dir / "empty.h5", {});
+  auto e = Open(dir / "empty.h5");
+  REQUIRE(e.ok());
+  CHECK((*e)->info().num_samples == 0u);
+}
+
+TEST_CASE("hdf5 random access from many threads equals sequential reading", "[hdf5]") {
+  TempDir dir;
+  auto samples = MakeSamples(300);
+  WriteH5(dir / "t.h5", samples);
+  auto ds = Open(dir / "t.h5");
+  REQUIRE(ds.ok());
+  auto ra = (*ds)->NewRandomAccess();
+  REQUIRE(ra.ok());
+  std::shared_ptr<RandomAccess> acc = *ra;
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      Sample s;
+      for (int k = 0; k < 3000; ++k) {
+        uint64_t i = uint64_t((k * 7919 + t * 104729) % 300);
+        if (!acc->Get(i, &s).ok() || s.key != samples[i].key || s.fields.size() != samples[i].fields.size()) {
+          ++bad;
+          continue;
+        }
+        for (size_t f = 0; f < s.fields.size(); ++f)
+          if (!(s.fields[f].data == samples[i].fields[f].data)) ++bad;
+      }
+    });
+  for (auto& th : threads) th.join();
+  CHECK(bad == 0);
+  // Bytes outlive the dataset and its accessor.
+  Sample keep;
+  REQUIRE(acc->Get(5, &keep).ok());
+  acc.reset();
+  ra = Result<std::shared_ptr<RandomAccess>>(Status::Cancelled("dropped"));
+  ds = Result<std::unique_ptr<Dataset>>(Status::Cancelled("dropped"));
+  CHECK(keep.find("jpg")->data == samples[5].find("jpg")->data);
+}
+
+TEST_CASE("hdf5 h5dump lists the layout", "[hdf5]") {
+  TempDir dir;
+  WriteH5(dir / "d.h5", MakeSamples(10));
+  auto r = Run(fmt::format("h5dump -H -p {}", Q(dir / "d.h5")));
+  REQUIRE(r.exit_code == 0);
+  for (const char* want : {"DATASET \"keys\"", "DATASET \"labels\"", "DATASET \"checksums\"", "GROUP \"fields\"",
+                           "GROUP \"jpg\"", "GROUP \"txt\"", "DATASET \"data\"", "DATASET \"offsets\"",
+                           "ATTRIBUTE \"class_names\"", "ATTRIBUTE \"shardkit_format_version\"", "CONTIGUOUS",
+                           "H5T_STD_U8LE", "H5T_STD_I64LE", "H5T_STD_U64LE"})
+    CHECK(r.out.find(want) != std::string::npos);
+  CHECK(r.out.find("CHUNKED") == std::string::npos);
+}
+
+TEST_CASE("hdf5 h5py reads what shardkit writes", "[hdf5]") {
+  TempDir dir;
+  auto samples = MakeSamples(25);
+  WriteH5(dir / "p.h5", samples);
+  for (size_t i = 0; i < samples.size(); ++i) WriteFile(dir / fmt::format("src{}.jpg", i), samples[i].find("jpg")->data.str());
+  auto r = Py(dir, R"(
+import sys, h5py
+d = sys.argv[1]
+with h5py.File(d + '/p.h5', 'r') as f:
+    data, offs = f['fields/jpg/data'], f['fields/jpg/offsets'][:]
+    assert data.id.get_offset() is not None
+    assert len(offs) == len(f['keys']) + 1
+    for i in range(len(f['keys'])):
+        src = open(d + '/src%d.jpg' % i, 'rb').read()
+        assert data[offs[i]:offs[i + 1]].tobytes() == src, i
+    print('labels', ' '.join(str(x) for x in f['labels'][:6]))
+    print('classes', '|'.join(f.attrs['class_names']))
+    print('key1', f['keys'][1].decode('utf-8'))
+    t, to = f['fields/txt/data'], f['fields/txt/offsets'][:]
+    print('txt0', t[to[0]:to[1]].tobytes().decode(), 'txt1', to[2] - to[1])
+    print('version', f.attrs['shardkit_format_version'])
+)",
+              Q(dir.path()));
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("labels 0 1 2 -1 1 2") != std::string::npos);
+  CHECK(r.out.find("classes cat|dog|émeu") != std::string::npos);
+  CHECK(r.out.find("key1 c1/ünïcode_0001") != std::string::npos);
+  CHECK(r.out.find("txt0 caption 0 txt1 0") != std::string::npos);
+  CHECK(r.out.find("version 1") != std::string::npos);
+}
+
+TEST_CASE("hdf5 reads the images/labels layout written by h5py, and field maps", "[hdf5]") {
+  TempDir dir;
+  std::vector<std::string> imgs;
+  for (int i = 0; i < 6; ++i) {
+    imgs.push_back(i % 2 ? MakePng(5, 4, uint32_t(i)) : MakeJpeg(9, 7, uint32_t(i)));
+    WriteFile(dir / fmt::format("i{}.bin", i), imgs.back());
+  }
+  auto r = Py(dir, R"(
+import sys, h5py, numpy as np
+d = sys.argv[1]
+imgs = [np.frombuffer(open(d + '/i%d.bin' % i, 'rb').read(), dtype=np.uint8) for i in range(6)]
+for name, iname, lname in (('tp.h5', 'images', 'labels'), ('tg.h5', 'images', 'targets'), ('mapped.h5', 'imgs', 'y')):
+    with h5py.File(d + '/' + name, 'w') as f:
+        ds = f.create_dataset(iname, (6,), dtype=h5py.vlen_dtype(np.uint8))
+        for i, a in enumerate(imgs): ds[i] = a
+        f[lname] = np.array([4, 3, 2, 1, 0, 9], dtype=np.int32)
+)",
+              Q(dir.path()));
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  for (const char* name : {"tp.h5", "tg.h5"}) {
+    auto ds = Open(dir / name);
+    REQUIRE(ds.ok());
+    CHECK((*ds)->info().extra.at("layout") == "images-labels");
+    CHECK((*ds)->info().num_samples == 6u);
+    auto ra = (*ds)->NewRandomAccess();
+    REQUIRE(ra.ok());
+    for (uint64_t i = 0; i < 6; ++i) {
+      Sample s;
+      REQUIRE((*ra)->Get(i, &s).ok());
+      CHECK(s.key == fmt::format("{:08d}", i));
+      const Field* img = s.find(i % 2 ? "png" : "jpg");
+      REQUIRE(img != nullptr);
+      CHECK(img->data.str() == imgs[i]);
+      CHECK(s.label() == std::vector<int64_t>{4, 3, 2, 1, 0, 9}[i]);
+    }
+  }
+  // Reads through HDF5 serialise under shardkit's mutex but are correct from many threads.
+  {
+    auto ds = Open(dir / "tp.h5");
+    REQUIRE(ds.ok());
+    auto ra = (*ds)->NewRandomAccess();
+    REQUIRE(ra.ok());
+    std::atomic<int> bad{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t)
+      threads.emplace_back([&, t] {
+        Sample s;
+        for (int k = 0; k < 200; ++k) {
+          uint64_t i = uint64_t((k + t) % 6);
+          if (!(*ra)->Get(i, &s).ok() || !s.image() || s.image()->data.str() != imgs[i]) ++bad;
+        }
+      });
+    for (auto& th : threads) th.join();
+    CHECK(bad == 0);
+  }
+  // Other names: refused without a map, read with one.
+  auto plain = Open(dir / "mapped.h5");
+  REQUIRE_FALSE(plain.ok());
+  CHECK(plain.status().message().find("field map") != std::string::npos);
+  OpenOptions o;
+  o.field_map = {{"imgs", "jpg"}, {"y", "cls"}};
+  auto ds = Open(dir / "mapped.h5", o);
+  REQUIRE(ds.ok());
+  CHECK((*ds)->info().fields == std::vector<std::string>{"cls", "jpg"});
+  auto rd = (*ds)->NewReader();
+  REQUIRE(rd.ok());
+  Sample s;
+  uint64_t i = 0;
+  while (*(*rd)->Next(&s)) {
+    CHECK(s.find("jpg")->data.str() == imgs[i]);  // the map fixes the extension
+    CHECK(s.label() == std::vector<int64_t>{4, 3, 2, 1, 0, 9}[i]);
+    ++i;
+  }
+  CHECK(i == 6);
+  o.field_map = {{"imgs", "auto"}, {"y", "label"}};  // sniffed extension, labels under another name
+  ds = Open(dir / "mapped.h5", o);
+  REQUIRE(ds.ok());
+  CHECK((*ds)->info().fields == std::vector<std::string>{"jpg", "label"});
+  auto ra = (*ds)->NewRandomAccess();
+  REQUIRE(ra.ok());
+  REQUIRE((*ra)->Get(1, &s).ok());
+  REQUIRE(s.find("png") != nullptr);
+  CHECK(s.find("png")->data.str() == imgs[1]);
+  CHECK(s.find("label")->data.str() == "3");
+  o.field_map = {{"nope", "jpg"}};
+  auto missing = Open(dir / "mapped.h5", o);
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.status().message().find("'nope'") != std::string::npos);
+}
+
+TEST_CASE("hdf5 truncated file is an error naming the file", "[hdf5]") {
+  TempDir dir;
+  WriteH5(dir / "t.h5", MakeSamples(50));
+  std::string bytes = ReadFile(dir / "t.h5");
+  for (size_t cut : {bytes.size() - 1, bytes.size() / 2, size_t(100), size_t(0)}) {
+    WriteFile(dir / "cut.h5", bytes.substr(0, cut));
+    auto ds = Open(dir / "cut.h5");
+    REQUIRE_FALSE(ds.ok());
+    CHECK(ds.status().code() == Code::kCorrupt);
+    CHECK(ds.status().where().file == dir / "cut.h5");
+    CHECK(ds.status().ToString().find("cut.h5") != std::string::npos);
+    if (cut > 100) CHECK_THAT(ds.status().message(), Catch::Contains("truncated"));
+  }
+}
+
+TEST_CASE("hdf5 wrong type or shape is an error naming the dataset", "[hdf5]") {
+  TempDir dir;
+  WriteH5(dir / "good.h5", MakeSamples(12));
+  struct Case {
+    const char* edit;
+    const char* dataset;
+    const char* what;
+  };
+  std::vector<Case> cases = {
+      {"del f['labels']; f['labels'] = np.zeros(12, dtype=np.float32)", "'labels'", "integer"},
+      {"del f['labels']; f['labels'] = np.zeros(11, dtype=np.int64)", "'labels'", "11 elements"},
+      {"o = f['fields/jpg/offsets']; o[5] = o[4] - 1", "'fields/jpg/offsets'", "monotone"},
+      {"o = f['fields/jpg/offsets']; o[12] = f['fields/jpg/data'].shape[0] + 1", "'fields/jpg/offsets'", "beyond"},
+      {"d = f['fields/txt/data'][:]; del f['fields/txt/data']; f.create_dataset('fields/txt/data', data=d, chunks=(4,))",
+       "'fields/txt/data'", "contiguous"},
+      {"del f['fields/txt/data']; f['fields/txt/data'] = np.zeros((2, 3), dtype=np.uint8)", "'fields/txt/data'",
+       "1 dimension"},
+      {"del f['keys']; f['keys'] = np.zeros(12, dtype=np.int32)", "'keys'", "strings"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.edit);
+    std::filesystem::copy_file(dir / "good.h5", dir / "bad.h5", std::filesystem::copy_options::overwrite_existing);
+    auto r = Py(dir,
+                fmt::format("import sys, h5py, numpy as np\nwith h5py.File(sys.argv[1], 'r+') as f:\n    {}\n", c.edit),
+                Q(dir / "bad.h5"));
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    auto ds = Open(dir / "bad.h5");
+    REQUIRE_FALSE(ds.ok());
+    INFO(ds.status().ToString());
+    CHECK(ds.status().code() == Code::kCorrupt);
+    CHECK(ds.status().where().file == dir / "bad.h5");
+    CHECK(ds.status().message().find(c.dataset) != std::string::npos);
+    CHECK(ds.status().message().find(c.what) != std::string::npos);
+  }
+  // A third-party file whose labels are floats.
+  auto r = Py(dir, R"(
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], 'w') as f:
+    ds = f.create_dataset('images', (2,), dtype=h5py.vlen_dtype(np.uint8))
+    ds[0] = np.frombuffer(b'\xff\xd8\xff\xe0', dtype=np.uint8); ds[1] = ds[0]
+    f['labels'] = np.zeros(2, dtype=np.float64)
+)",
+              Q(dir / "float.h5"));
+  REQUIRE(r.exit_code == 0);
+  auto ds = Open(dir / "float.h5");
+  REQUIRE_FALSE(ds.ok());
+  CHECK(ds.status().message().find("'labels'") != std::string::npos);
+  // A file that declares 10^12 samples in a few KB (unallocated chunks): refused before allocating.
+  r = Py(dir, R"(
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], 'w') as f:
+    f.create_dataset('images', (10**12,), dtype=h5py.vlen_dtype(np.uint8), chunks=(1024,))
+    f.create_dataset('labels', (10**12,), dtype='i8', chunks=(1024,))
+)",
+         Q(dir / "huge.h5"));
+  REQUIRE(r.exit_code == 0);
+  ds = Open(dir / "huge.h5");
+  REQUIRE_FALSE(ds.ok());
+  CHECK(ds.status().code() == Code::kCorrupt);
+  CHECK(ds.status().message().find("'images'") != std::string::npos);
+  CHECK(ds.status().message().find("1000000000000 elements") != std::string::npos);
+}
+
+TEST_CASE("hdf5 external links are refused", "[hdf5]") {
+  TempDir dir;
+  WriteH5(dir / "good.h5", MakeSamples(4));
+  auto r = Py(dir, R"(
+import sys, shutil, h5py, numpy as np
+d = sys.argv[1]
+with h5py.File(d + '/other.h5', 'w') as f:
+    ds = f.create_dataset('images', (1,), dtype=h5py.vlen_dtype(np.uint8))
+    ds[0] = np.frombuffer(b'\xff\xd8\xff\xe0', dtype=np.uint8)
+    f['labels'] = np.zeros(1, dtype=np.int64)
+with h5py.File(d + '/tp.h5', 'w') as f:
+    f['images'] = h5py.ExternalLink('other.h5', '/images')
+    f['labels'] = np.zeros(1, dtype=np.int64)
+shutil.copy(d + '/good.h5', d + '/ours.h5')
+with h5py.File(d + '/ours.h5', 'r+') as f:
+    del f['fields/jpg/data']
+    f['fields/jpg/data'] = h5py.ExternalLink('other.h5', '/images')
+)",
+              Q(dir.path()));
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  for (const char* name : {"tp.h5", "ours.h5"}) {
+    auto ds = Open(dir / name);
+    REQUIRE_FALSE(ds.ok());
+    INFO(ds.status().ToString());
+    CHECK(ds.status().message().find("external link") != std::string::npos);
+    CHECK(ds.status().where().file == dir / name);
+  }
+}
+
+TEST_CASE("hdf5 leaves no output without Finish() and refuses existing output", "[hdf5]") {
+  TempDir dir;
+  {
+    auto w = Create(dir / "o.h5");
+    REQUIRE(w.ok());
+    for (const auto& s : MakeSamples(20)) REQUIRE((*w)->Write(s).ok());
+  }
+  CHECK(Listing(dir.path()).empty());
+  WriteH5(dir / "o.h5", MakeSamples(5));
+  auto again = Create(dir / "o.h5");
+  REQUIRE_FALSE(again.ok());
+  CHECK(again.status().code() == Code::kAlreadyExists);
+  WriteOptions o;
+  o.overwrite = true;
+  WriteH5(dir / "o.h5", MakeSamples(7), o);
+  auto ds = Open(dir / "o.h5");
+  REQUIRE(ds.ok());
+  CHECK((*ds)->info().num_samples == 7u);
+  // A bad key fails the writer and leaves nothing.
+  {
+    auto w = Create(dir / "k.h5");
+    REQUIRE(w.ok());
+    Sample s;
+    s.key = "";
+    CHECK((*w)->Write(s).code() == Code::kInvalidArgument);
+    CHECK_FALSE((*w)->Finish().ok());
+  }
+  CHECK(Listing(dir.path()) == std::vector<std::string>{"o.h5"});
+}
+
+TEST_CASE("hdf5 write and fsync failures end the run and leave nothing", "[hdf5]") {
+  for (const char* op : {"write", "fsync"}) {
+    INFO(op);
+    TempDir dir;
+    io::SetFaultHook([op](const std::string&, std::string_view o) { return o == op ? ENOSPC : 0; });
+    auto w = Create(dir / "f.h5");
+    REQUIRE(w.ok());
+    Status st;
+    for (const auto& s : MakeSamples(5)) st = (*w)->Write(s);  // payloads are buffered: Finish() flushes
+    auto sum = (*w)->Finish();
+    io::SetFaultHook(nullptr);
+    REQUIRE_FALSE(sum.ok());
+    CHECK(sum.status().code() == Code::kIOError);
+    CHECK(sum.status().where().file == dir / "f.h5");
+    CHECK(sum.status().message().find(op) != std::string::npos);
+    w = Result<std::unique_ptr<SampleWriter>>(Status::Cancelled("dropped"));
+    CHECK(Listing(dir.path()).empty());
+  }
+}
+
+TEST_CASE("hdf5 format detection", "[hdf5]") {
+  TempDir dir;
+  WriteH5(dir / "noext", MakeSamples(2));
+  CHECK(*DetectFormat(dir / "noext") == "hdf5");  // by signature
+  CHECK(*DetectFormat(dir / "missing.hdf5") == "hdf5");
+  auto w = Create(dir / "new.hdf5");
+  CHECK(w.ok());
+}
+
+// Write throughput against cp -r and tar cf of the same folder. Not run by
+// default: `test_hdf5 "[.bench]"`. SK_BENCH_PX sets the image side (default
+// 128), SK_BENCH_DIR where to work; SHARDKIT_HDF5_COPY=h5dwrite compares copy modes.
+TEST_CASE("hdf5 write throughput", "[.bench]") {
+  const char* root_env = std::getenv("SK_BENCH_DIR");
+  const char* px_env = std::getenv("SK_BENCH_PX");
+  int px = px_env ? std::atoi(px_env) : 128;
+  TempDir tmp;
+  std::string root = root_env ? std::string(root_env) : tmp.path();
+  std::string src = root + "/src";
+  std::vector<std::string> files;
+  for (int c = 0; c < 10; ++c) {
+    std::filesystem::create_directories(fmt::format("{}/c{}", src, c));
+    for (int i = 0; i < 200; ++i) {
+      files.push_back(fmt::format("{}/c{}/img{:04d}.jpg", src, c, i));
+      WriteFile(files.back(), MakeJpeg(px, px * 3 / 4, uint32_t(c * 1000 + i)));
+    }
+  }
+  uint64_t total = 0;
+  for (auto& f : files) total += std::filesystem::file_size(f);
+  Run("sync");
+  auto secs = [](auto t0) { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  double mb = double(total) / 1e6;
+  fmt::print("{} files of {}x{}, {:.1f} MB\n", files.size(), px, px * 3 / 4, mb);
+  for (int rep = 0; rep < 3; ++rep) {
+    Run(fmt::format("rm -rf {}/out.h5 {}/out.tar {}/copy", root, root, root));
+    Run("sync");
+    double finish = 0;
+    auto t0 = std::chrono::steady_clock::now();
+    {
+      auto w = Create("hdf5:" + root + "/out.h5");
+      REQUIRE(w.ok());
+      for (auto& f : files) {
+        Sample s;
+        s.key = f.substr(src.size() + 1);
+        s.key = s.key.substr(0, s.key.rfind('.'));
+        s.set("jpg", Bytes::Take(ReadFile(f)));
+        s.set_label(s.key[1] - '0');
+        REQUIRE((*w)->Write(s).ok());
+      }
+      auto tf = std::chrono::steady_clock::now();
+      REQUIRE((*w)->Finish().ok());  // includes fsync
+      finish = secs(tf);
+    }
+    double h5 = secs(t0);
+    t0 = std::chrono::steady_clock::now();
+    REQUIRE(Run(fmt::format("tar cf {}/out.tar -C {} . && sync -f {}/out.tar", root, src, root)).exit_code == 0);
+    double tar = secs(t0);
+    t0 = std::chrono::steady_clock::now();
+    REQUIRE(Run(fmt::format("cp -r {} {}/copy && sync -f {}/copy", src, root, root)).exit_code == 0);
+    double cp = secs(t0);
+    fmt::print("hdf5 {:.3f}s ({:.0f} MB/s)  tar cf+sync {:.3f}s ({:.0f} MB/s)  cp -r+sync {:.3f}s ({:.0f} MB/s)  "
+               "hdf5/tar {:.2f} (Finish {:.3f}s)\n",
+               h5, mb / h5, tar, mb / tar, cp, mb / cp, tar / h5, finish);
+  }
+  Run(fmt::format("rm -rf {}/out.h5 {}/out.tar {}/copy {}", root, root, root, src));
+}
