@@ -217,7 +217,12 @@ class PyBatch {
       t.shape = {n, c, h, w};
       t.strides = {h * w * c, 1, w * c, c};
     }
-    // Device batches (issue 7) set t.device and t.wait_on_stream here.
+    // Device batches (issue 7, shardkit/gpu.h) plug in here: an ExportTensor over
+    // DeviceBatch::data() with device {kDLCUDA, DeviceBatch::device()}, owner = the
+    // DeviceBatch, and wait_on_stream = DeviceBatch::WaitOn(stream) (DLPack's stream 1 is
+    // the legacy default stream, nullptr there; 2 is cudaStreamPerThread). The owner's
+    // release should be DeviceBatch::Release(stream) with the consumer's stream, so the
+    // slot is reused only after the work the consumer queued on it has completed.
     return t;
   }
   ExportTensor Labels() const { return Int64Tensor(b_->labels()); }

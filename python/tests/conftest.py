@@ -1,6 +1,7 @@
 """Fixtures: small datasets the tests make themselves (PIL JPEGs in class folders)."""
 import io
 import os
+import tarfile
 
 import pytest
 
@@ -52,13 +53,47 @@ def folder(tmp_path):
     return "folder:" + root, samples
 
 
-@pytest.fixture
-def shards(tmp_path, folder):
-    """The same samples as tar shards (3 of them), made by shardkit.convert."""
-    if not shardkit.HAVE_CONVERT:
-        pytest.skip("this build has no convert pipeline")
-    address, samples = folder
-    out = tmp_path / "wds"
-    out.mkdir()
-    shardkit.convert(address, "wds:" + str(out / "train-%06d.tar"), samples_per_shard=10)
-    return "wds:" + str(out / "train-{000000..000002}.tar"), samples
+def make_tar_shards(out_dir, samples, per_shard=10, extra=None):
+    """WebDataset tar shards of the image folder's samples, written by Python's tarfile
+    (members key.jpg, key.cls in key order), plus `extra` {key: {ext: bytes}} samples.
+    Returns the wds address."""
+    items = {k: {"jpg": open(p, "rb").read(), "cls": str(label).encode()}
+             for k, (p, label, _) in samples.items()}
+    items.update(extra or {})
+    keys = sorted(items)
+    os.makedirs(out_dir, exist_ok=True)
+    n = (len(keys) + per_shard - 1) // per_shard
+    for s in range(n):
+        with tarfile.open(os.path.join(out_dir, f"train-{s:06d}.tar"), "w", format=tarfile.USTAR_FORMAT) as tf:
+            for key in keys[s * per_shard:(s + 1) * per_shard]:
+                for ext in sorted(items[key]):
+                    data = items[key][ext]
+                    info = tarfile.TarInfo(f"{key}.{ext}")
+                    info.size = len(data)
+                    info.mode = 0o444
+                    tf.addfile(info, io.BytesIO(data))
+    return "wds:" + os.path.join(out_dir, "train-{%06d..%06d}.tar" % (0, n - 1))
+
+
+def _folder_available(address):
+    try:
+        shardkit.open(address)
+    except shardkit.Error as e:
+        if e.code == "unsupported":
+            return str(e)
+        raise
+    return None
+
+
+@pytest.fixture(params=["folder", "tar"])
+def data(request, tmp_path):
+    """The same 24 samples as an image folder or as tar shards written by Python's
+    tarfile: (address, {key: (path of the JPEG, label, color)}, kind)."""
+    root = str(tmp_path / "imgs")
+    samples = make_image_folder(root)
+    if request.param == "folder":
+        why = _folder_available("folder:" + root)
+        if why:
+            pytest.skip(f"the folder format is not available: {why}")
+        return "folder:" + root, samples, "folder"
+    return make_tar_shards(str(tmp_path / "tar"), samples), samples, "tar"

@@ -12,8 +12,8 @@ def read(path):
         return f.read()
 
 
-def test_open_len_getitem_bytes_equal_files(folder):
-    address, samples = folder
+def test_open_len_getitem_bytes_equal_files(data):
+    address, samples = data[:2]
     ds = shardkit.open(address)
     assert len(ds) == len(samples) == 24
     keys = []
@@ -22,7 +22,7 @@ def test_open_len_getitem_bytes_equal_files(folder):
         keys.append(s["__key__"])
         path, label, _ = samples[s["__key__"]]
         assert s["jpg"] == read(path)
-        assert s["cls"] == str(label).encode()
+        assert s["cls"].strip() == str(label).encode()
         assert set(s) == {"__key__", "jpg", "cls"}
     assert sorted(keys) == sorted(samples)
     assert ds[-1] == ds[len(ds) - 1]
@@ -33,8 +33,8 @@ def test_open_len_getitem_bytes_equal_files(folder):
         ds[-len(ds) - 1]
 
 
-def test_iteration_equals_random_access(folder):
-    address, _ = folder
+def test_iteration_equals_random_access(data):
+    address, _ = data[:2]
     ds = shardkit.open(address)
     assert list(ds) == [ds[i] for i in range(len(ds))]
     # Two iterators are independent.
@@ -81,10 +81,10 @@ def test_unreadable_sample_raises_with_key_and_file(folder):
     assert ei.value.file is not None and ei.value.file.endswith("dog/img3.jpg")
 
 
-def test_getitem_from_threads(folder):
+def test_getitem_from_threads(data):
     # Many threads at once, from the very first access (which builds the random access
     # object while other threads wait for it: none may wait holding the GIL).
-    address, samples = folder
+    address, samples = data[:2]
     expected = None
     for _ in range(5):
         ds = shardkit.open(address)
@@ -109,38 +109,47 @@ needs_convert = pytest.mark.skipif(not shardkit.HAVE_CONVERT, reason="no convert
 
 
 @needs_convert
-def test_convert_folder_to_tar_shards_round_trip(tmp_path, folder):
-    address, samples = folder
+@pytest.mark.parametrize("dst_kind", ["wds", "lmdb"])
+def test_convert_round_trip(tmp_path, data, dst_kind):
+    address, samples = data[:2]
     seen = []
-    summary = shardkit.convert(address, "wds:" + str(tmp_path / "s-%06d.tar"), samples_per_shard=10,
-                               progress=seen.append)
+    if dst_kind == "wds":
+        dst = "wds:" + str(tmp_path / "s-%06d.tar")
+        back = "wds:" + str(tmp_path / "s-{000000..000002}.tar")
+        summary = shardkit.convert(address, dst, samples_per_shard=10, progress=seen.append)
+        assert [s["samples"] for s in summary["shards"]] == [10, 10, 4]
+        assert all(os.path.exists(s["path"]) for s in summary["shards"])
+    else:
+        dst = back = "lmdb:" + str(tmp_path / "lm")
+        summary = shardkit.convert(address, dst, threads=2, progress=seen.append)
     assert summary["samples"] == 24
-    assert [s["samples"] for s in summary["shards"]] == [10, 10, 4]
-    assert all(os.path.exists(s["path"]) for s in summary["shards"])
+    assert summary["destination_format"] == dst_kind
     assert seen and seen[-1]["samples"] == 24
-    out = shardkit.open("wds:" + str(tmp_path / "s-{000000..000002}.tar"))
+    out = shardkit.open(back)
     src = shardkit.open(address)
     assert len(out) == 24
-    assert [out[i] for i in range(24)] == [src[i] for i in range(24)]
+    assert [out[i]["__key__"] for i in range(24)] == [src[i]["__key__"] for i in range(24)]
+    for i in range(24):
+        assert out[i]["jpg"] == src[i]["jpg"] == read(samples[src[i]["__key__"]][0])
 
 
 @needs_convert
-def test_convert_refuses_existing_output(tmp_path, folder):
-    address, _ = folder
-    dst = "folder:" + str(tmp_path / "copy")
+def test_convert_refuses_existing_output(tmp_path, data):
+    address = data[0]
+    dst = "lmdb:" + str(tmp_path / "copy")
     shardkit.convert(address, dst)
     with pytest.raises(shardkit.Error) as ei:
         shardkit.convert(address, dst)
     assert ei.value.code == "already_exists"
+    assert ei.value.file is not None and "copy" in ei.value.file
     shardkit.convert(address, dst, overwrite=True)
     assert len(shardkit.open(dst)) == 24
 
 
 @needs_convert
-def test_shard_counts_and_shuffle(tmp_path, folder):
-    address, samples = folder
-    summary = shardkit.shard(address, str(tmp_path / "t-%06d.tar"), samples_per_shard=5, shuffle=True,
-                             seed=3)
+def test_shard_even_counts_and_shuffle(tmp_path, data):
+    address, samples = data[:2]
+    summary = shardkit.shard(address, str(tmp_path / "t-%06d.tar"), num_shards=5, shuffle=True, seed=3)
     assert [s["samples"] for s in summary["shards"]] == [5, 5, 5, 5, 4]
     out = shardkit.open("wds:" + str(tmp_path / "t-{000000..000004}.tar"))
     keys = [s["__key__"] for s in out]
@@ -150,31 +159,47 @@ def test_shard_counts_and_shuffle(tmp_path, folder):
         assert s["jpg"] == read(samples[s["__key__"]][0])
 
 
-@needs_convert
-def test_truncated_shard_raises_with_file(tmp_path, shards):
-    address, _ = shards
-    path = address[len("wds:"):].replace("{000000..000002}", "000001")
+def test_tar_shards_info(tmp_path):
+    from conftest import make_image_folder, make_tar_shards
+
+    samples = make_image_folder(str(tmp_path / "imgs"))
+    address = make_tar_shards(str(tmp_path / "tar"), samples)
+    info = shardkit.info(address)
+    assert info["format"] == "wds"
+    assert info["num_samples"] in (24, None)
+    assert len(shardkit.open(address)) == 24
+    assert [os.path.basename(s["path"]) for s in info["shards"]] == [
+        "train-000000.tar", "train-000001.tar", "train-000002.tar"]
+    assert shardkit.detect_format(address) == "wds"
+
+
+def test_truncated_shard_raises_with_file_and_offset(tmp_path):
+    from conftest import make_image_folder, make_tar_shards
+
+    samples = make_image_folder(str(tmp_path / "imgs"))
+    address = make_tar_shards(str(tmp_path / "tar"), samples)
+    path = str(tmp_path / "tar" / "train-000001.tar")
     size = os.path.getsize(path)
     with open(path, "r+b") as f:
         f.truncate(size // 2 + 100)
     with pytest.raises(shardkit.Error) as ei:
-        ds = shardkit.open(address)
-        for _ in ds:
+        for _ in shardkit.open(address):
             pass
     e = ei.value
+    assert e.code == "corrupt", str(e)
     assert e.file is not None and e.file.endswith("train-000001.tar"), str(e)
-    assert e.code == "corrupt"
+    assert e.offset is not None and 0 <= e.offset <= size
 
 
 @needs_convert
-def test_convert_progress_exception_is_raised_after(tmp_path, folder):
-    address, _ = folder
+def test_convert_progress_exception_is_raised_after(tmp_path, data):
+    address = data[0]
 
     def boom(p):
         raise KeyError("stop")
 
     with pytest.raises(KeyError):
-        shardkit.convert(address, "folder:" + str(tmp_path / "c"), progress=boom)
+        shardkit.convert(address, "lmdb:" + str(tmp_path / "c"), progress=boom)
 
 
 def test_verify_is_marked_missing():

@@ -25,8 +25,8 @@ def epoch_keys(ld):
     return [list(keys) for _, _, keys in ld]
 
 
-def test_shapes_dtypes_and_labels(folder):
-    address, samples = folder
+def test_shapes_dtypes_and_labels(data):
+    address, samples = data[:2]
     ld = loader(address, return_keys=True)
     assert len(ld) == 5  # ceil(24 / 5), last batch partial
     seen = []
@@ -39,7 +39,8 @@ def test_shapes_dtypes_and_labels(folder):
         assert labels.tolist() == [samples[k][1] for k in keys]
         seen += keys
     assert sorted(seen) == sorted(samples)
-    assert ld.class_names == ["cat", "dog", "eel"]
+    if data[2] == "folder":
+        assert ld.class_names == ["cat", "dog", "eel"]
     assert ld.num_samples == 24
 
 
@@ -49,16 +50,16 @@ def test_shapes_dtypes_and_labels(folder):
     ("bfloat16", "NCHW", (5, 3, 32, 32), "bfloat16"),
     ("float32", "NHWC", (5, 32, 32, 3), "float32"),
 ])
-def test_dtypes_and_layouts(folder, dtype, layout, shape, tdtype):
-    address, _ = folder
+def test_dtypes_and_layouts(data, dtype, layout, shape, tdtype):
+    address, _ = data[:2]
     images, labels = next(iter(loader(address, dtype=dtype, layout=layout)))
     assert tuple(images.shape) == shape
     assert images.dtype == getattr(torch, tdtype)
     assert images.is_contiguous()
 
 
-def test_channels_last_is_nchw_view_of_nhwc_memory(folder):
-    address, _ = folder
+def test_channels_last_is_nchw_view_of_nhwc_memory(data):
+    address, _ = data[:2]
     a, _ = next(iter(loader(address, layout="channels_last", shuffle=False, center_crop=True)))
     b, _ = next(iter(loader(address, layout="NCHW", shuffle=False, center_crop=True)))
     assert a.shape == (5, 3, 32, 32)
@@ -67,9 +68,9 @@ def test_channels_last_is_nchw_view_of_nhwc_memory(folder):
     assert torch.equal(a, b)
 
 
-def test_pixels_are_normalized_colors(folder):
+def test_pixels_are_normalized_colors(data):
     # Solid-colour JPEGs: every output pixel is the colour, normalized by mean/std.
-    address, samples = folder
+    address, samples = data[:2]
     ld = loader(address, shuffle=False, center_crop=True, return_keys=True)
     u8 = loader(address, shuffle=False, center_crop=True, return_keys=True, dtype="uint8", layout="NHWC")
     for (images, _, keys), (raw, _, keys2) in zip(ld, u8):
@@ -82,15 +83,15 @@ def test_pixels_are_normalized_colors(folder):
             assert torch.allclose(images[row].mean((1, 2)), want, atol=1e-3), key
 
 
-def test_eval_order_is_dataset_order(folder):
-    address, samples = folder
+def test_eval_order_is_dataset_order(data):
+    address, samples = data[:2]
     ld = loader(address, shuffle=False, center_crop=True, return_keys=True)
     keys = sum(epoch_keys(ld), [])
     assert keys == [s["__key__"] for s in shardkit.open(address)]
 
 
-def test_determinism_same_seed_and_epoch(folder):
-    address, _ = folder
+def test_determinism_same_seed_and_epoch(data):
+    address, _ = data[:2]
     a = loader(address, seed=11, return_keys=True)
     b = loader(address, seed=11, return_keys=True, threads=1)
     for x, y in zip(a, b):
@@ -107,8 +108,8 @@ def test_determinism_same_seed_and_epoch(folder):
 
 
 @pytest.mark.parametrize("world", [2, 3, 5])
-def test_rank_partition(folder, world):
-    address, samples = folder
+def test_rank_partition(data, world):
+    address, samples = data[:2]
     parts, lens = [], []
     for rank in range(world):
         ld = loader(address, rank=rank, world_size=world, return_keys=True, drop_last=True, batch_size=2)
@@ -122,8 +123,8 @@ def test_rank_partition(folder, world):
     assert len(flat) >= len(samples) - world * 2  # only the drop_last remainder is missing
 
 
-def test_rank_partition_padded_covers_everything(folder):
-    address, samples = folder
+def test_rank_partition_padded_covers_everything(data):
+    address, samples = data[:2]
     parts = []
     for rank in range(5):
         ld = loader(address, rank=rank, world_size=5, return_keys=True, batch_size=2)
@@ -132,8 +133,8 @@ def test_rank_partition_padded_covers_everything(folder):
     assert set(sum(parts, [])) == set(samples)
 
 
-def test_rank_defaults_to_torchrun_environment(folder, monkeypatch):
-    address, _ = folder
+def test_rank_defaults_to_torchrun_environment(data, monkeypatch):
+    address, _ = data[:2]
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "3")
     ld = loader(address)
@@ -141,8 +142,8 @@ def test_rank_defaults_to_torchrun_environment(folder, monkeypatch):
     assert len(ld) == 2  # ceil(ceil(24 / 3) / 5)
 
 
-def test_state_dict_resume_in_a_new_loader(folder):
-    address, _ = folder
+def test_state_dict_resume_in_a_new_loader(data):
+    address, _ = data[:2]
     ref = loader(address, seed=5, return_keys=True)
     ref.set_epoch(2)
     full = [(i.clone(), l.clone(), k) for i, l, k in ref]
@@ -163,16 +164,16 @@ def test_state_dict_resume_in_a_new_loader(folder):
         assert b.epoch == 2
 
 
-def test_load_state_dict_refuses_other_settings(folder):
-    address, _ = folder
+def test_load_state_dict_refuses_other_settings(data):
+    address, _ = data[:2]
     state = loader(address, seed=5).state_dict()
     with pytest.raises(shardkit.Error) as ei:
         loader(address, seed=5, batch_size=3).load_state_dict(state)
     assert ei.value.code == "invalid_argument"
 
 
-def test_tensor_aliases_pool_memory(folder):
-    address, _ = folder
+def test_tensor_aliases_pool_memory(data):
+    address, _ = data[:2]
     ld = loader(address, prefetch=3)
     raw = ld._loader.next()
     t = raw.images()
@@ -185,8 +186,8 @@ def test_tensor_aliases_pool_memory(folder):
     assert n[0, 0, 0, 0] == 123.0
 
 
-def test_freed_batches_are_reused(folder):
-    address, _ = folder
+def test_freed_batches_are_reused(data):
+    address, _ = data[:2]
     ld = loader(address, prefetch=2, batch_size=2)  # 12 batches through 2 buffers
     ptrs = []
     for images, _ in ld:
@@ -196,8 +197,8 @@ def test_freed_batches_are_reused(folder):
     assert len(set(ptrs)) <= 2
 
 
-def test_holding_every_buffer_raises_instead_of_hanging(folder):
-    address, _ = folder
+def test_holding_every_buffer_raises_instead_of_hanging(data):
+    address, _ = data[:2]
     ld = loader(address, prefetch=3, batch_size=2)
     it = iter(ld)
     held = [next(it), next(it)]  # prefetch - 1 held batches are fine
@@ -214,8 +215,8 @@ def test_holding_every_buffer_raises_instead_of_hanging(folder):
     assert len(labels) == 3
 
 
-def test_tensor_outlives_the_loader(folder):
-    address, _ = folder
+def test_tensor_outlives_the_loader(data):
+    address, _ = data[:2]
     ld = loader(address, shuffle=False, center_crop=True)
     images, _ = next(iter(ld))
     copy = images.clone()
@@ -225,8 +226,8 @@ def test_tensor_outlives_the_loader(folder):
     assert torch.equal(images, copy)
 
 
-def test_unconsumed_capsules_release_their_buffer(folder):
-    address, _ = folder
+def test_unconsumed_capsules_release_their_buffer(data):
+    address, _ = data[:2]
     ld = loader(address, prefetch=2, batch_size=2)
     for _ in range(6):
         b = ld._loader.next()
@@ -236,10 +237,10 @@ def test_unconsumed_capsules_release_their_buffer(folder):
     assert ld._loader.next() is not None
 
 
-def test_versioned_capsule_name(folder):
+def test_versioned_capsule_name(data):
     import ctypes
 
-    address, _ = folder
+    address, _ = data[:2]
     ld = loader(address)
     b = ld._loader.next()
     get_name = ctypes.pythonapi.PyCapsule_GetName
@@ -253,11 +254,17 @@ def test_versioned_capsule_name(folder):
         b.images().__dlpack__(copy=True)
 
 
-def test_decode_error_raises_with_key(folder):
-    address, samples = folder
-    root = address[len("folder:"):]
-    with open(os.path.join(root, "dog", "broken.jpg"), "wb") as f:
-        f.write(b"\xff\xd8\xff\xe0 this is not a jpeg")
+def test_decode_error_raises_with_key(data, tmp_path):
+    address, samples, kind = data
+    broken = b"\xff\xd8\xff\xe0 this is not a jpeg"
+    if kind == "folder":
+        with open(os.path.join(address[len("folder:"):], "dog", "broken.jpg"), "wb") as f:
+            f.write(broken)
+    else:
+        from conftest import make_tar_shards
+
+        address = make_tar_shards(str(tmp_path / "tar-broken"), samples,
+                                  extra={"dog/broken": {"jpg": broken, "cls": b"1"}})
     ld = loader(address, shuffle=False, return_keys=True)
     got = []
     with pytest.raises(shardkit.Error) as ei:
@@ -274,8 +281,8 @@ def test_decode_error_raises_with_key(folder):
     assert [x.key for x in sk.skipped()] == ["dog/broken"]
 
 
-def test_bad_arguments(folder):
-    address, _ = folder
+def test_bad_arguments(data):
+    address, _ = data[:2]
     with pytest.raises(ValueError):
         loader(address, dtype="int7")
     with pytest.raises(ValueError):
@@ -287,10 +294,10 @@ def test_bad_arguments(folder):
     assert "/no/such/dir" in str(ei.value)
 
 
-def test_next_releases_the_gil(folder):
+def test_next_releases_the_gil(data):
     import threading
 
-    address, _ = folder
+    address, _ = data[:2]
     # Big outputs on one thread: each batch takes a while to make.
     ld = loader(address, output_size=512, batch_size=24, threads=1, prefetch=2, shuffle=False)
     count = [0]
@@ -313,16 +320,9 @@ def test_next_releases_the_gil(folder):
     assert during > 1000, "the Python thread did not run while next() waited"
 
 
-def test_cuda_device_without_cuda(folder):
-    address, _ = folder
+def test_cuda_device_without_cuda(data):
+    address, _ = data[:2]
     if torch.cuda.is_available():
         pytest.skip("CUDA is available here")
     with pytest.raises(RuntimeError):
         loader(address, device="cuda:0")
-
-
-def test_tar_shards(shards):
-    address, samples = shards
-    ld = loader(address, return_keys=True)
-    keys = sum(epoch_keys(ld), [])
-    assert sorted(keys) == sorted(samples)
