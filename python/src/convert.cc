@@ -2,12 +2,7 @@
 // (shardkit/convert.h), run with the GIL released.
 #include "common.h"
 
-#if __has_include("shardkit/convert.h")
 #include "shardkit/convert.h"
-#define SK_PY_HAVE_CONVERT 1
-#else
-#define SK_PY_HAVE_CONVERT 0
-#endif
 
 #include <map>
 #include <optional>
@@ -16,7 +11,6 @@
 
 namespace shardkit::python {
 
-#if SK_PY_HAVE_CONVERT
 namespace {
 
 py::dict SummaryToDict(const ConvertSummary& s) {
@@ -149,10 +143,5 @@ one), samples_per_shard, shard_size (bytes or "1GiB"); none given: 1 GiB shards.
 Other arguments as in convert(). Returns a summary dict.)doc");
 }
 
-#else  // !SK_PY_HAVE_CONVERT
-
-void BindConvert(py::module_& m) { m.attr("HAVE_CONVERT") = false; }
-
-#endif
 
 }  // namespace shardkit::python

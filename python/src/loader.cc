@@ -18,12 +18,7 @@
 #include "common.h"
 #include "dlpack.h"
 
-#if __has_include("shardkit/loader.h")
 #include "shardkit/loader.h"
-#define SK_PY_HAVE_LOADER 1
-#else
-#define SK_PY_HAVE_LOADER 0
-#endif
 
 namespace shardkit::python {
 namespace {
@@ -156,7 +151,7 @@ class ExportTensor {
 };
 
 // Labels (int64) as an exportable tensor owning its own copy.
-[[maybe_unused]] ExportTensor Int64Tensor(std::vector<int64_t> values) {
+ExportTensor Int64Tensor(std::vector<int64_t> values) {
   auto v = std::make_shared<std::vector<int64_t>>(std::move(values));
   if (v->empty()) v->reserve(1);  // a valid pointer even for an empty batch
   ExportTensor t;
@@ -167,8 +162,6 @@ class ExportTensor {
   t.owner = std::move(v);
   return t;
 }
-
-#if SK_PY_HAVE_LOADER
 
 dl::DataType ToDL(DType d) {
   switch (d) {
@@ -313,8 +306,6 @@ class PyLoader {
   std::unique_ptr<Loader> loader_;
 };
 
-#endif  // SK_PY_HAVE_LOADER
-
 }  // namespace
 
 void BindLoader(py::module_& m) {
@@ -335,7 +326,6 @@ tensor made from it is freed.)doc")
       .def_property_readonly("data_ptr", [](const ExportTensor& t) { return reinterpret_cast<uintptr_t>(t.data); })
       .def_property_readonly("nbytes", &ExportTensor::nbytes);
 
-#if SK_PY_HAVE_LOADER
   m.attr("HAVE_LOADER") = true;
 
   py::class_<PyBatch>(m, "_Batch")
@@ -411,9 +401,6 @@ tensor made from it is freed.)doc")
                              [](PyLoader& l) { return l.With([](Loader& x) { return x.world_size(); }); })
       .def_property_readonly("class_names",
                              [](PyLoader& l) { return l.With([](Loader& x) { return std::vector<std::string>(x.class_names()); }); });
-#else
-  m.attr("HAVE_LOADER") = false;
-#endif
 }
 
 }  // namespace shardkit::python
