@@ -16,10 +16,11 @@ def test_pip_install_from_the_source_tree(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
     py = str(venv / "bin" / "python")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # not the build tree's copy
     subprocess.run([py, "-m", "pip", "install", "--no-build-isolation", "--no-index", "-q", ROOT],
-                   check=True, env=dict(os.environ, SHARDKIT_BUILD_DIR=str(tmp_path / "build")))
+                   check=True, env=dict(env, SHARDKIT_BUILD_DIR=str(tmp_path / "pip-build")))
     out = subprocess.run([py, "-c", "import shardkit, os; print(shardkit.__file__); print(shardkit.formats())"],
-                         check=True, capture_output=True, text=True, cwd=str(tmp_path)).stdout
+                         check=True, capture_output=True, text=True, cwd=str(tmp_path), env=env).stdout
     path, formats = out.splitlines()
     assert path.startswith(str(venv))  # the installed copy, not the build tree
     assert "wds" in formats
