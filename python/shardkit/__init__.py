@@ -34,12 +34,15 @@ else:  # the library was built without shardkit/convert.h
         raise NotImplementedError("this build of shardkit has no convert pipeline")
 
 
-def verify(address, **options):
-    """Checks a dataset's integrity.
+HAVE_VERIFY = _shardkit.HAVE_VERIFY
 
-    TODO(issue 8): bind the library's verify once it exists (it is not in the C++ API yet).
-    """
-    raise NotImplementedError("shardkit.verify is not available yet: the library has no verify API")
+if HAVE_VERIFY:
+    from ._shardkit import verify
+else:  # the library has no verify API yet (issue 4)
+
+    def verify(address, **options):
+        """Not available: this build of shardkit has no verify API (issue 4)."""
+        raise NotImplementedError("shardkit.verify is not available: this build of the library has no verify API")
 
 
 from .loader import Loader  # noqa: E402

@@ -51,5 +51,6 @@ void BindErrors(py::module_& m);
 void BindDataset(py::module_& m);
 void BindConvert(py::module_& m);
 void BindLoader(py::module_& m);
+void BindVerify(py::module_& m);  // only when the library has shardkit/verify.h
 
 }  // namespace shardkit::python

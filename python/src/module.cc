@@ -11,4 +11,9 @@ PYBIND11_MODULE(_shardkit, m) {
   shardkit::python::BindDataset(m);
   shardkit::python::BindConvert(m);
   shardkit::python::BindLoader(m);
+#if SHARDKIT_PY_HAVE_VERIFY
+  shardkit::python::BindVerify(m);
+#else
+  m.attr("HAVE_VERIFY") = false;
+#endif
 }

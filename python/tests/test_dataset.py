@@ -202,6 +202,40 @@ def test_convert_progress_exception_is_raised_after(tmp_path, data):
         shardkit.convert(address, "lmdb:" + str(tmp_path / "c"), progress=boom)
 
 
+needs_verify = pytest.mark.skipif(not shardkit.HAVE_VERIFY, reason="no verify API in this build")
+
+
+@pytest.mark.skipif(shardkit.HAVE_VERIFY, reason="this build has verify")
 def test_verify_is_marked_missing():
     with pytest.raises(NotImplementedError):
         shardkit.verify("anything")
+
+
+@needs_verify
+@needs_convert
+def test_verify_intact_then_damaged(tmp_path, data):
+    address, samples = data[:2]
+    shardkit.convert(address, "wds:" + str(tmp_path / "v-%06d.tar"), samples_per_shard=10)
+    shards = "wds:" + str(tmp_path / "v-{000000..000002}.tar")
+    seen = []
+    report = shardkit.verify(shards, progress=seen.append)
+    assert report["ok"] is True, report["findings"]
+    assert report["samples"] == 24 and report["findings"] == [] and report["total_findings"] == 0
+    assert seen and seen[-1]["samples"] == 24
+    assert shardkit.verify(shards, against=address)["ok"] is True
+    # Cut the middle shard: damage is a finding naming the file, not an exception.
+    path = str(tmp_path / "v-000001.tar")
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) // 2)
+    report = shardkit.verify(shards)
+    assert report["ok"] is False
+    assert report["total_findings"] >= 1
+    assert any(f["file"] and f["file"].endswith("v-000001.tar") for f in report["findings"]), report["findings"]
+    assert sum(report["counts"].values()) == report["total_findings"]
+
+
+@needs_verify
+def test_verify_missing_dataset_raises(tmp_path):
+    with pytest.raises(shardkit.Error) as ei:
+        shardkit.verify(str(tmp_path / "nothing-here"))
+    assert "nothing-here" in str(ei.value)
