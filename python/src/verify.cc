@@ -52,11 +52,11 @@ py::dict ReportToDict(const VerifyReport& r) {
 void BindVerify(py::module_& m) {
   m.attr("HAVE_VERIFY") = true;
   m.def("verify",
-        [](const std::string& address, const std::string& against, bool decode, int threads,
+        [](const std::string& address, const std::optional<std::string>& against, bool decode, int threads,
            uint64_t max_findings, const std::map<std::string, std::string>& field_map,
            const py::object& progress) {
           VerifyOptions o;
-          o.against = against;
+          o.against = against.value_or("");
           o.decode = decode;
           o.threads = threads;
           o.max_findings = max_findings;
@@ -87,7 +87,7 @@ void BindVerify(py::module_& m) {
           if (callback_error) throw std::move(*callback_error);
           return ReportToDict(Unwrap(std::move(r)));
         },
-        py::arg("address"), py::kw_only(), py::arg("against") = "", py::arg("decode") = false,
+        py::arg("address"), py::kw_only(), py::arg("against") = py::none(), py::arg("decode") = false,
         py::arg("threads") = 0, py::arg("max_findings") = 0,
         py::arg("field_map") = std::map<std::string, std::string>{}, py::arg("progress") = py::none(),
         R"doc(Reads the whole dataset at `address` and reports what is wrong with it.
