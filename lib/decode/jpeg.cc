@@ -96,12 +96,13 @@ pipeline::CropBox ClampBox(pipeline::CropBox b, int w, int h) {
 
 struct ImageDecoder::Impl {
   Limits limits;
+  DecodeSettings settings;
   jpeg_decompress_struct cinfo;
   ErrorMgr err;
   std::vector<uint8_t> buf;    // decoded pixels (3 or 4 channels)
   std::vector<JSAMPROW> rows;
 
-  explicit Impl(Limits l) : limits(l) {
+  explicit Impl(Limits l, DecodeSettings s) : limits(l), settings(s) {
     cinfo.err = jpeg_std_error(&err.pub);
     err.pub.error_exit = ErrorExit;
     err.pub.emit_message = EmitMessage;
@@ -154,12 +155,14 @@ struct ImageDecoder::Impl {
     // (7/8, 6/8, ...) run plain C IDCTs that cost more than they save.
     int num = 8;
     if (min_w > 0 && min_h > 0) {
-      while (num > 1 && box.w * (num / 2) / 8.0 >= min_w && box.h * (num / 2) / 8.0 >= min_h) num /= 2;
+      const double cw = min_w * settings.min_cover, ch = min_h * settings.min_cover;
+      while (num > 1 && box.w * (num / 2) / 8.0 >= cw && box.h * (num / 2) / 8.0 >= ch) num /= 2;
     }
     cinfo.scale_num = unsigned(num);
     cinfo.scale_denom = 8;
     cinfo.out_color_space = info->cmyk ? JCS_CMYK : JCS_RGB;
-    cinfo.dct_method = JDCT_ISLOW;
+    cinfo.dct_method = settings.fast_idct ? JDCT_IFAST : JDCT_ISLOW;
+    cinfo.do_fancy_upsampling = settings.fancy_upsampling ? TRUE : FALSE;
     jpeg_start_decompress(&cinfo);
     const int comps = cinfo.out_color_components;
     const double s = double(cinfo.output_width) / cinfo.image_width;
@@ -249,7 +252,10 @@ struct ImageDecoder::Impl {
   }
 };
 
-ImageDecoder::ImageDecoder(Limits limits) : impl_(std::make_unique<Impl>(limits)) {}
+ImageDecoder::ImageDecoder(Limits limits, DecodeSettings settings)
+    : impl_(std::make_unique<Impl>(limits, settings)) {}
+
+const DecodeSettings& ImageDecoder::settings() const { return impl_->settings; }
 ImageDecoder::~ImageDecoder() = default;
 
 uint64_t ImageDecoder::tolerated_warnings() const { return impl_->err.tolerated; }

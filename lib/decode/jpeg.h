@@ -41,6 +41,15 @@ struct ImageInfo {
   bool cmyk = false;
 };
 
+// Speed/quality knobs of the JPEG path (measured in docs/loader.md, "Performance").
+struct DecodeSettings {
+  bool fast_idct = false;         // JDCT_IFAST instead of libjpeg's default JDCT_ISLOW
+  bool fancy_upsampling = true;   // false: merged (non-fancy) chroma upsampling
+  // DCT scaling (1/2, 1/4, 1/8) is used while the scaled box still covers
+  // min_cover * the output size in both dimensions (1.0: never upsample after scaling).
+  double min_cover = 1.0;
+};
+
 struct Limits {
   int max_side = 32768;                 // width or height above this: refused
   uint64_t max_pixels = 200'000'000;    // width * height above this: refused
@@ -61,7 +70,7 @@ struct Region {
 
 class ImageDecoder {
  public:
-  explicit ImageDecoder(Limits limits = {});
+  explicit ImageDecoder(Limits limits = {}, DecodeSettings settings = {});
   ~ImageDecoder();
   ImageDecoder(const ImageDecoder&) = delete;
   ImageDecoder& operator=(const ImageDecoder&) = delete;
@@ -73,6 +82,8 @@ class ImageDecoder {
   Status Decode(const uint8_t* data, size_t size,
                 const std::function<pipeline::CropBox(const ImageInfo&)>& choose,
                 int min_out_w, int min_out_h, Region* out, ImageInfo* info_out = nullptr);
+
+  const DecodeSettings& settings() const;
 
   // Warnings seen and tolerated (not errors) since construction.
   uint64_t tolerated_warnings() const;
