@@ -352,3 +352,36 @@ TEST_CASE("the permutation generator is fixed: known values", "[plan]") {
   CHECK(p == std::vector<uint64_t>{6, 3, 8, 1, 0, 9, 2, 5, 4, 7});
   CHECK(pipeline::Mix64(0) == 0xe220a8397b1dcdafull);  // SplitMix64's first output for seed 0
 }
+
+TEST_CASE("NCHW stores (4-pixel transposes, flipped or not) equal the NHWC values for every dtype", "[decode]") {
+  std::string jpg = MakeJpeg(160, 120, 6);
+  ImageDecoder dec;
+  Region r;
+  CropBox box{7, 9, 131, 97};
+  REQUIRE(dec.Decode((const uint8_t*)jpg.data(), jpg.size(), [&](const ImageInfo&) { return box; }, 0, 0, &r).ok());
+  pipeline::Resizer rs;
+  for (int ow : {48, 47, 45, 3}) {  // multiple of 4, and tails of 3, 1 and a row shorter than 4
+    const int oh = 11;
+    for (DType dt : {DType::kFloat32, DType::kUint8, DType::kFloat16, DType::kBFloat16})
+      for (bool flip : {false, true}) {
+        pipeline::OutputSpec spec;
+        spec.width = ow;
+        spec.height = oh;
+        spec.dtype = dt;
+        const size_t es = DTypeSize(dt), n = size_t(ow) * oh * 3;
+        std::vector<uint8_t> hwc(n * es), chw(n * es);
+        spec.layout = Layout::kNHWC;
+        rs.Run(r.pixels, r.stride, r.width, r.height, r.box, flip, spec, hwc.data());
+        spec.layout = Layout::kNCHW;
+        rs.Run(r.pixels, r.stride, r.width, r.height, r.box, flip, spec, chw.data());
+        INFO("ow " << ow << " dtype " << DTypeName(dt) << " flip " << flip);
+        size_t bad = 0;
+        for (int y = 0; y < oh; ++y)
+          for (int x = 0; x < ow; ++x)
+            for (int c = 0; c < 3; ++c)
+              bad += std::memcmp(&hwc[((size_t(y) * ow + x) * 3 + c) * es],
+                                 &chw[((size_t(c) * oh + y) * ow + x) * es], es) != 0;
+        CHECK(bad == 0);
+      }
+  }
+}
