@@ -138,9 +138,16 @@ Result<LoaderRun> RunLoaderOnce(std::shared_ptr<MemData> data, LoaderOptions o, 
   return LoaderRun{images / t, wait, t, (CpuSeconds() - c0) / t};
 }
 
-// "ifast,merged,cover=0.75" (or "default"): DecodeSettings relative to the defaults.
-std::optional<decode::DecodeSettings> ParseSettings(const std::string& spec) {
+// A decoding variant: libjpeg settings and LoaderOptions::dct_min_cover.
+struct Variant {
   decode::DecodeSettings s;
+  double cover = LoaderOptions{}.dct_min_cover;
+};
+
+// "ifast,merged,cover=0.75" (or "default"): relative to the loader's defaults.
+std::optional<Variant> ParseSettings(const std::string& spec) {
+  Variant v;
+  decode::DecodeSettings& s = v.s;
   std::stringstream ss(spec);
   std::string item;
   while (std::getline(ss, item, ',')) {
@@ -148,10 +155,10 @@ std::optional<decode::DecodeSettings> ParseSettings(const std::string& spec) {
     else if (item == "islow") s.fast_idct = false;
     else if (item == "merged") s.fancy_upsampling = false;
     else if (item == "fancy") s.fancy_upsampling = true;
-    else if (item.rfind("cover=", 0) == 0) s.min_cover = std::stod(item.substr(6));
+    else if (item.rfind("cover=", 0) == 0) v.cover = std::stod(item.substr(6));
     else if (item != "default") return std::nullopt;
   }
-  return s;
+  return v;
 }
 
 // The float64 reference of the tests: integer crop of the full decode, PIL-style
@@ -206,7 +213,7 @@ int main(int argc, char** argv) {
   DType dtype = DType::kFloat32;
   bool no_loader = false;
   int quality_n = 0;
-  std::vector<std::pair<std::string, decode::DecodeSettings>> variants;
+  std::vector<std::pair<std::string, Variant>> variants;
   for (int i = 2; i < argc; ++i)
     if (std::string(argv[i]) == "--no-loader") {
       no_loader = true;
@@ -245,14 +252,14 @@ int main(int argc, char** argv) {
   // (a) and (b1) interleaved image by image, so that other processes' load drifts
   // affect both alike: per image, a full decode, then shardkit's crop path (with the
   // loader's default DecodeSettings), then each --try variant.
-  variants.insert(variants.begin(), {"loader default", decode::DecodeSettings{}});
+  variants.insert(variants.begin(), {fmt::format("loader default, cover={}", Variant{}.cover), Variant{}});
   const size_t nv = variants.size();
   double rate_a = 0;
   {
     tjhandle tj = tjInitDecompress();
     decode::ImageDecoder full_dec;
     std::vector<std::unique_ptr<decode::ImageDecoder>> decs;
-    for (auto& v : variants) decs.push_back(std::make_unique<decode::ImageDecoder>(decode::Limits{}, v.second));
+    for (auto& v : variants) decs.push_back(std::make_unique<decode::ImageDecoder>(decode::Limits{}, v.second.s));
     std::vector<uint8_t> px;
     pipeline::Resizer rs;
     pipeline::OutputSpec spec;
@@ -293,7 +300,7 @@ int main(int argc, char** argv) {
                                           aug = pipeline::TrainAugment(0, uint64_t(e), i, info.width, info.height, p);
                                           return aug.box;
                                         },
-                                        size, size, &r);
+                                        size * variants[v].second.cover, size * variants[v].second.cover, &r);
             if (st.ok()) {
               ++scales[v][r.scale_num];
               rs.Run(r.pixels, r.stride, r.width, r.height, r.box, aug.flip, spec, out.data());
@@ -336,7 +343,8 @@ int main(int argc, char** argv) {
         auto ref = Reference(px.data(), w, int(aug.box.x), int(aug.box.y), int(aug.box.w), int(aug.box.h), size, size);
         for (size_t v = 0; v < nv; ++v) {
           decode::Region r;
-          Status st = decs[v]->Decode(b.data(), b.size(), [&](const decode::ImageInfo&) { return aug.box; }, size, size, &r);
+          Status st = decs[v]->Decode(b.data(), b.size(), [&](const decode::ImageInfo&) { return aug.box; },
+                                      size * variants[v].second.cover, size * variants[v].second.cover, &r);
           if (!st.ok()) continue;
           rs.Run(r.pixels, r.stride, r.width, r.height, r.box, false, unit, o.data());
           double s1 = 0;

@@ -181,6 +181,47 @@ TEST_CASE("DCT-scaled decode stays close to the full-scale reference", "[decode]
   CHECK(mx < 40.0);
 }
 
+TEST_CASE("DCT scale 1/2 for a box of 1.5x-2x the output (dct_min_cover 0.75) stays close to the reference", "[decode]") {
+  std::string jpg = MakeJpeg(800, 600, 3);
+  Rgb full = TjDecode(jpg);
+  const double cover = LoaderOptions{}.dct_min_cover;
+  REQUIRE(cover == 0.75);
+  struct Case { int x, y, w, h, ow, oh, num; } cases[] = {
+      {40, 30, 600, 450, 360, 270, 4},   // 1.67x: 300x225 decoded, upsampled by 1.2
+      {0, 0, 672, 504, 448, 336, 4},     // exactly 1.5x: upsampled by 4/3
+      {10, 20, 500, 380, 336, 256, 8},   // 1.49x: full scale
+  };
+  for (auto c : cases) {
+    auto ref = Reference(full, c.x, c.y, c.w, c.h, c.ow, c.oh);
+    ImageDecoder dec;
+    Region r;
+    REQUIRE(dec.Decode((const uint8_t*)jpg.data(), jpg.size(),
+                       [&](const ImageInfo&) { return CropBox{double(c.x), double(c.y), double(c.w), double(c.h)}; },
+                       c.ow * cover, c.oh * cover, &r).ok());
+    CHECK(r.scale_num == c.num);
+    pipeline::OutputSpec spec;
+    spec.width = c.ow;
+    spec.height = c.oh;
+    spec.layout = Layout::kNHWC;
+    for (int k = 0; k < 3; ++k) spec.mean[k] = 0, spec.std[k] = 1;
+    std::vector<float> ours(size_t(c.ow) * c.oh * 3);
+    pipeline::Resizer rs;
+    rs.Run(r.pixels, r.stride, r.width, r.height, r.box, false, spec, ours.data());
+    double mean = 0, mx = MaxDiff255(ours, ref, &mean);
+    INFO("box " << c.w << "x" << c.h << " -> " << c.ow << "x" << c.oh << " scale " << r.scale_num << "/8 max " << mx
+                << " mean " << mean);
+    if (c.num == 8) {
+      CHECK(mx < 0.01);
+    } else {
+      // Documented tolerance (docs/loader.md) for 1/2 scale + upsampling by <= 4/3 on this
+      // noisy test image (measured mean 4.0 and 3.9, max 70 and 61): wider than the 1/4
+      // case above, whose box covers the output after scaling.
+      CHECK(mean < 4.5);
+      CHECK(mx < 80.0);
+    }
+  }
+}
+
 TEST_CASE("flip mirrors exactly; normalisation and half types are exact conversions", "[decode]") {
   std::string jpg = MakeJpeg(160, 120, 5);
   CropBox box{10, 12, 100, 90};

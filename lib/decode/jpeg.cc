@@ -124,7 +124,7 @@ struct ImageDecoder::Impl {
 
   // Only PODs live in this frame across setjmp; buffers are members.
   Status DecodeJpeg(const uint8_t* data, size_t size,
-                    const std::function<pipeline::CropBox(const ImageInfo&)>& choose, int min_w, int min_h,
+                    const std::function<pipeline::CropBox(const ImageInfo&)>& choose, double min_w, double min_h,
                     Region* out, ImageInfo* info) {
     if (setjmp(err.jump)) {
       jpeg_abort_decompress(&cinfo);
@@ -155,8 +155,7 @@ struct ImageDecoder::Impl {
     // (7/8, 6/8, ...) run plain C IDCTs that cost more than they save.
     int num = 8;
     if (min_w > 0 && min_h > 0) {
-      const double cw = min_w * settings.min_cover, ch = min_h * settings.min_cover;
-      while (num > 1 && box.w * (num / 2) / 8.0 >= cw && box.h * (num / 2) / 8.0 >= ch) num /= 2;
+      while (num > 1 && box.w * (num / 2) / 8.0 >= min_w && box.h * (num / 2) / 8.0 >= min_h) num /= 2;
     }
     cinfo.scale_num = unsigned(num);
     cinfo.scale_denom = 8;
@@ -261,8 +260,8 @@ ImageDecoder::~ImageDecoder() = default;
 uint64_t ImageDecoder::tolerated_warnings() const { return impl_->err.tolerated; }
 
 Status ImageDecoder::Decode(const uint8_t* data, size_t size,
-                            const std::function<pipeline::CropBox(const ImageInfo&)>& choose, int min_out_w,
-                            int min_out_h, Region* out, ImageInfo* info_out) {
+                            const std::function<pipeline::CropBox(const ImageInfo&)>& choose, double min_out_w,
+                            double min_out_h, Region* out, ImageInfo* info_out) {
   ImageInfo info;
   Status st;
   switch (Sniff(data, size)) {

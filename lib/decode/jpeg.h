@@ -41,13 +41,12 @@ struct ImageInfo {
   bool cmyk = false;
 };
 
-// Speed/quality knobs of the JPEG path (measured in docs/loader.md, "Performance").
+// Speed/quality knobs of libjpeg measured in docs/loader.md ("Performance"); the
+// defaults are libjpeg's (ISLOW, fancy upsampling), which the loader keeps: the faster
+// settings cost more accuracy than they gain speed there. Used by the benchmark.
 struct DecodeSettings {
   bool fast_idct = false;         // JDCT_IFAST instead of libjpeg's default JDCT_ISLOW
   bool fancy_upsampling = true;   // false: merged (non-fancy) chroma upsampling
-  // DCT scaling (1/2, 1/4, 1/8) is used while the scaled box still covers
-  // min_cover * the output size in both dimensions (1.0: never upsample after scaling).
-  double min_cover = 1.0;
 };
 
 struct Limits {
@@ -76,12 +75,14 @@ class ImageDecoder {
   ImageDecoder& operator=(const ImageDecoder&) = delete;
 
   // Reads the header, calls choose(info) for the crop box (source pixels), decodes the
-  // region. min_out_w/min_out_h > 0 allow DCT scaling down to the smallest scale at which
-  // the box still covers that many pixels; 0 decodes at full scale. The pixels stay valid
+  // region. min_out_w/min_out_h > 0 allow DCT scaling (1/2, 1/4, 1/8) down to the smallest
+  // scale at which the box still covers that many pixels in both dimensions; 0 decodes at
+  // full scale. (The loader passes the output size times LoaderOptions::dct_min_cover,
+  // so a box of 1.5x the output may be decoded at 1/2 and upsampled by 4/3.) The pixels stay valid
   // until the next call on this decoder.
   Status Decode(const uint8_t* data, size_t size,
                 const std::function<pipeline::CropBox(const ImageInfo&)>& choose,
-                int min_out_w, int min_out_h, Region* out, ImageInfo* info_out = nullptr);
+                double min_out_w, double min_out_h, Region* out, ImageInfo* info_out = nullptr);
 
   const DecodeSettings& settings() const;
 
