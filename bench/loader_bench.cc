@@ -1,10 +1,16 @@
 // sk_loader_bench: images/s of the streaming reader against a full libjpeg-turbo decode.
 //
 //   sk_loader_bench ADDRESS [--threads N] [--batch B] [--size S] [--epochs E] [--repeat R] [--dtype T]
+//                   [--block K] [--try VARIANT]... [--quality N] [--no-loader]
 //
-// (a) and (b1) alternate image by image (R passes, timed per image and summed), so that
-// load from other processes hits both alike; the Loader runs R times and the best rate
-// is reported.
+// (a) and (b1) alternate block by block (K images, default 20; R passes, timed per image
+// and summed, the order of the paths rotating per block), so that load from other
+// processes hits both alike; the Loader runs R times and the best rate is reported.
+// --try adds a (b1) variant of the decoding ("ifast", "merged", "cover=X", comma
+// separated: libjpeg's IFAST DCT, merged upsampling, LoaderOptions::dct_min_cover),
+// timed in the same rotation. --quality N compares each (b1) variant on the first N
+// JPEGs with the float64 reference of tests/decode_test.cc (0..255 units).
+// --no-loader stops after (b1).
 //
 // ADDRESS is a dataset address, or a plain ImageFolder directory (read into memory here
 // while the folder format is not in the library). Every image is held in memory first,
@@ -212,7 +218,7 @@ int main(int argc, char** argv) {
   int threads = int(std::thread::hardware_concurrency()), batch = 256, size = 224, epochs = 1, repeat = 3;
   DType dtype = DType::kFloat32;
   bool no_loader = false;
-  int quality_n = 0;
+  int quality_n = 0, block = 20;
   std::vector<std::pair<std::string, Variant>> variants;
   for (int i = 2; i < argc; ++i)
     if (std::string(argv[i]) == "--no-loader") {
@@ -229,6 +235,7 @@ int main(int argc, char** argv) {
     else if (k == "--epochs") epochs = std::stoi(v);
     else if (k == "--repeat") repeat = std::max(1, std::stoi(v));
     else if (k == "--quality") quality_n = std::stoi(v);
+    else if (k == "--block") block = std::max(1, std::stoi(v));
     else if (k == "--try") {
       auto st = ParseSettings(v);
       if (!st) { std::fprintf(stderr, "bad --try %s (ifast,merged,cover=X,default)\n", v.c_str()); return 2; }
@@ -273,43 +280,56 @@ int main(int argc, char** argv) {
     std::vector<double> tb(nv, 0.0);
     for (int rep = 0; rep < repeat; ++rep)
       for (int e = 0; e < epochs; ++e)
-        for (uint64_t i = 0; i < data->samples.size(); ++i) {
-          const Bytes& b = data->samples[i].image()->data;
-          double t0 = ThreadCpu();
-          int w, h, sub, cs;
-          if (tjDecompressHeader3(tj, b.data(), b.size(), &w, &h, &sub, &cs) == 0 && cs != TJCS_CMYK && cs != TJCS_YCCK) {
-            px.resize(size_t(w) * h * 3);
-            if (tjDecompress2(tj, b.data(), b.size(), px.data(), w, 0, h, TJPF_RGB, 0) != 0)
-              std::fprintf(stderr, "%s: %s\n", data->samples[i].key.c_str(), tjGetErrorStr2(tj));
-            pixels += uint64_t(w) * h;
-          } else {  // tjDecompress2 cannot give RGB from CMYK; PNG is not a JPEG
-            decode::Region r;
-            Status st = full_dec.Decode(b.data(), b.size(),
-                                        [](const decode::ImageInfo& in) { return pipeline::CropBox{0, 0, double(in.width), double(in.height)}; },
-                                        0, 0, &r);
-            if (!st.ok()) std::fprintf(stderr, "%s\n", st.ToString().c_str());
-            ++fallback;
-          }
-          ta += ThreadCpu() - t0;
-          for (size_t v = 0; v < nv; ++v) {
-            double t1 = ThreadCpu();
-            pipeline::Augment aug;
-            decode::Region r;
-            Status st = decs[v]->Decode(b.data(), b.size(),
-                                        [&](const decode::ImageInfo& info) {
-                                          aug = pipeline::TrainAugment(0, uint64_t(e), i, info.width, info.height, p);
-                                          return aug.box;
-                                        },
-                                        size * variants[v].second.cover, size * variants[v].second.cover, &r);
-            if (st.ok()) {
-              ++scales[v][r.scale_num];
-              rs.Run(r.pixels, r.stride, r.width, r.height, r.box, aug.flip, spec, out.data());
-            } else {
-              std::fprintf(stderr, "%s\n", st.ToString().c_str());
+        for (uint64_t blk = 0; blk < data->samples.size(); blk += block) {
+          const uint64_t blk_end = std::min<uint64_t>(data->samples.size(), blk + block);
+          // Per block of `block` images, each path decodes the block in turn, in a
+          // rotating order: a path that runs right after another finds the caches
+          // holding the other's buffers, so per-image alternation (block 1) charges each
+          // path for the other's cache pollution; blocks measure each path warm, as
+          // a loader thread runs it, while load drifts still hit all paths alike.
+          for (size_t step = 0; step <= nv; ++step) {
+            const size_t path = (step + blk / block) % (nv + 1);
+            for (uint64_t i = blk; i < blk_end; ++i) {
+              const Bytes& b = data->samples[i].image()->data;
+              if (path == nv) {
+                double t0 = ThreadCpu();
+                int w, h, sub, cs;
+                if (tjDecompressHeader3(tj, b.data(), b.size(), &w, &h, &sub, &cs) == 0 && cs != TJCS_CMYK && cs != TJCS_YCCK) {
+                  px.resize(size_t(w) * h * 3);
+                  if (tjDecompress2(tj, b.data(), b.size(), px.data(), w, 0, h, TJPF_RGB, 0) != 0)
+                    std::fprintf(stderr, "%s: %s\n", data->samples[i].key.c_str(), tjGetErrorStr2(tj));
+                  pixels += uint64_t(w) * h;
+                } else {  // tjDecompress2 cannot give RGB from CMYK; PNG is not a JPEG
+                  decode::Region r;
+                  Status st = full_dec.Decode(b.data(), b.size(),
+                                              [](const decode::ImageInfo& in) { return pipeline::CropBox{0, 0, double(in.width), double(in.height)}; },
+                                              0, 0, &r);
+                  if (!st.ok()) std::fprintf(stderr, "%s\n", st.ToString().c_str());
+                  ++fallback;
+                }
+                ta += ThreadCpu() - t0;
+                continue;
+              }
+              const size_t v = path;
+              double t1 = ThreadCpu();
+              pipeline::Augment aug;
+              decode::Region r;
+              Status st = decs[v]->Decode(b.data(), b.size(),
+                                          [&](const decode::ImageInfo& info) {
+                                            aug = pipeline::TrainAugment(0, uint64_t(e), i, info.width, info.height, p);
+                                            return aug.box;
+                                          },
+                                          size * variants[v].second.cover, size * variants[v].second.cover, &r);
+              if (st.ok()) {
+                ++scales[v][r.scale_num];
+                rs.Run(r.pixels, r.stride, r.width, r.height, r.box, aug.flip, spec, out.data());
+              } else {
+                std::fprintf(stderr, "%s\n", st.ToString().c_str());
+              }
+              tb[v] += ThreadCpu() - t1;
             }
-            tb[v] += ThreadCpu() - t1;
           }
-          ++n;
+          n += blk_end - blk;
         }
     rate_a = n / ta;
     fmt::print("(a)  full decode (tjDecompress2 RGB), 1 thread:        {:8.1f} images/CPU-s ({:.0f} Mpx/s; {} CMYK/PNG via shardkit)\n",
