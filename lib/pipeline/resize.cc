@@ -184,23 +184,28 @@ void HorizontalRow(const float* L3, int xlo, const AxisWeights& wx, int ow, v4f*
 }
 
 typedef int v4i __attribute__((vector_size(16)));
+#if defined(__clang__)
+#define SK_SHUFFLE(a, b, i0, i1, i2, i3) __builtin_shufflevector(a, b, i0, i1, i2, i3)
+#else
+#define SK_SHUFFLE(a, b, i0, i1, i2, i3) __builtin_shuffle(a, b, v4i{i0, i1, i2, i3})
+#endif
 
 // 4 RGBx pixels -> the R, G, B lanes of those pixels (a 4x3 transpose), reversed when
 // flipping, so that the NCHW planes get one 4-wide store each instead of 12 scalar ones.
 __attribute__((always_inline)) inline void Transpose4(v4f p0, v4f p1, v4f p2, v4f p3, bool flip, v4f* r, v4f* g,
                                                       v4f* b) {
-  const v4f t0 = __builtin_shuffle(p0, p1, v4i{0, 4, 1, 5});  // r0 r1 g0 g1
-  const v4f t1 = __builtin_shuffle(p2, p3, v4i{0, 4, 1, 5});  // r2 r3 g2 g3
-  const v4f t2 = __builtin_shuffle(p0, p1, v4i{2, 6, 2, 6});  // b0 b1 b0 b1
-  const v4f t3 = __builtin_shuffle(p2, p3, v4i{2, 6, 2, 6});  // b2 b3 b2 b3
+  const v4f t0 = SK_SHUFFLE(p0, p1, 0, 4, 1, 5);  // r0 r1 g0 g1
+  const v4f t1 = SK_SHUFFLE(p2, p3, 0, 4, 1, 5);  // r2 r3 g2 g3
+  const v4f t2 = SK_SHUFFLE(p0, p1, 2, 6, 2, 6);  // b0 b1 b0 b1
+  const v4f t3 = SK_SHUFFLE(p2, p3, 2, 6, 2, 6);  // b2 b3 b2 b3
   if (flip) {
-    *r = __builtin_shuffle(t0, t1, v4i{5, 4, 1, 0});
-    *g = __builtin_shuffle(t0, t1, v4i{7, 6, 3, 2});
-    *b = __builtin_shuffle(t2, t3, v4i{5, 4, 1, 0});
+    *r = SK_SHUFFLE(t0, t1, 5, 4, 1, 0);
+    *g = SK_SHUFFLE(t0, t1, 7, 6, 3, 2);
+    *b = SK_SHUFFLE(t2, t3, 5, 4, 1, 0);
   } else {
-    *r = __builtin_shuffle(t0, t1, v4i{0, 1, 4, 5});
-    *g = __builtin_shuffle(t0, t1, v4i{2, 3, 6, 7});
-    *b = __builtin_shuffle(t2, t3, v4i{0, 1, 4, 5});
+    *r = SK_SHUFFLE(t0, t1, 0, 1, 4, 5);
+    *g = SK_SHUFFLE(t0, t1, 2, 3, 6, 7);
+    *b = SK_SHUFFLE(t2, t3, 0, 1, 4, 5);
   }
 }
 
