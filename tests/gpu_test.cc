@@ -510,7 +510,10 @@ TEST_CASE("the copy of the next batch overlaps the consumer's kernel", "[gpu]") 
     for (int k = 0; k < 4; ++k) {
       auto b = (*l)->Next();
       REQUIRE(b.ok());
-      REQUIRE(b->WaitOn(consumer).ok());
+      INFO("batch " << k << " end_of_epoch " << b->end_of_epoch());
+      Status waited = b->WaitOn(consumer);
+      INFO(waited.ToString());
+      REQUIRE(waited.ok());
       REQUIRE(gt::Spin(consumer, 200'000'000).ok());  // a 200 ms "training step" on batch k
       REQUIRE(gt::RecordEvent(step_done, consumer).ok());
       b->Release(consumer);

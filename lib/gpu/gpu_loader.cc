@@ -536,8 +536,9 @@ struct DecodeImpl final : ProducerImpl {
       return aug.box;
     };
     decode::Region reg;
-    Status st = host_decoders.local().Decode(r.data, r.size, choose, o.dct_scaling ? o.output_width : 0,
-                                             o.dct_scaling ? o.output_height : 0, &reg);
+    Status st = host_decoders.local().Decode(r.data, r.size, choose,
+                                             o.dct_scaling ? o.output_width * o.dct_min_cover : 0.0,
+                                             o.dct_scaling ? o.output_height * o.dct_min_cover : 0.0, &reg);
     if (!st.ok()) return st.At(where);
     int xlo, xhi, ylo, yhi;
     gpu::BoxWeights(reg.box, reg.width, reg.height, o.output_width, o.output_height, &r.wx, &r.wy, &xlo, &ylo, &xhi,
@@ -838,6 +839,8 @@ Status Validate(LoaderOptions& o, const GpuOptions& g) {
   if (o.output_width <= 0 || o.output_height <= 0 || o.output_width > 8192 || o.output_height > 8192)
     return Status::Invalid(fmt::format("bad output size {}x{}", o.output_width, o.output_height));
   if (g.ring < 2 || g.ring > 64) return Status::Invalid("GpuOptions::ring must be in [2, 64]");
+  if (!(o.dct_min_cover >= 0.5 && o.dct_min_cover <= 64))
+    return Status::Invalid("dct_min_cover must be in [0.5, 64]");
   if (o.world_size < 0) {
     SK_ASSIGN_OR_RETURN(o.world_size, EnvInt("WORLD_SIZE", 1));
   }
