@@ -50,6 +50,10 @@ $SK shard "$WORK/shards/train.manifest.json" "$WORK/even/part-%06d.tar" --num-sh
 echo "== shardkit convert $WORK/images lmdb:$WORK/train.lmdb; and $WORK/train.h5"
 $SK convert "$WORK/images" "lmdb:$WORK/train.lmdb"
 $SK convert "$WORK/images" "$WORK/train.h5"
+echo "== shardkit verify: every checksum, count and key, and sample by sample against the source folder"
+$SK verify "$WORK/shards/train.manifest.json" --against "$WORK/images"
+$SK verify "$WORK/train.lmdb" --against "$WORK/images"
+$SK verify "$WORK/train.h5" --against "$WORK/images" --decode
 echo "== shardkit bench: random-read latency of the folder (one file per sample) against the packed formats"
 $SK bench "$WORK/images" "$WORK/shards/train.manifest.json" "$WORK/train.lmdb" "$WORK/train.h5" --samples 2000 \
   --plot "$WORK/bench.svg"
