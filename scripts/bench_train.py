@@ -96,6 +96,8 @@ def train(name, batches, args, device):
 
     def step(images, labels):
         images = images.to(device, non_blocking=True, memory_format=torch.channels_last)
+        if labels.device.type == "cpu" and not labels.is_pinned():
+            labels = labels.pin_memory()  # shardkit's labels: a copy from pageable memory may sync the stream
         labels = labels.to(device, non_blocking=True)
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = loss_fn(model(images), labels)

@@ -50,6 +50,8 @@ if [ ! -d "$W/imgs" ]; then
   rm -rf "$W/imgs.part" && mkdir -p "$W/imgs.part"
   for k in $(seq 0 15); do $PY .corpus/make_corpus.py "$W/imgs.part" --count 500 --seed "$k" > /dev/null 2>&1 & done
   wait
+  n=$(find "$W/imgs.part" -type f | wc -l)
+  [ "$n" -gt 0 ] || { echo "device_python: no corpus made (is .corpus/ carried? scripts/stage-corpus.sh makes it)"; exit 1; }
   mv "$W/imgs.part" "$W/imgs"
 fi
 echo "corpus: $(find "$W/imgs" -type f | wc -l) images in $W/imgs"
