@@ -144,11 +144,23 @@ class Loader:
         # Device batches from the library (GpuLoader) when it has CUDA; else the host
         # loader, and a torch copy for device="cuda:N".
         self._gpu = self._device.type == "cuda" and _shardkit.CUDA_COMPILED
+        self._loader = None
         if self._gpu:
             ring = max(3, int(prefetch)) if ring is None else int(ring)
-            self._loader = _shardkit._GpuLoader(str(address), device=int(self._device.index), decoder=decoder,
-                                                ring=ring, **args)
-        else:
+            try:
+                self._loader = _shardkit._GpuLoader(str(address), device=int(self._device.index), decoder=decoder,
+                                                    ring=ring, **args)
+            except _shardkit.Error as e:
+                # The library cannot use the device (torch can): "gpu" fails, "cpu"/"auto"
+                # fall back to the host loader and a torch copy.
+                if e.code != "unsupported" or decoder == "gpu":
+                    raise
+                import warnings
+
+                warnings.warn(f"shardkit: device batches unavailable ({e}); decoding on the host and "
+                              "copying with torch", RuntimeWarning, stacklevel=2)
+                self._gpu = False
+        if self._loader is None:
             self._loader = _shardkit._Loader(str(address), **args)
         self._class_names = None
         self.batch_size = int(batch_size)
