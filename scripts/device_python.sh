@@ -16,6 +16,10 @@ B=${BUILD:-build-py}
 W=${WORK:-/tmp/skpy}
 OUTDIR=${OUT:-$B/out}
 mkdir -p "$OUTDIR" "$W"
+if [[ "${CMAKE_PREFIX_PATH:-}" != */opt/deps/* ]] && [ -f .deps/unpack.sh ]; then
+  # shellcheck disable=SC1091
+  source .deps/unpack.sh  # not sourced by the caller
+fi
 export PATH=/usr/local/cuda/bin:$PATH
 PY=$(command -v python3)
 J=$(nproc)
@@ -58,7 +62,7 @@ echo "corpus: $(find "$W/imgs" -type f | wc -l) images in $W/imgs"
 if [ ! -f "$W/pywds/train.manifest.json" ]; then
   say "convert to tar shards"
   rm -rf "$W/pywds"
-  "$CLI" convert "$W/imgs" "wds:$W/pywds/train-%06d.tar" > "$OUTDIR/py_convert.log" 2>&1 \
+  "$CLI" convert "$W/imgs" "wds:$W/pywds/train-%06d.tar" --shard-size 64MB > "$OUTDIR/py_convert.log" 2>&1 \
     || { tail -20 "$OUTDIR/py_convert.log"; exit 1; }
   tail -3 "$OUTDIR/py_convert.log"
 fi
@@ -70,6 +74,7 @@ brc=0
 timeout 300 $PY scripts/bench_train.py --shards "$SHARDS" --folder "$W/imgs" --batch "${BATCH:-256}" \
   --warmup "${WARMUP:-5}" --steps "${STEPS:-30}" --workers $(( J > 1 ? J - 1 : 1 )) \
   > "$OUTDIR/py_bench_train.txt" 2> "$OUTDIR/py_bench_train.err" || brc=$?
+grep -E "^GPU:|shardkit.Loader:" "$OUTDIR/py_bench_train.err"
 [ $brc -ne 0 ] && tail -30 "$OUTDIR/py_bench_train.err"
 grep "^{" "$OUTDIR/py_bench_train.txt"
 say "done (pytest rc=$rc, bench rc=$brc)"
