@@ -87,6 +87,10 @@ struct LoaderOptions {
   bool drop_last = false;
   int threads = 0;          // decoding threads; 0 = all hardware threads
   int prefetch = 4;         // pool buffers = batches decoded ahead + held by the consumer
+  // When the consumer holds every pool buffer, Next() waits this long for one to be
+  // released (by another thread) before it fails with kInvalidArgument. 0 = fail at once:
+  // a single-threaded consumer holding every buffer would otherwise wait forever.
+  int buffer_wait_ms = 0;
   int output_width = 224;
   int output_height = 224;
   AugmentMode mode = AugmentMode::kTrain;

@@ -208,8 +208,16 @@ struct ProducerImpl : GpuLoader::Impl {
     std::unique_lock<std::mutex> lk(mu);
     if (!sticky.ok()) return sticky;
     if (ended) return GpuLoaderAccess::End();
-    if (queue.empty() && ring->Handed() >= int(ring->slots.size()))
-      return Status::Invalid(fmt::format("the consumer holds all {} device batches; release one before Next()", g.ring));
+    if (queue.empty() && ring->Handed() >= int(ring->slots.size())) {
+      // Every slot is held: wait (LoaderOptions::buffer_wait_ms) for the consumer to
+      // release one from another thread; the producer then fills it and notifies.
+      if (o.buffer_wait_ms <= 0 ||
+          !cv.wait_for(lk, std::chrono::milliseconds(o.buffer_wait_ms), [&] { return !queue.empty(); }))
+        return Status::Invalid(fmt::format("the consumer holds all {} device batches; release one before Next(){}",
+                                           g.ring,
+                                           o.buffer_wait_ms > 0 ? fmt::format(" (waited {} ms)", o.buffer_wait_ms)
+                                                                : ""));
+    }
     cv.wait(lk, [&] { return !queue.empty(); });
     QueueItem it = std::move(queue.front());
     queue.pop_front();

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -395,10 +396,24 @@ struct Loader::Impl {
       std::unique_lock<std::mutex> lk(p->mu);
       SubmitLocked();
       auto it = jobs.find(next);
+      if (it == jobs.end() && o.buffer_wait_ms > 0) {
+        // Every buffer is held: wait for the consumer (another thread) to release one.
+        auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(o.buffer_wait_ms);
+        while (it == jobs.end()) {
+          if (p->cv.wait_until(lk, deadline) == std::cv_status::timeout) {
+            SubmitLocked();
+            it = jobs.find(next);
+            break;
+          }
+          SubmitLocked();
+          it = jobs.find(next);
+        }
+      }
       if (it == jobs.end())
         return Status::Invalid(fmt::format(
-            "all {} batch buffers are held by the consumer: release a batch before calling Next() "
-            "(or raise prefetch)", p->buffers.size()));
+            "all {} batch buffers are held by the consumer{}: release a batch before calling Next() "
+            "(or raise prefetch)", p->buffers.size(),
+            o.buffer_wait_ms > 0 ? fmt::format(" (waited {} ms for one)", o.buffer_wait_ms) : ""));
       job = it->second;
       p->cv.wait(lk, [&] { return job->done; });
       jobs.erase(it);

@@ -60,8 +60,8 @@ class Loader:
         are CUDA tensors over the library's device ring (no copy), synchronised with the
         current stream through DLPack; labels stay CPU int64 tensors. On a build without
         CUDA the host batch is copied with torch on the current stream (decoder "cpu"/"auto").
-      ring: device batches (CUDA builds): how many may exist at once; holding ring - 1
-        of them while asking for the next raises instead of waiting. None = max(3, prefetch).
+      ring: device batches (CUDA builds): how many may exist at once; holding all of them
+        while asking for the next waits `buffer_wait`, then raises. None = max(3, prefetch).
       output_size: int or (height, width) of the output images.
       random_resized_crop: (scale, ratio) ranges of torchvision's RandomResizedCrop, or
         None for evaluation (resize the shorter side to resize_size, center crop).
@@ -74,8 +74,12 @@ class Loader:
       layout: "NCHW", "NHWC", or "channels_last" (NCHW shape over NHWC memory, what
         model.to(memory_format=torch.channels_last) wants).
       threads: decoding threads (0 = all hardware threads).
-      prefetch: pool buffers = batches decoded ahead + batches you hold. Holding
-        `prefetch` batches at once makes the next step raise instead of waiting forever.
+      prefetch: pool buffers = batches decoded ahead + batches you hold. Holding many
+        batches at once is allowed up to the pool size; beyond it, iteration waits up to
+        `buffer_wait` seconds for a batch to be freed (by another thread), then collects
+        garbage, waits once more, and raises shardkit.Error instead of hanging.
+      buffer_wait: seconds to wait for a pool buffer (or device ring slot) when every one
+        is held (default 10).
       return_keys: yield (images, labels, keys) with keys a list of sample keys.
       on_error: "raise" (a sample that fails to decode raises shardkit.Error naming its
         key) or "skip" (left out of its batch, listed by skipped()).
@@ -91,7 +95,8 @@ class Loader:
                  decoder="auto", device="cpu", output_size=224, random_resized_crop=_DEFAULT_RRC,
                  center_crop=False, resize_size=None, flip=True, mean=_IMAGENET_MEAN, std=_IMAGENET_STD,
                  dtype="float32", layout="NCHW", threads=0, prefetch=4, drop_last=False,
-                 return_keys=False, on_error="raise", image_field=None, dct_scaling=True, ring=None):
+                 return_keys=False, on_error="raise", image_field=None, dct_scaling=True, ring=None,
+                 buffer_wait=10.0):
         if not _shardkit.HAVE_LOADER:
             raise NotImplementedError("this build of shardkit has no loader")
         if decoder not in ("auto", "cpu", "gpu"):
@@ -140,7 +145,8 @@ class Loader:
             flip_p=flip_p if train else 0.0, resize_size=int(resize_size), dct_scaling=bool(dct_scaling),
             mean=list(mean), std=list(std), dtype=dtype,
             layout="NHWC" if layout in ("NHWC", "channels_last") else "NCHW",
-            on_error=on_error, image_field=image_field or "")
+            on_error=on_error, image_field=image_field or "",
+            buffer_wait_ms=max(0, int(float(buffer_wait) * 1000)))
         # Device batches from the library (GpuLoader) when it has CUDA; else the host
         # loader, and a torch copy for device="cuda:N".
         self._gpu = self._device.type == "cuda" and _shardkit.CUDA_COMPILED

@@ -522,8 +522,10 @@ tensor made from it is freed.)doc")
                        int output_width, bool train, std::pair<double, double> scale,
                        std::pair<double, double> ratio, double flip_p, int resize_size, bool dct_scaling,
                        std::vector<float> mean, std::vector<float> std_, const std::string& dtype,
-                       const std::string& layout, const std::string& on_error, const std::string& image_field) {
+                       const std::string& layout, const std::string& on_error, const std::string& image_field,
+                       int buffer_wait_ms) {
              LoaderOptions o;
+             o.buffer_wait_ms = buffer_wait_ms;
              o.batch_size = batch_size;
              o.shuffle = shuffle;
              o.seed = seed;
@@ -560,7 +562,7 @@ tensor made from it is freed.)doc")
            py::arg("output_height"), py::arg("output_width"), py::arg("train"), py::arg("scale"),
            py::arg("ratio"), py::arg("flip_p"), py::arg("resize_size"), py::arg("dct_scaling"),
            py::arg("mean"), py::arg("std"), py::arg("dtype"), py::arg("layout"), py::arg("on_error"),
-           py::arg("image_field"))
+           py::arg("image_field"), py::arg("buffer_wait_ms") = 0)
       .def("next", &PyLoader::Next)
       .def("set_epoch", &PyLoader::SetEpoch, py::arg("epoch"))
       .def("save_state", &PyLoader::SaveState)
@@ -604,10 +606,11 @@ tensor made from it is freed.)doc")
                        std::pair<double, double> ratio, double flip_p, int resize_size, bool dct_scaling,
                        std::vector<float> mean, std::vector<float> std_, const std::string& dtype,
                        const std::string& layout, const std::string& on_error, const std::string& image_field,
-                       int device, const std::string& decoder, int ring) {
+                       int device, const std::string& decoder, int ring, int buffer_wait_ms) {
              LoaderOptions o = MakeOptions(batch_size, shuffle, seed, rank, world_size, drop_last, threads, prefetch,
                                            output_height, output_width, train, scale, ratio, flip_p, resize_size,
                                            dct_scaling, mean, std_, dtype, layout, on_error, image_field);
+             o.buffer_wait_ms = buffer_wait_ms;
              GpuOptions g;
              g.device = device;
              if (decoder == "cpu") g.decoder = DecoderKind::kCpu;
@@ -622,7 +625,8 @@ tensor made from it is freed.)doc")
            py::arg("output_height"), py::arg("output_width"), py::arg("train"), py::arg("scale"),
            py::arg("ratio"), py::arg("flip_p"), py::arg("resize_size"), py::arg("dct_scaling"),
            py::arg("mean"), py::arg("std"), py::arg("dtype"), py::arg("layout"), py::arg("on_error"),
-           py::arg("image_field"), py::arg("device"), py::arg("decoder"), py::arg("ring"))
+           py::arg("image_field"), py::arg("device"), py::arg("decoder"), py::arg("ring"),
+           py::arg("buffer_wait_ms") = 0)
       .def("next", &PyGpuLoader::Next)
       .def("set_epoch", [](PyGpuLoader& l, uint64_t e) { l.With([e](GpuLoader& x) { x.set_epoch(e); }); },
            py::arg("epoch"))

@@ -199,7 +199,7 @@ def test_freed_batches_are_reused(data):
 
 def test_holding_every_buffer_raises_instead_of_hanging(data):
     address, _ = data[:2]
-    ld = loader(address, prefetch=3, batch_size=2)
+    ld = loader(address, prefetch=3, batch_size=2, buffer_wait=0.2)
     it = iter(ld)
     held = [next(it), next(it)]  # prefetch - 1 held batches are fine
     held.append(next(it))  # the third one takes the last free buffer
@@ -213,6 +213,31 @@ def test_holding_every_buffer_raises_instead_of_hanging(data):
     it = iter(ld)
     assert sum(1 for _ in it) == 12
     assert len(labels) == 3
+
+
+def test_iteration_waits_for_a_buffer_freed_by_another_thread(data):
+    import threading
+    import time
+
+    address, _ = data[:2]
+    ld = loader(address, prefetch=3, batch_size=2, buffer_wait=30)
+    it = iter(ld)
+    held = [next(it), next(it), next(it)]  # every pool buffer is held now
+
+    def free_one():
+        time.sleep(0.3)
+        held.pop(0)  # the tensors die: their buffer returns to the pool
+        gc.collect()
+
+    t = threading.Thread(target=free_one)
+    t.start()
+    t0 = time.monotonic()
+    images, labels = next(it)  # waits (GIL released) until the other thread frees one
+    waited = time.monotonic() - t0
+    t.join()
+    assert waited >= 0.2
+    assert images.shape[0] == 2 and labels.shape[0] == 2
+    assert len(held) == 2
 
 
 def test_tensor_outlives_the_loader(data):
