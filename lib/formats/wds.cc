@@ -601,7 +601,7 @@ class WdsWriter : public SampleWriter {
       AbortShard();
       if (!keep_state_) {
         for (const auto& p : committed_) ::unlink(p.c_str());
-        ::unlink(journal_.c_str());
+        if (owns_journal_) ::unlink(journal_.c_str());
       }
     }
     if (hash_) XXH3_freeState(hash_);
@@ -863,6 +863,7 @@ class WdsWriter : public SampleWriter {
       shards.push_back(std::move(o));
     }
     j["shards"] = std::move(shards);
+    owns_journal_ = true;
     return io::WriteFileAtomic(journal_, j.dump(1) + "\n", true);
   }
 
@@ -1070,6 +1071,7 @@ class WdsWriter : public SampleWriter {
   };
   std::string journal_;
   bool keep_state_ = false;             // leave committed shards + journal when destroyed unfinished
+  bool owns_journal_ = false;           // this writer wrote the journal (a refused Create leaves it)
   XXH3_state_t* digest_ = nullptr;      // of the current shard's samples
   std::vector<Resumed> resumed_;        // per committed shard
   uint64_t committed_samples_ = 0;
