@@ -88,6 +88,10 @@ struct WriteOptions {
   KeyDots key_dots = KeyDots::kError;
   std::string lmdb_layout = "shardkit";  // or "caffe"
   bool write_index = true;           // wds: write DALI .idx files beside the shards
+  // wds: when non-empty, shard i holds exactly shard_plan[i] samples (the sum is the
+  // number of samples the caller will write); shard_size and samples_per_shard are
+  // then ignored. Used by `shardkit shard --num-shards N` for even shards.
+  std::vector<uint64_t> shard_plan;
   // wds, lmdb: continue an interrupted write of the same source with the same
   // options. The writer reads its journal (wds: "<manifest>.partial"; lmdb: the
   // sidecar in "<dir>.partial"), checks what was committed, and then expects

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "shardkit/bytes.h"
+#include "shardkit/convert.h"
 #include "shardkit/dataset.h"
 #include "shardkit/sample.h"
 #include "shardkit/status.h"

@@ -1,20 +1,892 @@
-// folder format. (Placeholder: not implemented yet.)
+// The image folder format: torchvision ImageFolder trees and unpacked WebDataset
+// folders. The layouts read and written are described in docs/formats-folder.md.
+//
+// Reading: Open() walks the tree once and builds an immutable index (samples
+// sorted by key, each with its files); Get(i) preads the sample's files into
+// owned Bytes. The index is shared by the dataset, its readers and its random
+// access objects, and never changes after Open(), so Get() is thread-safe.
+//
+// Writing: every file goes into a fresh sibling directory `<root>.partial-*`
+// (no per-file fsync); Finish() writes the layout marker, syncs the file system
+// (syncfs), and renames the directory to `<root>`. Nothing is under `<root>`
+// before Finish() succeeds; a writer destroyed without Finish() removes the
+// partial directory.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <set>
+#include <utility>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+#include "core/file.h"
+#include "core/paths.h"
 #include "formats/registry.h"
 
 namespace shardkit::formats {
 
+namespace {
+
+// Hidden file written at the root of every folder shardkit writes; it records
+// the layout so that a flat folder whose keys all have a directory part is not
+// mistaken for a class folder when read back.
+constexpr const char* kMarker = ".shardkit-folder.json";
+constexpr int kMaxDepth = 512;
+
+std::string StripSlashes(std::string p) {
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  return p;
+}
+
+std::string Join(const std::string& root, const std::string& rel) {
+  if (rel.empty()) return root;
+  if (root == "/") return "/" + rel;
+  return root + "/" + rel;
+}
+
+bool IsImageName(std::string_view name) {
+  auto dot = name.rfind('.');
+  if (dot == std::string_view::npos || dot == 0) return false;
+  return IsImageExt(paths::Lower(name.substr(dot + 1)));
+}
+
+// Parses an ASCII decimal label the way Sample::label() does.
+std::optional<int64_t> ParseLabel(std::string_view v) {
+  while (!v.empty() && (v.back() == '\n' || v.back() == ' ' || v.back() == '\r')) v.remove_suffix(1);
+  while (!v.empty() && v.front() == ' ') v.remove_prefix(1);
+  int64_t out = 0;
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  if (v.empty() || ec != std::errc() || p != v.data() + v.size()) return std::nullopt;
+  return out;
+}
+
+// ---------------------------------------------------------------- reading
+
+// The index is compact (about 70 bytes per one-file sample plus its name, so
+// about 90 MB for ImageNet's 1.28M images): file names live in one arena, a
+// sample points at its directory and at a run of consecutive file records.
+struct FileRec {
+  uint64_t name_off = 0;  // base name in Index::names
+  uint32_t name_len = 0;
+  uint32_t stem_len = 0;  // the key's last component is name[0, stem_len); name[stem_len] is the split dot
+  uint64_t size = 0;      // at open
+};
+
+struct Entry {  // one sample
+  uint64_t first_file = 0;
+  uint32_t nfiles = 0;
+  uint32_t dir = 0;    // index into Index::dirs
+  int32_t label = -1;  // class index, or -1 (flat)
+};
+
+struct Index {
+  std::string root;
+  bool classes = false;
+  std::vector<std::string> class_names;
+  std::vector<std::string> dirs;  // relative to root, "" for the root itself
+  std::string names;
+  std::vector<FileRec> files;
+  std::vector<Entry> entries;  // sorted by key
+
+  std::string_view Name(const FileRec& f) const { return std::string_view(names).substr(f.name_off, f.name_len); }
+  std::string_view Stem(const FileRec& f) const { return Name(f).substr(0, f.stem_len); }
+  std::string_view Suffix(const FileRec& f) const { return Name(f).substr(f.stem_len + 1); }
+  std::string Key(const Entry& e) const {
+    const std::string& d = dirs[e.dir];
+    std::string_view stem = Stem(files[e.first_file]);
+    std::string k;
+    k.reserve(d.size() + 1 + stem.size());
+    k += d;
+    if (!d.empty()) k += '/';
+    k += stem;
+    return k;
+  }
+  std::string Path(const Entry& e, const FileRec& f) const {
+    const std::string& d = dirs[e.dir];
+    std::string p = root;
+    if (p != "/") p += '/';
+    if (!d.empty()) p += d + "/";
+    p += Name(f);
+    return p;
+  }
+};
+
+enum class Layout { kUnknown, kFlat, kClasses };
+
+// One directory entry after following symlinks.
+struct DirItem {
+  std::string name;
+  bool is_dir = false;
+  uint64_t size = 0;
+};
+
+// Walks part of a tree (the whole tree, or one class folder) into its own
+// Index fragment; fragments are merged in a fixed order afterwards.
+class Walker {
+ public:
+  Walker(std::string root, bool classes) : root_(std::move(root)), classes_(classes) {}
+
+  // Lists a directory: non-hidden entries, symlinks followed. Anything that is
+  // not a regular file or a directory, or that cannot be stat'ed, is an error.
+  Status List(int dirfd, const std::string& rel, std::vector<DirItem>* out) {
+    int fd = ::dup(dirfd);
+    if (fd < 0) return Status::FromErrno(errno, "dup", Location{.file = Join(root_, rel)});
+    DIR* d = ::fdopendir(fd);
+    if (!d) {
+      int e = errno;
+      ::close(fd);
+      return Status::FromErrno(e, "cannot list directory", Location{.file = Join(root_, rel)});
+    }
+    ::rewinddir(d);
+    Status st;
+    for (;;) {
+      errno = 0;
+      struct dirent* de = ::readdir(d);
+      if (!de) {
+        if (errno != 0) st = Status::FromErrno(errno, "cannot list directory", Location{.file = Join(root_, rel)});
+        break;
+      }
+      std::string name = de->d_name;
+      if (name.empty() || name[0] == '.') continue;  // ".", "..", hidden
+      std::string relname = rel.empty() ? name : rel + "/" + name;
+      struct stat sb;
+      if (::fstatat(dirfd, name.c_str(), &sb, 0) != 0) {
+        int e = errno;
+        std::string why = e == ENOENT ? "cannot read: dangling symlink or vanished file"
+                          : e == ELOOP ? "cannot read: symlink loop"
+                                       : fmt::format("cannot stat: {}", std::strerror(e));
+        st = Status::IOError(why, Location{.file = Join(root_, relname)});
+        break;
+      }
+      if (S_ISDIR(sb.st_mode)) {
+        out->push_back({std::move(name), true, 0});
+      } else if (S_ISREG(sb.st_mode)) {
+        out->push_back({std::move(name), false, uint64_t(sb.st_size)});
+      } else {
+        st = Status::IOError("cannot read: not a regular file or directory (FIFO, socket or device)",
+                             Location{.file = Join(root_, relname)});
+        break;
+      }
+    }
+    ::closedir(d);
+    return st;
+  }
+
+  // Walks the directory `dirfd` (relative path `rel`): groups its files into
+  // samples and recurses into subdirectories. `label` is the class index or -1.
+  Status Walk(int dirfd, const std::string& rel, int32_t label, int depth) {
+    if (depth > kMaxDepth)
+      return Status::Invalid(fmt::format("directory tree deeper than {} levels", kMaxDepth),
+                             Location{.file = Join(root_, rel)});
+    struct stat self;
+    if (::fstat(dirfd, &self) != 0) return Status::FromErrno(errno, "cannot stat", Location{.file = Join(root_, rel)});
+    for (const auto& a : ancestors_)
+      if (a.first == self.st_dev && a.second == self.st_ino)
+        return Status::Invalid("directory loop: this directory (reached through a symlink) is its own ancestor",
+                               Location{.file = Join(root_, rel)});
+    ancestors_.emplace_back(self.st_dev, self.st_ino);
+    std::vector<DirItem> items;
+    Status st = List(dirfd, rel, &items);
+    if (st.ok()) st = AddFiles(rel, items, label);
+    for (size_t i = 0; st.ok() && i < items.size(); ++i) {
+      const DirItem& it = items[i];
+      if (!it.is_dir) continue;
+      std::string relname = rel.empty() ? it.name : rel + "/" + it.name;
+      int sub = ::openat(dirfd, it.name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      if (sub < 0) {
+        st = Status::FromErrno(errno, "cannot open directory", Location{.file = Join(root_, relname)});
+        break;
+      }
+      st = Walk(sub, relname, label, depth + 1);
+      ::close(sub);
+    }
+    ancestors_.pop_back();
+    return st;
+  }
+
+  // Groups the files of one directory into samples. Keys of different
+  // directories differ, so grouping per directory is exact.
+  Status AddFiles(const std::string& rel, const std::vector<DirItem>& items, int32_t label) {
+    struct Local {
+      const DirItem* item;
+      size_t dot;
+      std::string ext;
+    };
+    std::vector<Local> loc;
+    for (const auto& it : items) {
+      if (it.is_dir) continue;
+      // Split rule: classes layout at the last dot (one image file = one sample,
+      // whatever dots its name holds, as torchvision does); flat layout at the
+      // first dot (as WebDataset does with member names).
+      size_t dot = classes_ ? it.name.rfind('.') : it.name.find('.');
+      if (dot == std::string::npos || dot == 0 || dot + 1 == it.name.size()) {
+        std::string p = Join(root_, rel.empty() ? it.name : rel + "/" + it.name);
+        if (skipped_ == 0 || p < skipped_example_) skipped_example_ = p;
+        ++skipped_;
+        continue;
+      }
+      loc.push_back({&it, dot, paths::Lower(std::string_view(it.name).substr(dot + 1))});
+    }
+    if (loc.empty()) return Status::OK();
+    std::sort(loc.begin(), loc.end(), [](const Local& a, const Local& b) {
+      std::string_view sa = std::string_view(a.item->name).substr(0, a.dot);
+      std::string_view sb = std::string_view(b.item->name).substr(0, b.dot);
+      if (sa != sb) return sa < sb;
+      if (a.ext != b.ext) return a.ext < b.ext;
+      return a.item->name < b.item->name;
+    });
+    uint32_t dir = uint32_t(idx_.dirs.size());
+    idx_.dirs.push_back(rel);
+    for (size_t i = 0; i < loc.size(); ++i) {
+      const Local& l = loc[i];
+      std::string_view stem = std::string_view(l.item->name).substr(0, l.dot);
+      bool same_key = i > 0 && std::string_view(loc[i - 1].item->name).substr(0, loc[i - 1].dot) == stem;
+      std::string key = rel.empty() ? std::string(stem) : rel + "/" + std::string(stem);
+      if (same_key && loc[i - 1].ext == l.ext) {
+        std::string a = Join(root_, rel.empty() ? loc[i - 1].item->name : rel + "/" + loc[i - 1].item->name);
+        std::string b = Join(root_, rel.empty() ? l.item->name : rel + "/" + l.item->name);
+        return Status::Invalid(
+            fmt::format("two files for field '{}' of one sample: '{}' and '{}' (extensions are matched "
+                        "case-insensitively; rename or remove one)",
+                        l.ext, a, b),
+            Location{.file = b, .key = key});
+      }
+      if (!same_key) idx_.entries.push_back(Entry{idx_.files.size(), 0, dir, label});
+      FileRec f;
+      f.name_off = idx_.names.size();
+      f.name_len = uint32_t(l.item->name.size());
+      f.stem_len = uint32_t(l.dot);
+      f.size = l.item->size;
+      idx_.names += l.item->name;
+      idx_.files.push_back(f);
+      idx_.entries.back().nfiles++;
+      total_bytes_ += f.size;
+      fields_.insert(l.ext);
+    }
+    return Status::OK();
+  }
+
+  // Appends another walker's fragment (for the parallel class walk).
+  void Merge(Walker&& o) {
+    uint64_t name_base = idx_.names.size(), file_base = idx_.files.size();
+    uint32_t dir_base = uint32_t(idx_.dirs.size());
+    idx_.names += o.idx_.names;
+    for (auto& f : o.idx_.files) {
+      f.name_off += name_base;
+      idx_.files.push_back(f);
+    }
+    for (auto& d : o.idx_.dirs) idx_.dirs.push_back(std::move(d));
+    for (auto& e : o.idx_.entries) {
+      e.first_file += file_base;
+      e.dir += dir_base;
+      idx_.entries.push_back(e);
+    }
+    total_bytes_ += o.total_bytes_;
+    fields_.merge(o.fields_);
+    if (o.skipped_ > 0 && (skipped_ == 0 || o.skipped_example_ < skipped_example_)) skipped_example_ = o.skipped_example_;
+    skipped_ += o.skipped_;
+    o.idx_ = Index();
+  }
+
+  std::string root_;
+  bool classes_;
+  std::vector<std::pair<dev_t, ino_t>> ancestors_;
+  Index idx_;
+  uint64_t total_bytes_ = 0;
+  std::set<std::string> fields_;
+  uint64_t skipped_ = 0;
+  std::string skipped_example_;
+};
+
+// Byte-order comparison of two keys given as (dir, stem) without building them.
+int CompareKeys(std::string_view da, std::string_view sa, std::string_view db, std::string_view sb) {
+  std::string_view a[3] = {da, da.empty() ? "" : "/", sa};
+  std::string_view b[3] = {db, db.empty() ? "" : "/", sb};
+  size_t ai = 0, ao = 0, bi = 0, bo = 0;
+  for (;;) {
+    while (ai < 3 && ao >= a[ai].size()) ++ai, ao = 0;
+    while (bi < 3 && bo >= b[bi].size()) ++bi, bo = 0;
+    if (ai == 3 || bi == 3) return (ai == 3 ? 0 : 1) - (bi == 3 ? 0 : 1);
+    size_t n = std::min(a[ai].size() - ao, b[bi].size() - bo);
+    int c = std::memcmp(a[ai].data() + ao, b[bi].data() + bo, n);
+    if (c != 0) return c;
+    ao += n;
+    bo += n;
+  }
+}
+
+Result<Layout> ReadMarker(const std::string& root) {
+  std::string path = Join(root, kMarker);
+  struct stat sb;
+  if (::lstat(path.c_str(), &sb) != 0) return Layout::kUnknown;
+  SK_ASSIGN_OR_RETURN(std::string text, io::ReadFile(path));
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("layout") || !j["layout"].is_string())
+    return Status::Corrupt("bad layout marker: expected {\"layout\": \"flat\"} or {\"layout\": \"classes\"}",
+                           Location{.file = path});
+  std::string l = j["layout"].get<std::string>();
+  if (l == "flat") return Layout::kFlat;
+  if (l == "classes") return Layout::kClasses;
+  return Status::Corrupt(fmt::format("bad layout marker: unknown layout '{}'", l), Location{.file = path});
+}
+
+class FolderDataset : public Dataset {
+ public:
+  FolderDataset(std::shared_ptr<const Index> idx, DatasetInfo info) : idx_(std::move(idx)), info_(std::move(info)) {}
+  const DatasetInfo& info() const override { return info_; }
+  Result<std::unique_ptr<SampleReader>> NewReader() const override;
+  Result<std::shared_ptr<RandomAccess>> NewRandomAccess() const override;
+
+ private:
+  std::shared_ptr<const Index> idx_;
+  DatasetInfo info_;
+};
+
+Status ReadWhole(const std::string& path, Bytes* out) {
+  // O_NONBLOCK: a file replaced by a FIFO since Open() must not block us.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) return Status::FromErrno(errno, "cannot open", Location{.file = path});
+  struct stat sb;
+  if (::fstat(fd, &sb) != 0) {
+    int e = errno;
+    ::close(fd);
+    return Status::FromErrno(e, "cannot stat", Location{.file = path});
+  }
+  if (!S_ISREG(sb.st_mode)) {
+    ::close(fd);
+    return Status::IOError("cannot read: no longer a regular file", Location{.file = path});
+  }
+  size_t n = size_t(sb.st_size);
+  if (n == 0) {
+    ::close(fd);
+    *out = Bytes();
+    return Status::OK();
+  }
+  std::shared_ptr<uint8_t[]> buf(new uint8_t[n]);
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = ::pread(fd, buf.get() + got, n - got, off_t(got));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      int e = errno;
+      ::close(fd);
+      return Status::FromErrno(e, "read failed", Location{.file = path, .offset = int64_t(got)});
+    }
+    if (r == 0) {
+      ::close(fd);
+      return Status::IOError(fmt::format("file shrank while being read ({} of {} bytes)", got, n),
+                             Location{.file = path, .offset = int64_t(got)});
+    }
+    got += size_t(r);
+  }
+  ::close(fd);
+  const uint8_t* p = buf.get();
+  *out = Bytes(std::shared_ptr<const void>(buf, p), p, n);
+  return Status::OK();
+}
+
+Status GetSample(const Index& idx, uint64_t i, Sample* out) {
+  if (i >= idx.entries.size())
+    return Status::Invalid(fmt::format("sample index {} out of range [0, {})", i, idx.entries.size()),
+                           Location{.file = idx.root, .index = int64_t(i)});
+  const Entry& e = idx.entries[i];
+  out->clear();
+  out->key = idx.Key(e);
+  out->fields.reserve(e.nfiles + 1);
+  for (uint64_t k = e.first_file; k < e.first_file + e.nfiles; ++k) {
+    const FileRec& f = idx.files[k];
+    std::string ext = paths::Lower(idx.Suffix(f));
+    if (idx.classes && ext == "cls") continue;  // implied by the folder (checked at Open)
+    Bytes b;
+    Status st = ReadWhole(idx.Path(e, f), &b);
+    if (!st.ok()) return st.At(Location{.key = out->key, .index = int64_t(i)});
+    out->fields.push_back(Field{std::move(ext), std::move(b)});  // files are sorted by ext
+  }
+  if (e.label >= 0) out->set_label(e.label);
+  return Status::OK();
+}
+
+class FolderAccess : public RandomAccess {
+ public:
+  explicit FolderAccess(std::shared_ptr<const Index> idx) : idx_(std::move(idx)) {}
+  uint64_t size() const override { return idx_->entries.size(); }
+  Status Get(uint64_t index, Sample* out) const override { return GetSample(*idx_, index, out); }
+
+ private:
+  std::shared_ptr<const Index> idx_;
+};
+
+class FolderReader : public SampleReader {
+ public:
+  explicit FolderReader(std::shared_ptr<const Index> idx) : idx_(std::move(idx)) {}
+  Result<bool> Next(Sample* out) override {
+    if (next_ >= idx_->entries.size()) return false;
+    SK_RETURN_IF_ERROR(GetSample(*idx_, next_, out));
+    ++next_;
+    return true;
+  }
+
+ private:
+  std::shared_ptr<const Index> idx_;
+  uint64_t next_ = 0;
+};
+
+Result<std::unique_ptr<SampleReader>> FolderDataset::NewReader() const {
+  return std::unique_ptr<SampleReader>(new FolderReader(idx_));
+}
+Result<std::shared_ptr<RandomAccess>> FolderDataset::NewRandomAccess() const {
+  return std::shared_ptr<RandomAccess>(new FolderAccess(idx_));
+}
+
+Result<std::unique_ptr<Dataset>> OpenFolder(const std::string& path_in, const OpenOptions&) {
+  std::string root = StripSlashes(path_in);
+  int rootfd = ::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (rootfd < 0) {
+    int e = errno;
+    if (e == ENOENT) return Status::NotFound("no such directory", Location{.file = root});
+    if (e == ENOTDIR) return Status::Invalid("not a directory (an image folder must be a directory)", Location{.file = root});
+    return Status::FromErrno(e, "cannot open directory", Location{.file = root});
+  }
+  struct FdCloser {
+    int fd;
+    ~FdCloser() { ::close(fd); }
+  } closer{rootfd};
+
+  auto marker = ReadMarker(root);
+  if (!marker.ok()) return std::move(marker).take_status();
+  Walker w(root, false);
+  std::vector<DirItem> top;
+  SK_RETURN_IF_ERROR(w.List(rootfd, "", &top));
+  Layout layout = *marker;
+  if (layout == Layout::kUnknown) {
+    bool any_dir = false, any_image = false;
+    for (const auto& it : top) {
+      if (it.is_dir) any_dir = true;
+      else if (IsImageName(it.name)) any_image = true;
+    }
+    layout = (any_dir && !any_image) ? Layout::kClasses : Layout::kFlat;
+  }
+  bool classes = layout == Layout::kClasses;
+
+  std::vector<std::string> class_names;
+  uint64_t ignored_root = 0;
+  std::string ignored_example;
+  if (classes) {
+    w = Walker(root, true);
+    for (const auto& it : top) {
+      if (it.is_dir) {
+        class_names.push_back(it.name);
+      } else {  // files beside class folders are not samples (torchvision ignores them)
+        if (ignored_example.empty() || it.name < ignored_example) ignored_example = it.name;
+        ++ignored_root;
+      }
+    }
+    std::sort(class_names.begin(), class_names.end());
+    if (class_names.size() > size_t(INT32_MAX))
+      return Status::Unsupported("too many class folders", Location{.file = root});
+    struct stat self;
+    if (::fstat(rootfd, &self) != 0) return Status::FromErrno(errno, "cannot stat", Location{.file = root});
+    // One walker per class folder, in parallel (a directory walk of ImageNet is
+    // 1.28M stat calls); fragments and the first error are taken in class order.
+    size_t nc = class_names.size();
+    std::vector<Walker> ws(nc, Walker(root, true));
+    std::vector<Status> errs(nc);
+    tbb::parallel_for(tbb::blocked_range<size_t>(0, nc, 1), [&](const tbb::blocked_range<size_t>& r) {
+      for (size_t c = r.begin(); c < r.end(); ++c) {
+        const std::string& name = class_names[c];
+        int sub = ::openat(rootfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (sub < 0) {
+          errs[c] = Status::FromErrno(errno, "cannot open class directory", Location{.file = Join(root, name)});
+          continue;
+        }
+        ws[c].ancestors_.emplace_back(self.st_dev, self.st_ino);
+        errs[c] = ws[c].Walk(sub, name, int32_t(c), 1);
+        ::close(sub);
+      }
+    });
+    for (size_t c = 0; c < nc; ++c) SK_RETURN_IF_ERROR(errs[c]);
+    for (size_t c = 0; c < nc; ++c) w.Merge(std::move(ws[c]));
+  } else {
+    SK_RETURN_IF_ERROR(w.Walk(rootfd, "", -1, 0));
+  }
+
+  auto idx = std::make_shared<Index>(std::move(w.idx_));
+  idx->root = root;
+  idx->classes = classes;
+  idx->class_names = class_names;
+  // Order: samples sorted by key in byte order.
+  {
+    const Index& x = *idx;
+    std::vector<uint64_t> order(x.entries.size());
+    for (uint64_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](uint64_t a, uint64_t b) {
+      const Entry& ea = x.entries[a];
+      const Entry& eb = x.entries[b];
+      return CompareKeys(x.dirs[ea.dir], x.Stem(x.files[ea.first_file]), x.dirs[eb.dir],
+                         x.Stem(x.files[eb.first_file])) < 0;
+    });
+    std::vector<Entry> sorted(order.size());
+    for (uint64_t i = 0; i < order.size(); ++i) sorted[i] = x.entries[order[i]];
+    idx->entries = std::move(sorted);
+  }
+
+  // Classes layout: a cls sidecar must agree with the folder's label.
+  if (classes) {
+    for (const Entry& e : idx->entries) {
+      for (uint64_t k = e.first_file; k < e.first_file + e.nfiles; ++k) {
+        const FileRec& f = idx->files[k];
+        if (paths::Lower(idx->Suffix(f)) != "cls") continue;
+        std::string path = idx->Path(e, f);
+        auto text = io::ReadFile(path);
+        if (!text.ok()) return std::move(text).take_status().At(Location{.key = idx->Key(e)});
+        auto v = ParseLabel(*text);
+        if (!v)
+          return Status::Corrupt("cls file does not hold an ASCII decimal label",
+                                 Location{.file = path, .key = idx->Key(e)});
+        if (*v != e.label)
+          return Status::Corrupt(
+              fmt::format("label conflict: the class folder '{}' gives label {} but the cls file says {}",
+                          idx->class_names[size_t(e.label)], e.label, *v),
+              Location{.file = path, .key = idx->Key(e)});
+      }
+    }
+    if (!idx->entries.empty()) w.fields_.insert("cls");
+  }
+
+  DatasetInfo info;
+  info.format = "folder";
+  info.address = path_in;
+  info.num_samples = idx->entries.size();
+  info.class_names = idx->class_names;
+  info.fields.assign(w.fields_.begin(), w.fields_.end());
+  info.total_bytes = w.total_bytes_;
+  info.shards.push_back(ShardInfo{root, idx->entries.size(), info.total_bytes, ""});
+  info.extra["layout"] = classes ? "classes" : "flat";
+  if (w.skipped_ > 0) {
+    info.extra["skipped_files"] = std::to_string(w.skipped_);
+    info.extra["skipped_example"] = w.skipped_example_;
+  }
+  if (ignored_root > 0) {
+    info.extra["ignored_root_files"] = std::to_string(ignored_root);
+    info.extra["ignored_root_example"] = Join(root, ignored_example);
+  }
+  return std::unique_ptr<Dataset>(new FolderDataset(std::move(idx), std::move(info)));
+}
+
+// ---------------------------------------------------------------- writing
+
+// Checks a name used as one path component (a class folder).
+Status CheckComponent(std::string_view name, std::string_view what) {
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string_view::npos ||
+      name.find('\0') != std::string_view::npos)
+    return Status::Invalid(fmt::format("{} '{}' is not a valid directory name", what, name));
+  if (name[0] == '.')
+    return Status::Invalid(fmt::format("{} '{}' starts with '.': it would be hidden and ignored when read back", what, name));
+  return Status::OK();
+}
+
+class FolderWriter : public SampleWriter {
+ public:
+  static Result<std::unique_ptr<SampleWriter>> Make(const std::string& path_in, const WriteOptions& opts) {
+    std::string root = StripSlashes(path_in);
+    if (root.empty() || root == "/" || root == "." || root == "..")
+      return Status::Invalid("refusing to write an image folder over this path", Location{.file = path_in});
+    for (const auto& c : opts.class_names) SK_RETURN_IF_ERROR(CheckComponent(c, "class name"));
+    for (size_t i = 1; i < opts.class_names.size(); ++i)
+      if (!(opts.class_names[i - 1] < opts.class_names[i]))
+        return Status::Invalid(fmt::format(
+            "class names must be unique and sorted in byte order for an image folder, because a folder's "
+            "labels are the sorted class folder indexes ('{}' comes before '{}')",
+            opts.class_names[i - 1], opts.class_names[i]));
+    SK_RETURN_IF_ERROR(CheckOutput(root, opts.overwrite));
+    std::string parent = io::DirName(root);
+    if (!io::IsDir(parent)) SK_RETURN_IF_ERROR(io::MakeDirs(parent));
+    std::string tmpl = fmt::format("{}.partial-{}-XXXXXX", root, ::getpid());
+    if (!::mkdtemp(tmpl.data())) return Status::FromErrno(errno, "cannot create output directory", Location{.file = root});
+    ::chmod(tmpl.c_str(), 0755);
+    std::unique_ptr<FolderWriter> w(new FolderWriter());
+    w->root_ = root;
+    w->partial_ = tmpl;
+    w->opts_ = opts;
+    w->partial_fd_ = ::open(tmpl.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    if (w->partial_fd_ < 0) return Status::FromErrno(errno, "cannot open output directory", Location{.file = tmpl});
+    return std::unique_ptr<SampleWriter>(std::move(w));
+  }
+
+  ~FolderWriter() override {
+    CloseDir();
+    if (partial_fd_ >= 0) ::close(partial_fd_);
+    if (!finished_ && !partial_.empty()) {
+      std::error_code ec;
+      std::filesystem::remove_all(partial_, ec);
+    }
+  }
+
+  Status Write(const Sample& s) override {
+    if (finished_) return Status::Invalid("Write() after Finish()", Location{.file = root_, .key = s.key});
+    if (broken_) return Status::Invalid("the writer failed earlier; start again", Location{.file = root_, .key = s.key});
+    Location at{.file = root_, .key = s.key, .index = int64_t(samples_)};
+    SK_RETURN_IF_ERROR(paths::CheckSafeKey(s.key).At(at));
+    std::string key = s.key;
+    for (size_t start = 0;;) {
+      if (key[start] == '.')
+        return Status::Invalid("a key path component starts with '.': it would be hidden and ignored when read back", at);
+      auto slash = key.find('/', start);
+      if (slash == std::string::npos) break;
+      start = slash + 1;
+    }
+    bool classes = !opts_.class_names.empty();
+    std::string rel;
+    if (classes) {
+      const Field* cls = s.find("cls");
+      if (!cls)
+        return Status::Invalid("sample has no label (cls) but class names were given (class folders need a label)", at);
+      auto label = s.label();
+      if (!label) return Status::Invalid(fmt::format("cls field '{}' is not an ASCII decimal label", cls->data.view()), at);
+      if (*label < 0 || uint64_t(*label) >= opts_.class_names.size())
+        return Status::Invalid(fmt::format("label {} out of range for {} class names", *label, opts_.class_names.size()), at);
+      const std::string& cname = opts_.class_names[size_t(*label)];
+      auto slash = key.find('/');
+      if (slash != std::string::npos && std::string_view(key).substr(0, slash) == cname) rel = key;
+      else rel = cname + "/" + key;
+    } else {
+      auto last = key.rfind('/');
+      size_t base = last == std::string::npos ? 0 : last + 1;
+      if (key.find('.', base) != std::string::npos) {
+        if (opts_.key_dots == KeyDots::kReplace) {
+          std::replace(key.begin() + long(base), key.end(), '.', '_');
+        } else {
+          return Status::Invalid(
+              "key has a dot in its last path component: a flat folder splits file names at the first dot, so it "
+              "would read back as a different key (use the key-dots 'replace' option to map dots to '_')",
+              at);
+        }
+      }
+      rel = key;
+    }
+    // Validate every field before writing any file of this sample.
+    size_t nfiles = 0;
+    for (const auto& f : s.fields) {
+      if (classes && f.ext == "cls") continue;
+      const std::string& e = f.ext;
+      if (e.empty() || e != paths::Lower(e) || e.find('/') != std::string::npos || e.find('\0') != std::string::npos ||
+          e.front() == '.' || e.back() == '.' || e.find("..") != std::string::npos)
+        return Status::Invalid(fmt::format("field extension '{}' cannot be a file name suffix (must be lowercase, "
+                                           "non-empty, without '/' or empty dot parts)", e), at);
+      if (classes && e.find('.') != std::string::npos)
+        return Status::Invalid(fmt::format("field '{}' has a dot: a class folder splits file names at the last dot, "
+                                           "so it would read back as another sample; write a flat folder instead", e),
+                               at);
+      ++nfiles;
+    }
+    if (nfiles == 0) return Status::Invalid("sample has no field to write as a file", at);
+
+    // From here on a failure leaves files behind: the writer is then broken.
+    Status st = WriteFiles(s, rel, classes, at);
+    if (!st.ok()) broken_ = true;
+    else ++samples_;
+    return st;
+  }
+
+  Result<WriteSummary> Finish() override {
+    if (finished_) return Status::Invalid("Finish() called twice", Location{.file = root_});
+    if (broken_) return Status::Invalid("the writer failed earlier; nothing was published", Location{.file = root_});
+    for (const auto& c : opts_.class_names) SK_RETURN_IF_ERROR(OpenDir(c));  // empty classes too
+    CloseDir();
+    std::string marker = fmt::format("{{\"layout\": \"{}\"}}\n", opts_.class_names.empty() ? "flat" : "classes");
+    SK_RETURN_IF_ERROR(WriteAt(partial_fd_, kMarker, marker, Join(partial_, kMarker)));
+    SK_RETURN_IF_ERROR(io::CheckFault(partial_, "fsync"));
+    if (::syncfs(partial_fd_) != 0) return Status::FromErrno(errno, "syncfs failed", Location{.file = partial_});
+    // Publish: move any old output aside, rename the partial directory into place.
+    SK_RETURN_IF_ERROR(CheckOutput(root_, opts_.overwrite));
+    std::string trash;
+    struct stat sb;
+    if (::lstat(root_.c_str(), &sb) == 0) {
+      trash = fmt::format("{}.old-{}", partial_, ::getpid());
+      if (::rename(root_.c_str(), trash.c_str()) != 0)
+        return Status::FromErrno(errno, "cannot move the old output aside", Location{.file = root_});
+    }
+    if (::rename(partial_.c_str(), root_.c_str()) != 0) {
+      int e = errno;
+      if (!trash.empty()) (void)::rename(trash.c_str(), root_.c_str());
+      return Status::FromErrno(e, "cannot rename the output into place", Location{.file = root_});
+    }
+    finished_ = true;
+    if (!trash.empty()) {
+      std::error_code ec;
+      std::filesystem::remove_all(trash, ec);
+    }
+    SK_RETURN_IF_ERROR(io::FsyncDir(io::DirName(root_)));
+    WriteSummary sum;
+    sum.samples = samples_;
+    sum.bytes = bytes_;
+    sum.shards.push_back(ShardInfo{root_, samples_, bytes_, ""});
+    return sum;
+  }
+
+ private:
+  FolderWriter() = default;
+
+  // Refuses an existing output (anything but an empty directory) unless overwrite.
+  static Status CheckOutput(const std::string& root, bool overwrite) {
+    struct stat sb;
+    if (::lstat(root.c_str(), &sb) != 0) return Status::OK();
+    if (overwrite) return Status::OK();
+    if (!S_ISDIR(sb.st_mode))
+      return Status::Exists("output exists and is not a directory (pass --overwrite to replace it)", Location{.file = root});
+    DIR* d = ::opendir(root.c_str());
+    if (!d) return Status::FromErrno(errno, "cannot list output directory", Location{.file = root});
+    bool empty = true;
+    while (struct dirent* de = ::readdir(d)) {
+      if (std::strcmp(de->d_name, ".") != 0 && std::strcmp(de->d_name, "..") != 0) {
+        empty = false;
+        break;
+      }
+    }
+    ::closedir(d);
+    if (!empty)
+      return Status::Exists("output directory exists and is not empty (pass --overwrite to replace it)",
+                            Location{.file = root});
+    return Status::OK();
+  }
+
+  void CloseDir() {
+    if (dir_fd_ >= 0) ::close(dir_fd_);
+    dir_fd_ = -1;
+    dir_rel_.clear();
+  }
+
+  // Opens (creating as needed) the directory `rel` below the partial output,
+  // one component at a time without following symlinks; caches the last one.
+  Status OpenDir(const std::string& rel) {
+    if (dir_fd_ >= 0 && dir_rel_ == rel) return Status::OK();
+    CloseDir();
+    int fd = ::dup(partial_fd_);
+    if (fd < 0) return Status::FromErrno(errno, "dup", Location{.file = partial_});
+    size_t start = 0;
+    while (start < rel.size()) {
+      auto slash = rel.find('/', start);
+      std::string comp = rel.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
+      std::string shown = Join(partial_, rel.substr(0, slash));
+      if (::mkdirat(fd, comp.c_str(), 0755) != 0 && errno != EEXIST) {
+        int e = errno;
+        ::close(fd);
+        return Status::FromErrno(e, "cannot create directory", Location{.file = shown});
+      }
+      int sub = ::openat(fd, comp.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      int e = errno;
+      ::close(fd);
+      if (sub < 0) {
+        if (e == ELOOP || e == ENOTDIR) {
+          struct stat sb;
+          if (::lstat(shown.c_str(), &sb) == 0 && S_ISLNK(sb.st_mode))
+            return Status::Invalid("refusing to write through a symlinked directory inside the output",
+                                   Location{.file = shown});
+          return Status::Invalid("a file is in the way of a directory (a key is also the directory of another key)",
+                                 Location{.file = shown});
+        }
+        return Status::FromErrno(e, "cannot open directory", Location{.file = shown});
+      }
+      fd = sub;
+      if (slash == std::string::npos) break;
+      start = slash + 1;
+    }
+    dir_fd_ = fd;
+    dir_rel_ = rel;
+    return Status::OK();
+  }
+
+  Status WriteAt(int dirfd, const std::string& name, std::string_view data, const std::string& shown) {
+    SK_RETURN_IF_ERROR(io::CheckFault(shown, "write"));
+    int fd = ::openat(dirfd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      if (errno == EEXIST)
+        return Status::Exists("file written twice (two samples with the same key, or keys that map to the same file)",
+                              Location{.file = shown});
+      return Status::FromErrno(errno, "cannot create output file", Location{.file = shown});
+    }
+    const char* p = data.data();
+    size_t left = data.size();
+    while (left > 0) {
+      ssize_t n = ::write(fd, p, left);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        int e = errno;
+        ::close(fd);
+        return Status::FromErrno(e, "write failed", Location{.file = shown, .offset = int64_t(data.size() - left)});
+      }
+      p += n;
+      left -= size_t(n);
+    }
+    if (::close(fd) != 0) return Status::FromErrno(errno, "close failed", Location{.file = shown});
+    return Status::OK();
+  }
+
+  Status WriteFiles(const Sample& s, const std::string& rel, bool classes, const Location& at) {
+    auto slash = rel.rfind('/');
+    std::string dir = slash == std::string::npos ? "" : rel.substr(0, slash);
+    std::string base = slash == std::string::npos ? rel : rel.substr(slash + 1);
+    SK_RETURN_IF_ERROR(OpenDir(dir));
+    for (const auto& f : s.fields) {
+      if (classes && f.ext == "cls") continue;
+      std::string name = base + "." + f.ext;
+      std::string shown = Join(root_, dir.empty() ? name : dir + "/" + name);
+      Status st = WriteAt(dir_fd_, name, f.data.view(), shown);
+      if (!st.ok()) return st.At(at);
+      bytes_ += f.data.size();
+    }
+    return Status::OK();
+  }
+
+  std::string root_, partial_;
+  WriteOptions opts_;
+  int partial_fd_ = -1;
+  int dir_fd_ = -1;
+  std::string dir_rel_;
+  uint64_t samples_ = 0, bytes_ = 0;
+  bool finished_ = false, broken_ = false;
+};
+
+int BidRead(const std::string& path) {
+  std::string p = StripSlashes(path);
+  if (!io::IsDir(p)) return 0;
+  if (io::Exists(Join(p, "data.mdb"))) return 0;  // an LMDB environment
+  return 50;
+}
+
+int BidWrite(const std::string& path) {
+  std::string p = StripSlashes(path);
+  std::string_view base = paths::BaseName(p);
+  auto dot = base.rfind('.');
+  if (dot == std::string_view::npos || dot == 0) return 10;
+  static const char* kKnown[] = {"tar", "tgz", "gz", "h5", "hdf5", "hdf", "he5", "mdb", "lmdb", "json", "idx"};
+  std::string ext = paths::Lower(base.substr(dot + 1));
+  for (const char* k : kKnown)
+    if (ext == k) return 0;
+  return 10;
+}
+
+}  // namespace
+
 Format FolderFormat() {
   return Format{
       .name = "folder",
-      .description = "folder (not implemented yet)",
-      .bid_read = [](const std::string&) { return 0; },
-      .bid_write = [](const std::string&) { return 0; },
-      .open = [](const std::string& path, const OpenOptions&) -> Result<std::unique_ptr<Dataset>> {
-        return Status::Unsupported("the folder format is not implemented yet", Location{.file = path});
-      },
-      .create = [](const std::string& path, const WriteOptions&) -> Result<std::unique_ptr<SampleWriter>> {
-        return Status::Unsupported("the folder format is not implemented yet", Location{.file = path});
-      },
+      .description = "image folder: class subfolders (torchvision ImageFolder) or flat files key.ext",
+      .bid_read = BidRead,
+      .bid_write = BidWrite,
+      .open = OpenFolder,
+      .create = FolderWriter::Make,
   };
 }
 

@@ -695,8 +695,12 @@ class WdsWriter : public SampleWriter {
       need += tar::kBlock + (f->data.size() + tar::kBlock - 1) / tar::kBlock * tar::kBlock;
       need += tar::kBlock + (2 * name_len + 64 + tar::kBlock - 1) / tar::kBlock * tar::kBlock;  // pax header
     }
-    if (ar_ && (shard_samples_ >= (opts_.samples_per_shard ? opts_.samples_per_shard : UINT64_MAX) ||
-                ShardBytes() + need + 2 * tar::kBlock > opts_.shard_size)) {
+    const uint64_t max_samples =
+        !opts_.shard_plan.empty()
+            ? opts_.shard_plan[std::min(summary_.shards.size(), opts_.shard_plan.size() - 1)]
+            : (opts_.samples_per_shard ? opts_.samples_per_shard : UINT64_MAX);
+    if (ar_ && (shard_samples_ >= max_samples ||
+                (opts_.shard_plan.empty() && ShardBytes() + need + 2 * tar::kBlock > opts_.shard_size))) {
       SK_RETURN_IF_ERROR(Keep(FinishShard()));
     }
     if (!ar_) SK_RETURN_IF_ERROR(Keep(StartShard()));
@@ -837,6 +841,7 @@ class WdsWriter : public SampleWriter {
     o["class_names"] = opts_.class_names;
     o["key_dots"] = opts_.key_dots == KeyDots::kReplace ? "replace" : "error";
     o["write_index"] = opts_.write_index;
+    o["shard_plan"] = opts_.shard_plan;
     return o;
   }
 

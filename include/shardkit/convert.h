@@ -1,0 +1,114 @@
+// shardkit/convert.h: streaming a dataset from one format into another.
+//
+// Convert() opens a source address, creates a destination address and copies
+// every sample across, keeping dataset order, or, with `shuffle`, in one seeded
+// global permutation of the source's indices (which needs random access).
+// Shard() is Convert() into WebDataset tar shards with a choice of how to cut
+// them, including N shards whose sample counts differ by at most one.
+//
+// Memory is bounded: at most two windows of `window` samples are in flight
+// (one being written while the next is read ahead, by `threads` threads when
+// the source offers random access).
+//
+// Thread safety: the functions are reentrant; distinct calls may run at once on
+// distinct outputs. The ProgressFn is called from the calling thread only.
+// Nothing appears under the destination's final name unless the call succeeds.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shardkit/dataset.h"
+#include "shardkit/status.h"
+
+namespace shardkit {
+
+struct ConvertOptions {
+  // Passed to the destination's writer. When write.class_names is empty it is
+  // filled from the source's DatasetInfo::class_names.
+  WriteOptions write;
+  OpenOptions open;  // passed to the source
+  // Write in a seeded global permutation of the source's order (needs random
+  // access; fails with kUnsupported on a source without it).
+  bool shuffle = false;
+  uint64_t seed = 0;
+  // Threads reading ahead; 1 reads on the calling thread's helper task only.
+  // With threads > 1 a source with random access is read by index in parallel;
+  // one without it is read sequentially ahead of the writer.
+  int threads = 1;
+  // Samples per read-ahead window (memory bound: two windows).
+  size_t window = 256;
+};
+
+struct ConvertProgress {
+  uint64_t samples = 0;               // samples written so far
+  uint64_t bytes = 0;                 // payload bytes written so far
+  double elapsed = 0;                 // seconds since the start
+  std::optional<uint64_t> total;      // samples to write, when known
+};
+// Called about ten times a second and once at the end, on the calling thread.
+using ProgressFn = std::function<void(const ConvertProgress&)>;
+
+struct ConvertSummary {
+  std::string source;              // addresses as given
+  std::string destination;
+  std::string source_format;       // registry names
+  std::string destination_format;
+  uint64_t samples = 0;
+  uint64_t payload_bytes = 0;      // sum of Sample::bytes() over all samples
+  uint64_t bytes = 0;              // bytes written to disk (WriteSummary::bytes)
+  double seconds = 0;
+  std::vector<ShardInfo> shards;   // the output files
+};
+
+// Opens `src`, creates `dst` and copies every sample.
+Result<ConvertSummary> Convert(std::string_view src, std::string_view dst,
+                               const ConvertOptions& opts = {}, const ProgressFn& progress = {});
+
+// The same, from an open dataset into an open writer (Finish() is called on
+// success). `total` is the number of samples when known (for progress only).
+// The summary's address and format members are left empty.
+Result<ConvertSummary> ConvertDataset(const Dataset& src, SampleWriter* dst,
+                                      const ConvertOptions& opts = {},
+                                      const ProgressFn& progress = {});
+
+struct ShardOptions {
+  // Exactly one way to cut (all zero: shard_size of 1 GiB).
+  uint64_t num_shards = 0;         // N shards, counts differ by at most one
+  uint64_t samples_per_shard = 0;  // a new shard every N samples
+  uint64_t shard_size = 0;         // a new shard at this many bytes
+  bool shuffle = false;
+  uint64_t seed = 0;
+  int threads = 1;
+  bool overwrite = false;
+  KeyDots key_dots = KeyDots::kError;
+  OpenOptions open;
+};
+
+// Re-shards any dataset into WebDataset tar shards. `dst` is a printf pattern
+// (`out/train-%06d.tar`), with or without the `wds:` scheme; another scheme is
+// an error. --num-shards needs the sample count: taken from the source's
+// metadata or random access, else counted with one sequential pass.
+Result<ConvertSummary> Shard(std::string_view src, std::string_view dst, const ShardOptions& opts,
+                             const ProgressFn& progress = {});
+
+// Per-shard sample counts for `total` samples in `num_shards` shards: the first
+// total % num_shards shards hold one more. num_shards must be > 0; shards may be
+// empty when total < num_shards.
+std::vector<uint64_t> EvenShardPlan(uint64_t total, uint64_t num_shards);
+
+// The permutation of [0, n) that `shuffle` with `seed` writes in: Fisher-Yates
+// driven by std::mt19937_64(seed) with unbiased bounded draws, so it is the same
+// on every platform and build.
+std::vector<uint64_t> ShufflePermutation(uint64_t n, uint64_t seed);
+
+// Parses a byte size: a non-negative number with an optional unit, decimal
+// (B, KB, MB, GB, TB) or binary (KiB, MiB, GiB, TiB), case-insensitive; e.g.
+// "1GiB", "500MB", "1000000", "1.5GB". kInvalidArgument names the string.
+Result<uint64_t> ParseByteSize(std::string_view s);
+
+}  // namespace shardkit

@@ -1,0 +1,374 @@
+// Convert and Shard: source dataset -> samples -> destination writer.
+//
+// The copy runs in windows of `window` samples. With threads > 1 the next
+// window is read (in parallel by index, by `threads` threads, when the source has random
+// access)
+// while the current one is written, so at most two windows are in memory.
+#include "shardkit/convert.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <chrono>
+#include <future>
+#include <limits>
+#include <random>
+#include <thread>
+
+#include "formats/registry.h"
+
+namespace shardkit {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// A uniform draw in [0, bound) from a 64-bit engine, without modulo bias.
+uint64_t Bounded(std::mt19937_64& gen, uint64_t bound) {
+  const uint64_t threshold = (0 - bound) % bound;
+  for (;;) {
+    uint64_t r = gen();
+    if (r >= threshold) return r % bound;
+  }
+}
+
+// The registry name an output address resolves to (scheme, else the best write bid).
+std::string OutputFormat(std::string_view address) {
+  auto [scheme, rest] = formats::SplitScheme(address);
+  if (!scheme.empty()) return scheme;
+  std::string best;
+  int best_bid = 0;
+  for (const auto& f : formats::All()) {
+    int b = f.bid_write(rest);
+    if (b > best_bid) best_bid = b, best = f.name;
+  }
+  return best;
+}
+
+// Reads the source window by window.
+class Fetcher {
+ public:
+  Fetcher(const ConvertOptions& opts) : opts_(opts), window_(std::max<size_t>(1, opts.window)) {}
+
+  Status Init(const Dataset& src) {
+    total_ = src.info().num_samples;
+    if (opts_.shuffle || opts_.threads > 1) {
+      auto r = src.NewRandomAccess();
+      if (r.ok()) {
+        ra_ = std::move(r).value();
+        total_ = ra_->size();
+      } else if (opts_.shuffle) {
+        Status st = r.status();
+        return Status(st.code() == Code::kUnsupported ? Code::kUnsupported : st.code(),
+                      fmt::format("--shuffle needs random access by index, which the {} dataset "
+                                  "'{}' does not offer ({}); convert it to a format with random "
+                                  "access first, or drop --shuffle",
+                                  src.info().format, src.info().address, st.message()),
+                      st.where());
+      }
+    }
+    if (!ra_) {
+      auto r = src.NewReader();
+      if (!r.ok()) return std::move(r).take_status();
+      reader_ = std::move(r).value();
+    }
+    if (opts_.shuffle) perm_ = ShufflePermutation(ra_->size(), opts_.seed);
+    return Status::OK();
+  }
+
+  std::optional<uint64_t> total() const { return total_; }
+  bool eof() const { return eof_; }
+
+  // Fills `batch` with the next window (empty at the end).
+  Status Next(std::vector<Sample>* batch) {
+    batch->clear();
+    if (eof_) return Status::OK();
+    if (ra_) {
+      const uint64_t n = ra_->size();
+      const uint64_t begin = next_, end = std::min<uint64_t>(n, begin + window_);
+      const size_t count = end - begin;
+      batch->resize(count);
+      std::vector<Status> st(count);
+      auto get = [&](size_t j) {
+        uint64_t idx = perm_.empty() ? begin + j : perm_[begin + j];
+        Status s = ra_->Get(idx, &(*batch)[j]);
+        if (!s.ok()) s.At(Location{.index = int64_t(idx)});
+        st[j] = std::move(s);
+      };
+      if (opts_.threads > 1) {
+        // Plain threads, not a pool sized by the core count: reads may wait on I/O.
+        std::atomic<size_t> next{0};
+        auto work = [&] {
+          for (size_t j; (j = next.fetch_add(1)) < count;) get(j);
+        };
+        std::vector<std::thread> pool;
+        for (int t = 1; t < opts_.threads && size_t(t) < count; ++t) pool.emplace_back(work);
+        work();
+        for (auto& th : pool) th.join();
+      } else {
+        for (size_t j = 0; j < count; ++j) get(j);
+      }
+      next_ = end;
+      if (end >= n) eof_ = true;
+      for (auto& s : st)
+        if (!s.ok()) return s;
+      return Status::OK();
+    }
+    while (batch->size() < window_) {
+      Sample s;
+      auto more = reader_->Next(&s);
+      if (!more.ok()) {
+        Status st = std::move(more).take_status();
+        st.At(Location{.index = int64_t(next_)});
+        return st;
+      }
+      if (!*more) {
+        eof_ = true;
+        break;
+      }
+      batch->push_back(std::move(s));
+      ++next_;
+    }
+    return Status::OK();
+  }
+
+ private:
+  const ConvertOptions& opts_;
+  const size_t window_;
+  std::optional<uint64_t> total_;
+  std::shared_ptr<RandomAccess> ra_;
+  std::unique_ptr<SampleReader> reader_;
+  std::vector<uint64_t> perm_;
+  uint64_t next_ = 0;
+  bool eof_ = false;
+};
+
+}  // namespace
+
+std::vector<uint64_t> EvenShardPlan(uint64_t total, uint64_t num_shards) {
+  std::vector<uint64_t> plan;
+  if (num_shards == 0) return plan;
+  plan.assign(num_shards, total / num_shards);
+  for (uint64_t i = 0; i < total % num_shards; ++i) ++plan[i];
+  return plan;
+}
+
+std::vector<uint64_t> ShufflePermutation(uint64_t n, uint64_t seed) {
+  std::vector<uint64_t> p(n);
+  for (uint64_t i = 0; i < n; ++i) p[i] = i;
+  std::mt19937_64 gen(seed);
+  for (uint64_t i = n; i > 1; --i) std::swap(p[i - 1], p[Bounded(gen, i)]);
+  return p;
+}
+
+Result<uint64_t> ParseByteSize(std::string_view s) {
+  auto bad = [&](std::string_view why) {
+    return Status::Invalid(fmt::format(
+        "bad size '{}': {}; expected a number with an optional unit (B, KB, MB, GB, TB, KiB, "
+        "MiB, GiB, TiB), e.g. 1GiB, 500MB, 1000000",
+        s, why));
+  };
+  size_t i = 0;
+  while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
+  size_t num_begin = i;
+  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
+  std::string num(s.substr(num_begin, i - num_begin));
+  if (num.empty() || num == "." || std::count(num.begin(), num.end(), '.') > 1)
+    return bad("no number");
+  while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
+  std::string unit;
+  for (; i < s.size(); ++i) unit += char(std::tolower(static_cast<unsigned char>(s[i])));
+  while (!unit.empty() && std::isspace(static_cast<unsigned char>(unit.back()))) unit.pop_back();
+  static const std::pair<const char*, uint64_t> kUnits[] = {
+      {"", 1},
+      {"b", 1},
+      {"k", 1000ull},
+      {"kb", 1000ull},
+      {"m", 1000000ull},
+      {"mb", 1000000ull},
+      {"g", 1000000000ull},
+      {"gb", 1000000000ull},
+      {"t", 1000000000000ull},
+      {"tb", 1000000000000ull},
+      {"kib", 1ull << 10},
+      {"mib", 1ull << 20},
+      {"gib", 1ull << 30},
+      {"tib", 1ull << 40},
+  };
+  uint64_t mult = 0;
+  for (auto& [name, m] : kUnits)
+    if (unit == name) mult = m;
+  if (mult == 0) return bad(fmt::format("unknown unit '{}'", unit));
+  auto dot = num.find('.');
+  if (dot == std::string::npos) {
+    if (num.size() > 20) return bad("too large");
+    unsigned __int128 v = 0;
+    for (char c : num) v = v * 10 + unsigned(c - '0');
+    v *= mult;
+    if (v > std::numeric_limits<uint64_t>::max()) return bad("too large");
+    return uint64_t(v);
+  }
+  long double v = std::stold(num) * static_cast<long double>(mult);
+  if (v >= 18446744073709551615.0L) return bad("too large");
+  return uint64_t(v + 0.5L);
+}
+
+Result<ConvertSummary> ConvertDataset(const Dataset& src, SampleWriter* dst,
+                                      const ConvertOptions& opts, const ProgressFn& progress) {
+  const auto t0 = Clock::now();
+  if (opts.threads < 1) return Status::Invalid(fmt::format("--threads must be >= 1, got {}", opts.threads));
+  Fetcher fetch(opts);
+  SK_RETURN_IF_ERROR(fetch.Init(src));
+
+  ConvertSummary sum;
+  ConvertProgress prog;
+  prog.total = fetch.total();
+  auto last_report = t0;
+  auto report = [&](bool force) {
+    if (!progress) return;
+    auto now = Clock::now();
+    if (!force && now - last_report < std::chrono::milliseconds(100)) return;
+    last_report = now;
+    prog.samples = sum.samples;
+    prog.bytes = sum.payload_bytes;
+    prog.elapsed = Since(t0);
+    progress(prog);
+  };
+
+  std::vector<Sample> cur, nxt;
+  SK_RETURN_IF_ERROR(fetch.Next(&cur));
+  while (!cur.empty()) {
+    // Read the next window while this one is written (threads > 1).
+    std::future<Status> ahead;
+    bool more = !fetch.eof();
+    if (more && opts.threads > 1)
+      ahead = std::async(std::launch::async, [&] { return fetch.Next(&nxt); });
+    for (const Sample& s : cur) {
+      Status st = dst->Write(s);
+      if (!st.ok()) {
+        if (ahead.valid()) (void)ahead.get();
+        st.At(Location{.key = s.key});
+        return st;
+      }
+      ++sum.samples;
+      sum.payload_bytes += s.bytes();
+      report(false);
+    }
+    if (more) {
+      Status st = ahead.valid() ? ahead.get() : fetch.Next(&nxt);
+      if (!st.ok()) return st;
+    } else {
+      nxt.clear();
+    }
+    std::swap(cur, nxt);
+  }
+  auto fin = dst->Finish();
+  if (!fin.ok()) return std::move(fin).take_status();
+  sum.bytes = fin->bytes;
+  sum.shards = std::move(fin->shards);
+  if (fin->samples != sum.samples)
+    return Status::Internal(fmt::format("the writer reports {} samples, {} were written",
+                                        fin->samples, sum.samples));
+  sum.seconds = Since(t0);
+  report(true);
+  return sum;
+}
+
+Result<ConvertSummary> Convert(std::string_view src, std::string_view dst, const ConvertOptions& opts,
+                               const ProgressFn& progress) {
+  const auto t0 = Clock::now();
+  SK_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> in, Open(src, opts.open));
+  WriteOptions w = opts.write;
+  if (w.class_names.empty()) w.class_names = in->info().class_names;
+  SK_ASSIGN_OR_RETURN(std::unique_ptr<SampleWriter> out, Create(dst, w));
+  SK_ASSIGN_OR_RETURN(ConvertSummary sum, ConvertDataset(*in, out.get(), opts, progress));
+  sum.source = std::string(src);
+  sum.destination = std::string(dst);
+  sum.source_format = in->info().format;
+  sum.destination_format = OutputFormat(dst);
+  sum.seconds = Since(t0);
+  return sum;
+}
+
+Result<ConvertSummary> Shard(std::string_view src, std::string_view dst, const ShardOptions& opts,
+                             const ProgressFn& progress) {
+  const auto t0 = Clock::now();
+  int ways = (opts.num_shards > 0) + (opts.samples_per_shard > 0) + (opts.shard_size > 0);
+  if (ways > 1)
+    return Status::Invalid("give at most one of --num-shards, --samples-per-shard, --shard-size");
+  auto [scheme, rest] = formats::SplitScheme(dst);
+  if (!scheme.empty() && scheme != "wds")
+    return Status::Invalid(
+        fmt::format("shard writes WebDataset tar shards, but '{}' names the {} format; use "
+                    "`shardkit convert` for other formats",
+                    dst, scheme),
+        Location{.file = rest});
+  const std::string out_address = "wds:" + rest;
+
+  ConvertOptions c;
+  c.shuffle = opts.shuffle;
+  c.seed = opts.seed;
+  c.threads = opts.threads;
+  c.open = opts.open;
+  c.write.overwrite = opts.overwrite;
+  c.write.key_dots = opts.key_dots;
+  if (opts.samples_per_shard > 0) {
+    c.write.samples_per_shard = opts.samples_per_shard;
+    c.write.shard_size = std::numeric_limits<uint64_t>::max();
+  } else if (opts.shard_size > 0) {
+    c.write.shard_size = opts.shard_size;
+  }
+
+  SK_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> in, Open(src, opts.open));
+  c.write.class_names = in->info().class_names;
+  if (opts.num_shards > 0) {
+    std::optional<uint64_t> total = in->info().num_samples;
+    if (!total) {
+      if (auto ra = in->NewRandomAccess(); ra.ok()) total = (*ra)->size();
+    }
+    if (!total) {
+      SK_ASSIGN_OR_RETURN(std::unique_ptr<SampleReader> r, in->NewReader());
+      uint64_t n = 0;
+      Sample s;
+      for (;;) {
+        SK_ASSIGN_OR_RETURN(bool more, r->Next(&s));
+        if (!more) break;
+        ++n;
+      }
+      total = n;
+    }
+    if (opts.num_shards > *total)
+      return Status::Invalid(fmt::format("--num-shards {} is more than the {} samples of '{}'; "
+                                         "every shard must hold at least one sample",
+                                         opts.num_shards, *total, src));
+    c.write.shard_plan = EvenShardPlan(*total, opts.num_shards);
+    c.write.shard_size = std::numeric_limits<uint64_t>::max();
+    c.write.samples_per_shard = 0;
+  }
+  SK_ASSIGN_OR_RETURN(std::unique_ptr<SampleWriter> out, Create(out_address, c.write));
+  SK_ASSIGN_OR_RETURN(ConvertSummary sum, ConvertDataset(*in, out.get(), c, progress));
+  if (!c.write.shard_plan.empty()) {
+    bool same = sum.shards.size() == c.write.shard_plan.size();
+    for (size_t i = 0; same && i < sum.shards.size(); ++i)
+      same = sum.shards[i].samples == c.write.shard_plan[i];
+    if (!same)
+      return Status::Internal(fmt::format(
+          "the wds writer wrote {} shards, not the {} of the plan (is WriteOptions::shard_plan "
+          "supported by this build?)",
+          sum.shards.size(), c.write.shard_plan.size()));
+  }
+  sum.source = std::string(src);
+  sum.destination = std::string(dst);
+  sum.source_format = in->info().format;
+  sum.destination_format = "wds";
+  sum.seconds = Since(t0);
+  return sum;
+}
+
+}  // namespace shardkit

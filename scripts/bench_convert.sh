@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Conversion throughput beside `tar cf` of the same image folder (not a test).
+#   scripts/bench_convert.sh [CORPUS_DIR] [--count N] [--runs R] [--threads T (default: shardkit's)]
+# Makes CORPUS_DIR (default: .bench/corpus) with ../shared/corpus/make_corpus.py
+# when it does not exist yet, warms the page cache, then times, best of R runs
+# (default 3): tar cf of the folder, shardkit convert folder -> wds, -> lmdb,
+# -> hdf5 (each when its format is built), and the py-lmdb peer script
+# (scripts/peer_lmdb.py: one put per image, commit every 1000). Prints MB/s over
+# the folder's image bytes and the ratio to tar cf. Outputs go to a temporary
+# directory on the same file system as CORPUS_DIR's parent unless BENCH_OUT is set.
+# MAKE_CORPUS overrides the corpus script path; SK the shardkit binary.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CORPUS=.bench/corpus
+COUNT=4000
+RUNS=3
+THREADS=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --count) COUNT="$2"; shift 2 ;;
+    --runs) RUNS="$2"; shift 2 ;;
+    --threads) THREADS="$2"; shift 2 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    *) CORPUS="$1"; shift ;;
+  esac
+done
+SK=${SK:-build/tools/shardkit}
+[ -x "$SK" ] || cmake --build build --target shardkit_cli >/dev/null
+if [ ! -d "$CORPUS" ]; then
+  echo "making $COUNT images in $CORPUS ..." >&2
+  mkdir -p "$(dirname "$CORPUS")"
+  # make_corpus.py opens every file in its sources/ folder as an image, and that folder
+  # also holds SOURCES.md: run a copy beside the images only.
+  MK="${MAKE_CORPUS:-../shared/corpus/make_corpus.py}"
+  GEN="$(mktemp -d)"
+  cp "$MK" "$GEN/make_corpus.py"
+  mkdir "$GEN/sources"
+  find "$(dirname "$MK")/sources" -maxdepth 1 -type f \( -iname '*.png' -o -iname '*.jpg' -o -iname '*.jpeg' \) \
+    -exec cp {} "$GEN/sources/" \;
+  /usr/bin/python3 "$GEN/make_corpus.py" "$CORPUS" --count "$COUNT" >&2
+  rm -rf "$GEN"
+fi
+OUT="${BENCH_OUT:-$(mktemp -d "$(dirname "$(realpath "$CORPUS")")/bench-out.XXXXXX")}"
+trap 'rm -rf "$OUT"' EXIT
+BYTES=$(find "$CORPUS" -type f -printf '%s\n' | awk '{s+=$1} END {print s}')
+FILES=$(find "$CORPUS" -type f | wc -l)
+find "$CORPUS" -type f -exec cat {} + > /dev/null   # warm the page cache
+
+# best_of NAME CMD...: runs CMD RUNS times (output removed before each), prints the best seconds.
+best_of() {
+  local best="" t0 t1 dt
+  for _ in $(seq "$RUNS"); do
+    rm -rf "$OUT/x" && mkdir -p "$OUT/x"
+    sync
+    t0=$(date +%s.%N)
+    "$@" > "$OUT/log" 2>&1 || { echo "FAILED: $* ($(tail -1 "$OUT/log"))" >&2; echo fail; return; }
+    t1=$(date +%s.%N)
+    dt=$(awk "BEGIN{print $t1 - $t0}")
+    if [ -z "$best" ] || awk "BEGIN{exit !($dt < $best)}"; then best=$dt; fi
+  done
+  echo "$best"
+}
+has_format() {  # built when opening a missing dataset of it does not say "not implemented"
+  local out
+  out="$("$SK" info "$1:$OUT/no-such-dataset" 2>&1 || true)"
+  [[ "$out" != *"not implemented"* ]]
+}
+TFLAG=()
+[ -z "$THREADS" ] || TFLAG=(--threads "$THREADS")
+
+printf '%s images, %.1f MB in %s (best of %s, page cache warm, --threads %s)\n' \
+  "$FILES" "$(awk "BEGIN{print $BYTES / 1000000}")" "$CORPUS" "$RUNS" "${THREADS:-default}"
+printf '%-32s %10s %10s %10s\n' "job" "seconds" "MB/s" "vs tar cf"
+TAR=$(best_of tar cf "$OUT/x/all.tar" -C "$CORPUS" .)
+row() {
+  local name="$1" secs="$2"
+  if [ "$secs" = fail ]; then printf '%-32s %10s\n' "$name" "failed"; return; fi
+  printf '%-32s %10.3f %10.1f %10.2f\n' "$name" "$secs" "$(awk "BEGIN{print $BYTES / 1000000 / $secs}")" \
+    "$(awk "BEGIN{print $TAR / $secs}")"
+}
+row "tar cf" "$TAR"
+# shardkit fsyncs what it writes before it reports success; tar cf does not.
+row "tar cf && sync (for reference)" "$(best_of sh -c "tar cf '$OUT/x/all.tar' -C '$CORPUS' . && sync")"
+row "shardkit convert -> wds" "$(best_of "$SK" convert "$CORPUS" "wds:$OUT/x/train-%06d.tar" "${TFLAG[@]}")"
+if has_format lmdb; then
+  row "shardkit convert -> lmdb" "$(best_of "$SK" convert "$CORPUS" "lmdb:$OUT/x/train.lmdb" "${TFLAG[@]}")"
+fi
+if has_format hdf5; then
+  row "shardkit convert -> hdf5" "$(best_of "$SK" convert "$CORPUS" "hdf5:$OUT/x/train.h5" "${TFLAG[@]}")"
+fi
+row "python peer_lmdb.py (py-lmdb)" "$(best_of /usr/bin/python3 scripts/peer_lmdb.py "$CORPUS" "$OUT/x/peer.lmdb")"

@@ -1,0 +1,566 @@
+// The lmdb format: both layouts, written and read by shardkit and by real
+// clients (mdb_stat, mdb_dump, Python's lmdb + msgpack, Python's protobuf),
+// map growth, read-only opening, and damaged data.
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "core/file.h"
+#include "formats/lmdb.h"
+#include "formats/registry.h"
+#include "shardkit/shardkit.h"
+#include "support.h"
+
+using namespace shardkit;
+using namespace sk_test;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kPy = "/usr/bin/python3";
+
+// Samples with a JPEG (or PNG every 5th), a label, and for the shardkit layout a json field.
+std::vector<Sample> MakeSamples(int n, bool extra_fields, int size = 32) {
+  std::vector<Sample> out;
+  for (int i = 0; i < n; ++i) {
+    Sample s;
+    s.key = fmt::format("c{}/img_{:04d}", i % 3, i);
+    if (i % 5 == 4) s.set("png", Bytes::Take(MakePng(size, size + 1, uint32_t(i))));
+    else s.set("jpg", Bytes::Take(MakeJpeg(size + i % 7, size, uint32_t(i))));
+    s.set_label(i % 3);
+    if (extra_fields) s.set("json", Bytes::Take(fmt::format("{{\"i\": {}}}", i)));
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+void WriteAll(const std::string& address, const std::vector<Sample>& samples, WriteOptions opts = {}) {
+  if (opts.class_names.empty()) opts.class_names = {"c0", "c1", "c2"};
+  auto w = Create(address, opts);
+  REQUIRE(w.ok());
+  for (const auto& s : samples) {
+    Status st = (*w)->Write(s);
+    REQUIRE(st.ok());
+  }
+  auto sum = (*w)->Finish();
+  REQUIRE(sum.ok());
+  CHECK(sum->samples == samples.size());
+}
+
+std::vector<Sample> ReadAll(const Dataset& ds) {
+  std::vector<Sample> out;
+  auto r = ds.NewReader();
+  REQUIRE(r.ok());
+  for (;;) {
+    Sample s;
+    auto more = (*r)->Next(&s);
+    if (!more.ok()) FAIL(more.status().ToString());
+    if (!*more) break;
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+void CheckSame(const std::vector<Sample>& a, const std::vector<Sample>& b) {
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO("sample " << i << " key " << a[i].key);
+    CHECK(a[i].key == b[i].key);
+    REQUIRE(a[i].fields.size() == b[i].fields.size());
+    for (size_t j = 0; j < a[i].fields.size(); ++j) {
+      CHECK(a[i].fields[j].ext == b[i].fields[j].ext);
+      CHECK(a[i].fields[j].data == b[i].fields[j].data);
+    }
+  }
+}
+
+// Python with the dynamic Datum class (no .proto file needed).
+const char* kPyDatum = R"(
+import sys
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+fdp = descriptor_pb2.FileDescriptorProto(name='datum_test.proto', package='t', syntax='proto2')
+m = fdp.message_type.add(name='Datum')
+F = descriptor_pb2.FieldDescriptorProto
+for name, num, typ, lab in [('channels',1,F.TYPE_INT32,F.LABEL_OPTIONAL),('height',2,F.TYPE_INT32,F.LABEL_OPTIONAL),
+    ('width',3,F.TYPE_INT32,F.LABEL_OPTIONAL),('data',4,F.TYPE_BYTES,F.LABEL_OPTIONAL),('label',5,F.TYPE_INT32,F.LABEL_OPTIONAL),
+    ('float_data',6,F.TYPE_FLOAT,F.LABEL_REPEATED),('encoded',7,F.TYPE_BOOL,F.LABEL_OPTIONAL)]:
+    m.field.add(name=name, number=num, type=typ, label=lab)
+pool = descriptor_pool.DescriptorPool(); pool.Add(fdp)
+desc = pool.FindMessageTypeByName('t.Datum')
+try:
+    Datum = message_factory.GetMessageClass(desc)
+except AttributeError:
+    Datum = message_factory.MessageFactory(pool).GetPrototype(desc)
+)";
+
+}  // namespace
+
+TEST_CASE("lmdb: shardkit layout round trip, metadata, files", "[lmdb]") {
+  TempDir t;
+  auto samples = MakeSamples(57, true);
+  std::string out = t / "train.lmdb";
+  WriteAll(out, samples);
+  CHECK(fs::exists(out + "/data.mdb"));
+  CHECK(fs::exists(out + "/lock.mdb"));
+  CHECK(fs::exists(out + "/shardkit.json"));
+  for (const auto& e : fs::directory_iterator(t.path()))  // no .partial left behind
+    CHECK(e.path().filename().string() == "train.lmdb");
+
+  auto fmt_name = DetectFormat(out);
+  REQUIRE(fmt_name.ok());
+  CHECK(*fmt_name == "lmdb");
+  auto ds = Open(out);
+  REQUIRE(ds.ok());
+  const DatasetInfo& info = (*ds)->info();
+  CHECK(info.format == "lmdb");
+  CHECK(info.num_samples == 57u);
+  CHECK(info.class_names == std::vector<std::string>{"c0", "c1", "c2"});
+  CHECK(info.fields == std::vector<std::string>{"cls", "jpg", "json", "png"});
+  CHECK(info.extra.at("layout") == "shardkit");
+  REQUIRE(info.shards.size() == 1);
+  CHECK(info.shards[0].path == out + "/data.mdb");
+  CHECK(info.shards[0].bytes == fs::file_size(out + "/data.mdb"));
+  CHECK(info.shards[0].checksum.rfind("xxh3:", 0) == 0);
+
+  auto got = ReadAll(**ds);
+  CheckSame(got, samples);
+  CHECK(got[7].label() == 1);
+  // Zero-copy: field bytes point into LMDB's map, not a private copy.
+  CHECK(got[0].find("jpg")->data.owner() != nullptr);
+
+  // Refused without overwrite; replaced with it.
+  auto again = Create(out, {});
+  CHECK(again.status().code() == Code::kAlreadyExists);
+  WriteOptions ow;
+  ow.overwrite = true;
+  auto fewer = MakeSamples(5, false);
+  WriteAll(out, fewer, ow);
+  auto ds2 = Open("lmdb:" + out + "/");
+  REQUIRE(ds2.ok());
+  CHECK((*ds2)->info().num_samples == 5u);
+  CheckSame(ReadAll(**ds2), fewer);
+}
+
+TEST_CASE("lmdb: random access equals sequential, from many threads", "[lmdb]") {
+  TempDir t;
+  auto samples = MakeSamples(200, false, 16);
+  WriteAll(t / "a.lmdb", samples);
+  auto ds = Open(t / "a.lmdb");
+  REQUIRE(ds.ok());
+  auto seq = ReadAll(**ds);
+  auto ra = (*ds)->NewRandomAccess();
+  REQUIRE(ra.ok());
+  REQUIRE((*ra)->size() == 200);
+  std::atomic<int> bad{0};
+  std::vector<std::thread> th;
+  for (int k = 0; k < 8; ++k)
+    th.emplace_back([&, k] {
+      std::mt19937 rng(k);
+      for (int n = 0; n < 500; ++n) {
+        uint64_t i = rng() % 200;
+        Sample s;
+        Status st = (*ra)->Get(i, &s);
+        if (!st.ok() || s.key != seq[i].key || s.fields.size() != seq[i].fields.size() ||
+            !(s.fields[1].data == seq[i].fields[1].data))
+          ++bad;
+      }
+    });
+  for (auto& x : th) x.join();
+  CHECK(bad == 0);
+  Sample s;
+  CHECK((*ra)->Get(200, &s).code() == Code::kInvalidArgument);
+  // Bytes outlive the dataset and the RandomAccess.
+  REQUIRE((*ra)->Get(3, &s).ok());
+  ra->reset();
+  ds->reset();
+  CHECK(s.find("jpg")->data == samples[3].find("jpg")->data);
+}
+
+TEST_CASE("lmdb: the map grows from a tiny size without losing or duplicating a sample", "[lmdb]") {
+  TempDir t;
+  formats::lmdb::SetInitialMapSizeForTest(64 << 10);
+  formats::lmdb::SetBatchSamplesForTest(37);
+  auto samples = MakeSamples(300, true, 48);
+  WriteAll(t / "grow.lmdb", samples);
+  formats::lmdb::SetInitialMapSizeForTest(0);
+  formats::lmdb::SetBatchSamplesForTest(0);
+  auto ds = Open(t / "grow.lmdb");
+  REQUIRE(ds.ok());
+  CHECK((*ds)->info().num_samples == 300u);
+  CheckSame(ReadAll(**ds), samples);  // the reader also checks keys are exactly 0..N-1
+  auto r = Run(fmt::format("mdb_stat {}", Q(t / "grow.lmdb")));
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("Entries: 300") != std::string::npos);
+}
+
+TEST_CASE("lmdb: mdb_stat, mdb_dump and Python lmdb+msgpack read shardkit's output", "[lmdb]") {
+  TempDir t;
+  auto samples = MakeSamples(12, true);
+  std::string out = t / "py.lmdb";
+  WriteAll(out, samples);
+  auto st = Run(fmt::format("mdb_stat {}", Q(out)));
+  REQUIRE(st.exit_code == 0);
+  CHECK(st.out.find("Entries: 12") != std::string::npos);
+  auto dump = Run(fmt::format("mdb_dump -p {}", Q(out)));
+  REQUIRE(dump.exit_code == 0);
+  CHECK(dump.out.find(" 0000000000\n") != std::string::npos);
+  CHECK(dump.out.find(" 0000000011\n") != std::string::npos);
+  CHECK(dump.out.find("shardkit.json") == std::string::npos);  // metadata is not a key
+
+  std::string script = t / "read.py";
+  WriteFile(script, std::string(R"(
+import lmdb, msgpack, json, sys
+env = lmdb.open(sys.argv[1], readonly=True, lock=False)
+with env.begin() as txn:
+    keys = [k for k, _ in txn.cursor()]
+    assert keys == [b'%010d' % i for i in range(12)], keys
+    rec = msgpack.unpackb(txn.get(b'0000000004'))
+meta = json.load(open(sys.argv[1] + '/shardkit.json'))
+assert meta['num_samples'] == 12 and meta['class_names'] == ['c0', 'c1', 'c2']
+print(rec['key'], sorted(rec['fields']), rec['fields']['cls'].decode())
+open(sys.argv[2], 'wb').write(rec['fields']['png'])
+)"));
+  auto py = Run(fmt::format("{} {} {} {}", kPy, Q(script), Q(out), Q(t / "py.png")));
+  INFO(py.err);
+  REQUIRE(py.exit_code == 0);
+  CHECK(py.out == "c1/img_0004 ['cls', 'json', 'png'] 1\n");
+  CHECK(ReadFile(t / "py.png") == samples[4].find("png")->data.str());
+}
+
+TEST_CASE("lmdb: caffe layout is what convert_imageset --encoded writes", "[lmdb]") {
+  TempDir t;
+  auto samples = MakeSamples(11, false);
+  std::string out = t / "caffe.lmdb";
+  WriteOptions o;
+  o.lmdb_layout = "caffe";
+  WriteAll(out, samples, o);
+
+  auto ds = Open(out);
+  REQUIRE(ds.ok());
+  CHECK((*ds)->info().extra.at("layout") == "caffe");
+  CHECK((*ds)->info().class_names == std::vector<std::string>{"c0", "c1", "c2"});
+  auto got = ReadAll(**ds);
+  CheckSame(got, samples);
+  auto ra = (*ds)->NewRandomAccess();
+  REQUIRE(ra.ok());
+  Sample s;
+  REQUIRE((*ra)->Get(9, &s).ok());
+  CHECK(s.key == samples[9].key);
+  CHECK(s.find("png")->data == samples[9].find("png")->data);
+
+  // Python protobuf, knowing only Caffe's field numbers, decodes the value.
+  std::string script = t / "caffe.py";
+  WriteFile(script, std::string(kPyDatum) + std::string(R"(
+import lmdb
+env = lmdb.open(sys.argv[1], readonly=True, lock=False)
+with env.begin() as txn:
+    keys = [k.decode() for k, _ in txn.cursor()]
+    d = Datum(); d.ParseFromString(txn.get(keys[2].encode()))
+print(keys[0], keys[4], len(keys))
+print(d.encoded, d.label, d.channels, d.height, d.width)
+open(sys.argv[2], 'wb').write(d.data)
+)"));
+  auto py = Run(fmt::format("{} {} {} {}", kPy, Q(script), Q(out), Q(t / "d2.jpg")));
+  INFO(py.err);
+  REQUIRE(py.exit_code == 0);
+  CHECK(py.out == "00000000_c0/img_0000.jpg 00000004_c1/img_0004.png 11\nTrue 2 3 32 34\n");
+  CHECK(ReadFile(t / "d2.jpg") == samples[2].find("jpg")->data.str());
+
+  // A field the layout cannot hold is refused with the key named.
+  auto w = Create(t / "bad.lmdb", o);
+  REQUIRE(w.ok());
+  Sample x = samples[0];
+  x.set("json", Bytes::Copy("{}"));
+  Status e = (*w)->Write(x);
+  CHECK(e.code() == Code::kUnsupported);
+  CHECK(e.message().find("c0/img_0000") != std::string::npos);
+  Sample longkey = samples[0];
+  longkey.key = std::string(600, 'k');
+  e = (*w)->Write(longkey);
+  CHECK(e.code() == Code::kInvalidArgument);
+  CHECK(e.message().find("kkkkkkkk") != std::string::npos);
+}
+
+TEST_CASE("lmdb: reads LMDBs written by Caffe (encoded and raw Datums, no json)", "[lmdb]") {
+  TempDir t;
+  std::string out = t / "bycaffe";
+  std::string jpg = MakeJpeg(20, 10, 5);
+  WriteFile(t / "a.jpg", jpg);
+  std::string script = t / "mk.py";
+  WriteFile(script, std::string(kPyDatum) + std::string(R"(
+import lmdb
+env = lmdb.open(sys.argv[1], map_size=1<<24)
+with env.begin(write=True) as txn:
+    d = Datum(encoded=True, label=4, data=open(sys.argv[2], 'rb').read())
+    txn.put(b'00000000_n01/a.JPEG', d.SerializeToString())
+    r = Datum(channels=3, height=2, width=2, label=9, data=bytes(range(12)))
+    txn.put(b'00000001_n02/b.png', r.SerializeToString())
+    n = Datum(encoded=True, label=1, data=open(sys.argv[2], 'rb').read())
+    txn.put(b'00000002_noext', n.SerializeToString())
+)"));
+  auto py = Run(fmt::format("{} {} {} {}", kPy, Q(script), Q(out), Q(t / "a.jpg")));
+  INFO(py.err);
+  REQUIRE(py.exit_code == 0);
+  auto ds = Open(out);
+  REQUIRE(ds.ok());
+  CHECK((*ds)->info().extra.at("layout") == "caffe");
+  CHECK((*ds)->info().num_samples == 3u);
+  auto got = ReadAll(**ds);
+  REQUIRE(got.size() == 3);
+  CHECK(got[0].key == "n01/a");
+  CHECK(got[0].find("jpeg")->data.str() == jpg);
+  CHECK(got[0].label() == 4);
+  CHECK(got[1].key == "n02/b");
+  CHECK(got[1].find("raw")->data.str() == std::string("\0\1\2\3\4\5\6\7\10\11\12\13", 12));
+  CHECK(got[1].find("shape")->data.str().find("\"height\":2") != std::string::npos);
+  CHECK(got[1].label() == 9);
+  CHECK(got[2].key == "noext");
+  CHECK(got[2].find("jpg") != nullptr);  // sniffed from the bytes
+}
+
+TEST_CASE("lmdb: reading never creates lock.mdb", "[lmdb]") {
+  // Tests run as root, so a read-only directory cannot be simulated; what is
+  // tested is the rule the reader follows: no lock.mdb in the directory ->
+  // MDB_NOLOCK (the same path a non-writable directory takes).
+  TempDir t;
+  auto samples = MakeSamples(6, false);
+  std::string out = t / "ro.lmdb";
+  WriteAll(out, samples);
+  fs::remove(out + "/lock.mdb");
+  ::chmod(out.c_str(), 0555);
+  auto ds = Open(out);
+  REQUIRE(ds.ok());
+  CHECK((*ds)->info().extra.at("locking") == "none (MDB_NOLOCK)");
+  CheckSame(ReadAll(**ds), samples);
+  auto ra = (*ds)->NewRandomAccess();
+  Sample s;
+  REQUIRE((*ra)->Get(5, &s).ok());
+  CHECK_FALSE(fs::exists(out + "/lock.mdb"));
+  ::chmod(out.c_str(), 0755);
+}
+
+TEST_CASE("lmdb: a value that is not a record names the key and the environment", "[lmdb]") {
+  TempDir t;
+  auto samples = MakeSamples(6, false);
+  std::string out = t / "bad.lmdb";
+  WriteAll(out, samples);
+  std::string script = t / "poke.py";
+  WriteFile(script, std::string(R"(
+import lmdb, msgpack, sys
+env = lmdb.open(sys.argv[1])
+with env.begin(write=True) as txn:
+    txn.put(b'0000000002', b'\x93garbage')
+    rec = msgpack.unpackb(txn.get(b'0000000003'))
+    img = bytearray(rec['fields']['jpg']); img[40] ^= 1; rec['fields']['jpg'] = bytes(img)
+    txn.put(b'0000000003', msgpack.packb(rec))
+)"));
+  auto py = Run(fmt::format("{} {} {}", kPy, Q(script), Q(out)));
+  INFO(py.err);
+  REQUIRE(py.exit_code == 0);
+  auto ds = Open(out);
+  REQUIRE(ds.ok());
+  auto ra = (*ds)->NewRandomAccess();
+  Sample s;
+  Status e = (*ra)->Get(2, &s);
+  CHECK(e.code() == Code::kCorrupt);
+  CHECK(e.message().find("'0000000002'") != std::string::npos);
+  CHECK(e.message().find(out) != std::string::npos);
+  e = (*ra)->Get(3, &s);  // bit flip inside a payload: the record's xxh3 catches it
+  CHECK(e.code() == Code::kCorrupt);
+  CHECK(e.message().find("checksum mismatch") != std::string::npos);
+  CHECK(e.message().find("c0/img_0003") != std::string::npos);
+  auto r = (*ds)->NewReader();
+  REQUIRE((*r)->Next(&s).ok());
+  REQUIRE((*r)->Next(&s).ok());
+  auto n = (*r)->Next(&s);
+  CHECK(n.status().code() == Code::kCorrupt);
+  CHECK(n.status().where().key == "0000000002");
+}
+
+TEST_CASE("lmdb: truncated and bit-flipped data.mdb give errors, not crashes", "[lmdb]") {
+  TempDir t;
+  auto samples = MakeSamples(40, false, 64);
+  std::string out = t / "src.lmdb";
+  WriteAll(out, samples);
+  std::string data = ReadFile(out + "/data.mdb");
+  REQUIRE(data.size() > 3 * 4096);
+
+  for (size_t keep : {size_t(0), size_t(100), size_t(4096), size_t(8192 + 10), data.size() / 2, data.size() - 4096}) {
+    INFO("truncated to " << keep);
+    std::string dir = t / fmt::format("trunc{}", keep);
+    fs::create_directories(dir);
+    WriteFile(dir + "/data.mdb", data.substr(0, keep));
+    auto ds = Open(dir);
+    REQUIRE_FALSE(ds.ok());
+    CHECK(ds.status().code() == Code::kCorrupt);
+    CHECK(ds.status().where().file == dir + "/data.mdb");
+  }
+
+  // Random damage: many seeds, a few bytes each. Errors are fine; crashes,
+  // hangs and wrong bytes handed out silently are not.
+  int opened = 0, failed = 0, intact = 0;
+  const char* env_seeds = std::getenv("SK_LMDB_FLIP_SEEDS");  // longer runs by hand
+  const uint32_t seeds = env_seeds ? uint32_t(std::atoi(env_seeds)) : 200;
+  for (uint32_t seed = 0; seed < seeds; ++seed) {
+    std::mt19937 rng(seed);
+    std::string bad = data;
+    int flips = 1 + int(rng() % 8);
+    // Odd seeds hit the meta pages and the tree's first pages, where damage hurts LMDB most.
+    size_t range = seed % 2 ? std::min<size_t>(bad.size(), 4 * 4096) : bad.size();
+    for (int k = 0; k < flips; ++k) bad[rng() % range] ^= char(1u << (rng() % 8));
+    std::string dir = t / fmt::format("flip{}", seed);
+    fs::create_directories(dir);
+    WriteFile(dir + "/data.mdb", bad);
+    fs::copy_file(out + "/shardkit.json", dir + "/shardkit.json");
+    auto ds = Open(dir);
+    if (!ds.ok()) {
+      ++failed;
+      fs::remove_all(dir);
+      continue;
+    }
+    ++opened;
+    auto r = (*ds)->NewReader();
+    REQUIRE(r.ok());
+    size_t i = 0;
+    bool ok = true;
+    for (;; ++i) {
+      Sample s;
+      auto more = (*r)->Next(&s);
+      if (!more.ok()) {
+        ok = false;
+        break;
+      }
+      if (!*more) break;
+      REQUIRE(i < samples.size());
+      // Whatever is handed out without error is the original sample.
+      CHECK(s.key == samples[i].key);
+      CHECK(s.fields.back().data == samples[i].fields.back().data);
+    }
+    if (ok && i == samples.size()) ++intact;
+    fs::remove_all(dir);
+  }
+  INFO("opened " << opened << " failed " << failed << " intact " << intact);
+  CHECK(opened + failed == int(seeds));
+}
+
+TEST_CASE("lmdb: bids", "[lmdb]") {
+  TempDir t;
+  const formats::Format* f = nullptr;
+  for (const auto& x : formats::All())
+    if (std::string(x.name) == "lmdb") f = &x;
+  REQUIRE(f);
+  CHECK(f->bid_write("out/train.lmdb") == 90);
+  CHECK(f->bid_write("out/train.lmdb/") == 90);
+  CHECK(f->bid_write("out/train.tar") == 0);
+  WriteAll(t / "x.lmdb", MakeSamples(2, false));
+  CHECK(f->bid_read(t / "x.lmdb") == 95);
+  CHECK(f->bid_read(t / "x.lmdb/data.mdb") == 95);
+  CHECK(f->bid_read(t.path()) == 0);
+  auto ds = Open(t / "x.lmdb/data.mdb");
+  REQUIRE(ds.ok());
+  CHECK((*ds)->info().num_samples == 2u);
+}
+
+TEST_CASE("lmdb: caffe layout values are checked against shardkit.json's sample checksums", "[lmdb]") {
+  TempDir t;
+  auto samples = MakeSamples(4, false);
+  std::string out = t / "c.lmdb";
+  WriteOptions o;
+  o.lmdb_layout = "caffe";
+  WriteAll(out, samples, o);
+  std::string script = t / "poke.py";
+  WriteFile(script, std::string(kPyDatum) + R"(
+import lmdb
+env = lmdb.open(sys.argv[1])
+with env.begin(write=True) as txn:
+    k = b'00000001_c1/img_0001.jpg'
+    d = Datum(); d.ParseFromString(txn.get(k))
+    b = bytearray(d.data); b[50] ^= 4; d.data = bytes(b)
+    txn.put(k, d.SerializeToString())
+)");
+  auto py = Run(fmt::format("{} {} {}", kPy, Q(script), Q(out)));
+  INFO(py.err);
+  REQUIRE(py.exit_code == 0);
+  auto ds = Open(out);
+  REQUIRE(ds.ok());
+  auto ra = (*ds)->NewRandomAccess();
+  Sample s;
+  CHECK((*ra)->Get(0, &s).ok());
+  Status e = (*ra)->Get(1, &s);
+  CHECK(e.code() == Code::kCorrupt);
+  CHECK(e.message().find("checksum mismatch for sample 'c1/img_0001'") != std::string::npos);
+  CHECK(e.message().find("00000001_c1/img_0001.jpg") != std::string::npos);
+}
+
+TEST_CASE("lmdb: nothing appears without Finish, and a failed sync is fatal", "[lmdb]") {
+  TempDir t;
+  auto samples = MakeSamples(30, false);
+  {
+    auto w = Create(t / "gone.lmdb", {});
+    REQUIRE(w.ok());
+    for (const auto& s : samples) REQUIRE((*w)->Write(s).ok());
+    CHECK(fs::exists(t / fmt::format("gone.lmdb.partial-{}", ::getpid())));
+  }  // destroyed without Finish()
+  CHECK(fs::is_empty(t.path()));
+
+  io::SetFaultHook([](const std::string& path, std::string_view op) {
+    return op == "fsync" && path.find("data.mdb") != std::string::npos ? EIO : 0;
+  });
+  auto w = Create(t / "eio.lmdb", {});
+  REQUIRE(w.ok());
+  for (const auto& s : samples) REQUIRE((*w)->Write(s).ok());
+  auto r = (*w)->Finish();
+  io::SetFaultHook(nullptr);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == Code::kIOError);
+  CHECK_FALSE(fs::exists(t / "eio.lmdb"));
+  w->reset();
+  CHECK(fs::is_empty(t.path()));
+
+  // A bad sample is refused by name; the writer goes on.
+  auto w2 = Create(t / "ok.lmdb", {});
+  REQUIRE(w2.ok());
+  Sample empty_key = samples[0];
+  empty_key.key.clear();
+  CHECK((*w2)->Write(empty_key).code() == Code::kInvalidArgument);
+  REQUIRE((*w2)->Write(samples[0]).ok());
+  REQUIRE((*w2)->Finish().ok());
+}
+
+TEST_CASE("lmdb: one directory opened twice in one process shares the environment", "[lmdb]") {
+  TempDir t;
+  auto samples = MakeSamples(5, false);
+  WriteAll(t / "two.lmdb", samples);
+  auto a = Open(t / "two.lmdb");
+  auto b = Open("lmdb:" + (t / "two.lmdb/"));
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  auto ra = (*a)->NewRandomAccess();
+  auto rb = (*b)->NewRandomAccess();
+  Sample x, y;
+  REQUIRE((*ra)->Get(2, &x).ok());
+  REQUIRE((*rb)->Get(2, &y).ok());
+  CHECK(x.find("jpg")->data.data() == y.find("jpg")->data.data());  // same map
+  a->reset();
+  ra->reset();
+  CheckSame(ReadAll(**b), samples);
+}
+
+TEST_CASE("lmdb: overwrite replaces only an LMDB directory", "[lmdb]") {
+  TempDir t;
+  fs::create_directories(t / "precious.lmdb");
+  WriteFile(t / "precious.lmdb/notes.txt", "keep me");
+  WriteOptions ow;
+  ow.overwrite = true;
+  auto w = Create(t / "precious.lmdb", ow);
+  CHECK(w.status().code() == Code::kAlreadyExists);
+  CHECK(ReadFile(t / "precious.lmdb/notes.txt") == "keep me");
+}

@@ -1,0 +1,69 @@
+// The shardkit command's shared pieces. Each subcommand lives in one file
+// (cmd_<name>.cc) with one Setup function; shardkit_main.cc lists them in a table.
+//
+// Exit codes: 0 success, 1 a data or runtime error reported by the library,
+// 2 a usage error (unknown flag, missing argument, bad size string, ...).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "shardkit/shardkit.h"
+
+namespace shardkit::cli {
+
+constexpr int kExitOk = 0;
+constexpr int kExitError = 1;
+constexpr int kExitUsage = 2;
+
+// Runs a parsed subcommand and returns the process exit code.
+using RunFn = std::function<int()>;
+
+// A row of the command table: Setup adds the subcommand's options to `sub`
+// (whose name and one-line description are already set) and returns what
+// runs once the command line parsed.
+struct Command {
+  const char* name;
+  const char* description;
+  RunFn (*setup)(CLI::App* sub);
+};
+
+RunFn SetupConvert(CLI::App* sub);
+RunFn SetupShard(CLI::App* sub);
+RunFn SetupInfo(CLI::App* sub);
+
+// Prints "shardkit: error: <status>" to stderr; returns kExitError.
+int Fail(const Status& st);
+// Prints "shardkit: error: <message>" to stderr; returns kExitUsage.
+int UsageError(const std::string& message);
+
+// Parses a --shard-size style value; on failure prints a usage error naming
+// `flag` and returns false.
+bool ParseSizeFlag(const std::string& flag, const std::string& value, uint64_t* out);
+
+// Progress on stderr (samples, MB/s, ETA) when stderr is a terminal, else a no-op.
+class ProgressPrinter {
+ public:
+  ProgressPrinter();
+  ~ProgressPrinter();  // ends the line if one was drawn
+  ProgressFn fn();
+
+ private:
+  bool tty_;
+  bool drawn_ = false;
+};
+
+// "1.23 MB"
+std::string HumanBytes(uint64_t bytes);
+
+// Prints the summary of convert/shard: one line, or JSON with --json.
+void PrintSummary(const char* command, const ConvertSummary& s, bool json);
+
+// Help text: how size values are written, for footers.
+extern const char* const kSizeHelp;
+extern const char* const kExitHelp;
+
+}  // namespace shardkit::cli

@@ -1,0 +1,102 @@
+// Shared pieces of the shardkit command: errors, sizes, progress, summaries.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "cli.h"
+
+namespace shardkit::cli {
+
+const char* const kSizeHelp =
+    "SIZE is a byte count with an optional unit: B, KB, MB, GB, TB (powers of 1000) or\n"
+    "KiB, MiB, GiB, TiB (powers of 1024), case-insensitive: 1GiB, 500MB, 1000000.\n";
+const char* const kExitHelp =
+    "Exit status: 0 on success, 1 when the data or the system failed (the message names\n"
+    "the file, shard, offset or key), 2 on a usage error (bad flag or value).\n";
+
+int Fail(const Status& st) {
+  std::fprintf(stderr, "shardkit: error: %s\n", st.ToString().c_str());
+  return kExitError;
+}
+
+int UsageError(const std::string& message) {
+  std::fprintf(stderr, "shardkit: error: %s\n", message.c_str());
+  return kExitUsage;
+}
+
+bool ParseSizeFlag(const std::string& flag, const std::string& value, uint64_t* out) {
+  auto r = ParseByteSize(value);
+  if (!r.ok()) {
+    UsageError(fmt::format("{}: {}", flag, r.status().message()));
+    return false;
+  }
+  if (*r == 0) {
+    UsageError(fmt::format("{}: the size must be greater than 0, got '{}'", flag, value));
+    return false;
+  }
+  *out = *r;
+  return true;
+}
+
+std::string HumanBytes(uint64_t b) {
+  if (b < 1000) return fmt::format("{} B", b);
+  if (b < 1000000) return fmt::format("{:.1f} kB", b / 1e3);
+  if (b < 1000000000) return fmt::format("{:.1f} MB", b / 1e6);
+  return fmt::format("{:.2f} GB", b / 1e9);
+}
+
+ProgressPrinter::ProgressPrinter() : tty_(isatty(STDERR_FILENO) == 1) {}
+
+ProgressPrinter::~ProgressPrinter() {
+  if (drawn_) std::fputc('\n', stderr);
+}
+
+ProgressFn ProgressPrinter::fn() {
+  if (!tty_) return {};
+  return [this](const ConvertProgress& p) {
+    double mbs = p.elapsed > 0 ? p.bytes / 1e6 / p.elapsed : 0;
+    std::string line = fmt::format("\r{} samples", p.samples);
+    if (p.total) line = fmt::format("\r{}/{} samples", p.samples, *p.total);
+    line += fmt::format("  {}  {:.1f} MB/s", HumanBytes(p.bytes), mbs);
+    if (p.total && p.samples > 0 && p.elapsed > 0) {
+      double rate = p.samples / p.elapsed;
+      uint64_t eta = uint64_t((*p.total > p.samples ? *p.total - p.samples : 0) / rate);
+      line += fmt::format("  ETA {}:{:02d}", eta / 60, eta % 60);
+    }
+    line += "\033[K";
+    std::fputs(line.c_str(), stderr);
+    std::fflush(stderr);
+    drawn_ = true;
+  };
+}
+
+void PrintSummary(const char* command, const ConvertSummary& s, bool json) {
+  double mbs = s.seconds > 0 ? s.payload_bytes / 1e6 / s.seconds : 0;
+  if (json) {
+    nlohmann::json j;
+    j["command"] = command;
+    j["source"] = s.source;
+    j["destination"] = s.destination;
+    j["source_format"] = s.source_format;
+    j["destination_format"] = s.destination_format;
+    j["samples"] = s.samples;
+    j["bytes"] = s.bytes;
+    j["payload_bytes"] = s.payload_bytes;
+    j["seconds"] = s.seconds;
+    j["mb_per_s"] = mbs;
+    j["shards"] = nlohmann::json::array();
+    for (const auto& sh : s.shards)
+      j["shards"].push_back(
+          {{"path", sh.path}, {"samples", sh.samples}, {"bytes", sh.bytes}, {"checksum", sh.checksum}});
+    std::printf("%s\n", j.dump().c_str());
+    return;
+  }
+  std::printf("%s: %llu samples (%s) %s -> %s in %.2f s (%.1f MB/s), %zu output file%s, %s on disk\n",
+              command, static_cast<unsigned long long>(s.samples), HumanBytes(s.payload_bytes).c_str(),
+              s.source.c_str(), s.destination.c_str(), s.seconds, mbs, s.shards.size(),
+              s.shards.size() == 1 ? "" : "s", HumanBytes(s.bytes).c_str());
+}
+
+}  // namespace shardkit::cli

@@ -1,0 +1,149 @@
+// `shardkit convert` and `shardkit shard`.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <memory>
+#include <thread>
+
+#include "cli.h"
+
+namespace shardkit::cli {
+
+namespace {
+
+// Flags shared by convert and shard.
+struct CopyFlags {
+  std::string src, dst;
+  bool shuffle = false;
+  uint64_t seed = 0;
+  // Default: the cores, at least 2 (reading overlaps writing), at most 8.
+  int threads = int(std::clamp(std::thread::hardware_concurrency(), 2u, 8u));
+  std::string key_dots = "error";
+  bool overwrite = false;
+  bool json = false;
+};
+
+void AddCopyFlags(CLI::App* sub, CopyFlags* f) {
+  sub->add_option("SRC", f->src, "Source dataset address, e.g. images/ or wds:train-{000000..000009}.tar")
+      ->required();
+  sub->add_option("DST", f->dst, "Destination address, e.g. wds:out/train-%06d.tar")->required();
+  auto* shuffle = sub->add_flag("--shuffle", f->shuffle,
+                                "Write the samples in a seeded global random order (the source needs "
+                                "random access by index)");
+  sub->add_option("--seed", f->seed, "Seed of --shuffle (default 0): same seed, same order")
+      ->needs(shuffle);
+  sub->add_option("--threads", f->threads,
+                  "Threads reading ahead of the writer (default: the number of cores, 2 to 8); the "
+                  "output is the same for any N")
+      ->check(CLI::Range(1, 1024));
+  sub->add_option("--key-dots", f->key_dots,
+                  "What to do with a key whose last path component holds a dot (it would split "
+                  "wrongly in a tar shard): 'error' (default) refuses it, 'replace' writes '_' for "
+                  "each such '.'")
+      ->check(CLI::IsMember({"error", "replace"}));
+  sub->add_flag("--overwrite", f->overwrite, "Replace an existing output");
+  sub->add_flag("--json", f->json,
+                "Print the summary as one JSON object: command, source, destination, "
+                "source_format, destination_format, samples, bytes, payload_bytes, seconds, "
+                "mb_per_s, shards [{path, samples, bytes, checksum}]");
+}
+
+KeyDots ToKeyDots(const std::string& s) { return s == "replace" ? KeyDots::kReplace : KeyDots::kError; }
+
+}  // namespace
+
+RunFn SetupConvert(CLI::App* sub) {
+  struct Flags : CopyFlags {
+    std::string shard_size;
+    uint64_t samples_per_shard = 0;
+    std::string lmdb_layout = "shardkit";
+  };
+  auto f = std::make_shared<Flags>();
+  AddCopyFlags(sub, f.get());
+  sub->add_option("--shard-size", f->shard_size,
+                  "Tar shards: start a new shard at this many bytes (default 1GiB)");
+  sub->add_option("--samples-per-shard", f->samples_per_shard,
+                  "Tar shards: start a new shard every N samples (default: no limit)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--lmdb-layout", f->lmdb_layout,
+                  "LMDB output layout: 'shardkit' (default; one record per sample, see docs/formats.md) "
+                  "or 'caffe' (Caffe Datum values, readable by Caffe and DALI)")
+      ->check(CLI::IsMember({"shardkit", "caffe"}));
+  sub->footer(std::string(
+                  "Examples:\n"
+                  "  shardkit convert images/ wds:out/train-%06d.tar --shard-size 500MB\n"
+                  "  shardkit convert folder:images lmdb:train.lmdb --shuffle --seed 42 --threads 8\n"
+                  "  shardkit convert out/train.manifest.json hdf5:train.h5 --json\n"
+                  "  shardkit convert images/ lmdb:caffe.lmdb --lmdb-layout caffe\n"
+                  "  shardkit convert raw/ wds:out/x-%06d.tar --key-dots replace --overwrite\n") +
+              kSizeHelp + kExitHelp);
+  return [f]() -> int {
+    ConvertOptions o;
+    if (!f->shard_size.empty() && !ParseSizeFlag("--shard-size", f->shard_size, &o.write.shard_size))
+      return kExitUsage;
+    o.write.samples_per_shard = f->samples_per_shard;
+    o.write.overwrite = f->overwrite;
+    o.write.key_dots = ToKeyDots(f->key_dots);
+    o.write.lmdb_layout = f->lmdb_layout;
+    o.shuffle = f->shuffle;
+    o.seed = f->seed;
+    o.threads = f->threads;
+    Result<ConvertSummary> r = [&] {
+      ProgressPrinter progress;
+      return Convert(f->src, f->dst, o, progress.fn());
+    }();
+    if (!r.ok()) return Fail(r.status());
+    PrintSummary("convert", *r, f->json);
+    return kExitOk;
+  };
+}
+
+RunFn SetupShard(CLI::App* sub) {
+  struct Flags : CopyFlags {
+    uint64_t num_shards = 0;
+    uint64_t samples_per_shard = 0;
+    std::string shard_size;
+  };
+  auto f = std::make_shared<Flags>();
+  AddCopyFlags(sub, f.get());
+  auto* n = sub->add_option("--num-shards", f->num_shards,
+                            "Write exactly N shards whose sample counts differ by at most one "
+                            "(they divide evenly across ranks and loader workers)")
+                ->check(CLI::PositiveNumber);
+  auto* sps = sub->add_option("--samples-per-shard", f->samples_per_shard,
+                              "Start a new shard every N samples")
+                  ->check(CLI::PositiveNumber);
+  auto* size = sub->add_option("--shard-size", f->shard_size,
+                               "Start a new shard at this many bytes (the default, 1GiB, when no "
+                               "other cut is given)");
+  n->excludes(sps)->excludes(size);
+  sps->excludes(size);
+  sub->footer(std::string(
+                  "DST is a printf pattern for the shard names, with or without the wds: scheme.\n"
+                  "Examples:\n"
+                  "  shardkit shard train.lmdb out/train-%06d.tar --num-shards 64\n"
+                  "  shardkit shard images/ wds:out/train-%06d.tar --samples-per-shard 10000 --shuffle --seed 1\n"
+                  "  shardkit shard 'old-{000..099}.tar' new-%04d.tar --shard-size 1GiB --json\n") +
+              kSizeHelp + kExitHelp);
+  return [f]() -> int {
+    ShardOptions o;
+    if (!f->shard_size.empty() && !ParseSizeFlag("--shard-size", f->shard_size, &o.shard_size))
+      return kExitUsage;
+    o.num_shards = f->num_shards;
+    o.samples_per_shard = f->samples_per_shard;
+    o.shuffle = f->shuffle;
+    o.seed = f->seed;
+    o.threads = f->threads;
+    o.overwrite = f->overwrite;
+    o.key_dots = ToKeyDots(f->key_dots);
+    Result<ConvertSummary> r = [&] {
+      ProgressPrinter progress;
+      return Shard(f->src, f->dst, o, progress.fn());
+    }();
+    if (!r.ok()) return Fail(r.status());
+    PrintSummary("shard", *r, f->json);
+    return kExitOk;
+  };
+}
+
+}  // namespace shardkit::cli
