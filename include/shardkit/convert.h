@@ -87,6 +87,7 @@ struct ShardOptions {
   bool overwrite = false;
   KeyDots key_dots = KeyDots::kError;
   OpenOptions open;
+  bool resume = false;  // WriteOptions::resume: continue an interrupted run
 };
 
 // Re-shards any dataset into WebDataset tar shards. `dst` is a printf pattern
