@@ -13,6 +13,7 @@
 #include <map>
 
 #include "core/file.h"
+#include "formats/lmdb.h"
 #include "shardkit/shardkit.h"
 #include "support.h"
 
@@ -258,4 +259,108 @@ TEST_CASE("resume: refuses a different source, different options, or changed sha
     }
     CHECK(fs::is_empty(t / "p"));
   }
+}
+
+namespace {
+
+// Every sample of a dataset, in order, as (key, checksum).
+std::vector<std::pair<std::string, uint64_t>> Contents(const std::string& address) {
+  std::vector<std::pair<std::string, uint64_t>> out;
+  auto ds = Open(address);
+  INFO(address << ": " << ds.status().ToString());
+  REQUIRE(ds.ok());
+  auto r = (*ds)->NewReader();
+  REQUIRE(r.ok());
+  Sample s;
+  for (;;) {
+    auto more = (*r)->Next(&s);
+    REQUIRE(more.ok());
+    if (!*more) break;
+    out.emplace_back(s.key, s.checksum());
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("resume: an lmdb write killed at every file operation resumes to the same samples", "[resume]") {
+  TempDir t;
+  formats::lmdb::SetBatchSamplesForTest(4);
+  for (std::string layout : {"shardkit", "caffe"}) {
+    auto samples = MakeSamples(18);
+    if (layout == "caffe")  // one image and a label
+      for (auto& s : samples) s.erase("json");
+    WriteOptions o;
+    o.lmdb_layout = layout;
+    o.class_names = {"a", "b", "c"};
+    REQUIRE(WriteAll(t / (layout + "-ref.lmdb"), samples, o).ok());
+    auto ref = Contents(t / (layout + "-ref.lmdb"));
+    REQUIRE(ref.size() == 18);
+    int killed = 0;
+    for (int n = 1;; ++n) {
+      std::string out = t / fmt::format("{}-k{}.lmdb", layout, n);
+      WriteOptions plain = o, resume = o;
+      resume.resume = true;
+      if (!KillAt(out, samples, plain, n)) break;
+      ++killed;
+      INFO(layout << ": killed at file operation " << n);
+      if (io::Exists(out)) {
+        // Killed after the rename into place (the parent directory's fsync): complete.
+        CHECK_FALSE(io::Exists(out + ".partial"));
+        CHECK(Contents(out) == ref);
+        continue;
+      }
+      if (io::Exists(out + ".partial/resume.json")) {
+        auto again = Create(out, plain);
+        REQUIRE_FALSE(again.ok());
+        CHECK(again.status().message().find("--resume") != std::string::npos);
+      }
+      if (n % 3 == 0) (void)KillAt(out, samples, resume, 2);
+      Status st = WriteAll(out, samples, resume);
+      INFO(st.ToString());
+      REQUIRE(st.ok());
+      CHECK(Contents(out) == ref);
+      CHECK_FALSE(io::Exists(out + ".partial"));
+      CHECK_FALSE(io::Exists(out + "/resume.json"));
+    }
+    CHECK(killed > 8);
+  }
+  formats::lmdb::SetBatchSamplesForTest(0);
+}
+
+TEST_CASE("resume: lmdb disk full keeps the committed samples, a changed source is refused", "[resume]") {
+  TempDir t;
+  formats::lmdb::SetBatchSamplesForTest(4);
+  auto samples = MakeSamples(18);
+  REQUIRE(WriteAll(t / "ref.lmdb", samples, {}).ok());
+  auto ref = Contents(t / "ref.lmdb");
+  int commits = 0;
+  // ENOSPC at the third commit: 8 samples committed.
+  io::SetFaultHook([&](const std::string& p, std::string_view op) {
+    return op == "write" && p.find("data.mdb") != std::string::npos && ++commits == 3 ? ENOSPC : 0;
+  });
+  Status st = WriteAll(t / "o.lmdb", samples, {});
+  io::SetFaultHook(nullptr);
+  INFO(st.ToString());
+  CHECK(st.code() == Code::kIOError);
+  CHECK(st.message().find("8 samples committed") != std::string::npos);
+  CHECK(st.message().find("--resume") != std::string::npos);
+  CHECK(io::Exists(t / "o.lmdb.partial/resume.json"));
+  CHECK_FALSE(io::Exists(t / "o.lmdb"));
+
+  WriteOptions resume;
+  resume.resume = true;
+  auto other = samples;
+  other[5].set("json", Bytes::Take("{}"));
+  st = WriteAll(t / "o.lmdb", other, resume);
+  CHECK(st.code() == Code::kInvalidArgument);
+  CHECK(st.message().find("first 8 samples differ") != std::string::npos);
+  WriteOptions caffe = resume;
+  caffe.lmdb_layout = "caffe";
+  st = WriteAll(t / "o.lmdb", samples, caffe);
+  CHECK(st.code() == Code::kInvalidArgument);
+  CHECK(st.message().find("layout") != std::string::npos);
+  REQUIRE(WriteAll(t / "o.lmdb", samples, resume).ok());
+  CHECK(Contents(t / "o.lmdb") == ref);
+  formats::lmdb::SetBatchSamplesForTest(0);
 }
