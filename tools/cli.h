@@ -34,6 +34,7 @@ struct Command {
 RunFn SetupConvert(CLI::App* sub);
 RunFn SetupShard(CLI::App* sub);
 RunFn SetupInfo(CLI::App* sub);
+RunFn SetupBench(CLI::App* sub);
 
 // Prints "shardkit: error: <status>" to stderr; returns kExitError.
 int Fail(const Status& st);

@@ -17,6 +17,8 @@ const Command kCommands[] = {
      shardkit::cli::SetupShard},
     {"info", "Show a dataset's format, samples, classes, fields, shards and bytes",
      shardkit::cli::SetupInfo},
+    {"bench", "Measure random-read latency and read throughput of datasets side by side",
+     shardkit::cli::SetupBench},
 };
 
 }  // namespace

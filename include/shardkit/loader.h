@@ -1,0 +1,215 @@
+// shardkit/loader.h: the streaming reader that feeds training.
+//
+// A Loader reads a dataset in the order of an epoch plan, decodes and augments its
+// images on a pool of threads, and hands out batches:
+//
+//   LoaderOptions o;
+//   o.batch_size = 256;
+//   SK_ASSIGN_OR_RETURN(auto loader, Loader::Create("train-{000000..000009}.tar", o));
+//   for (uint64_t epoch = 0; epoch < 90; ++epoch) {
+//     loader->set_epoch(epoch);
+//     for (;;) {
+//       SK_ASSIGN_OR_RETURN(Batch b, loader->Next());
+//       if (b.end_of_epoch()) break;
+//       train_step(b.data(), b.labels());   // b's buffer returns to the pool when b dies
+//     }
+//   }
+//
+// Order and randomness (see docs/loader.md): the order of epoch e is a permutation of
+// [0, N) that is a pure function of (seed, e); rank r of W takes positions r, r+W, ...
+// of it; the crop box and flip of a sample are a pure function of (seed, e, sample
+// index). Thread count, timing, resume and rank count never change them.
+//
+// Threading: a Loader's methods are called from one thread at a time (the consumer).
+// Decoding runs on the loader's own TBB arena of `threads` threads. A Batch may be
+// moved to, read from and released on any thread.
+//
+// Lifetime: a Batch owns one buffer of the loader's pool until it is destroyed or
+// Release()d; it may outlive the Loader (the pool's memory is freed when the Loader and
+// every Batch are gone). The pool has `prefetch` buffers, allocated once at Create():
+// memory is bounded by prefetch * batch bytes whatever the dataset size. The consumer
+// may hold up to prefetch - 1 batches while calling Next(); when it holds all of them,
+// Next() returns kInvalidArgument instead of waiting forever.
+// Destroying a Loader mid-epoch cancels the work in flight and returns promptly (after
+// at most the sample each thread is decoding).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shardkit/dataset.h"
+#include "shardkit/status.h"
+
+namespace shardkit {
+
+enum class DType { kUint8, kFloat32, kFloat16, kBFloat16 };
+enum class Layout { kNHWC, kNCHW };
+const char* DTypeName(DType d);      // "uint8", "float32", "float16", "bfloat16"
+size_t DTypeSize(DType d);           // bytes per element
+
+// Where batch memory comes from. The default allocator uses aligned heap memory. A
+// pinned (page-locked) allocator, e.g. cudaHostAlloc, plugs in here (issue 7): it is
+// called only at Create() (one buffer per prefetch slot) and Deallocate when the pool
+// dies, possibly on another thread.
+class HostAllocator {
+ public:
+  virtual ~HostAllocator() = default;
+  virtual void* Allocate(size_t bytes) = 0;  // nullptr on failure
+  virtual void Deallocate(void* p, size_t bytes) = 0;
+  virtual bool pinned() const = 0;           // page-locked memory?
+};
+std::shared_ptr<HostAllocator> DefaultHostAllocator();
+
+enum class AugmentMode {
+  kTrain,  // RandomResizedCrop(output_size, scale, ratio) + horizontal flip with flip_p
+  kEval,   // Resize(resize_size) (shorter side) + CenterCrop(output_size)
+};
+
+enum class DecodeErrorPolicy {
+  kError,  // Next() returns the error, naming the sample's key and index
+  kSkip,   // the sample is left out of its batch (the batch is shorter) and counted
+};
+
+struct LoaderOptions {
+  uint32_t batch_size = 256;
+  bool shuffle = true;
+  uint64_t seed = 0;
+  // Rank and world size; -1 = from the RANK / WORLD_SIZE environment (torchrun), else 0 / 1.
+  int rank = -1;
+  int world_size = -1;
+  // true: every rank gets floor(N / world) samples, full batches only.
+  // false: the epoch is padded by repeating its first samples so every rank gets
+  // ceil(N / world); the last batch may be partial, equally on every rank.
+  bool drop_last = false;
+  int threads = 0;          // decoding threads; 0 = all hardware threads
+  int prefetch = 4;         // pool buffers = batches decoded ahead + held by the consumer
+  int output_width = 224;
+  int output_height = 224;
+  AugmentMode mode = AugmentMode::kTrain;
+  double scale_min = 0.08, scale_max = 1.0;          // RandomResizedCrop scale
+  double ratio_min = 3.0 / 4.0, ratio_max = 4.0 / 3.0;  // and aspect ratio range
+  double flip_p = 0.5;
+  int resize_size = 256;    // eval: the shorter side before the center crop
+  bool dct_scaling = true;  // decode at a reduced JPEG DCT scale when the crop allows
+  float mean[3] = {0.485f, 0.456f, 0.406f};  // on [0,1] values (ignored for uint8)
+  float std[3] = {0.229f, 0.224f, 0.225f};
+  DType dtype = DType::kFloat32;
+  Layout layout = Layout::kNCHW;  // uint8 is usually NHWC, floats NCHW; any pair works
+  DecodeErrorPolicy on_error = DecodeErrorPolicy::kError;
+  std::string image_field;  // field to decode; empty = the sample's first image field
+  bool pin_memory = false;  // ask for page-locked batch memory (needs `allocator`)
+  std::shared_ptr<HostAllocator> allocator;  // null = DefaultHostAllocator()
+};
+
+// The position of a loader, enough to continue in a new process.
+struct LoaderState {
+  uint64_t seed = 0;
+  uint64_t epoch = 0;
+  uint64_t next_batch = 0;   // index in this rank's epoch of the next batch Next() yields
+  uint64_t num_samples = 0;  // dataset size (checked on restore)
+  int rank = 0, world_size = 1;
+  uint32_t batch_size = 0;
+  // {"version":1,"seed":..,"epoch":..,"next_batch":..,...}
+  std::string ToJson() const;
+  static Result<LoaderState> FromJson(std::string_view json);
+};
+
+namespace detail {
+struct BatchPool;
+}
+
+// One batch, or the end-of-epoch marker. Move-only. The data is valid while the Batch
+// holds its buffer (until destruction or Release()).
+class Batch {
+ public:
+  Batch() = default;
+  Batch(Batch&& o) noexcept;
+  Batch& operator=(Batch&& o) noexcept;
+  Batch(const Batch&) = delete;
+  Batch& operator=(const Batch&) = delete;
+  ~Batch() { Release(); }
+
+  // True for the marker Next() returns after the last batch of the epoch.
+  bool end_of_epoch() const { return end_; }
+  // Returns the buffer to the pool now; the Batch becomes empty.
+  void Release();
+
+  void* data() { return data_; }
+  const void* data() const { return data_; }
+  DType dtype() const { return dtype_; }
+  Layout layout() const { return layout_; }
+  // {n, c, h, w} for NCHW, {n, h, w, c} for NHWC; n = size() (<= batch_size).
+  const int64_t* shape() const { return shape_; }
+  size_t size() const { return size_t(shape_[0]); }
+  size_t bytes() const;                            // of the valid rows
+  const std::vector<int64_t>& labels() const { return labels_; }   // -1 where no `cls`
+  const std::vector<std::string>& keys() const { return keys_; }
+  const std::vector<uint64_t>& indices() const { return indices_; } // dataset indices
+  uint64_t epoch() const { return epoch_; }
+  uint64_t index() const { return index_; }        // batch index within this rank's epoch
+  int buffer_id() const { return slot_; }          // pool slot in [0, prefetch), stable
+  bool pinned() const { return pinned_; }
+
+ private:
+  friend class Loader;
+  std::shared_ptr<detail::BatchPool> pool_;
+  int slot_ = -1;
+  bool end_ = false;
+  bool pinned_ = false;
+  void* data_ = nullptr;
+  DType dtype_ = DType::kUint8;
+  Layout layout_ = Layout::kNHWC;
+  int64_t shape_[4] = {0, 0, 0, 0};
+  std::vector<int64_t> labels_;
+  std::vector<std::string> keys_;
+  std::vector<uint64_t> indices_;
+  uint64_t epoch_ = 0, index_ = 0;
+};
+
+class Loader {
+ public:
+  // Opens `address` (shardkit::Open + NewRandomAccess). Fails with kUnsupported for a
+  // dataset without random access (streamed input is not implemented yet).
+  static Result<std::unique_ptr<Loader>> Create(std::string_view address, const LoaderOptions& opts);
+  // Reads from an existing random-access dataset; class names are unknown (empty).
+  static Result<std::unique_ptr<Loader>> Create(std::shared_ptr<RandomAccess> data, const LoaderOptions& opts);
+  ~Loader();
+
+  // Starts epoch e from its first batch (cancels work in flight for the old position).
+  void set_epoch(uint64_t e);
+  uint64_t epoch() const;
+  // Batches this rank yields per epoch (the same on every rank).
+  uint64_t num_batches() const;
+  uint64_t num_samples() const;  // dataset size
+  int rank() const;
+  int world_size() const;
+  const LoaderOptions& options() const;
+  const std::vector<std::string>& class_names() const;
+
+  // The next batch of the epoch, in plan order; after the last one a Batch with
+  // end_of_epoch() (again on every further call until set_epoch). A decode error under
+  // kError comes back as that sample's Status (key and index in its Location) once the
+  // batches before it have been handed out; the loader then keeps returning it until
+  // set_epoch() or restore().
+  Result<Batch> Next();
+
+  // Under kSkip: the samples skipped so far in this epoch (Status naming each one).
+  std::vector<Status> skipped() const;
+
+  // The position: the batch that the next Next() returns.
+  LoaderState save_state() const;
+  // Continues from `s` (taken from a loader over the same dataset, seed, batch size,
+  // rank and world size; anything else is kInvalidArgument).
+  Status restore(const LoaderState& s);
+
+ private:
+  struct Impl;
+  explicit Loader(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace shardkit

@@ -1,0 +1,275 @@
+#include "decode/jpeg.h"
+
+#include <png.h>
+#include <csetjmp>
+#include <cstdio>
+// jpeglib.h needs FILE and size_t declared first.
+#include <jerror.h>
+#include <jpeglib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include <fmt/format.h>
+
+namespace shardkit::decode {
+
+ImageFormat Sniff(const uint8_t* d, size_t n) {
+  if (n >= 3 && d[0] == 0xFF && d[1] == 0xD8 && d[2] == 0xFF) return ImageFormat::kJpeg;
+  if (n >= 8 && std::memcmp(d, "\x89PNG\r\n\x1a\n", 8) == 0) return ImageFormat::kPng;
+  return ImageFormat::kUnknown;
+}
+
+namespace {
+
+struct ErrorMgr {
+  jpeg_error_mgr pub;
+  jpeg_progress_mgr progress;
+  jmp_buf jump;
+  char message[JMSG_LENGTH_MAX + 64];
+  int max_scans = 0;
+  uint64_t tolerated = 0;
+};
+
+ErrorMgr* Err(j_common_ptr c) { return reinterpret_cast<ErrorMgr*>(c->err); }
+
+[[noreturn]] void ErrorExit(j_common_ptr c) {
+  ErrorMgr* e = Err(c);
+  (*c->err->format_message)(c, e->message);
+  std::longjmp(e->jump, 1);
+}
+
+// Warnings after which the decoded pixels would be wrong.
+bool FatalWarning(int code) {
+  switch (code) {
+    case JWRN_JPEG_EOF:
+    case JWRN_HIT_MARKER:
+    case JWRN_HUFF_BAD_CODE:
+    case JWRN_MUST_RESYNC:
+    case JWRN_NOT_SEQUENTIAL:
+    case JWRN_BOGUS_PROGRESSION:
+    case JWRN_TOO_MUCH_DATA:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void EmitMessage(j_common_ptr c, int level) {
+  if (level >= 0) return;  // trace messages
+  ErrorMgr* e = Err(c);
+  if (FatalWarning(c->err->msg_code)) {
+    (*c->err->format_message)(c, e->message);
+    std::longjmp(e->jump, 1);
+  }
+  ++e->tolerated;
+}
+
+void OutputMessage(j_common_ptr) {}
+
+void ProgressMonitor(j_common_ptr c) {
+  if (!c->is_decompressor) return;
+  auto* d = reinterpret_cast<j_decompress_ptr>(c);
+  ErrorMgr* e = Err(c);
+  if (d->progressive_mode && e->max_scans > 0 && d->input_scan_number > e->max_scans) {
+    std::snprintf(e->message, sizeof e->message, "progressive JPEG has more than %d scans", e->max_scans);
+    std::longjmp(e->jump, 1);
+  }
+}
+
+int Floor(double v) { return int(std::floor(v + 1e-9)); }
+int Ceil(double v) { return int(std::ceil(v - 1e-9)); }
+
+// Clamps a box to the image and to at least one pixel.
+pipeline::CropBox ClampBox(pipeline::CropBox b, int w, int h) {
+  b.x = std::clamp(b.x, 0.0, double(w - 1));
+  b.y = std::clamp(b.y, 0.0, double(h - 1));
+  b.w = std::clamp(b.w, 1e-6, double(w) - b.x);
+  b.h = std::clamp(b.h, 1e-6, double(h) - b.y);
+  return b;
+}
+
+}  // namespace
+
+struct ImageDecoder::Impl {
+  Limits limits;
+  jpeg_decompress_struct cinfo;
+  ErrorMgr err;
+  std::vector<uint8_t> buf;    // decoded pixels (3 or 4 channels)
+  std::vector<JSAMPROW> rows;
+
+  explicit Impl(Limits l) : limits(l) {
+    cinfo.err = jpeg_std_error(&err.pub);
+    err.pub.error_exit = ErrorExit;
+    err.pub.emit_message = EmitMessage;
+    err.pub.output_message = OutputMessage;
+    err.progress.progress_monitor = ProgressMonitor;
+    err.max_scans = l.max_scans;
+    jpeg_create_decompress(&cinfo);
+    cinfo.progress = &err.progress;
+  }
+  ~Impl() { jpeg_destroy_decompress(&cinfo); }
+
+  Status CheckSize(uint64_t w, uint64_t h) const {
+    if (w == 0 || h == 0) return Status::Corrupt(fmt::format("image has zero size {}x{}", w, h));
+    if (w > uint64_t(limits.max_side) || h > uint64_t(limits.max_side) || w * h > limits.max_pixels)
+      return Status::Corrupt(fmt::format("image declares {}x{} pixels, over the limit ({} per side, {} in all)",
+                                         w, h, limits.max_side, limits.max_pixels));
+    return Status::OK();
+  }
+
+  // Only PODs live in this frame across setjmp; buffers are members.
+  Status DecodeJpeg(const uint8_t* data, size_t size,
+                    const std::function<pipeline::CropBox(const ImageInfo&)>& choose, int min_w, int min_h,
+                    Region* out, ImageInfo* info) {
+    if (setjmp(err.jump)) {
+      jpeg_abort_decompress(&cinfo);
+      return Status::Corrupt(fmt::format("JPEG: {}", err.message));
+    }
+    cinfo.mem->max_memory_to_use = long(limits.max_memory);
+    jpeg_mem_src(&cinfo, data, (unsigned long)size);
+    jpeg_read_header(&cinfo, TRUE);
+    {
+      Status st = CheckSize(cinfo.image_width, cinfo.image_height);
+      if (!st.ok()) {
+        jpeg_abort_decompress(&cinfo);
+        return st;
+      }
+    }
+    info->format = ImageFormat::kJpeg;
+    info->width = int(cinfo.image_width);
+    info->height = int(cinfo.image_height);
+    info->components = cinfo.num_components;
+    info->progressive = cinfo.progressive_mode;
+    info->cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
+    if (!info->cmyk && cinfo.num_components != 1 && cinfo.num_components != 3) {
+      jpeg_abort_decompress(&cinfo);
+      return Status::Corrupt(fmt::format("JPEG with {} components is not supported", cinfo.num_components));
+    }
+    pipeline::CropBox box = ClampBox(choose(*info), info->width, info->height);
+    // Only the scales libjpeg-turbo has SIMD IDCTs for (8/8, 4/8, 2/8, 1/8): the others
+    // (7/8, 6/8, ...) run plain C IDCTs that cost more than they save.
+    int num = 8;
+    if (min_w > 0 && min_h > 0) {
+      while (num > 1 && box.w * (num / 2) / 8.0 >= min_w && box.h * (num / 2) / 8.0 >= min_h) num /= 2;
+    }
+    cinfo.scale_num = unsigned(num);
+    cinfo.scale_denom = 8;
+    cinfo.out_color_space = info->cmyk ? JCS_CMYK : JCS_RGB;
+    cinfo.dct_method = JDCT_ISLOW;
+    jpeg_start_decompress(&cinfo);
+    const int comps = cinfo.out_color_components;
+    const double s = double(cinfo.output_width) / cinfo.image_width;
+    pipeline::CropBox sb{box.x * s, box.y * s, box.w * s, box.h * s};
+    int x0 = std::max(0, Floor(sb.x)), x1 = std::min(int(cinfo.output_width), std::max(x0 + 1, Ceil(sb.x + sb.w)));
+    int y0 = std::max(0, Floor(sb.y)), y1 = std::min(int(cinfo.output_height), std::max(y0 + 1, Ceil(sb.y + sb.h)));
+    // Two extra columns each side: fancy (triangle) chroma upsampling of a column reads
+    // its neighbours, and libjpeg treats the edges of a cropped region as image edges.
+    const int mx0 = std::max(0, x0 - 2), mx1 = std::min(int(cinfo.output_width), x1 + 2);
+    JDIMENSION xoff = JDIMENSION(mx0), cw = JDIMENSION(mx1 - mx0);
+    if (cw < cinfo.output_width) jpeg_crop_scanline(&cinfo, &xoff, &cw);
+    const int height = y1 - y0;
+    const size_t stride = size_t(cinfo.output_width) * comps;  // output_width is now the cropped width
+    buf.resize(stride * height);
+    rows.resize(height);
+    for (int r = 0; r < height; ++r) rows[r] = buf.data() + stride * r;
+    if (y0 > 0) jpeg_skip_scanlines(&cinfo, JDIMENSION(y0));
+    int done = 0;
+    while (done < height) {
+      JDIMENSION got = jpeg_read_scanlines(&cinfo, rows.data() + done, JDIMENSION(height - done));
+      if (got == 0) break;
+      done += int(got);
+    }
+    if (done < height) {
+      jpeg_abort_decompress(&cinfo);
+      return Status::Corrupt("JPEG: fewer scanlines than declared");
+    }
+    const int width = int(cinfo.output_width);
+    jpeg_abort_decompress(&cinfo);  // the rows below the box are never decoded
+    if (comps == 4) {  // CMYK -> RGB in place
+      const bool inverted = cinfo.saw_Adobe_marker;
+      for (int r = 0; r < height; ++r) {
+        uint8_t* p = buf.data() + stride * r;
+        uint8_t* q = buf.data() + size_t(width) * 3 * r;
+        for (int x = 0; x < width; ++x, p += 4, q += 3) {
+          int c = p[0], m = p[1], y = p[2], k = p[3];
+          if (!inverted) { c = 255 - c; m = 255 - m; y = 255 - y; k = 255 - k; }
+          // Inverted (Adobe) values are 255 - ink: R = (255 - C_ink)(255 - K_ink)/255.
+          q[0] = uint8_t((c * k + 127) / 255);
+          q[1] = uint8_t((m * k + 127) / 255);
+          q[2] = uint8_t((y * k + 127) / 255);
+        }
+      }
+    }
+    out->pixels = buf.data();
+    out->width = width;
+    out->height = height;
+    out->stride = size_t(width) * 3;
+    out->box = {sb.x - double(xoff), sb.y - double(y0), sb.w, sb.h};
+    out->scale_num = num;
+    return Status::OK();
+  }
+
+  Status DecodePng(const uint8_t* data, size_t size,
+                   const std::function<pipeline::CropBox(const ImageInfo&)>& choose, Region* out,
+                   ImageInfo* info) {
+    png_image img;
+    std::memset(&img, 0, sizeof img);
+    img.version = PNG_IMAGE_VERSION;
+    if (!png_image_begin_read_from_memory(&img, data, size))
+      return Status::Corrupt(fmt::format("PNG: {}", img.message));
+    Status st = CheckSize(img.width, img.height);
+    if (!st.ok()) {
+      png_image_free(&img);
+      return st;
+    }
+    info->format = ImageFormat::kPng;
+    info->width = int(img.width);
+    info->height = int(img.height);
+    info->components = int(PNG_IMAGE_SAMPLE_CHANNELS(img.format));
+    pipeline::CropBox box = ClampBox(choose(*info), info->width, info->height);
+    img.format = PNG_FORMAT_RGB;
+    buf.resize(PNG_IMAGE_SIZE(img));
+    if (!png_image_finish_read(&img, nullptr, buf.data(), 0, nullptr)) {
+      std::string m = img.message;
+      png_image_free(&img);
+      return Status::Corrupt(fmt::format("PNG: {}", m));
+    }
+    if (img.warning_or_error & PNG_IMAGE_ERROR) return Status::Corrupt(fmt::format("PNG: {}", img.message));
+    out->pixels = buf.data();
+    out->width = info->width;
+    out->height = info->height;
+    out->stride = size_t(info->width) * 3;
+    out->box = box;
+    out->scale_num = 8;
+    return Status::OK();
+  }
+};
+
+ImageDecoder::ImageDecoder(Limits limits) : impl_(std::make_unique<Impl>(limits)) {}
+ImageDecoder::~ImageDecoder() = default;
+
+uint64_t ImageDecoder::tolerated_warnings() const { return impl_->err.tolerated; }
+
+Status ImageDecoder::Decode(const uint8_t* data, size_t size,
+                            const std::function<pipeline::CropBox(const ImageInfo&)>& choose, int min_out_w,
+                            int min_out_h, Region* out, ImageInfo* info_out) {
+  ImageInfo info;
+  Status st;
+  switch (Sniff(data, size)) {
+    case ImageFormat::kJpeg: st = impl_->DecodeJpeg(data, size, choose, min_out_w, min_out_h, out, &info); break;
+    case ImageFormat::kPng: st = impl_->DecodePng(data, size, choose, out, &info); break;
+    default: {
+      std::string head;
+      for (size_t i = 0; i < std::min<size_t>(size, 4); ++i) head += fmt::format("{:02x}", data[i]);
+      return Status::Corrupt(fmt::format("not a JPEG or PNG image (first bytes {}, {} bytes)", head.empty() ? "none" : head, size));
+    }
+  }
+  if (info_out) *info_out = info;
+  return st;
+}
+
+}  // namespace shardkit::decode

@@ -1,0 +1,85 @@
+// decode/jpeg.h (internal): decoding the region of an image that a crop needs.
+//
+// JPEG through libjpeg (libjpeg-turbo's jpeglib.h): the header is read first, the
+// caller picks the crop box from the image size, then only that region is decoded
+// (jpeg_crop_scanline for columns, jpeg_skip_scanlines for rows above, the rows below
+// are never decoded) and, when allowed and the box is much larger than the output, at a
+// reduced DCT scale (scale_num/8). CMYK and YCCK come out RGB (Adobe files are taken
+// as inverted CMYK, as Photoshop and PIL write them), grayscale too.
+// PNG (detected by its magic bytes, whatever the file's name) through libpng's
+// simplified API: fully decoded to RGB, then the box is a view into it.
+//
+// Safety: libjpeg errors longjmp back into the decoder (never exit()); warnings that
+// mean the output would be wrong (premature end, corrupt entropy data) are errors, the
+// rest are counted. Declared dimensions over Limits are refused before any pixel memory
+// is allocated; a progressive JPEG may not have more than Limits::max_scans scans.
+//
+// Threading: an ImageDecoder is used by one thread at a time (keep one per thread);
+// distinct decoders are independent.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "pipeline/plan.h"
+#include "shardkit/status.h"
+
+namespace shardkit::decode {
+
+enum class ImageFormat { kUnknown, kJpeg, kPng };
+// By magic bytes: FF D8 FF is JPEG, 89 'P' 'N' 'G' is PNG.
+ImageFormat Sniff(const uint8_t* data, size_t size);
+
+struct ImageInfo {
+  ImageFormat format = ImageFormat::kUnknown;
+  int width = 0, height = 0;
+  int components = 0;       // as stored: 1 gray, 3 YCbCr/RGB, 4 CMYK/YCCK
+  bool progressive = false;
+  bool cmyk = false;
+};
+
+struct Limits {
+  int max_side = 32768;                 // width or height above this: refused
+  uint64_t max_pixels = 200'000'000;    // width * height above this: refused
+  int max_scans = 500;                  // progressive JPEG scans
+  uint64_t max_memory = 1ull << 30;     // libjpeg's working memory
+};
+
+// The decoded pixels of a region: RGB, 3 bytes per pixel, rows `stride` bytes apart.
+// `box` is the requested crop in these pixels' coordinates (fractional after DCT
+// scaling); it lies inside [0, width) x [0, height).
+struct Region {
+  const uint8_t* pixels = nullptr;
+  int width = 0, height = 0;
+  size_t stride = 0;
+  pipeline::CropBox box;
+  int scale_num = 8;  // decoded at scale_num/8 of the full size
+};
+
+class ImageDecoder {
+ public:
+  explicit ImageDecoder(Limits limits = {});
+  ~ImageDecoder();
+  ImageDecoder(const ImageDecoder&) = delete;
+  ImageDecoder& operator=(const ImageDecoder&) = delete;
+
+  // Reads the header, calls choose(info) for the crop box (source pixels), decodes the
+  // region. min_out_w/min_out_h > 0 allow DCT scaling down to the smallest scale at which
+  // the box still covers that many pixels; 0 decodes at full scale. The pixels stay valid
+  // until the next call on this decoder.
+  Status Decode(const uint8_t* data, size_t size,
+                const std::function<pipeline::CropBox(const ImageInfo&)>& choose,
+                int min_out_w, int min_out_h, Region* out, ImageInfo* info_out = nullptr);
+
+  // Warnings seen and tolerated (not errors) since construction.
+  uint64_t tolerated_warnings() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace shardkit::decode

@@ -1,0 +1,697 @@
+// shardkit bench: random-read latency and throughput, interleaved across datasets.
+#include "shardkit/bench.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "formats/registry.h"
+#include "shardkit/dataset.h"
+
+namespace shardkit {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+uint64_t SplitMix64(uint64_t& s) {
+  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// Uniform in [0, n) without modulo bias (Lemire's method is overkill here: rejection).
+uint64_t Below(uint64_t& s, uint64_t n) {
+  uint64_t limit = UINT64_MAX - UINT64_MAX % n;
+  for (;;) {
+    uint64_t r = SplitMix64(s);
+    if (r < limit) return r % n;
+  }
+}
+
+double CpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+}
+
+// Samples held in memory: the floor of the random-access path itself.
+class MemoryAccess : public RandomAccess {
+ public:
+  explicit MemoryAccess(std::vector<Sample> s) : s_(std::move(s)) {}
+  uint64_t size() const override { return s_.size(); }
+  Status Get(uint64_t i, Sample* out) const override {
+    if (i >= s_.size()) return Status::Invalid("index out of range");
+    *out = s_[i];
+    return Status::OK();
+  }
+
+ private:
+  std::vector<Sample> s_;
+};
+
+struct Target {
+  std::string address;
+  std::string format;
+  std::unique_ptr<Dataset> ds;
+  std::shared_ptr<RandomAccess> ra;
+  std::unique_ptr<SampleReader> seq;
+  std::vector<std::string> files;  // for --cold
+};
+
+std::vector<std::string> CollectFiles(const std::string& address, const DatasetInfo& info) {
+  std::set<std::string> out;
+  auto path = formats::SplitScheme(address).second;
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    for (auto it = std::filesystem::recursive_directory_iterator(path, ec);
+         it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+      if (ec) break;
+      if (it->is_regular_file(ec)) out.insert(it->path().string());
+    }
+  } else if (std::filesystem::is_regular_file(path, ec)) {
+    out.insert(path);
+  }
+  for (const auto& s : info.shards)
+    if (std::filesystem::is_regular_file(s.path, ec)) out.insert(s.path);
+  return {out.begin(), out.end()};
+}
+
+// posix_fadvise(DONTNEED) over every file; returns the share of bytes still resident.
+double DropCache(const std::vector<std::string>& files) {
+  uint64_t total = 0, kept = 0;
+  long page = sysconf(_SC_PAGESIZE);
+  for (const auto& f : files) {
+    int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    struct stat st;
+    if (::fstat(fd, &st) == 0 && st.st_size > 0) {
+      size_t pages = size_t((st.st_size + page - 1) / page);
+      void* m = ::mmap(nullptr, size_t(st.st_size), PROT_READ, MAP_SHARED, fd, 0);
+      if (m != MAP_FAILED) {
+        std::vector<unsigned char> vec(pages);
+        if (::mincore(m, size_t(st.st_size), vec.data()) == 0) {
+          for (unsigned char v : vec) kept += (v & 1) ? uint64_t(page) : 0;
+        }
+        ::munmap(m, size_t(st.st_size));
+      }
+      total += uint64_t(pages) * uint64_t(page);
+    }
+    ::close(fd);
+  }
+  return total ? double(kept) / double(total) : 0.0;
+}
+
+struct Accum {
+  std::vector<float> lat_us;
+  uint64_t samples = 0, bytes = 0;
+  double wall = 0, cpu = 0;
+  double cache_kept_sum = 0;
+  int cache_drops = 0;
+};
+
+enum class Mode { kView, kCopy, kSeq };
+const char* ModeName(Mode m) { return m == Mode::kView ? "random-view" : m == Mode::kCopy ? "random-copy" : "sequential"; }
+
+// Reads order[lo, hi) with `threads` threads through `ra`; appends to acc.
+Status RandomPass(const RandomAccess& ra, const std::vector<uint64_t>& order, size_t lo, size_t hi, int threads,
+                  bool copy, Accum* acc) {
+  std::vector<std::vector<float>> lat(static_cast<size_t>(threads));
+  std::vector<uint64_t> bytes(size_t(threads), 0);
+  std::vector<Status> errs(static_cast<size_t>(threads));
+  double cpu0 = CpuSeconds();
+  auto t0 = Clock::now();
+  auto work = [&](int t) {
+    size_t n = hi - lo, a = lo + n * size_t(t) / size_t(threads), b = lo + n * size_t(t + 1) / size_t(threads);
+    std::vector<uint8_t> buf;
+    Sample s;
+    auto& L = lat[size_t(t)];
+    L.reserve(b - a);
+    for (size_t k = a; k < b; ++k) {
+      auto r0 = Clock::now();
+      Status st = ra.Get(order[k], &s);
+      if (!st.ok()) {
+        errs[size_t(t)] = st.At(Location{.index = int64_t(order[k])});
+        return;
+      }
+      uint64_t nb = s.bytes();
+      if (copy) {
+        if (buf.size() < nb) buf.resize(nb);
+        size_t off = 0;
+        for (const auto& f : s.fields) {
+          if (f.data.size()) std::memcpy(buf.data() + off, f.data.data(), f.data.size());
+          off += f.data.size();
+        }
+      }
+      auto r1 = Clock::now();
+      L.push_back(float(std::chrono::duration<double, std::micro>(r1 - r0).count()));
+      bytes[size_t(t)] += nb;
+    }
+  };
+  if (threads == 1) {
+    work(0);
+  } else {
+    std::vector<std::thread> th;
+    for (int t = 0; t < threads; ++t) th.emplace_back(work, t);
+    for (auto& x : th) x.join();
+  }
+  acc->wall += std::chrono::duration<double>(Clock::now() - t0).count();
+  acc->cpu += CpuSeconds() - cpu0;
+  for (auto& e : errs)
+    if (!e.ok()) return e;
+  for (int t = 0; t < threads; ++t) {
+    acc->lat_us.insert(acc->lat_us.end(), lat[size_t(t)].begin(), lat[size_t(t)].end());
+    acc->bytes += bytes[size_t(t)];
+    acc->samples += lat[size_t(t)].size();
+  }
+  return Status::OK();
+}
+
+// The memcpy floor: copies of the same sizes from a buffer larger than the caches.
+void FloorPass(const std::vector<uint64_t>& sizes, size_t lo, size_t hi, int threads, const std::vector<uint8_t>& src,
+               Accum* acc) {
+  std::vector<std::vector<float>> lat(static_cast<size_t>(threads));
+  std::vector<uint64_t> bytes(size_t(threads), 0);
+  double cpu0 = CpuSeconds();
+  auto t0 = Clock::now();
+  auto work = [&](int t) {
+    size_t n = hi - lo, a = lo + n * size_t(t) / size_t(threads), b = lo + n * size_t(t + 1) / size_t(threads);
+    std::vector<uint8_t> dst(1 << 20);
+    uint64_t off = (uint64_t(t) * 7919 * 4096 + a * 104729) % src.size();
+    for (size_t k = a; k < b; ++k) {
+      uint64_t nb = std::min<uint64_t>(sizes[k], src.size());
+      if (dst.size() < nb) dst.resize(nb);
+      if (off + nb > src.size()) off = 0;
+      auto r0 = Clock::now();
+      std::memcpy(dst.data(), src.data() + off, nb);
+      auto r1 = Clock::now();
+      off = (off + nb + 4096) % src.size();
+      lat[size_t(t)].push_back(float(std::chrono::duration<double, std::micro>(r1 - r0).count()));
+      bytes[size_t(t)] += nb;
+    }
+  };
+  if (threads == 1) {
+    work(0);
+  } else {
+    std::vector<std::thread> th;
+    for (int t = 0; t < threads; ++t) th.emplace_back(work, t);
+    for (auto& x : th) x.join();
+  }
+  acc->wall += std::chrono::duration<double>(Clock::now() - t0).count();
+  acc->cpu += CpuSeconds() - cpu0;
+  for (int t = 0; t < threads; ++t) {
+    acc->lat_us.insert(acc->lat_us.end(), lat[size_t(t)].begin(), lat[size_t(t)].end());
+    acc->bytes += bytes[size_t(t)];
+    acc->samples += lat[size_t(t)].size();
+  }
+}
+
+Status SeqPass(Target& tg, uint64_t n, Accum* acc) {
+  Sample s;
+  double cpu0 = CpuSeconds();
+  auto t0 = Clock::now();
+  for (uint64_t k = 0; k < n; ++k) {
+    auto r0 = Clock::now();
+    if (!tg.seq) {
+      SK_ASSIGN_OR_RETURN(tg.seq, tg.ds->NewReader());
+    }
+    SK_ASSIGN_OR_RETURN(bool more, tg.seq->Next(&s));
+    if (!more) {  // wrap around
+      tg.seq.reset();
+      SK_ASSIGN_OR_RETURN(tg.seq, tg.ds->NewReader());
+      SK_ASSIGN_OR_RETURN(more, tg.seq->Next(&s));
+      if (!more) return Status::Invalid("dataset is empty", Location{.file = tg.address});
+    }
+    acc->lat_us.push_back(float(std::chrono::duration<double, std::micro>(Clock::now() - r0).count()));
+    acc->bytes += s.bytes();
+    acc->samples++;
+  }
+  acc->wall += std::chrono::duration<double>(Clock::now() - t0).count();
+  acc->cpu += CpuSeconds() - cpu0;
+  return Status::OK();
+}
+
+Status OpenTarget(Target& t, bool need_random) {
+  t.seq.reset();
+  t.ra.reset();
+  t.ds.reset();
+  SK_ASSIGN_OR_RETURN(t.ds, Open(t.address));
+  t.format = t.ds->info().format;
+  if (need_random) {
+    auto ra = t.ds->NewRandomAccess();
+    if (!ra.ok()) {
+      Status s = std::move(ra).take_status();
+      return Status(s.code(), fmt::format("dataset '{}' ({}) has no random access: {}", t.address, t.format, s.message()),
+                    s.where());
+    }
+    t.ra = std::move(ra).value();
+  }
+  return Status::OK();
+}
+
+BenchRow MakeRow(const std::string& ds, const std::string& fmt_, Mode m, int threads, Accum& a, bool cold) {
+  BenchRow r;
+  r.dataset = ds;
+  r.format = fmt_;
+  r.mode = ModeName(m);
+  r.threads = threads;
+  r.latency = ComputeLatency(a.lat_us);
+  r.samples_per_s = a.wall > 0 ? double(a.samples) / a.wall : 0;
+  r.mb_per_s = a.wall > 0 ? double(a.bytes) / 1e6 / a.wall : 0;
+  r.cpu_us_per_sample = a.samples ? a.cpu * 1e6 / double(a.samples) : 0;
+  r.cold = cold;
+  r.cache_kept = a.cache_drops ? a.cache_kept_sum / a.cache_drops : 0;
+  r.bytes = a.bytes;
+  return r;
+}
+
+}  // namespace
+
+std::vector<uint64_t> BenchOrder(uint64_t seed, uint64_t size, uint64_t n) {
+  std::vector<uint64_t> out;
+  if (size == 0) return out;
+  out.reserve(n);
+  uint64_t s = seed ^ 0x53484152444b4954ull;  // "SHARDKIT"
+  std::vector<uint64_t> perm(size);
+  while (out.size() < n) {
+    for (uint64_t i = 0; i < size; ++i) perm[i] = i;
+    for (uint64_t i = size - 1; i > 0; --i) std::swap(perm[i], perm[Below(s, i + 1)]);
+    for (uint64_t i = 0; i < size && out.size() < n; ++i) out.push_back(perm[i]);
+  }
+  return out;
+}
+
+LatencyStats ComputeLatency(std::vector<float>& us) {
+  LatencyStats r;
+  r.count = us.size();
+  if (us.empty()) return r;
+  std::sort(us.begin(), us.end());
+  auto pct = [&](double p) {
+    size_t idx = size_t(std::ceil(p * double(us.size())));
+    idx = idx == 0 ? 0 : idx - 1;
+    return double(us[std::min(idx, us.size() - 1)]);
+  };
+  r.p50 = pct(0.50);
+  r.p90 = pct(0.90);
+  r.p99 = pct(0.99);
+  r.p999 = pct(0.999);
+  r.max = double(us.back());
+  double sum = 0;
+  for (float v : us) sum += v;
+  r.mean = sum / double(us.size());
+  return r;
+}
+
+Result<BenchReport> RunBench(const std::vector<std::string>& addresses, const BenchOptions& opts,
+                             const BenchProgress& progress) {
+  if (addresses.empty()) return Status::Invalid("bench needs at least one dataset");
+  if (!opts.random && !opts.sequential) return Status::Invalid("bench needs a mode: random, sequential or both");
+  std::vector<int> threads = opts.threads;
+  if (threads.empty()) threads = {1};
+  for (int t : threads)
+    if (t < 1 || t > 1024) return Status::Invalid(fmt::format("bad thread count {}", t));
+  auto say = [&](const std::string& s) {
+    if (progress) progress(s);
+  };
+
+  std::vector<Target> targets(addresses.size());
+  uint64_t min_size = UINT64_MAX;
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    targets[i].address = addresses[i];
+    SK_RETURN_IF_ERROR(OpenTarget(targets[i], opts.random));
+    targets[i].files = CollectFiles(addresses[i], targets[i].ds->info());
+    uint64_t n = opts.random ? targets[i].ra->size() : targets[i].ds->info().num_samples.value_or(UINT64_MAX);
+    if (n == 0) return Status::Invalid("dataset is empty", Location{.file = addresses[i]});
+    min_size = std::min(min_size, n);
+  }
+  uint64_t n = opts.samples ? opts.samples : std::min<uint64_t>(min_size == UINT64_MAX ? 20000 : min_size, 20000);
+  if (opts.seconds > 0 && !opts.samples) {
+    // Calibrate: time a few reads of every dataset, then size a pass to take about `seconds`.
+    say("calibrating");
+    double per_sample = 0;
+    for (auto& t : targets) {
+      Sample s;
+      uint64_t k = 0;
+      auto c0 = Clock::now();
+      if (t.ra) {
+        auto probe = BenchOrder(opts.seed + 1, t.ra->size(), std::min<uint64_t>(t.ra->size(), 200));
+        for (uint64_t i : probe) {
+          SK_RETURN_IF_ERROR(t.ra->Get(i, &s));
+          ++k;
+        }
+      } else {
+        SK_ASSIGN_OR_RETURN(auto rd, t.ds->NewReader());
+        for (; k < 200; ++k) {
+          SK_ASSIGN_OR_RETURN(bool more, rd->Next(&s));
+          if (!more) break;
+        }
+      }
+      if (k) per_sample += std::chrono::duration<double>(Clock::now() - c0).count() / double(k);
+    }
+    n = per_sample > 0 ? uint64_t(std::clamp(opts.seconds / per_sample, 100.0, 1e8)) : 1000;
+  }
+  int slices = std::max(1, opts.slices);
+  if (uint64_t(slices) > n) slices = int(n);
+  // With several datasets of different sizes, index into the smallest so every
+  // dataset reads the same sample positions.
+  std::vector<uint64_t> order = BenchOrder(opts.seed, min_size == UINT64_MAX ? n : min_size, n);
+
+  BenchReport report;
+  // Warm-up: one untimed read of every sample the passes will touch.
+  if (!opts.cold) {
+    say("warm-up");
+    for (auto& t : targets) {
+      Sample s;
+      if (t.ra) {
+        std::vector<uint64_t> uniq(order.begin(), order.end());
+        std::sort(uniq.begin(), uniq.end());
+        uniq.erase(std::unique(uniq.begin(), uniq.end()), uniq.end());
+        volatile uint8_t sink = 0;
+        for (uint64_t i : uniq) {
+          SK_RETURN_IF_ERROR(t.ra->Get(i, &s).At(Location{.file = t.address, .index = int64_t(i)}));
+          for (const auto& f : s.fields)
+            for (size_t k = 0; k < f.data.size(); k += 4096) sink = sink + f.data.data()[k];
+        }
+      } else {
+        std::vector<char> buf(1 << 20);
+        for (const auto& f : t.files) {
+          int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
+          if (fd < 0) continue;
+          while (::read(fd, buf.data(), buf.size()) > 0) {
+          }
+          ::close(fd);
+        }
+      }
+    }
+  }
+
+  auto slice_bounds = [&](int k) { return std::pair<size_t, size_t>(n * size_t(k) / size_t(slices), n * size_t(k + 1) / size_t(slices)); };
+  std::vector<Mode> modes;
+  if (opts.random) modes = {Mode::kView, Mode::kCopy};
+  if (opts.sequential) modes.push_back(Mode::kSeq);
+
+  for (Mode m : modes) {
+    for (int th : threads) {
+      if (m == Mode::kSeq && th != threads.front()) continue;  // a sequential reader is one thread
+      int used_threads = m == Mode::kSeq ? 1 : th;
+      say(fmt::format("{} with {} thread(s)", ModeName(m), used_threads));
+      std::vector<Accum> acc(targets.size());
+      for (int k = 0; k < slices; ++k) {
+        auto [lo, hi] = slice_bounds(k);
+        for (size_t i = 0; i < targets.size(); ++i) {
+          auto& t = targets[i];
+          if (opts.cold) {
+            t.seq.reset();
+            t.ra.reset();
+            t.ds.reset();
+            acc[i].cache_kept_sum += DropCache(t.files);
+            acc[i].cache_drops++;
+            SK_RETURN_IF_ERROR(OpenTarget(t, opts.random));
+          }
+          if (m == Mode::kSeq) {
+            SK_RETURN_IF_ERROR(SeqPass(t, hi - lo, &acc[i]).At(Location{.file = t.address}));
+          } else {
+            SK_RETURN_IF_ERROR(RandomPass(*t.ra, order, lo, hi, used_threads, m == Mode::kCopy, &acc[i])
+                                   .At(Location{.file = t.address}));
+          }
+        }
+      }
+      for (size_t i = 0; i < targets.size(); ++i) {
+        std::vector<float> cdf = acc[i].lat_us;
+        report.rows.push_back(MakeRow(targets[i].address, targets[i].format, m, used_threads, acc[i], opts.cold));
+        if (used_threads == 1) {
+          std::sort(cdf.begin(), cdf.end());
+          report.cdfs.emplace_back(report.rows.size() - 1, std::move(cdf));
+        }
+      }
+    }
+  }
+
+  if (opts.floor && opts.random) {
+    // Sample sizes of the order, from the first dataset.
+    auto& t0 = targets.front();
+    if (!t0.ra) SK_RETURN_IF_ERROR(OpenTarget(t0, true));
+    std::vector<uint64_t> sizes(order.size());
+    uint64_t total = 0, max_size = 0;
+    std::map<uint64_t, uint64_t> size_of;
+    Sample s;
+    for (size_t k = 0; k < order.size(); ++k) {
+      auto it = size_of.find(order[k]);
+      if (it == size_of.end()) {
+        SK_RETURN_IF_ERROR(t0.ra->Get(order[k], &s));
+        it = size_of.emplace(order[k], s.bytes()).first;
+        total += s.bytes();
+      }
+      sizes[k] = it->second;
+      max_size = std::max(max_size, it->second);
+    }
+    // Floor 1: memcpy of the same sizes from a buffer as large as the data read (>= 256 MiB, <= 2 GiB).
+    uint64_t src_size = std::clamp<uint64_t>(total, 256ull << 20, 2ull << 30);
+    src_size = std::max(src_size, max_size + 8192);
+    std::vector<uint8_t> src(src_size);
+    for (size_t i = 0; i < src.size(); i += 64) src[i] = uint8_t(i * 131);
+    for (int th : threads) {
+      say(fmt::format("memcpy floor with {} thread(s)", th));
+      Accum a;
+      for (int k = 0; k < slices; ++k) {
+        auto [lo, hi] = slice_bounds(k);
+        FloorPass(sizes, lo, hi, th, src, &a);
+      }
+      std::vector<float> cdf = a.lat_us;
+      report.rows.push_back(MakeRow("floor:memcpy", "memcpy", Mode::kCopy, th, a, false));
+      if (th == 1) {
+        std::sort(cdf.begin(), cdf.end());
+        report.cdfs.emplace_back(report.rows.size() - 1, std::move(cdf));
+      }
+    }
+    src.clear();
+    src.shrink_to_fit();
+    // Floor 2: the first dataset held in memory (owned copies), through the same interface.
+    if (total <= (4ull << 30)) {
+      std::vector<Sample> mem(t0.ra->size());
+      for (const auto& [idx, sz] : size_of) {
+        (void)sz;
+        SK_RETURN_IF_ERROR(t0.ra->Get(idx, &s));
+        Sample& d = mem[idx];
+        d.key = s.key;
+        for (const auto& f : s.fields) d.fields.push_back(Field{f.ext, Bytes::Copy(f.data.data(), f.data.size())});
+      }
+      MemoryAccess ma(std::move(mem));
+      std::string name = "memory:" + t0.address;
+      for (Mode m : {Mode::kView, Mode::kCopy}) {
+        for (int th : threads) {
+          Accum a;
+          for (int k = 0; k < slices; ++k) {
+            auto [lo, hi] = slice_bounds(k);
+            SK_RETURN_IF_ERROR(RandomPass(ma, order, lo, hi, th, m == Mode::kCopy, &a));
+          }
+          std::vector<float> cdf = a.lat_us;
+          report.rows.push_back(MakeRow(name, "memory", m, th, a, false));
+          if (th == 1 && m == Mode::kCopy) {
+            std::sort(cdf.begin(), cdf.end());
+            report.cdfs.emplace_back(report.rows.size() - 1, std::move(cdf));
+          }
+        }
+      }
+    } else {
+      report.notes.push_back("the in-memory floor was skipped: the samples read exceed 4 GiB");
+    }
+  }
+  if (opts.cold) {
+    for (const auto& r : report.rows)
+      if (r.cold && r.cache_kept > 0.05)
+        report.notes.push_back(fmt::format("{}: the kernel kept {:.0f}% of the file pages after POSIX_FADV_DONTNEED",
+                                           r.dataset, r.cache_kept * 100));
+    report.notes.push_back("cold: page cache dropped with posix_fadvise(DONTNEED) before each slice of each pass");
+  } else {
+    report.notes.push_back("warm: every sample read once before the measured passes");
+  }
+  std::sort(report.notes.begin(), report.notes.end());
+  report.notes.erase(std::unique(report.notes.begin(), report.notes.end()), report.notes.end());
+  return report;
+}
+
+namespace {
+// p50 of the matching baseline row (the first "folder" dataset, same mode and threads).
+const BenchRow* Baseline(const BenchReport& r, const BenchRow& row) {
+  for (const auto& b : r.rows)
+    if (b.format == "folder" && b.mode == row.mode && b.threads == row.threads) return &b;
+  return nullptr;
+}
+const BenchRow* Floor(const BenchReport& r, int threads) {
+  for (const auto& b : r.rows)
+    if (b.format == "memcpy" && b.threads == threads) return &b;
+  return nullptr;
+}
+}  // namespace
+
+std::string BenchTable(const BenchReport& r) {
+  std::string out = fmt::format("{:<40} {:<11} {:>3} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>8} {:>9} {:>9}\n",
+                                "dataset", "mode", "thr", "p50 us", "p90 us", "p99 us", "p99.9 us", "max us",
+                                "samples/s", "MB/s", "cpu us", "vs folder", "vs floor");
+  for (const auto& row : r.rows) {
+    std::string name = row.dataset.size() > 40 ? "..." + row.dataset.substr(row.dataset.size() - 37) : row.dataset;
+    const BenchRow* b = Baseline(r, row);
+    const BenchRow* f = row.mode == "random-copy" ? Floor(r, row.threads) : nullptr;
+    std::string vs_b = b && row.latency.p50 > 0 && b != &row ? fmt::format("{:.1f}x", b->latency.p50 / row.latency.p50) : "";
+    std::string vs_f = f && f->latency.p50 > 0 && f != &row ? fmt::format("{:.2f}x", row.latency.p50 / f->latency.p50) : "";
+    out += fmt::format("{:<40} {:<11} {:>3} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.1f} {:>10.0f} {:>9.1f} {:>8.2f} {:>9} {:>9}\n",
+                       name, row.mode, row.threads, row.latency.p50, row.latency.p90, row.latency.p99,
+                       row.latency.p999, row.latency.max, row.samples_per_s, row.mb_per_s, row.cpu_us_per_sample,
+                       vs_b, vs_f);
+  }
+  for (const auto& n : r.notes) out += "note: " + n + "\n";
+  out += "vs folder: the folder's p50 / this p50 (higher is better); vs floor: this copy p50 / memcpy p50 of the same sizes\n";
+  return out;
+}
+
+std::string BenchJson(const BenchReport& r) {
+  nlohmann::json j;
+  j["schema"] = "shardkit-bench-v1";
+  j["rows"] = nlohmann::json::array();
+  for (const auto& row : r.rows) {
+    j["rows"].push_back({{"dataset", row.dataset},
+                         {"format", row.format},
+                         {"mode", row.mode},
+                         {"threads", row.threads},
+                         {"cold", row.cold},
+                         {"cache_kept", row.cache_kept},
+                         {"samples", row.latency.count},
+                         {"bytes", row.bytes},
+                         {"latency_us",
+                          {{"p50", row.latency.p50},
+                           {"p90", row.latency.p90},
+                           {"p99", row.latency.p99},
+                           {"p99.9", row.latency.p999},
+                           {"max", row.latency.max},
+                           {"mean", row.latency.mean}}},
+                         {"samples_per_s", row.samples_per_s},
+                         {"mb_per_s", row.mb_per_s},
+                         {"cpu_us_per_sample", row.cpu_us_per_sample}});
+  }
+  j["notes"] = r.notes;
+  return j.dump(2) + "\n";
+}
+
+namespace {
+std::string XmlEscape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    switch (c) {
+      case '&': o += "&amp;"; break;
+      case '<': o += "&lt;"; break;
+      case '>': o += "&gt;"; break;
+      case '"': o += "&quot;"; break;
+      case '\'': o += "&apos;"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') o += '?';
+        else o += c;
+    }
+  }
+  return o;
+}
+const char* kColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                         "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+}  // namespace
+
+std::string BenchSvg(const BenchReport& r) {
+  const int W = 1100, H = 480, pw = 460, ph = 340, ox1 = 70, ox2 = 620, oy = 60;
+  std::string s = fmt::format(
+      "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" "
+      "height=\"{}\" viewBox=\"0 0 {} {}\" font-family=\"sans-serif\" font-size=\"12\">\n"
+      "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
+      W, H, W, H);
+  // Chart 1: latency CDF, log10 x axis.
+  double lo = 1e30, hi = 0;
+  for (const auto& [row, v] : r.cdfs)
+    if (!v.empty()) lo = std::min(lo, double(std::max(v.front(), 0.01f))), hi = std::max(hi, double(v.back()));
+  if (hi <= 0) lo = 0.1, hi = 1000;
+  double l0 = std::floor(std::log10(lo)), l1 = std::ceil(std::log10(std::max(hi, lo * 10)));
+  s += fmt::format("<text x=\"{}\" y=\"30\" font-size=\"15\">Latency CDF, single thread (log time axis)</text>\n", ox1);
+  s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#333\"/>\n", ox1, oy, pw, ph);
+  for (double d = l0; d <= l1; d += 1) {
+    double x = ox1 + (d - l0) / (l1 - l0) * pw;
+    s += fmt::format("<line x1=\"{:.1f}\" y1=\"{}\" x2=\"{:.1f}\" y2=\"{}\" stroke=\"#ddd\"/>\n", x, oy, x, oy + ph);
+    s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{:g} us</text>\n", x, oy + ph + 16, std::pow(10.0, d));
+  }
+  for (int q = 0; q <= 4; ++q) {
+    double y = oy + ph - q * ph / 4.0;
+    s += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{:.2f}</text>\n", ox1 - 6, y + 4, q / 4.0);
+  }
+  int ci = 0;
+  for (const auto& [row, v] : r.cdfs) {
+    if (v.empty()) continue;
+    const auto& br = r.rows[row];
+    std::string pts;
+    size_t step = std::max<size_t>(1, v.size() / 300);
+    for (size_t i = 0; i < v.size(); i += step) {
+      double x = ox1 + (std::log10(std::max(double(v[i]), lo)) - l0) / (l1 - l0) * pw;
+      double y = oy + ph - double(i + 1) / double(v.size()) * ph;
+      pts += fmt::format("{:.1f},{:.1f} ", x, y);
+    }
+    double xl = ox1 + (std::log10(std::max(double(v.back()), lo)) - l0) / (l1 - l0) * pw;
+    pts += fmt::format("{:.1f},{:.1f}", xl, double(oy));
+    const char* c = kColors[ci % 10];
+    s += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\" points=\"{}\"/>\n", c, pts);
+    s += fmt::format("<text x=\"{}\" y=\"{}\" fill=\"{}\">{} ({})</text>\n", ox1 + 8, oy + 16 + 14 * ci, c,
+                     XmlEscape(br.dataset), XmlEscape(br.mode));
+    ++ci;
+  }
+  // Chart 2: throughput versus threads.
+  std::vector<int> th;
+  double maxr = 0;
+  std::map<std::string, std::vector<std::pair<int, double>>> series;
+  for (const auto& row : r.rows) {
+    if (std::find(th.begin(), th.end(), row.threads) == th.end()) th.push_back(row.threads);
+    series[row.dataset + " (" + row.mode + ")"].emplace_back(row.threads, row.samples_per_s);
+    maxr = std::max(maxr, row.samples_per_s);
+  }
+  std::sort(th.begin(), th.end());
+  if (maxr <= 0) maxr = 1;
+  s += fmt::format("<text x=\"{}\" y=\"30\" font-size=\"15\">Throughput (samples/s) versus threads</text>\n", ox2);
+  s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#333\"/>\n", ox2, oy, pw, ph);
+  auto xt = [&](int t) {
+    size_t i = size_t(std::find(th.begin(), th.end(), t) - th.begin());
+    return th.size() == 1 ? ox2 + pw / 2.0 : ox2 + double(i) / double(th.size() - 1) * pw;
+  };
+  for (int t : th) s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", xt(t), oy + ph + 16, t);
+  for (int q = 0; q <= 4; ++q) {
+    double y = oy + ph - q * ph / 4.0;
+    s += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{:.0f}</text>\n", ox2 - 6, y + 4, maxr * q / 4);
+  }
+  ci = 0;
+  for (auto& [name, pts] : series) {
+    std::sort(pts.begin(), pts.end());
+    std::string p;
+    for (auto [t, v] : pts) p += fmt::format("{:.1f},{:.1f} ", xt(t), oy + ph - v / maxr * ph);
+    const char* c = kColors[ci % 10];
+    s += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\" points=\"{}\"/>\n", c, p);
+    for (auto [t, v] : pts)
+      s += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\"/>\n", xt(t), oy + ph - v / maxr * ph, c);
+    s += fmt::format("<text x=\"{}\" y=\"{}\" fill=\"{}\" font-size=\"10\">{}</text>\n", ox2 + 8, oy + 14 + 12 * ci, c,
+                     XmlEscape(name));
+    ++ci;
+  }
+  s += fmt::format("<text x=\"{}\" y=\"{}\">threads</text>\n", ox2 + pw / 2 - 20, oy + ph + 34);
+  s += "</svg>\n";
+  return s;
+}
+
+}  // namespace shardkit

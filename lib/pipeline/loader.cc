@@ -1,0 +1,559 @@
+// The streaming reader: epoch plan -> read -> decode/crop/resize in parallel -> batches.
+//
+// Work is submitted per batch: each batch in flight is one task enqueued in the loader's
+// TBB arena, which runs a parallel_for over its samples (sample i writes row i, so the
+// order inside a batch never depends on timing). Up to `prefetch` batches exist at once
+// (in flight, ready, or held by the consumer): one pool slot each. Next() waits for the
+// batch it needs and tops up the submissions.
+#include "shardkit/loader.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#define TBB_PREVIEW_GLOBAL_CONTROL 1
+#include <tbb/blocked_range.h>
+#include <tbb/enumerable_thread_specific.h>
+#include <tbb/global_control.h>
+#include <tbb/info.h>
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "decode/jpeg.h"
+#include "pipeline/plan.h"
+#include "pipeline/resize.h"
+
+// Debian's TBB is not built with ThreadSanitizer, so TSan cannot see that a task
+// enqueued or forked by TBB happens after the code that spawned it. Tell it.
+#if defined(__SANITIZE_THREAD__)
+extern "C" void __tsan_acquire(void* addr);
+extern "C" void __tsan_release(void* addr);
+#define SK_TSAN_ACQUIRE(p) __tsan_acquire((void*)(p))
+#define SK_TSAN_RELEASE(p) __tsan_release((void*)(p))
+#else
+#define SK_TSAN_ACQUIRE(p) ((void)0)
+#define SK_TSAN_RELEASE(p) ((void)0)
+#endif
+
+namespace shardkit {
+
+const char* DTypeName(DType d) {
+  switch (d) {
+    case DType::kUint8: return "uint8";
+    case DType::kFloat32: return "float32";
+    case DType::kFloat16: return "float16";
+    case DType::kBFloat16: return "bfloat16";
+  }
+  return "?";
+}
+
+size_t DTypeSize(DType d) {
+  switch (d) {
+    case DType::kUint8: return 1;
+    case DType::kFloat32: return 4;
+    case DType::kFloat16:
+    case DType::kBFloat16: return 2;
+  }
+  return 1;
+}
+
+namespace {
+class HeapAllocator final : public HostAllocator {
+ public:
+  void* Allocate(size_t bytes) override {
+    size_t n = (std::max<size_t>(bytes, 1) + 4095) / 4096 * 4096;
+    return std::aligned_alloc(4096, n);
+  }
+  void Deallocate(void* p, size_t) override { std::free(p); }
+  bool pinned() const override { return false; }
+};
+}  // namespace
+
+std::shared_ptr<HostAllocator> DefaultHostAllocator() {
+  static auto a = std::make_shared<HeapAllocator>();
+  return a;
+}
+
+// ---- LoaderState ----
+
+std::string LoaderState::ToJson() const {
+  nlohmann::json j = {{"version", 1},          {"seed", seed},
+                      {"epoch", epoch},        {"next_batch", next_batch},
+                      {"num_samples", num_samples}, {"rank", rank},
+                      {"world_size", world_size},   {"batch_size", batch_size}};
+  return j.dump();
+}
+
+Result<LoaderState> LoaderState::FromJson(std::string_view text) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return Status::Invalid("loader state is not a JSON object");
+  LoaderState s;
+  try {
+    if (j.at("version").get<int>() != 1) return Status::Invalid("unknown loader state version");
+    s.seed = j.at("seed").get<uint64_t>();
+    s.epoch = j.at("epoch").get<uint64_t>();
+    s.next_batch = j.at("next_batch").get<uint64_t>();
+    s.num_samples = j.at("num_samples").get<uint64_t>();
+    s.rank = j.at("rank").get<int>();
+    s.world_size = j.at("world_size").get<int>();
+    s.batch_size = j.at("batch_size").get<uint32_t>();
+  } catch (const std::exception& e) {
+    return Status::Invalid(fmt::format("bad loader state: {}", e.what()));
+  }
+  return s;
+}
+
+// ---- the pool ----
+
+namespace detail {
+struct BatchPool {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::shared_ptr<HostAllocator> alloc;
+  size_t slot_bytes = 0;
+  std::vector<void*> buffers;
+  std::vector<int> state;  // kFree, kLoader, kConsumer
+  enum { kFree = 0, kLoader = 1, kConsumer = 2 };
+
+  ~BatchPool() {
+    for (void* p : buffers)
+      if (p) alloc->Deallocate(p, slot_bytes);
+  }
+  void Return(int slot) {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      state[size_t(slot)] = kFree;
+    }
+    cv.notify_all();
+  }
+};
+}  // namespace detail
+
+Batch::Batch(Batch&& o) noexcept { *this = std::move(o); }
+
+Batch& Batch::operator=(Batch&& o) noexcept {
+  if (this == &o) return *this;
+  Release();
+  pool_ = std::move(o.pool_);
+  slot_ = std::exchange(o.slot_, -1);
+  end_ = std::exchange(o.end_, false);
+  pinned_ = o.pinned_;
+  data_ = std::exchange(o.data_, nullptr);
+  dtype_ = o.dtype_;
+  layout_ = o.layout_;
+  std::memcpy(shape_, o.shape_, sizeof shape_);
+  std::memset(o.shape_, 0, sizeof o.shape_);
+  labels_ = std::move(o.labels_);
+  keys_ = std::move(o.keys_);
+  indices_ = std::move(o.indices_);
+  epoch_ = o.epoch_;
+  index_ = o.index_;
+  return *this;
+}
+
+void Batch::Release() {
+  if (pool_ && slot_ >= 0) pool_->Return(slot_);
+  pool_.reset();
+  slot_ = -1;
+  data_ = nullptr;
+  std::memset(shape_, 0, sizeof shape_);
+  labels_.clear();
+  keys_.clear();
+  indices_.clear();
+}
+
+size_t Batch::bytes() const {
+  return size_t(shape_[0]) * size_t(shape_[1]) * size_t(shape_[2]) * size_t(shape_[3]) * DTypeSize(dtype_);
+}
+
+// ---- the loader ----
+
+namespace {
+struct Worker {
+  decode::ImageDecoder decoder;
+  pipeline::Resizer resizer;
+  Sample sample;
+};
+
+struct Job {
+  uint64_t batch = 0;
+  int slot = -1;
+  bool done = false;
+  std::vector<uint64_t> indices;
+  std::vector<int64_t> labels;
+  std::vector<std::string> keys;
+  std::vector<Status> row_status;
+  Status error;                 // first failure under kError, or kCancelled
+  std::vector<Status> skipped;  // under kSkip
+  size_t rows = 0;              // valid rows after compaction
+};
+
+Result<int> EnvInt(const char* name, int dflt) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return dflt;
+  char* end = nullptr;
+  long x = std::strtol(v, &end, 10);
+  if (*end || x < 0 || x > (1 << 20)) return Status::Invalid(fmt::format("environment {}='{}' is not a valid number", name, v));
+  return int(x);
+}
+}  // namespace
+
+struct Loader::Impl {
+  std::unique_ptr<Dataset> dataset;  // when opened by address; outlives `data`
+  std::shared_ptr<RandomAccess> data;
+  std::vector<std::string> class_names;
+  LoaderOptions o;
+  uint64_t n = 0;
+  pipeline::Partition part;
+  pipeline::OutputSpec spec;
+  pipeline::RrcParams rrc;
+  size_t row_elems = 0, row_bytes = 0;
+  bool pinned = false;
+
+  std::unique_ptr<tbb::global_control> control;
+  std::unique_ptr<tbb::task_arena> arena;
+  tbb::enumerable_thread_specific<Worker> workers;
+  std::shared_ptr<detail::BatchPool> pool;
+
+  // Guarded by pool->mu.
+  std::map<uint64_t, std::shared_ptr<Job>> jobs;
+  int in_flight = 0;
+  std::atomic<bool> cancel{false};
+
+  // Consumer-thread state.
+  uint64_t epoch = 0, next = 0, submitted = 0;
+  std::vector<uint64_t> order;
+  Status sticky;
+  std::vector<Status> skipped;
+
+  ~Impl() { Stop(); }
+
+  // Cancels and waits for every job in flight; frees the slots of undelivered jobs.
+  void Stop() {
+    if (!pool) return;
+    cancel.store(true);
+    std::unique_lock<std::mutex> lk(pool->mu);
+    pool->cv.wait(lk, [&] { return in_flight == 0; });
+    for (auto& [b, job] : jobs) pool->state[size_t(job->slot)] = detail::BatchPool::kFree;
+    jobs.clear();
+    cancel.store(false);
+  }
+
+  void Reset(uint64_t e, uint64_t start) {
+    Stop();
+    epoch = e;
+    std::vector<uint64_t> perm = pipeline::EpochPermutation(n, o.seed, e, o.shuffle);
+    order = pipeline::RankIndices(perm, uint32_t(o.rank), uint32_t(o.world_size), o.batch_size, o.drop_last);
+    next = submitted = std::min(start, part.num_batches);
+    sticky = Status::OK();
+    skipped.clear();
+    std::lock_guard<std::mutex> lk(pool->mu);
+    SubmitLocked();
+  }
+
+  void SubmitLocked() {
+    while (submitted < part.num_batches) {
+      int slot = -1;
+      for (size_t i = 0; i < pool->state.size(); ++i)
+        if (pool->state[i] == detail::BatchPool::kFree) {
+          slot = int(i);
+          break;
+        }
+      if (slot < 0) return;
+      pool->state[size_t(slot)] = detail::BatchPool::kLoader;
+      auto job = std::make_shared<Job>();
+      job->batch = submitted;
+      job->slot = slot;
+      uint64_t begin = submitted * o.batch_size;
+      uint64_t end = std::min<uint64_t>(begin + o.batch_size, order.size());
+      job->indices.assign(order.begin() + long(begin), order.begin() + long(end));
+      jobs[submitted] = job;
+      ++submitted;
+      ++in_flight;
+      uint64_t e = epoch;
+      std::shared_ptr<detail::BatchPool> p = pool;  // `this` may be gone once in_flight drops
+      SK_TSAN_RELEASE(job.get());
+      arena->enqueue([this, job, e, p] {
+        SK_TSAN_ACQUIRE(job.get());
+        RunJob(*job, e);
+        std::lock_guard<std::mutex> lk(p->mu);
+        job->done = true;
+        --in_flight;
+        p->cv.notify_all();
+      });
+    }
+  }
+
+  Status DecodeOne(Worker& w, uint64_t e, uint64_t index, uint8_t* dst, int64_t* label, std::string* key) {
+    Sample& s = w.sample;
+    s.clear();
+    Status st = data->Get(index, &s);
+    if (!st.ok()) return st.At(Location{.index = int64_t(index)});
+    *key = s.key;
+    Location where{.key = s.key, .index = int64_t(index)};
+    const Field* f = o.image_field.empty() ? s.image() : s.find(o.image_field);
+    if (!f) {
+      return Status::Corrupt(o.image_field.empty() ? std::string("sample has no image field")
+                                                   : fmt::format("sample has no '{}' field", o.image_field),
+                             where);
+    }
+    *label = s.label().value_or(-1);
+    pipeline::Augment aug;
+    auto choose = [&](const decode::ImageInfo& info) {
+      aug = o.mode == AugmentMode::kTrain
+                ? pipeline::TrainAugment(o.seed, e, index, info.width, info.height, rrc)
+                : pipeline::EvalAugment(info.width, info.height, o.resize_size, o.output_width, o.output_height);
+      return aug.box;
+    };
+    decode::Region r;
+    st = w.decoder.Decode(f->data.data(), f->data.size(), choose, o.dct_scaling ? o.output_width : 0,
+                          o.dct_scaling ? o.output_height : 0, &r);
+    if (!st.ok()) return st.At(where);
+    w.resizer.Run(r.pixels, r.stride, r.width, r.height, r.box, aug.flip, spec, dst);
+    return Status::OK();
+  }
+
+  void RunJob(Job& job, uint64_t e) {
+    const size_t count = job.indices.size();
+    job.labels.assign(count, -1);
+    job.keys.assign(count, std::string());
+    job.row_status.assign(count, Status::OK());
+    uint8_t* base = static_cast<uint8_t*>(pool->buffers[size_t(job.slot)]);
+    SK_TSAN_RELEASE(&job);
+    try {
+      tbb::parallel_for(tbb::blocked_range<size_t>(0, count, 1), [&](const tbb::blocked_range<size_t>& r) {
+        SK_TSAN_ACQUIRE(&job);
+        for (size_t i = r.begin(); i != r.end(); ++i) {
+          if (cancel.load(std::memory_order_relaxed)) {
+            job.row_status[i] = Status::Cancelled("loader stopped");
+            continue;
+          }
+          try {
+            job.row_status[i] = DecodeOne(workers.local(), e, job.indices[i], base + i * row_bytes,
+                                          &job.labels[i], &job.keys[i]);
+          } catch (const std::exception& ex) {
+            job.row_status[i] = Status::Internal(fmt::format("exception while decoding: {}", ex.what()),
+                                                 Location{.index = int64_t(job.indices[i])});
+          }
+        }
+        SK_TSAN_RELEASE(&job.row_status);
+      });
+      SK_TSAN_ACQUIRE(&job.row_status);
+    } catch (const std::exception& ex) {
+      job.error = Status::Internal(fmt::format("exception in the loader: {}", ex.what()));
+      return;
+    }
+    if (cancel.load()) {
+      job.error = Status::Cancelled("loader stopped");
+      return;
+    }
+    // Assemble in order: the first failure (by row) under kError; compaction under kSkip.
+    size_t k = 0;
+    for (size_t i = 0; i < count; ++i) {
+      if (!job.row_status[i].ok()) {
+        if (o.on_error == DecodeErrorPolicy::kError || job.row_status[i].code() == Code::kCancelled) {
+          job.error = job.row_status[i];
+          return;
+        }
+        job.skipped.push_back(job.row_status[i]);
+        continue;
+      }
+      if (k != i) {
+        std::memmove(base + k * row_bytes, base + i * row_bytes, row_bytes);
+        job.labels[k] = job.labels[i];
+        job.keys[k] = std::move(job.keys[i]);
+        job.indices[k] = job.indices[i];
+      }
+      ++k;
+    }
+    job.rows = k;
+    job.labels.resize(k);
+    job.keys.resize(k);
+    job.indices.resize(k);
+  }
+
+  Result<Batch> Next(const std::shared_ptr<detail::BatchPool>& p) {
+    if (!sticky.ok()) return sticky;
+    Batch b;
+    if (next >= part.num_batches) {
+      b.end_ = true;
+      b.epoch_ = epoch;
+      b.index_ = next;
+      return b;
+    }
+    std::shared_ptr<Job> job;
+    {
+      std::unique_lock<std::mutex> lk(p->mu);
+      SubmitLocked();
+      auto it = jobs.find(next);
+      if (it == jobs.end())
+        return Status::Invalid(fmt::format(
+            "all {} batch buffers are held by the consumer: release a batch before calling Next() "
+            "(or raise prefetch)", p->buffers.size()));
+      job = it->second;
+      p->cv.wait(lk, [&] { return job->done; });
+      jobs.erase(it);
+      if (!job->error.ok()) {
+        p->state[size_t(job->slot)] = detail::BatchPool::kFree;
+        sticky = job->error;
+        lk.unlock();
+        return sticky;
+      }
+      p->state[size_t(job->slot)] = detail::BatchPool::kConsumer;
+      ++next;
+      SubmitLocked();
+    }
+    for (auto& s : job->skipped) skipped.push_back(std::move(s));
+    b.pool_ = p;
+    b.slot_ = job->slot;
+    b.pinned_ = pinned;
+    b.data_ = p->buffers[size_t(job->slot)];
+    b.dtype_ = o.dtype;
+    b.layout_ = o.layout;
+    const int64_t nrows = int64_t(job->rows);
+    if (o.layout == Layout::kNCHW) {
+      b.shape_[0] = nrows; b.shape_[1] = 3; b.shape_[2] = o.output_height; b.shape_[3] = o.output_width;
+    } else {
+      b.shape_[0] = nrows; b.shape_[1] = o.output_height; b.shape_[2] = o.output_width; b.shape_[3] = 3;
+    }
+    b.labels_ = std::move(job->labels);
+    b.keys_ = std::move(job->keys);
+    b.indices_ = std::move(job->indices);
+    b.epoch_ = epoch;
+    b.index_ = job->batch;
+    return b;
+  }
+};
+
+Loader::Loader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Loader::~Loader() = default;
+
+namespace {
+Status Validate(LoaderOptions& o) {
+  if (o.batch_size == 0) return Status::Invalid("batch_size must be positive");
+  if (o.output_width <= 0 || o.output_height <= 0 || o.output_width > 16384 || o.output_height > 16384)
+    return Status::Invalid(fmt::format("bad output size {}x{}", o.output_width, o.output_height));
+  if (o.prefetch < 1 || o.prefetch > 1024) return Status::Invalid("prefetch must be in [1, 1024]");
+  if (o.threads < 0 || o.threads > 4096) return Status::Invalid("threads must be in [0, 4096]");
+  if (!(o.scale_min > 0 && o.scale_min <= o.scale_max && o.scale_max <= 1.0))
+    return Status::Invalid("RandomResizedCrop scale must satisfy 0 < min <= max <= 1");
+  if (!(o.ratio_min > 0 && o.ratio_min <= o.ratio_max)) return Status::Invalid("bad aspect ratio range");
+  if (!(o.flip_p >= 0 && o.flip_p <= 1)) return Status::Invalid("flip_p must be in [0, 1]");
+  if (o.resize_size <= 0) return Status::Invalid("resize_size must be positive");
+  for (float s : o.std)
+    if (!(s > 0)) return Status::Invalid("std must be positive");
+  if (o.world_size < 0) {
+    SK_ASSIGN_OR_RETURN(o.world_size, EnvInt("WORLD_SIZE", 1));
+  }
+  if (o.rank < 0) {
+    SK_ASSIGN_OR_RETURN(o.rank, EnvInt("RANK", 0));
+  }
+  if (o.world_size < 1 || o.rank >= o.world_size)
+    return Status::Invalid(fmt::format("rank {} is not within world size {}", o.rank, o.world_size));
+  if (o.threads == 0) o.threads = tbb::info::default_concurrency();
+  return Status::OK();
+}
+}  // namespace
+
+Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<RandomAccess> data, const LoaderOptions& opts) {
+  if (!data) return Status::Invalid("no dataset");
+  auto impl = std::make_unique<Impl>();
+  impl->o = opts;
+  SK_RETURN_IF_ERROR(Validate(impl->o));
+  const LoaderOptions& o = impl->o;
+  impl->data = std::move(data);
+  impl->n = impl->data->size();
+  impl->part = pipeline::PartitionEpoch(impl->n, uint32_t(o.world_size), o.batch_size, o.drop_last);
+  impl->spec.width = o.output_width;
+  impl->spec.height = o.output_height;
+  impl->spec.dtype = o.dtype;
+  impl->spec.layout = o.layout;
+  for (int c = 0; c < 3; ++c) {
+    impl->spec.mean[c] = o.mean[c];
+    impl->spec.std[c] = o.std[c];
+  }
+  impl->rrc = {o.scale_min, o.scale_max, o.ratio_min, o.ratio_max, o.flip_p};
+  impl->row_elems = size_t(o.output_width) * o.output_height * 3;
+  impl->row_bytes = impl->row_elems * DTypeSize(o.dtype);
+
+  auto pool = std::make_shared<detail::BatchPool>();
+  pool->alloc = o.allocator ? o.allocator : DefaultHostAllocator();
+  impl->pinned = pool->alloc->pinned();  // pin_memory without a pinned allocator: pageable
+  pool->slot_bytes = impl->row_bytes * o.batch_size;
+  pool->buffers.assign(size_t(o.prefetch), nullptr);
+  pool->state.assign(size_t(o.prefetch), detail::BatchPool::kFree);
+  for (auto& b : pool->buffers) {
+    b = pool->alloc->Allocate(pool->slot_bytes);
+    if (!b) return Status::IOError(fmt::format("cannot allocate {} batch buffers of {} bytes", o.prefetch, pool->slot_bytes));
+    std::memset(b, 0, pool->slot_bytes);  // fault the pages in now, not during the first epoch
+  }
+  impl->pool = pool;
+  // Let the arena have `threads` workers even beyond TBB's default (hardware - 1).
+  if (size_t(o.threads) + 1 > size_t(tbb::info::default_concurrency()))
+    impl->control = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism,
+                                                          size_t(o.threads) + 1);
+  impl->arena = std::make_unique<tbb::task_arena>(o.threads, 0);
+  impl->Reset(0, 0);
+  return std::unique_ptr<Loader>(new Loader(std::move(impl)));
+}
+
+Result<std::unique_ptr<Loader>> Loader::Create(std::string_view address, const LoaderOptions& opts) {
+  SK_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, Open(address));
+  SK_ASSIGN_OR_RETURN(std::shared_ptr<RandomAccess> ra, ds->NewRandomAccess());
+  std::vector<std::string> names = ds->info().class_names;
+  SK_ASSIGN_OR_RETURN(std::unique_ptr<Loader> l, Create(std::move(ra), opts));
+  l->impl_->class_names = std::move(names);
+  // The dataset must outlive its RandomAccess: Impl declares `dataset` before `data`,
+  // so `data` is destroyed first.
+  l->impl_->dataset = std::move(ds);
+  return l;
+}
+
+void Loader::set_epoch(uint64_t e) { impl_->Reset(e, 0); }
+uint64_t Loader::epoch() const { return impl_->epoch; }
+uint64_t Loader::num_batches() const { return impl_->part.num_batches; }
+uint64_t Loader::num_samples() const { return impl_->n; }
+int Loader::rank() const { return impl_->o.rank; }
+int Loader::world_size() const { return impl_->o.world_size; }
+const LoaderOptions& Loader::options() const { return impl_->o; }
+const std::vector<std::string>& Loader::class_names() const { return impl_->class_names; }
+Result<Batch> Loader::Next() { return impl_->Next(impl_->pool); }
+std::vector<Status> Loader::skipped() const { return impl_->skipped; }
+
+LoaderState Loader::save_state() const {
+  LoaderState s;
+  s.seed = impl_->o.seed;
+  s.epoch = impl_->epoch;
+  s.next_batch = impl_->next;
+  s.num_samples = impl_->n;
+  s.rank = impl_->o.rank;
+  s.world_size = impl_->o.world_size;
+  s.batch_size = impl_->o.batch_size;
+  return s;
+}
+
+Status Loader::restore(const LoaderState& s) {
+  const auto& o = impl_->o;
+  if (s.seed != o.seed || s.num_samples != impl_->n || s.rank != o.rank || s.world_size != o.world_size ||
+      s.batch_size != o.batch_size)
+    return Status::Invalid(fmt::format(
+        "loader state (seed {}, {} samples, rank {}/{}, batch {}) does not match this loader "
+        "(seed {}, {} samples, rank {}/{}, batch {})",
+        s.seed, s.num_samples, s.rank, s.world_size, s.batch_size, o.seed, impl_->n, o.rank, o.world_size,
+        o.batch_size));
+  if (s.next_batch > impl_->part.num_batches)
+    return Status::Invalid(fmt::format("loader state is at batch {} of an epoch of {}", s.next_batch,
+                                       impl_->part.num_batches));
+  impl_->Reset(s.epoch, s.next_batch);
+  return Status::OK();
+}
+
+}  // namespace shardkit

@@ -1,0 +1,121 @@
+#include "pipeline/plan.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace shardkit::pipeline {
+
+uint64_t Stream::UniformInt(uint64_t n) {
+  // Lemire: m = x * n (128 bit); accept unless the low half falls in the biased zone.
+  uint64_t x = Next();
+  __uint128_t m = __uint128_t(x) * n;
+  uint64_t l = uint64_t(m);
+  if (l < n) {
+    uint64_t t = (0 - n) % n;
+    while (l < t) {
+      x = Next();
+      m = __uint128_t(x) * n;
+      l = uint64_t(m);
+    }
+  }
+  return uint64_t(m >> 64);
+}
+
+std::vector<uint64_t> EpochPermutation(uint64_t n, uint64_t seed, uint64_t epoch, bool shuffle) {
+  std::vector<uint64_t> p(n);
+  for (uint64_t i = 0; i < n; ++i) p[i] = i;
+  if (!shuffle || n < 2) return p;
+  Stream s(seed, PermutationStream(epoch));
+  for (uint64_t i = n - 1; i > 0; --i) std::swap(p[i], p[s.UniformInt(i + 1)]);
+  return p;
+}
+
+Partition PartitionEpoch(uint64_t n, uint32_t world, uint64_t batch_size, bool drop_last) {
+  Partition r;
+  if (world == 0 || batch_size == 0) return r;
+  if (drop_last) {
+    r.per_rank = n / world;
+    r.num_batches = r.per_rank / batch_size;
+    r.per_rank = r.num_batches * batch_size;
+    r.dropped = n - r.per_rank * world;
+  } else {
+    r.per_rank = (n + world - 1) / world;
+    r.num_batches = (r.per_rank + batch_size - 1) / batch_size;
+    r.padded = r.per_rank * world - n;
+  }
+  return r;
+}
+
+std::vector<uint64_t> RankIndices(const std::vector<uint64_t>& perm, uint32_t rank, uint32_t world,
+                                  uint64_t batch_size, bool drop_last) {
+  Partition part = PartitionEpoch(perm.size(), world, batch_size, drop_last);
+  std::vector<uint64_t> out;
+  if (perm.empty()) return out;
+  out.reserve(part.per_rank);
+  for (uint64_t k = 0; k < part.per_rank; ++k) {
+    uint64_t pos = uint64_t(rank) + k * world;  // position in the padded permutation
+    out.push_back(perm[pos % perm.size()]);     // pad: wrap around to the first samples
+  }
+  return out;
+}
+
+Augment TrainAugment(uint64_t seed, uint64_t epoch, uint64_t index, int width, int height,
+                     const RrcParams& p) {
+  Stream s(seed, SampleStream(epoch, index));
+  Augment a;
+  const double area = double(width) * height;
+  const double log_lo = std::log(p.ratio_min), log_hi = std::log(p.ratio_max);
+  bool found = false;
+  for (int attempt = 0; attempt < 10 && !found; ++attempt) {
+    double target = area * (p.scale_min + (p.scale_max - p.scale_min) * s.UniformDouble());
+    double ratio = std::exp(log_lo + (log_hi - log_lo) * s.UniformDouble());
+    long w = std::lround(std::sqrt(target * ratio));
+    long h = std::lround(std::sqrt(target / ratio));
+    if (w > 0 && h > 0 && w <= width && h <= height) {
+      long y = long(s.UniformInt(uint64_t(height - h + 1)));
+      long x = long(s.UniformInt(uint64_t(width - w + 1)));
+      a.box = {double(x), double(y), double(w), double(h)};
+      found = true;
+    }
+  }
+  if (!found) {  // torchvision's fallback: the whole image, clamped to the ratio range
+    double in_ratio = double(width) / height;
+    long w = width, h = height;
+    if (in_ratio < p.ratio_min) {
+      h = std::lround(w / p.ratio_min);
+    } else if (in_ratio > p.ratio_max) {
+      w = std::lround(h * p.ratio_max);
+    }
+    w = std::clamp<long>(w, 1, width);
+    h = std::clamp<long>(h, 1, height);
+    a.box = {double((width - w) / 2), double((height - h) / 2), double(w), double(h)};
+  }
+  // The flip draw always comes after the crop draws' fixed budget so that it is
+  // independent of how many attempts the crop took.
+  Stream f(seed, SampleStream(epoch, index) ^ 0xf11bf11bull);
+  a.flip = f.UniformDouble() < p.flip_p;
+  return a;
+}
+
+Augment EvalAugment(int width, int height, int resize, int out_w, int out_h) {
+  Augment a;
+  // torchvision Resize(int): shorter side -> resize, longer side int(resize * long / short).
+  double rw, rh;
+  if (width <= height) {
+    rw = resize;
+    rh = std::floor(double(resize) * height / width);
+  } else {
+    rh = resize;
+    rw = std::floor(double(resize) * width / height);
+  }
+  const double sx = width / rw, sy = height / rh;  // source pixels per resized pixel
+  // CenterCrop: top = round((rh - out_h) / 2), left = round((rw - out_w) / 2).
+  double left = std::nearbyint((rw - out_w) / 2.0), top = std::nearbyint((rh - out_h) / 2.0);  // Python round: half to even
+  double cw = std::min<double>(out_w, rw), ch = std::min<double>(out_h, rh);
+  left = std::max(0.0, left);
+  top = std::max(0.0, top);
+  a.box = {left * sx, top * sy, cw * sx, ch * sy};
+  return a;
+}
+
+}  // namespace shardkit::pipeline

@@ -1,0 +1,93 @@
+// pipeline/plan.h (internal): the epoch plan and per-sample augmentation randomness.
+//
+// Everything here is a pure function of its arguments, identical on every machine:
+// no std::shuffle, no std::uniform_int_distribution (whose results are
+// implementation-defined), no floating point in the permutation.
+//
+// Random numbers: Rand(seed, stream, counter) is SplitMix64's finalizer applied to a
+// combination of the three words (a counter-based generator: the i-th draw of a stream
+// does not depend on the draws before it). UniformInt(n) uses Lemire's multiply-shift
+// with rejection, drawing counters c, c+1, ... until accepted.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace shardkit::pipeline {
+
+// SplitMix64's output function (Steele, Lea, Flood 2014).
+inline uint64_t Mix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// A counter-based stream: draw i is Mix64(Mix64(seed ^ Mix64(stream)) + i * golden).
+class Stream {
+ public:
+  Stream(uint64_t seed, uint64_t stream) : key_(Mix64(seed ^ Mix64(stream ^ 0x5eed5eed5eedull))) {}
+  uint64_t Next() { return Mix64(key_ + (counter_++) * 0xd1b54a32d192ed03ull); }
+  // Uniform in [0, n), n >= 1 (Lemire 2019, with rejection: exact).
+  uint64_t UniformInt(uint64_t n);
+  // Uniform in [0, 1) with 53 random bits.
+  double UniformDouble() { return double(Next() >> 11) * 0x1.0p-53; }
+
+ private:
+  uint64_t key_;
+  uint64_t counter_ = 0;
+};
+
+// Stream ids, so that the permutation and the augmentations never share draws.
+inline uint64_t PermutationStream(uint64_t epoch) { return Mix64(epoch * 2 + 1); }
+inline uint64_t SampleStream(uint64_t epoch, uint64_t index) { return Mix64(Mix64(epoch * 2 + 2) ^ index); }
+
+// The global order of an epoch: Fisher-Yates (i from n-1 down to 1, j = UniformInt(i+1))
+// over [0, n) driven by Stream(seed, PermutationStream(epoch)); identity when !shuffle.
+std::vector<uint64_t> EpochPermutation(uint64_t n, uint64_t seed, uint64_t epoch, bool shuffle);
+
+// How one rank's share of an epoch is cut.
+struct Partition {
+  uint64_t per_rank = 0;     // samples this (and every) rank yields
+  uint64_t num_batches = 0;  // batches every rank yields
+  uint64_t padded = 0;       // samples repeated (pad) in the whole epoch, over all ranks
+  uint64_t dropped = 0;      // samples dropped in the whole epoch, over all ranks
+};
+// drop_last: each rank gets floor(n / world) samples and only full batches.
+// otherwise: the epoch is padded by repeating its first samples to a multiple of world;
+// each rank gets ceil(n / world) samples; its last batch may be partial (same on all ranks).
+Partition PartitionEpoch(uint64_t n, uint32_t world, uint64_t batch_size, bool drop_last);
+
+// The dataset indices of this rank's samples in this epoch, in order: rank r takes
+// positions r, r + world, r + 2*world, ... of the (padded) permutation, like PyTorch's
+// DistributedSampler.
+std::vector<uint64_t> RankIndices(const std::vector<uint64_t>& perm, uint32_t rank, uint32_t world,
+                                  uint64_t batch_size, bool drop_last);
+
+// A crop box in source pixel coordinates (may be fractional in eval mode).
+struct CropBox {
+  double x = 0, y = 0, w = 0, h = 0;
+};
+
+struct Augment {
+  CropBox box;
+  bool flip = false;
+};
+
+struct RrcParams {
+  double scale_min = 0.08, scale_max = 1.0;
+  double ratio_min = 3.0 / 4.0, ratio_max = 4.0 / 3.0;
+  double flip_p = 0.5;
+};
+
+// torchvision's RandomResizedCrop.get_params for an image of width x height, plus a
+// horizontal flip with probability flip_p, drawn from Stream(seed, SampleStream(epoch,
+// index)). Ten attempts at a box inside the image, then the center-crop fallback.
+Augment TrainAugment(uint64_t seed, uint64_t epoch, uint64_t index, int width, int height,
+                     const RrcParams& p);
+
+// Evaluation: resize the shorter side to `resize` then center crop out_w x out_h, expressed
+// as one box in source coordinates (the crop of the resized image mapped back). No flip.
+Augment EvalAugment(int width, int height, int resize, int out_w, int out_h);
+
+}  // namespace shardkit::pipeline
