@@ -9,6 +9,19 @@ cd "$(dirname "$0")/.."
 SECS="${1:-60}"
 BUILD="${2:-build-fuzz}"
 TARGETS="${FUZZ_TARGETS:-tar dali_index lmdb_record lmdb_env hdf5 jpeg}"
+# clang and libFuzzer's runtime are needed by this script only: installed here
+# (as root, or through sudo) rather than by scripts/install-deps.sh.
+need=()
+for p in clang-14 libclang-rt-14-dev; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "fuzz.sh: installing ${need[*]}" >&2
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
 CXX_BIN="$(command -v clang++-14 || command -v clang++ || true)"
 CC_BIN="$(command -v clang-14 || command -v clang || true)"
 if [ -z "$CXX_BIN" ] || [ -z "$CC_BIN" ]; then
