@@ -364,3 +364,125 @@ TEST_CASE("resume: lmdb disk full keeps the committed samples, a changed source 
   CHECK(Contents(t / "o.lmdb") == ref);
   formats::lmdb::SetBatchSamplesForTest(0);
 }
+
+// ---------------------------------------------------------------------------
+// Through the shardkit command.
+
+namespace {
+
+// A class folder of n files of `size` pseudo-random bytes (convert copies bytes; nothing decodes them).
+void MakeBigFolder(const std::string& root, int n, size_t size) {
+  uint64_t x = 88172645463325252ull;
+  for (int i = 0; i < n; ++i) {
+    std::string bytes(size, '\0');
+    for (auto& c : bytes) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      c = char(x);
+    }
+    fs::create_directories(root + fmt::format("/c{}", i % 4));
+    sk_test::WriteFile(root + fmt::format("/c{}/img{:05d}.jpg", i % 4, i), bytes);
+  }
+}
+
+size_t JournalShards(const std::string& path) {
+  std::string text;
+  try {
+    text = sk_test::ReadFile(path);
+  } catch (...) {
+    return 0;
+  }
+  size_t n = 0;
+  for (size_t p = 0; (p = text.find("\"digest\"", p)) != std::string::npos; ++p) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("resume: shardkit convert killed with SIGKILL, then --resume, equals an uninterrupted run", "[resume]") {
+  TempDir t;
+  MakeBigFolder(t / "in", 240, 48 << 10);
+  const std::string flags = "--samples-per-shard 8 --threads 1";
+  auto ref = sk_test::Cli(fmt::format("convert {} wds:{} {}", sk_test::Q(t / "in"), sk_test::Q(t / "ref/x-%06d.tar"), flags));
+  INFO(ref.err);
+  REQUIRE(ref.exit_code == 0);
+  auto want = Snapshot(t / "ref");
+  REQUIRE(want.size() == 61);  // 30 shards, 30 indexes, the manifest
+  int interrupted = 0;
+  for (size_t k : {1u, 7u, 19u}) {
+    std::string out = t / fmt::format("k{}", k);
+    std::string journal = out + "/x.manifest.json.partial";
+    pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      std::string in = t / "in", dst = "wds:" + out + "/x-%06d.tar";
+      ::execl(SHARDKIT_CLI, SHARDKIT_CLI, "convert", in.c_str(), dst.c_str(), "--samples-per-shard", "8", "--threads",
+              "1", static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    // Kill it as soon as its journal lists k complete shards.
+    int status = 0;
+    bool exited = false;
+    for (;;) {
+      if (::waitpid(pid, &status, WNOHANG) == pid) {
+        exited = true;
+        break;
+      }
+      if (JournalShards(journal) >= k) {
+        ::kill(pid, SIGKILL);
+        REQUIRE(::waitpid(pid, &status, 0) == pid);
+        break;
+      }
+      ::usleep(200);
+    }
+    if (exited) {
+      WARN("the conversion finished before it could be killed at shard " << k);
+      continue;
+    }
+    ++interrupted;
+    INFO("killed after " << JournalShards(journal) << " shards");
+    CHECK_FALSE(io::Exists(out + "/x.manifest.json"));
+    // Without --resume: refused, pointing to --resume.
+    auto plain = sk_test::Cli(fmt::format("convert {} wds:{} {}", sk_test::Q(t / "in"), sk_test::Q(out + "/x-%06d.tar"), flags));
+    CHECK(plain.exit_code == 1);
+    CHECK_THAT(plain.err, Catch::Contains("--resume"));
+    auto res = sk_test::Cli(
+        fmt::format("convert {} wds:{} {} --resume", sk_test::Q(t / "in"), sk_test::Q(out + "/x-%06d.tar"), flags));
+    INFO(res.err);
+    REQUIRE(res.exit_code == 0);
+    CHECK(Snapshot(out) == want);
+  }
+  CHECK(interrupted > 0);
+}
+
+TEST_CASE("resume: disk full on a small tmpfs: exit 1 naming the shard, then --resume on more space", "[resume]") {
+  TempDir t;
+  MakeBigFolder(t / "in", 96, 48 << 10);  // about 4.6 MB
+  const std::string flags = "--samples-per-shard 8 --threads 1";
+  auto ref = sk_test::Cli(fmt::format("convert {} wds:{} {}", sk_test::Q(t / "in"), sk_test::Q(t / "ref/x-%06d.tar"), flags));
+  REQUIRE(ref.exit_code == 0);
+  fs::create_directories(t / "small");
+  auto m = sk_test::Run(fmt::format("mount -t tmpfs -o size=2m tmpfs {}", sk_test::Q(t / "small")));
+  if (m.exit_code != 0) {
+    WARN("skipped: cannot mount a tmpfs here (" << m.err << "); the ENOSPC fault-hook tests cover the library");
+    return;
+  }
+  struct Unmount {
+    std::string dir;
+    ~Unmount() { (void)sk_test::Run("umount " + sk_test::Q(dir)); }
+  } unmount{t / "small"};
+  std::string dst = "wds:" + (t / "small/x-%06d.tar");
+  auto full = sk_test::Cli(fmt::format("convert {} {} {}", sk_test::Q(t / "in"), sk_test::Q(dst), flags));
+  INFO(full.err);
+  CHECK(full.exit_code == 1);
+  CHECK_THAT(full.err, Catch::Contains("No space left on device"));
+  CHECK_THAT(full.err, Catch::Contains("--resume"));
+  CHECK_THAT(full.err, Catch::Contains("small/x-0000"));
+  CHECK(io::Exists(t / "small/x.manifest.json.partial"));
+  CHECK_FALSE(io::Exists(t / "small/x.manifest.json"));
+  for (const auto& [name, _] : Snapshot(t / "small")) CHECK(name.find(".tmp-") == std::string::npos);
+  REQUIRE(sk_test::Run(fmt::format("mount -o remount,size=64m {}", sk_test::Q(t / "small"))).exit_code == 0);
+  auto res = sk_test::Cli(fmt::format("convert {} {} {} --resume", sk_test::Q(t / "in"), sk_test::Q(dst), flags));
+  INFO(res.err);
+  REQUIRE(res.exit_code == 0);
+  CHECK(Snapshot(t / "small") == Snapshot(t / "ref"));
+}
