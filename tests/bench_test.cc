@@ -103,3 +103,49 @@ TEST_CASE("cold bench drops the page cache and says so", "[bench]") {
   for (const auto& n : r->notes) said |= n.find("DONTNEED") != std::string::npos;
   CHECK(said);
 }
+
+TEST_CASE("shardkit bench on the command line: table, JSON, plot, loader mode, errors", "[bench][cli]") {
+  sk_test::TempDir d;
+  sk_test::MakeImageFolder(d / "imgs", 2, 8);
+  auto conv = sk_test::Cli("convert " + sk_test::Q(d / "imgs") + " " + sk_test::Q("wds:" + (d / "s-%06d.tar")));
+  REQUIRE(conv.exit_code == 0);
+  auto r = sk_test::Cli(sk_test::Q(d / "imgs") + " " + sk_test::Q(d / "s.manifest.json"));
+  CHECK(r.exit_code == 2);  // no subcommand given: usage
+  r = sk_test::Cli("bench " + sk_test::Q(d / "imgs") + " " + sk_test::Q(d / "s.manifest.json") +
+                   " --samples 32 --threads 1,2 --json --plot " + sk_test::Q(d / "p.svg"));
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  CHECK(j["schema"] == "shardkit-bench-v1");
+  std::set<std::string> formats;
+  for (const auto& row : j["rows"]) formats.insert(row["format"].get<std::string>());
+  CHECK(formats == std::set<std::string>{"folder", "wds", "memcpy", "memory"});
+  CHECK(sk_test::ReadFile(d / "p.svg").find("<svg") != std::string::npos);
+  r = sk_test::Cli("bench " + sk_test::Q(d / "s.manifest.json") + " --samples 16");
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("random-view") != std::string::npos);
+  CHECK(r.out.find("floor:memcpy") != std::string::npos);
+  r = sk_test::Cli("bench " + sk_test::Q(d / "s.manifest.json") +
+                   " --loader --batch-size 4 --batches 3 --threads 1 --step-ms 1 --json");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  auto l = nlohmann::json::parse(r.out);
+  CHECK(l["schema"] == "shardkit-bench-loader-v1");
+  REQUIRE(l["rows"].size() == 1);
+  CHECK(l["rows"][0]["batches"] == 3);
+  CHECK(l["rows"][0]["images"] == 12);
+  CHECK(l["rows"][0]["images_per_s"].get<double>() > 0);
+  double stall = l["rows"][0]["stall_share"].get<double>();
+  CHECK(stall >= 0);
+  CHECK(stall <= 1);
+  r = sk_test::Cli("bench " + sk_test::Q(d / "missing"));
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find(d / "missing") != std::string::npos);
+  r = sk_test::Cli("bench " + sk_test::Q(d / "imgs") + " --threads 0,x");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--threads") != std::string::npos);
+  r = sk_test::Cli("bench --help");
+  for (const char* flag : {"--mode", "--threads", "--samples", "--seconds", "--cold", "--seed", "--json", "--plot",
+                           "--loader", "--batch-size", "--step-ms"})
+    CHECK(r.out.find(flag) != std::string::npos);
+}

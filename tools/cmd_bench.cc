@@ -45,6 +45,11 @@ RunFn SetupBench(CLI::App* sub) {
     bool json = false;
     std::string plot;
     bool no_floor = false;
+    bool loader = false;
+    uint32_t batch_size = 256;
+    uint64_t batches = 0;
+    double step_ms = 0;
+    std::string dtype = "float32";
   };
   auto f = std::make_shared<Flags>();
   sub->add_option("DATASET", f->addresses,
@@ -65,6 +70,16 @@ RunFn SetupBench(CLI::App* sub) {
   sub->add_flag("--json", f->json, "Print the report as JSON (schema shardkit-bench-v1, see docs/bench.md)");
   sub->add_option("--plot", f->plot, "Write an SVG with the latency CDFs and throughput versus threads");
   sub->add_flag("--no-floor", f->no_floor, "Skip the memcpy floor and the in-memory dataset rows");
+  sub->add_flag("--loader", f->loader,
+                "Measure the whole input pipeline instead: the streaming reader (RandomResizedCrop 224, flip, "
+                "normalize) with each --threads count; reports batches/s, images/s and the consumer's wait");
+  sub->add_option("--batch-size", f->batch_size, "With --loader: images per batch (default 256)");
+  sub->add_option("--batches", f->batches, "With --loader: batches to time (default one epoch, at most 200)");
+  sub->add_option("--step-ms", f->step_ms,
+                  "With --loader: simulated training step per batch in ms; the stall column is then the share "
+                  "of time a training step would wait for input");
+  sub->add_option("--dtype", f->dtype, "With --loader: float32, float16, bfloat16 or uint8 (default float32)")
+      ->check(CLI::IsMember({"float32", "float16", "bfloat16", "uint8"}));
   sub->footer(std::string("Reports per dataset, mode and thread count: latency p50/p90/p99/p99.9/max of whole-sample\n"
                           "reads (us), samples/s, MB/s and CPU us per sample. random-view hands out zero-copy views;\n"
                           "random-copy also copies the bytes into the caller's buffer. The floor rows are a memcpy\n"
@@ -72,9 +87,37 @@ RunFn SetupBench(CLI::App* sub) {
                           "Examples:\n"
                           "  shardkit bench images/ out/train.manifest.json lmdb:train.lmdb train.h5\n"
                           "  shardkit bench train.lmdb --threads 1,2,4,8 --seconds 5 --plot bench.svg\n"
-                          "  shardkit bench out/train.manifest.json --mode both --cold --json\n") +
+                          "  shardkit bench out/train.manifest.json --mode both --cold --json\n"
+                          "  shardkit bench out/train.manifest.json --loader --threads 1,2 --step-ms 50\n") +
               kExitHelp);
   return [f]() -> int {
+    if (f->loader) {
+      std::vector<int> threads;
+      if (!ParseThreads(f->threads, &threads))
+        return UsageError(fmt::format("--threads: '{}' is not a comma-separated list of thread counts", f->threads));
+      if (f->batch_size == 0) return UsageError("--batch-size must be at least 1");
+      std::vector<LoaderBenchResult> rows;
+      for (const auto& a : f->addresses)
+        for (int t : threads) {
+          LoaderBenchOptions o;
+          o.loader.threads = t;
+          o.loader.batch_size = f->batch_size;
+          o.loader.rank = 0;
+          o.loader.world_size = 1;
+          o.loader.dtype = f->dtype == "uint8"      ? DType::kUint8
+                           : f->dtype == "float16"  ? DType::kFloat16
+                           : f->dtype == "bfloat16" ? DType::kBFloat16
+                                                    : DType::kFloat32;
+          o.loader.layout = o.loader.dtype == DType::kUint8 ? Layout::kNHWC : Layout::kNCHW;
+          o.batches = f->batches;
+          o.step_ms = f->step_ms;
+          auto r = RunLoaderBench(a, o);
+          if (!r.ok()) return Fail(r.status());
+          rows.push_back(*r);
+        }
+      std::fputs(f->json ? LoaderBenchJson(rows).c_str() : LoaderBenchTable(rows).c_str(), stdout);
+      return kExitOk;
+    }
     BenchOptions o;
     o.random = f->mode != "sequential";
     o.sequential = f->mode != "random";

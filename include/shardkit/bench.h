@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "shardkit/loader.h"
 #include "shardkit/status.h"
 
 namespace shardkit {
@@ -74,6 +75,33 @@ std::vector<uint64_t> BenchOrder(uint64_t seed, uint64_t size, uint64_t n);
 
 // Percentiles by nearest rank over `us` (sorted in place).
 LatencyStats ComputeLatency(std::vector<float>& us);
+
+// The whole input pipeline, as a training loop sees it: the streaming reader's
+// batches/s and images/s, and how long the consumer waited in Next() for each
+// batch. With step_ms > 0 the consumer spends that long per batch (a stand-in
+// for a training step, busy-waiting), and stall_share is the share of the wall
+// time it spent waiting: the part of a GPU's time lost to the input pipeline.
+struct LoaderBenchOptions {
+  LoaderOptions loader;
+  uint64_t batches = 0;   // batches to time (0: one epoch, at most 200); a first one is untimed
+  double step_ms = 0;     // simulated consumer work per batch
+};
+
+struct LoaderBenchResult {
+  std::string dataset;
+  int threads = 0;
+  uint32_t batch_size = 0;
+  uint64_t batches = 0, images = 0;
+  double seconds = 0;
+  double batches_per_s = 0, images_per_s = 0;
+  LatencyStats wait_ms;      // the consumer's wait in Next(), per batch, in milliseconds
+  double stall_share = 0;    // waiting / wall time
+  double step_ms = 0;
+};
+
+Result<LoaderBenchResult> RunLoaderBench(const std::string& address, const LoaderBenchOptions& opts);
+std::string LoaderBenchTable(const std::vector<LoaderBenchResult>& r);
+std::string LoaderBenchJson(const std::vector<LoaderBenchResult>& r);
 
 // Renderings of a report. The JSON schema is "shardkit-bench-v1", documented in docs/bench.md.
 std::string BenchTable(const BenchReport& r);

@@ -542,6 +542,85 @@ const BenchRow* Floor(const BenchReport& r, int threads) {
 }
 }  // namespace
 
+Result<LoaderBenchResult> RunLoaderBench(const std::string& address, const LoaderBenchOptions& opts) {
+  SK_ASSIGN_OR_RETURN(auto loader, Loader::Create(address, opts.loader));
+  LoaderBenchResult r;
+  r.dataset = address;
+  r.threads = opts.loader.threads > 0 ? opts.loader.threads : int(std::thread::hardware_concurrency());
+  r.batch_size = opts.loader.batch_size;
+  r.step_ms = opts.step_ms;
+  uint64_t want = opts.batches ? opts.batches : std::min<uint64_t>(loader->num_batches(), 200);
+  auto busy = [&](double ms) {
+    auto until = Clock::now() + std::chrono::duration<double, std::milli>(ms);
+    while (Clock::now() < until) {
+    }
+  };
+  // One untimed batch: the pipeline fills up and the page cache warms as in training.
+  {
+    SK_ASSIGN_OR_RETURN(Batch b, loader->Next());
+    if (b.end_of_epoch()) return Status::Invalid("the dataset yields no batch", Location{.file = address});
+  }
+  std::vector<float> waits;
+  double waited = 0;
+  uint64_t epoch = 0;
+  auto t0 = Clock::now();
+  while (r.batches < want) {
+    auto w0 = Clock::now();
+    SK_ASSIGN_OR_RETURN(Batch b, loader->Next());
+    if (b.end_of_epoch()) {
+      loader->set_epoch(++epoch);
+      continue;
+    }
+    double w = std::chrono::duration<double, std::milli>(Clock::now() - w0).count();
+    waits.push_back(float(w));
+    waited += w;
+    r.images += b.size();
+    r.batches++;
+    if (opts.step_ms > 0) busy(opts.step_ms);
+  }
+  r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  r.batches_per_s = r.seconds > 0 ? double(r.batches) / r.seconds : 0;
+  r.images_per_s = r.seconds > 0 ? double(r.images) / r.seconds : 0;
+  r.wait_ms = ComputeLatency(waits);
+  r.stall_share = r.seconds > 0 ? waited / 1e3 / r.seconds : 0;
+  return r;
+}
+
+std::string LoaderBenchTable(const std::vector<LoaderBenchResult>& rs) {
+  std::string out = fmt::format("{:<40} {:>4} {:>6} {:>8} {:>10} {:>10} {:>9} {:>9} {:>9} {:>8}\n", "dataset", "thr",
+                                "batch", "step ms", "batches/s", "images/s", "wait p50", "wait p99", "wait max",
+                                "stall");
+  for (const auto& r : rs) {
+    std::string name = r.dataset.size() > 40 ? "..." + r.dataset.substr(r.dataset.size() - 37) : r.dataset;
+    out += fmt::format("{:<40} {:>4} {:>6} {:>8.1f} {:>10.2f} {:>10.0f} {:>9.2f} {:>9.2f} {:>9.2f} {:>7.1f}%\n", name,
+                       r.threads, r.batch_size, r.step_ms, r.batches_per_s, r.images_per_s, r.wait_ms.p50,
+                       r.wait_ms.p99, r.wait_ms.max, r.stall_share * 100);
+  }
+  out += "wait: the consumer's time in Next() per batch (ms); stall: waiting / wall time, the share of a training "
+         "step lost to input\n";
+  return out;
+}
+
+std::string LoaderBenchJson(const std::vector<LoaderBenchResult>& rs) {
+  nlohmann::json j;
+  j["schema"] = "shardkit-bench-loader-v1";
+  j["rows"] = nlohmann::json::array();
+  for (const auto& r : rs)
+    j["rows"].push_back({{"dataset", r.dataset},
+                         {"threads", r.threads},
+                         {"batch_size", r.batch_size},
+                         {"step_ms", r.step_ms},
+                         {"batches", r.batches},
+                         {"images", r.images},
+                         {"seconds", r.seconds},
+                         {"batches_per_s", r.batches_per_s},
+                         {"images_per_s", r.images_per_s},
+                         {"wait_ms", {{"p50", r.wait_ms.p50}, {"p90", r.wait_ms.p90}, {"p99", r.wait_ms.p99},
+                                      {"max", r.wait_ms.max}, {"mean", r.wait_ms.mean}}},
+                         {"stall_share", r.stall_share}});
+  return j.dump(2) + "\n";
+}
+
 std::string BenchTable(const BenchReport& r) {
   std::string out = fmt::format("{:<40} {:<11} {:>3} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>8} {:>9} {:>9}\n",
                                 "dataset", "mode", "thr", "p50 us", "p90 us", "p99 us", "p99.9 us", "max us",
