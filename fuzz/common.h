@@ -16,15 +16,16 @@
 namespace fuzz {
 
 inline const std::string& Scratch() {
-  static const std::string dir = [] {
+  // Never destroyed: the atexit handler that removes it runs after static destructors.
+  static const std::string* dir = [] {
     const char* base = getenv("TMPDIR");
     std::string b = base && *base ? base : (std::filesystem::is_directory("/dev/shm") ? "/dev/shm" : "/tmp");
-    std::string tmpl = b + "/shardkit-fuzz-XXXXXX";
-    if (!mkdtemp(tmpl.data())) abort();
+    auto* tmpl = new std::string(b + "/shardkit-fuzz-XXXXXX");
+    if (!mkdtemp(tmpl->data())) abort();
     atexit([] { std::error_code ec; std::filesystem::remove_all(Scratch(), ec); });
     return tmpl;
   }();
-  return dir;
+  return *dir;
 }
 
 inline void WriteBytes(const std::string& path, const uint8_t* data, size_t size) {

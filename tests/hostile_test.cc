@@ -391,3 +391,37 @@ TEST_CASE("hostile images for the decoder: zero bytes, 12-bit, PNG named .JPEG, 
     CHECK(s.find("jpg")->data.size() == 0);
   }
 }
+
+TEST_CASE("a DALI index whose member name the headers cannot confirm is not trusted (fuzz finding)", "[hostile]") {
+  // fuzz_dali_index: an index naming "k/1.cl\xfa" for the member "k/1.cls" was
+  // trusted (non-ASCII names were not compared with the header), so the sample's
+  // field came back as "cl\xfa". Such an index must be ignored and the shard scanned.
+  TempDir t;
+  {
+    auto w = Create("wds:" + (t / "s-%06d.tar"));
+    REQUIRE(w.ok());
+    for (int i = 0; i < 3; ++i) {
+      Sample s;
+      s.key = fmt::format("k/{}", i);
+      s.set("bin", Bytes::Take(std::string(size_t(100 * i + 1), 'x')));
+      s.set_label(i);
+      REQUIRE((*w)->Write(s).ok());
+    }
+    REQUIRE((*w)->Finish().ok());
+  }
+  std::string idx = sk_test::ReadFile(t / "s-000000.idx");
+  size_t at = idx.find("k/1.cls");
+  REQUIRE(at != std::string::npos);
+  idx.replace(at, 7, "k/1.cl\xfa");
+  sk_test::WriteFile(t / "s-000000.idx", idx);
+  auto ds = Open("wds:" + (t / "s-000000.tar"));
+  REQUIRE(ds.ok());
+  auto ra = (*ds)->NewRandomAccess();
+  REQUIRE(ra.ok());
+  REQUIRE((*ra)->size() == 3);
+  Sample s;
+  REQUIRE((*ra)->Get(1, &s).ok());
+  CHECK(s.key == "k/1");
+  CHECK(s.find("cls"));
+  CHECK(s.label() == 1);
+}

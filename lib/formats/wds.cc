@@ -310,12 +310,15 @@ Result<ShardIndex> LoadIdx(const std::string& idx_path, const io::MappedFile& ma
       char type = char(h[156]);
       if (!tar::ParseNumber(h + 124, 12, &hsize) || hsize != size || (type != '0' && type != '\0'))
         return bad("index does not match the member headers");
-      // The name must be the member's own: compare with the ustar name when it
-      // can hold it; distrust escaped names (`tar --list` output, as wds2idx uses).
+      // The name must be the member's own: it must equal the ustar name (prefix/name);
+      // distrust escaped names (`tar --list` output, as wds2idx uses). A name the
+      // ustar fields cannot hold (long, or replaced there by a pax record) cannot be
+      // checked here, so such an index is not trusted and the shard is scanned:
+      // fuzz_dali_index found an index whose unchecked non-ASCII name changed a
+      // field's extension.
       std::string_view name = tok[i + 3];
       if (name.find('\\') != std::string_view::npos) return bad("escaped member name");
-      bool ascii = std::all_of(name.begin(), name.end(), [](char c) { return uint8_t(c) < 0x80; });
-      if (ascii && name.size() <= 100) {
+      {
         std::string ustar(reinterpret_cast<const char*>(h), strnlen(reinterpret_cast<const char*>(h), 100));
         if (std::memcmp(h + 257, "ustar\0", 6) == 0 && h[345] != 0)
           ustar = std::string(reinterpret_cast<const char*>(h + 345), strnlen(reinterpret_cast<const char*>(h + 345), 155)) +
