@@ -370,8 +370,10 @@ TEST_CASE("wds: the DALI index holds the real member offsets", "[wds]") {
   }
   CHECK(next == samples.size());
 
-  // Random access takes its offsets from a consistent .idx without scanning: an
-  // index that leaves out the first sample (still consistent) shows through.
+  // An index that leaves out the first sample (consistent otherwise) is not
+  // trusted: every byte before an indexed member must be accounted for, else
+  // samples would silently go missing (found by fuzz_dali_index). The shard is
+  // scanned instead and all samples come back.
   std::string idx0 = t / "o/v-000000.idx";
   std::string text = sk_test::ReadFile(idx0);
   size_t l1 = text.find('\n'), l2 = text.find('\n', l1 + 1);
@@ -380,10 +382,10 @@ TEST_CASE("wds: the DALI index holds the real member offsets", "[wds]") {
   REQUIRE(ds.ok());
   auto ra = (*ds)->NewRandomAccess();
   REQUIRE(ra.ok());
-  CHECK((*ra)->size() == samples.size() - 1);
+  CHECK((*ra)->size() == samples.size());
   Sample first;
   REQUIRE((*ra)->Get(0, &first).ok());
-  CHECK(first.key == samples[1].key);
+  CHECK(first.key == samples[0].key);
 }
 
 TEST_CASE("wds: random access equals the sequential read, from many threads", "[wds]") {

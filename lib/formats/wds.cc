@@ -276,12 +276,11 @@ Result<ShardIndex> LoadIdx(const std::string& idx_path, const io::MappedFile& ma
   };
   std::string_view line;
   if (!next_line(&line) || line.substr(0, 5) != "v1.2 ") return bad("not a v1.2 index");
-  uint64_t n = 0;
-  try {
-    n = std::stoull(std::string(line.substr(5)));
-  } catch (...) {
-    return bad("bad sample count");
-  }
+  auto digits = [](std::string_view t) {
+    return !t.empty() && t.size() <= 19 && std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  if (!digits(line.substr(5))) return bad("bad sample count");
+  uint64_t n = std::stoull(std::string(line.substr(5)));
   uint64_t last_end = 0;
   while (next_line(&line)) {
     if (line.empty()) continue;
@@ -297,14 +296,24 @@ Result<ShardIndex> LoadIdx(const std::string& idx_path, const io::MappedFile& ma
     SampleRef sample;
     for (size_t i = 0; i < tok.size(); i += 4) {
       uint64_t off = 0, size = 0;
-      try {
-        off = std::stoull(std::string(tok[i + 1]));
-        size = std::stoull(std::string(tok[i + 2]));
-      } catch (...) {
-        return bad("bad offset or size");
-      }
+      if (!digits(tok[i + 1]) || !digits(tok[i + 2])) return bad("bad offset or size");
+      off = std::stoull(std::string(tok[i + 1]));
+      size = std::stoull(std::string(tok[i + 2]));
       if (off < tar::kBlock || off % tar::kBlock != 0 || off > map.size() || size > map.size() - off)
         return bad("offset outside the shard");
+      // Every byte before this member must be accounted for: it starts right
+      // where the previous one ended, or the blocks between are its own pax /
+      // long-name headers, which the scanner checks. (fuzz_dali_index found an
+      // index listing only the last member trusted: the others were lost.)
+      if (off - tar::kBlock < last_end) return bad("members overlap or are out of order");
+      if (off - tar::kBlock != last_end) {
+        tar::Scanner gap(map.data() + last_end, map.size() - last_end, map.path());
+        tar::Member gm;
+        auto r = gap.Next(&gm);
+        if (!r.ok() || !*r || gm.data_offset + last_end != off || gm.size != size)
+          return bad("the index skips members or bytes of the shard");
+      }
+      last_end = off + (size + tar::kBlock - 1) / tar::kBlock * tar::kBlock;
       const uint8_t* h = map.data() + off - tar::kBlock;
       uint64_t hsize = 0;
       char type = char(h[156]);
@@ -342,7 +351,6 @@ Result<ShardIndex> LoadIdx(const std::string& idx_path, const io::MappedFile& ma
       if (sample.fields.empty()) sample.key = key, sample.offset = off - tar::kBlock;
       idx.exts.insert(ext);
       sample.fields.push_back(FieldRef{std::move(ext), off, size});
-      last_end = std::max(last_end, off + (size + tar::kBlock - 1) / tar::kBlock * tar::kBlock);
     }
     if (!sample.fields.empty()) idx.samples.push_back(std::move(sample));
   }
