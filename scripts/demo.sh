@@ -45,5 +45,18 @@ echo "== shardkit convert $WORK/images wds:$WORK/shards/train-%06d.tar --samples
 $SK convert "$WORK/images" "wds:$WORK/shards/train-%06d.tar" --samples-per-shard 64
 echo "== shardkit info $WORK/shards/train.manifest.json"
 $SK info "$WORK/shards/train.manifest.json"
-echo "== shardkit shard $WORK/shards/train.manifest.json $WORK/even/part-%06d.tar --samples-per-shard 50 --shuffle --seed 1"
-$SK shard "$WORK/shards/train.manifest.json" "$WORK/even/part-%06d.tar" --samples-per-shard 50 --shuffle --seed 1
+echo "== shardkit shard $WORK/shards/train.manifest.json $WORK/even/part-%06d.tar --num-shards 3 --shuffle --seed 1"
+$SK shard "$WORK/shards/train.manifest.json" "$WORK/even/part-%06d.tar" --num-shards 3 --shuffle --seed 1
+echo "== shardkit convert $WORK/images lmdb:$WORK/train.lmdb; and $WORK/train.h5"
+$SK convert "$WORK/images" "lmdb:$WORK/train.lmdb"
+$SK convert "$WORK/images" "$WORK/train.h5"
+echo "== shardkit verify: every checksum, count and key, and sample by sample against the source folder"
+$SK verify "$WORK/shards/train.manifest.json" --against "$WORK/images"
+$SK verify "$WORK/train.lmdb" --against "$WORK/images"
+$SK verify "$WORK/train.h5" --against "$WORK/images" --decode
+echo "== shardkit bench: random-read latency of the folder (one file per sample) against the packed formats"
+$SK bench "$WORK/images" "$WORK/shards/train.manifest.json" "$WORK/train.lmdb" "$WORK/train.h5" --samples 2000 \
+  --plot "$WORK/bench.svg"
+echo "(latency CDF and throughput chart: $WORK/bench.svg)"
+echo "== shardkit bench --loader: the streaming reader (RandomResizedCrop 224, flip, normalize, batch 32)"
+$SK bench "$WORK/shards/train.manifest.json" --loader --batch-size 32 --threads "$(nproc)"

@@ -48,8 +48,8 @@ step "loader: single-thread ratio and scaling (sk_loader_bench)"
 [ -x "$B/bench/sk_loader_bench" ] && "$B/bench/sk_loader_bench" "$W/wds/train.manifest.json" --threads "$NPROC" --repeat 2 | tee "$OUT/loader.txt"
 
 step "loader vs DataLoader (batch 256, RandomResizedCrop 224, flip, normalize, float32 NCHW)"
-$S bench "$W/wds/train.manifest.json" --loader --threads "$NPROC" --batch-size 256 --batches 60 | tee "$OUT/loader-bench.txt"
-python3 scripts/bench_loader_peer.py "$W/imgs" --workers $((NPROC - 1)) --batch 256 --epochs 1 | tee "$OUT/peer.txt"
+$S bench "$W/wds/train.manifest.json" --loader --threads "$NPROC" --batch-size 256 --batches 120 | tee "$OUT/loader-bench.txt"
+python3 scripts/bench_loader_peer.py "$W/imgs" --workers $((NPROC - 1)) --batch 256 --epochs 3 | tee "$OUT/peer.txt"
 
 if [ -x scripts/device_gpu.sh ] && command -v nvidia-smi >/dev/null; then
   step "GPU (scripts/device_gpu.sh)"
@@ -59,7 +59,7 @@ fi
 step "summary"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/gpu: /'
 echo "cpus: $NPROC; corpus: $N images"
-grep -E "random-(view|copy) +1 " "$OUT/bench-warm.txt" | awk '{printf "warm 1 thread %-40s %-11s p50 %8s us  vs folder %s\n", $1, $2, $4, $(NF-1)}'
+grep -E "random-(view|copy) +1 " "$OUT/bench-warm.txt" | awk '$1 ~ /imgs$/ {f[$2] = $4} {r = ($1 ~ /imgs$/ || !f[$2]) ? "" : sprintf("%.1fx lower than the folder", f[$2] / $4); printf "warm 1 thread %-40s %-11s p50 %8s us  %s\n", $1, $2, $4, r}'
 grep -E "random-copy +16 " "$OUT/bench-warm.txt" | awk '{printf "warm 16 threads %-38s samples/s %s\n", $1, $10}'
 grep -E "images/s|ratio|efficiency" "$OUT/loader.txt" 2>/dev/null | head -8
 tail -3 "$OUT/loader-bench.txt" | head -2

@@ -13,6 +13,8 @@ PKGS=(
   libprotobuf-dev protobuf-compiler
   python3 python3-dev python3-numpy python3-pil python3-lmdb python3-h5py
   python3-protobuf python3-msgpack python3-pytest pybind11-dev
+  # Python module tests of shardkit.Loader (torch 1.13; ~50 MB download, ~580 MB installed)
+  python3-torch
 )
 missing=()
 for p in "${PKGS[@]}"; do

@@ -181,6 +181,47 @@ TEST_CASE("DCT-scaled decode stays close to the full-scale reference", "[decode]
   CHECK(mx < 40.0);
 }
 
+TEST_CASE("DCT scale 1/2 for a box of 1.5x-2x the output (dct_min_cover 0.75) stays close to the reference", "[decode]") {
+  std::string jpg = MakeJpeg(800, 600, 3);
+  Rgb full = TjDecode(jpg);
+  const double cover = LoaderOptions{}.dct_min_cover;
+  REQUIRE(cover == 0.75);
+  struct Case { int x, y, w, h, ow, oh, num; } cases[] = {
+      {40, 30, 600, 450, 360, 270, 4},   // 1.67x: 300x225 decoded, upsampled by 1.2
+      {0, 0, 672, 504, 448, 336, 4},     // exactly 1.5x: upsampled by 4/3
+      {10, 20, 500, 380, 336, 256, 8},   // 1.49x: full scale
+  };
+  for (auto c : cases) {
+    auto ref = Reference(full, c.x, c.y, c.w, c.h, c.ow, c.oh);
+    ImageDecoder dec;
+    Region r;
+    REQUIRE(dec.Decode((const uint8_t*)jpg.data(), jpg.size(),
+                       [&](const ImageInfo&) { return CropBox{double(c.x), double(c.y), double(c.w), double(c.h)}; },
+                       c.ow * cover, c.oh * cover, &r).ok());
+    CHECK(r.scale_num == c.num);
+    pipeline::OutputSpec spec;
+    spec.width = c.ow;
+    spec.height = c.oh;
+    spec.layout = Layout::kNHWC;
+    for (int k = 0; k < 3; ++k) spec.mean[k] = 0, spec.std[k] = 1;
+    std::vector<float> ours(size_t(c.ow) * c.oh * 3);
+    pipeline::Resizer rs;
+    rs.Run(r.pixels, r.stride, r.width, r.height, r.box, false, spec, ours.data());
+    double mean = 0, mx = MaxDiff255(ours, ref, &mean);
+    INFO("box " << c.w << "x" << c.h << " -> " << c.ow << "x" << c.oh << " scale " << r.scale_num << "/8 max " << mx
+                << " mean " << mean);
+    if (c.num == 8) {
+      CHECK(mx < 0.01);
+    } else {
+      // Documented tolerance (docs/loader.md) for 1/2 scale + upsampling by <= 4/3 on this
+      // noisy test image (measured mean 4.0 and 3.9, max 70 and 61): wider than the 1/4
+      // case above, whose box covers the output after scaling.
+      CHECK(mean < 4.5);
+      CHECK(mx < 80.0);
+    }
+  }
+}
+
 TEST_CASE("flip mirrors exactly; normalisation and half types are exact conversions", "[decode]") {
   std::string jpg = MakeJpeg(160, 120, 5);
   CropBox box{10, 12, 100, 90};
@@ -351,4 +392,37 @@ TEST_CASE("the permutation generator is fixed: known values", "[plan]") {
   CHECK(s.UniformInt(1) == 0);
   CHECK(p == std::vector<uint64_t>{6, 3, 8, 1, 0, 9, 2, 5, 4, 7});
   CHECK(pipeline::Mix64(0) == 0xe220a8397b1dcdafull);  // SplitMix64's first output for seed 0
+}
+
+TEST_CASE("NCHW stores (4-pixel transposes, flipped or not) equal the NHWC values for every dtype", "[decode]") {
+  std::string jpg = MakeJpeg(160, 120, 6);
+  ImageDecoder dec;
+  Region r;
+  CropBox box{7, 9, 131, 97};
+  REQUIRE(dec.Decode((const uint8_t*)jpg.data(), jpg.size(), [&](const ImageInfo&) { return box; }, 0, 0, &r).ok());
+  pipeline::Resizer rs;
+  for (int ow : {48, 47, 45, 3}) {  // multiple of 4, and tails of 3, 1 and a row shorter than 4
+    const int oh = 11;
+    for (DType dt : {DType::kFloat32, DType::kUint8, DType::kFloat16, DType::kBFloat16})
+      for (bool flip : {false, true}) {
+        pipeline::OutputSpec spec;
+        spec.width = ow;
+        spec.height = oh;
+        spec.dtype = dt;
+        const size_t es = DTypeSize(dt), n = size_t(ow) * oh * 3;
+        std::vector<uint8_t> hwc(n * es), chw(n * es);
+        spec.layout = Layout::kNHWC;
+        rs.Run(r.pixels, r.stride, r.width, r.height, r.box, flip, spec, hwc.data());
+        spec.layout = Layout::kNCHW;
+        rs.Run(r.pixels, r.stride, r.width, r.height, r.box, flip, spec, chw.data());
+        INFO("ow " << ow << " dtype " << DTypeName(dt) << " flip " << flip);
+        size_t bad = 0;
+        for (int y = 0; y < oh; ++y)
+          for (int x = 0; x < ow; ++x)
+            for (int c = 0; c < 3; ++c)
+              bad += std::memcmp(&hwc[((size_t(y) * ow + x) * 3 + c) * es],
+                                 &chw[((size_t(c) * oh + y) * ow + x) * es], es) != 0;
+        CHECK(bad == 0);
+      }
+  }
 }

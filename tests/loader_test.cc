@@ -414,6 +414,11 @@ TEST_CASE("options are validated", "[loader]") {
   o = SmallOpts();
   o.rank = 1;
   CHECK(Loader::Create(data, o).status().code() == Code::kInvalidArgument);
+  o = SmallOpts();
+  o.dct_min_cover = 0.25;  // would upsample a 1/2-scale decode 4x
+  CHECK(Loader::Create(data, o).status().code() == Code::kInvalidArgument);
+  o.dct_min_cover = 1.0;
+  CHECK(Loader::Create(data, o).ok());
   CHECK(Loader::Create(std::shared_ptr<RandomAccess>(), SmallOpts()).status().code() == Code::kInvalidArgument);
 }
 

@@ -100,9 +100,12 @@ TEST_CASE("resume: a wds write killed at every file operation resumes to the sam
   auto samples = MakeSamples(14);  // 5 shards of 3, 3, 3, 3, 2
   REQUIRE(WriteAll(t / "ref/x-%06d.tar", samples, Opts()).ok());
   auto ref = Snapshot(t / "ref");
-  REQUIRE(Names(ref) == std::vector<std::string>{"x-000000.idx", "x-000000.tar", "x-000001.idx", "x-000001.tar",
-                                                 "x-000002.idx", "x-000002.tar", "x-000003.idx", "x-000003.tar",
-                                                 "x-000004.idx", "x-000004.tar", "x.manifest.json"});
+  REQUIRE(Names(ref) == std::vector<std::string>{"x-000000.idx", "x-000000.tar", "x-000000.tar.xxh3",
+                                                 "x-000001.idx", "x-000001.tar", "x-000001.tar.xxh3",
+                                                 "x-000002.idx", "x-000002.tar", "x-000002.tar.xxh3",
+                                                 "x-000003.idx", "x-000003.tar", "x-000003.tar.xxh3",
+                                                 "x-000004.idx", "x-000004.tar", "x-000004.tar.xxh3",
+                                                 "x.manifest.json"});
   int killed = 0;
   for (int n = 1;; ++n) {
     std::string dir = t / fmt::format("k{}", n);
@@ -133,7 +136,7 @@ TEST_CASE("resume: a wds write killed at every file operation resumes to the sam
     REQUIRE(ds.ok());
     CHECK((*ds)->info().num_samples == 14u);
   }
-  CHECK(killed > 20);  // every shard's write, fsync, rename and journal
+  CHECK(killed > 20);  // every shard's write, fsync, rename, index, checksums and journal
 }
 
 TEST_CASE("resume: disk full and I/O errors leave a resumable state", "[resume]") {
@@ -406,7 +409,7 @@ TEST_CASE("resume: shardkit convert killed with SIGKILL, then --resume, equals a
   INFO(ref.err);
   REQUIRE(ref.exit_code == 0);
   auto want = Snapshot(t / "ref");
-  REQUIRE(want.size() == 61);  // 30 shards, 30 indexes, the manifest
+  REQUIRE(want.size() == 91);  // 30 shards, 30 indexes, 30 checksum files, the manifest
   int interrupted = 0;
   for (size_t k : {1u, 7u, 19u}) {
     std::string out = t / fmt::format("k{}", k);

@@ -127,8 +127,9 @@ TEST_CASE("wds: write/read round trip keeps keys, labels, class names and bytes"
   auto sum = WriteAll("wds:" + t / "out/train-%06d.tar", samples, opts);
   CHECK(sum.samples == 23);
   REQUIRE(sum.shards.size() == 3);
-  CHECK(Files(t / "out") == std::vector<std::string>{"train-000000.idx", "train-000000.tar", "train-000001.idx",
-                                                     "train-000001.tar", "train-000002.idx", "train-000002.tar",
+  CHECK(Files(t / "out") == std::vector<std::string>{"train-000000.idx", "train-000000.tar", "train-000000.tar.xxh3",
+                                                     "train-000001.idx", "train-000001.tar", "train-000001.tar.xxh3",
+                                                     "train-000002.idx", "train-000002.tar", "train-000002.tar.xxh3",
                                                      "train.manifest.json"});
 
   // The manifest is an address (detected without a scheme), and so is a brace range.
@@ -182,7 +183,7 @@ TEST_CASE("wds: two writes of the same input give identical bytes", "[wds]") {
   setlocale(LC_ALL, "C");
   WriteAll(t / "b/s-%03d.tar", samples, opts);
   auto files = Files(t / "a");
-  CHECK(files.size() == 7);  // 3 shards, 3 indexes, the manifest
+  CHECK(files.size() == 10);  // 3 shards, 3 indexes, 3 checksum files, the manifest
   CHECK(files == Files(t / "b"));
   for (const auto& f : files) {
     INFO(f);
@@ -509,7 +510,7 @@ TEST_CASE("wds: writer errors name the culprit", "[wds]") {
       CHECK(st.message().find("--resume") != std::string::npos);
     }
     io::SetFaultHook(nullptr);
-    CHECK(Files(t / "full") == std::vector<std::string>{"x-000000.idx", "x-000000.tar", "x.manifest.json.partial"});
+    CHECK(Files(t / "full") == std::vector<std::string>{"x-000000.idx", "x-000000.tar", "x-000000.tar.xxh3", "x.manifest.json.partial"});
   }
   SECTION("destroying a writer without Finish removes its shards") {
     {

@@ -35,6 +35,8 @@ RunFn SetupConvert(CLI::App* sub);
 RunFn SetupShard(CLI::App* sub);
 RunFn SetupInfo(CLI::App* sub);
 RunFn SetupBench(CLI::App* sub);
+RunFn SetupVerify(CLI::App* sub);
+RunFn SetupIndex(CLI::App* sub);
 
 // Prints "shardkit: error: <status>" to stderr; returns kExitError.
 int Fail(const Status& st);

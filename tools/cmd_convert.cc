@@ -22,6 +22,7 @@ struct CopyFlags {
   bool overwrite = false;
   bool resume = false;
   bool json = false;
+  bool no_index = false;
 };
 
 void AddCopyFlags(CLI::App* sub, CopyFlags* f) {
@@ -43,6 +44,8 @@ void AddCopyFlags(CLI::App* sub, CopyFlags* f) {
                   "each such '.'")
       ->check(CLI::IsMember({"error", "replace"}));
   sub->add_flag("--overwrite", f->overwrite, "Replace an existing output");
+  sub->add_flag("--no-index", f->no_index,
+                "Tar shards: do not write DALI's .idx beside each shard (`shardkit index` makes them later)");
   sub->add_flag("--resume", f->resume,
                 "Continue an interrupted run (killed, power lost, disk full) of the same command: "
                 "tar shards from the last complete shard (same bytes as an uninterrupted run), "
@@ -91,6 +94,7 @@ RunFn SetupConvert(CLI::App* sub) {
     o.write.overwrite = f->overwrite;
     o.write.resume = f->resume;
     o.write.key_dots = ToKeyDots(f->key_dots);
+    o.write.write_index = !f->no_index;
     o.write.lmdb_layout = f->lmdb_layout;
     o.shuffle = f->shuffle;
     o.seed = f->seed;
@@ -144,6 +148,7 @@ RunFn SetupShard(CLI::App* sub) {
     o.overwrite = f->overwrite;
     o.resume = f->resume;
     o.key_dots = ToKeyDots(f->key_dots);
+    o.write_index = !f->no_index;
     Result<ConvertSummary> r = [&] {
       ProgressPrinter progress;
       return Shard(f->src, f->dst, o, progress.fn());

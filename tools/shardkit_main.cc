@@ -19,6 +19,9 @@ const Command kCommands[] = {
      shardkit::cli::SetupInfo},
     {"bench", "Measure random-read latency and read throughput of datasets side by side",
      shardkit::cli::SetupBench},
+    {"verify", "Check that a dataset is complete and intact (structure, counts, checksums, keys; --against, --decode)",
+     shardkit::cli::SetupVerify},
+    {"index", "Write DALI index files or a wids shard list for tar shards", shardkit::cli::SetupIndex},
 };
 
 }  // namespace

@@ -95,6 +95,11 @@ struct LoaderOptions {
   double flip_p = 0.5;
   int resize_size = 256;    // eval: the shorter side before the center crop
   bool dct_scaling = true;  // decode at a reduced JPEG DCT scale when the crop allows
+  // DCT scaling (1/2, 1/4, 1/8) is used while the scaled crop box still covers
+  // dct_min_cover * the output size in both dimensions: 0.75 decodes a box of >= 1.5x
+  // the output at 1/2 (then upsampled by at most 4/3); 1.0 never upsamples after
+  // scaling (closest to a full decode, slower). See docs/loader.md, "Performance".
+  double dct_min_cover = 0.75;
   float mean[3] = {0.485f, 0.456f, 0.406f};  // on [0,1] values (ignored for uint8)
   float std[3] = {0.229f, 0.224f, 0.225f};
   DType dtype = DType::kFloat32;

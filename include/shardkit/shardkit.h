@@ -4,6 +4,8 @@
 #include "shardkit/bytes.h"
 #include "shardkit/convert.h"
 #include "shardkit/dataset.h"
+#include "shardkit/index.h"
 #include "shardkit/sample.h"
 #include "shardkit/status.h"
+#include "shardkit/verify.h"
 #include "shardkit/version.h"

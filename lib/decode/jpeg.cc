@@ -96,12 +96,13 @@ pipeline::CropBox ClampBox(pipeline::CropBox b, int w, int h) {
 
 struct ImageDecoder::Impl {
   Limits limits;
+  DecodeSettings settings;
   jpeg_decompress_struct cinfo;
   ErrorMgr err;
   std::vector<uint8_t> buf;    // decoded pixels (3 or 4 channels)
   std::vector<JSAMPROW> rows;
 
-  explicit Impl(Limits l) : limits(l) {
+  explicit Impl(Limits l, DecodeSettings s) : limits(l), settings(s) {
     cinfo.err = jpeg_std_error(&err.pub);
     err.pub.error_exit = ErrorExit;
     err.pub.emit_message = EmitMessage;
@@ -123,7 +124,7 @@ struct ImageDecoder::Impl {
 
   // Only PODs live in this frame across setjmp; buffers are members.
   Status DecodeJpeg(const uint8_t* data, size_t size,
-                    const std::function<pipeline::CropBox(const ImageInfo&)>& choose, int min_w, int min_h,
+                    const std::function<pipeline::CropBox(const ImageInfo&)>& choose, double min_w, double min_h,
                     Region* out, ImageInfo* info) {
     if (setjmp(err.jump)) {
       jpeg_abort_decompress(&cinfo);
@@ -159,7 +160,8 @@ struct ImageDecoder::Impl {
     cinfo.scale_num = unsigned(num);
     cinfo.scale_denom = 8;
     cinfo.out_color_space = info->cmyk ? JCS_CMYK : JCS_RGB;
-    cinfo.dct_method = JDCT_ISLOW;
+    cinfo.dct_method = settings.fast_idct ? JDCT_IFAST : JDCT_ISLOW;
+    cinfo.do_fancy_upsampling = settings.fancy_upsampling ? TRUE : FALSE;
     jpeg_start_decompress(&cinfo);
     const int comps = cinfo.out_color_components;
     const double s = double(cinfo.output_width) / cinfo.image_width;
@@ -249,14 +251,17 @@ struct ImageDecoder::Impl {
   }
 };
 
-ImageDecoder::ImageDecoder(Limits limits) : impl_(std::make_unique<Impl>(limits)) {}
+ImageDecoder::ImageDecoder(Limits limits, DecodeSettings settings)
+    : impl_(std::make_unique<Impl>(limits, settings)) {}
+
+const DecodeSettings& ImageDecoder::settings() const { return impl_->settings; }
 ImageDecoder::~ImageDecoder() = default;
 
 uint64_t ImageDecoder::tolerated_warnings() const { return impl_->err.tolerated; }
 
 Status ImageDecoder::Decode(const uint8_t* data, size_t size,
-                            const std::function<pipeline::CropBox(const ImageInfo&)>& choose, int min_out_w,
-                            int min_out_h, Region* out, ImageInfo* info_out) {
+                            const std::function<pipeline::CropBox(const ImageInfo&)>& choose, double min_out_w,
+                            double min_out_h, Region* out, ImageInfo* info_out) {
   ImageInfo info;
   Status st;
   switch (Sniff(data, size)) {

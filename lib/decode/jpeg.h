@@ -41,6 +41,14 @@ struct ImageInfo {
   bool cmyk = false;
 };
 
+// Speed/quality knobs of libjpeg measured in docs/loader.md ("Performance"); the
+// defaults are libjpeg's (ISLOW, fancy upsampling), which the loader keeps: the faster
+// settings cost more accuracy than they gain speed there. Used by the benchmark.
+struct DecodeSettings {
+  bool fast_idct = false;         // JDCT_IFAST instead of libjpeg's default JDCT_ISLOW
+  bool fancy_upsampling = true;   // false: merged (non-fancy) chroma upsampling
+};
+
 struct Limits {
   int max_side = 32768;                 // width or height above this: refused
   uint64_t max_pixels = 200'000'000;    // width * height above this: refused
@@ -61,18 +69,22 @@ struct Region {
 
 class ImageDecoder {
  public:
-  explicit ImageDecoder(Limits limits = {});
+  explicit ImageDecoder(Limits limits = {}, DecodeSettings settings = {});
   ~ImageDecoder();
   ImageDecoder(const ImageDecoder&) = delete;
   ImageDecoder& operator=(const ImageDecoder&) = delete;
 
   // Reads the header, calls choose(info) for the crop box (source pixels), decodes the
-  // region. min_out_w/min_out_h > 0 allow DCT scaling down to the smallest scale at which
-  // the box still covers that many pixels; 0 decodes at full scale. The pixels stay valid
+  // region. min_out_w/min_out_h > 0 allow DCT scaling (1/2, 1/4, 1/8) down to the smallest
+  // scale at which the box still covers that many pixels in both dimensions; 0 decodes at
+  // full scale. (The loader passes the output size times LoaderOptions::dct_min_cover,
+  // so a box of 1.5x the output may be decoded at 1/2 and upsampled by 4/3.) The pixels stay valid
   // until the next call on this decoder.
   Status Decode(const uint8_t* data, size_t size,
                 const std::function<pipeline::CropBox(const ImageInfo&)>& choose,
-                int min_out_w, int min_out_h, Region* out, ImageInfo* info_out = nullptr);
+                double min_out_w, double min_out_h, Region* out, ImageInfo* info_out = nullptr);
+
+  const DecodeSettings& settings() const;
 
   // Warnings seen and tolerated (not errors) since construction.
   uint64_t tolerated_warnings() const;

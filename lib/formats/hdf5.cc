@@ -555,6 +555,7 @@ class Hdf5Data {
 
   DatasetInfo info;
   uint64_t n = 0;
+  std::vector<uint64_t> checksums;  // dataset 'checksums' of our layout, else empty
 
  private:
   Status OpenShardkit(hid_t file, uint64_t file_size);
@@ -810,6 +811,7 @@ Status Hdf5Data::OpenShardkit(hid_t file, uint64_t file_size) {
     std::vector<uint64_t> sums(n);
     SK_RETURN_IF_ERROR(ReadInts(d.get(), "checksums", n, true, sums.data()));
     info.extra["checksums"] = "per-sample xxh3 in dataset 'checksums'";
+    checksums = std::move(sums);
   }
   Hid fields(H5Gopen2(file, "fields", H5P_DEFAULT), H5Gclose);
   if (!fields.ok()) return Status::Corrupt("'fields' is not a group: " + H5Message(), Location{.file = path_});
@@ -1027,6 +1029,7 @@ class Hdf5Dataset : public Dataset {
   Result<std::shared_ptr<RandomAccess>> NewRandomAccess() const override {
     return std::shared_ptr<RandomAccess>(new Hdf5RandomAccess(d_));
   }
+  Result<std::vector<uint64_t>> RecordedChecksums() const override { return d_->checksums; }
 
  private:
   std::shared_ptr<Hdf5Data> d_;

@@ -61,6 +61,12 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
+// A record's location with the sample key (the LMDB key stays in the message).
+Location SampleLoc(Location loc, const std::string& sample_key) {
+  loc.key = sample_key;
+  return loc;
+}
+
 constexpr const char* kMetaName = "shardkit.json";
 constexpr const char* kResumeName = "resume.json";  // in "<dir>.partial" while writing
 constexpr int kFormatVersion = 1;
@@ -449,7 +455,7 @@ Bytes View(const std::shared_ptr<Env>& env, const void* p, size_t n) {
 // check_payload: compare the payload with the record's xxh3 (sequential reads, verify);
 // random access skips that hash (a few us per 100 kB) on the hot path, like the other formats.
 Status DecodeRecord(const std::shared_ptr<Env>& env, std::string_view lkey, const MDB_val& v, uint64_t index,
-                    Sample* out, bool check_payload = true) {
+                    Sample* out, bool check_payload = true, uint64_t* stored_sum = nullptr) {
   out->clear();
   Location loc{.file = env->dir(), .key = std::string(lkey), .index = int64_t(index)};
   auto bad = [&](std::string why) {
@@ -512,11 +518,12 @@ Status DecodeRecord(const std::shared_ptr<Env>& env, std::string_view lkey, cons
     return Status::Corrupt(fmt::format("LMDB key '{}' in '{}': the sample key '{}' does not match its stored key_xxh3",
                                        lkey, env->data_path(), out->key),
                            loc);
+  if (stored_sum) *stored_sum = sum ? *sum : 0;
   if (check_payload && sum && *sum != out->checksum())
     return Status::Corrupt(fmt::format("LMDB key '{}' in '{}': checksum mismatch for sample '{}' (stored {}, computed {})",
                                        lkey, env->data_path(), out->key, paths::ChecksumString(*sum),
                                        paths::ChecksumString(out->checksum())),
-                           loc);
+                           SampleLoc(loc, out->key));
   return Status::OK();
 }
 
@@ -604,7 +611,7 @@ Status DecodeDatum(const std::shared_ptr<Env>& env, std::string_view lkey, const
                                        "computed {})",
                                        lkey, env->data_path(), out->key, paths::ChecksumString((*sums)[index]),
                                        paths::ChecksumString(out->checksum())),
-                           loc);
+                           SampleLoc(loc, out->key));
   return Status::OK();
 }
 
@@ -765,6 +772,8 @@ class LmdbDataset : public Dataset {
     d->count_ = count;
     info.num_samples = count;
     info.extra["layout"] = d->layout_ == Layout::kShardkit ? "shardkit" : "caffe";
+    if (d->layout_ == Layout::kShardkit)
+      info.extra["sample_checksums"] = "xxh3 in every record, checked on every read";
     info.extra["locking"] = env.nolock() ? "none (MDB_NOLOCK)" : "lock.mdb";
     info.shards.push_back(shard);
     info.total_bytes = shard.bytes;
@@ -784,6 +793,39 @@ class LmdbDataset : public Dataset {
   }
   Result<std::shared_ptr<RandomAccess>> NewRandomAccess() const override {
     return std::shared_ptr<RandomAccess>(std::make_shared<LmdbRandomAccess>(env_, layout_, count_, keys_, sums_));
+  }
+  // Caffe layout: the list in shardkit.json. Our layout: each record's xxh3,
+  // collected by one cursor pass that parses the records without hashing
+  // payloads (the sequential reader also checks them on every read).
+  Result<std::vector<uint64_t>> RecordedChecksums() const override {
+    if (layout_ == Layout::kCaffe) return sums_ ? *sums_ : std::vector<uint64_t>{};
+    std::vector<uint64_t> out;
+    out.reserve(count_);
+    SK_ASSIGN_OR_RETURN(MDB_txn * txn, env_->Acquire());
+    MDB_cursor* cur = nullptr;
+    Location loc{.file = env_->data_path()};
+    int rc = mdb_cursor_open(txn, env_->dbi(), &cur);
+    Status st;
+    MDB_val k, v;
+    for (int op = MDB_FIRST; rc == 0; op = MDB_NEXT) {
+      rc = mdb_cursor_get(cur, &k, &v, MDB_cursor_op(op));
+      if (rc) break;
+      if (!env_->InMap(k.mv_data, k.mv_size)) {
+        st = Status::Corrupt("LMDB key lies outside the data file", loc);
+        break;
+      }
+      Sample s;
+      uint64_t sum = 0;
+      st = DecodeRecord(env_, std::string_view(static_cast<const char*>(k.mv_data), k.mv_size), v, out.size(), &s,
+                        /*check_payload=*/false, &sum);
+      if (!st.ok()) break;
+      out.push_back(sum);
+    }
+    if (cur) mdb_cursor_close(cur);
+    env_->Release(txn);
+    if (!st.ok()) return st;
+    if (rc && rc != MDB_NOTFOUND) return MdbStatus(rc, "reading the records' checksums", loc);
+    return out;
   }
 
  private:

@@ -13,6 +13,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -26,6 +27,7 @@
 #include "core/paths.h"
 #include "formats/registry.h"
 #include "formats/tar.h"
+#include "formats/wds_index.h"
 
 namespace shardkit::formats {
 
@@ -457,6 +459,38 @@ class WdsDataset : public Dataset {
     return std::shared_ptr<RandomAccess>(new WdsRandomAccess(std::move(shards)));
   }
 
+  // The checksums of every shard's sidecar, concatenated; empty when no shard
+  // has one; an error when only some have, or one disagrees with its shard.
+  Result<std::vector<uint64_t>> RecordedChecksums() const override {
+    std::vector<uint64_t> all;
+    size_t with = 0;
+    for (size_t i = 0; i < paths_.size(); ++i) {
+      std::string sp = wds::SumsPath(paths_[i]);
+      auto r = wds::ReadSums(sp);
+      if (!r.ok() && r.status().code() == Code::kNotFound) {
+        if (with > 0)
+          return Status::NotFound("shard has no per-sample checksum file (" + BaseOf(sp) + ") but others have",
+                                  Location{.file = paths_[i], .shard = int64_t(i)});
+        continue;
+      }
+      if (!r.ok()) {
+        Status s = std::move(r).take_status();
+        s.At(Location{.shard = int64_t(i)});
+        return s;
+      }
+      if (with != i)
+        return Status::NotFound("earlier shards have no per-sample checksum file but this one has",
+                                Location{.file = paths_[i], .shard = int64_t(i)});
+      ++with;
+      if (i < info_.shards.size() && r->size() != info_.shards[i].samples)
+        return Status::Corrupt(fmt::format("{} holds {} checksums for {} samples", BaseOf(sp), r->size(),
+                                           info_.shards[i].samples),
+                               Location{.file = sp, .shard = int64_t(i)});
+      all.insert(all.end(), r->begin(), r->end());
+    }
+    return all;
+  }
+
   // The index of shard i: cached, else from its .idx when consistent, else a scan.
   Result<std::shared_ptr<const ShardIndex>> Index(size_t i, const io::MappedFile& map) const {
     {
@@ -590,10 +624,7 @@ class Utf8Locale {
   locale_t old_;
 };
 
-struct IdxEntry {
-  std::string ext, name;
-  uint64_t offset, size;
-};
+using IdxEntry = wds::IndexMember;
 
 class WdsWriter : public SampleWriter {
  public:
@@ -746,6 +777,7 @@ class WdsWriter : public SampleWriter {
     }
     idx_lines_.push_back(idx_.size());
     AddToDigest(digest_, key, sample_sum);
+    sums_.push_back(sample_sum);
     prev_key_ = key;
     ++shard_samples_;
     ++total_samples_;
@@ -778,6 +810,7 @@ class WdsWriter : public SampleWriter {
       o["bytes"] = s.bytes;
       o["checksum"] = s.checksum;
       if (opts_.write_index) o["index"] = BaseOf(IdxPathFor(s.path));
+      o["sample_checksums"] = BaseOf(wds::SumsPath(s.path));
       shards.push_back(std::move(o));
       total += s.bytes;
     }
@@ -931,6 +964,9 @@ class WdsWriter : public SampleWriter {
         if (opts_.write_index && !io::Exists(IdxPathFor(path)))
           return Status::Corrupt("cannot resume: the shard's index is missing; start over with --overwrite",
                                  Location{.file = IdxPathFor(path), .shard = int64_t(i)});
+        if (!io::Exists(wds::SumsPath(path)))
+          return Status::Corrupt("cannot resume: the shard's checksum file is missing; start over with --overwrite",
+                                 Location{.file = wds::SumsPath(path), .shard = int64_t(i)});
         std::string digest = o.at("digest").get<std::string>();
         uint64_t d = 0;
         if (digest.size() != 21 || digest.substr(0, 5) != "xxh3:") return bad("bad digest");
@@ -938,6 +974,7 @@ class WdsWriter : public SampleWriter {
         resumed_.push_back(Resumed{si.samples, d});
         committed_.push_back(path);
         if (opts_.write_index) committed_.push_back(IdxPathFor(path));
+        committed_.push_back(wds::SumsPath(path));
         committed_samples_ += si.samples;
         summary_.shards.push_back(std::move(si));
       }
@@ -957,6 +994,7 @@ class WdsWriter : public SampleWriter {
     std::vector<std::string> bases = {BaseOf(paths::FormatShardPattern(pattern_, from)), BaseOf(journal_),
                                       BaseOf(manifest_)};
     if (opts_.write_index) bases.push_back(BaseOf(IdxPathFor(paths::FormatShardPattern(pattern_, from))));
+    bases.push_back(BaseOf(wds::SumsPath(paths::FormatShardPattern(pattern_, from))));
     std::error_code ec;
     for (auto it = std::filesystem::directory_iterator(dir, ec); !ec && it != std::filesystem::directory_iterator();
          it.increment(ec)) {
@@ -1009,6 +1047,7 @@ class WdsWriter : public SampleWriter {
     idx_.clear();
     idx_lines_.clear();
     idx_names_ok_ = true;
+    sums_.clear();
     return Status::OK();
   }
 
@@ -1037,22 +1076,15 @@ class WdsWriter : public SampleWriter {
     if (opts_.write_index) {
       // DALI's v1.2 index; v1.1 (no names) when a name holds white space,
       // which would break its space-separated lines.
-      std::string text = fmt::format("{} {}\n", idx_names_ok_ ? "v1.2" : "v1.1", shard_samples_);
-      size_t start = 0;
-      for (size_t end : idx_lines_) {
-        for (size_t i = start; i < end; ++i) {
-          const auto& e = idx_[i];
-          if (i > start) text += ' ';
-          text += fmt::format("{} {} {}", e.ext, e.offset, e.size);
-          if (idx_names_ok_) text += " " + e.name;
-        }
-        text += '\n';
-        start = end;
-      }
+      std::string text = wds::DaliIndexText(idx_, idx_lines_);
       std::string idx_path = IdxPathFor(path);
       SK_RETURN_IF_ERROR(io::WriteFileAtomic(idx_path, text, true));
       committed_.push_back(idx_path);
     }
+    // Per-sample checksums, for verify (formats/wds_index.h has the layout).
+    std::string sums_path = wds::SumsPath(path);
+    SK_RETURN_IF_ERROR(io::WriteFileAtomic(sums_path, wds::SumsText(sums_), true));
+    committed_.push_back(sums_path);
     summary_.shards.push_back(
         ShardInfo{path, shard_samples_, size, paths::ChecksumString(XXH3_64bits_digest(hash_))});
     resumed_.push_back(Resumed{shard_samples_, XXH3_64bits_digest(digest_)});
@@ -1076,6 +1108,7 @@ class WdsWriter : public SampleWriter {
   std::vector<IdxEntry> idx_;       // members of the current shard
   std::vector<size_t> idx_lines_;   // end of each sample in idx_
   bool idx_names_ok_ = true;
+  std::vector<uint64_t> sums_;      // per-sample checksums of the current shard
   std::set<std::string> fields_;
   WriteSummary summary_;
   std::vector<std::string> committed_;  // files under their final names, removed if never finished
@@ -1122,5 +1155,104 @@ Format WdsFormat() {
       .create = WdsWriter::Make,
   };
 }
+
+// ---------------------------------------------------------------------------
+// Shared with `shardkit index` and verify (formats/wds_index.h).
+
+namespace wds {
+
+std::string DaliIndexPath(const std::string& tar_path) { return IdxPathFor(tar_path); }
+
+std::string DaliIndexText(const std::vector<IndexMember>& members, const std::vector<size_t>& sample_ends) {
+  bool names_ok = std::none_of(members.begin(), members.end(), [](const IndexMember& m) { return HasSpace(m.name); });
+  std::string text = fmt::format("{} {}\n", names_ok ? "v1.2" : "v1.1", sample_ends.size());
+  size_t start = 0;
+  for (size_t end : sample_ends) {
+    for (size_t i = start; i < end; ++i) {
+      const auto& e = members[i];
+      if (i > start) text += ' ';
+      text += fmt::format("{} {} {}", e.ext, e.offset, e.size);
+      if (names_ok) text += " " + e.name;
+    }
+    text += '\n';
+    start = end;
+  }
+  return text;
+}
+
+Result<ShardMembers> ScanShardMembers(const std::string& tar_path, int64_t shard) {
+  SK_ASSIGN_OR_RETURN(auto map, MapShard(tar_path, shard));
+  ShardMembers out;
+  out.file_size = map->size();
+  tar::Scanner scan(map->data(), map->size(), tar_path);
+  tar::Member m;
+  size_t sample_start = 0;
+  for (;;) {
+    auto r = scan.Next(&m);
+    if (!r.ok()) {
+      Status s = std::move(r).take_status();
+      s.At(Location{.shard = shard});
+      return s;
+    }
+    if (!*r) break;
+    std::string key, ext;
+    SK_ASSIGN_OR_RETURN(NameKind kind, Classify(m, tar_path, shard, &key, &ext));
+    if (kind == NameKind::kSkip) continue;
+    if (out.keys.empty() || key != out.keys.back()) {
+      if (!out.keys.empty()) out.sample_ends.push_back(out.members.size());
+      sample_start = out.members.size();
+      out.keys.push_back(key);
+    } else {
+      for (size_t i = sample_start; i < out.members.size(); ++i)
+        if (out.members[i].ext == ext)
+          return Status::Corrupt(fmt::format("field '{}' appears twice in sample '{}'", ext, key),
+                                 Location{.file = tar_path, .shard = shard, .offset = int64_t(m.header_offset),
+                                          .key = key});
+    }
+    out.members.push_back(IndexMember{std::move(ext), m.name, m.data_offset, m.size});
+  }
+  if (!out.keys.empty()) out.sample_ends.push_back(out.members.size());
+  return out;
+}
+
+std::string SumsPath(const std::string& tar_path) { return tar_path + ".xxh3"; }
+
+std::string SumsText(const std::vector<uint64_t>& sums) {
+  std::string text = fmt::format("shardkit-sample-xxh3 v1 {}\n", sums.size());
+  text.reserve(text.size() + sums.size() * 17);
+  for (uint64_t v : sums) text += fmt::format("{:016x}\n", v);
+  return text;
+}
+
+Result<std::vector<uint64_t>> ReadSums(const std::string& sums_path) {
+  if (!io::Exists(sums_path)) return Status::NotFound("no per-sample checksum file", Location{.file = sums_path});
+  SK_ASSIGN_OR_RETURN(std::string text, io::ReadFile(sums_path));
+  auto bad = [&](std::string why, size_t line) {
+    return Status::Corrupt(fmt::format("per-sample checksum file, line {}: {}", line, why),
+                           Location{.file = sums_path});
+  };
+  size_t nl = text.find('\n');
+  if (nl == std::string::npos || text.compare(0, 24, "shardkit-sample-xxh3 v1 ") != 0)
+    return bad("expected 'shardkit-sample-xxh3 v1 <count>'", 1);
+  uint64_t n = 0;
+  auto [p, ec] = std::from_chars(text.data() + 24, text.data() + nl, n);
+  if (ec != std::errc() || p != text.data() + nl) return bad("bad count", 1);
+  if (n > (text.size() - nl) / 17) return bad(fmt::format("declares {} checksums in {} bytes", n, text.size()), 1);
+  std::vector<uint64_t> out;
+  out.reserve(n);
+  size_t pos = nl + 1;
+  for (uint64_t i = 0; i < n; ++i) {
+    if (pos + 17 > text.size() || text[pos + 16] != '\n') return bad("expected 16 hex digits", i + 2);
+    uint64_t v = 0;
+    auto [q, e2] = std::from_chars(text.data() + pos, text.data() + pos + 16, v, 16);
+    if (e2 != std::errc() || q != text.data() + pos + 16) return bad("expected 16 hex digits", i + 2);
+    out.push_back(v);
+    pos += 17;
+  }
+  if (pos != text.size()) return bad("data after the last checksum", n + 2);
+  return out;
+}
+
+}  // namespace wds
 
 }  // namespace shardkit::formats

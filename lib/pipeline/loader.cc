@@ -314,8 +314,9 @@ struct Loader::Impl {
       return aug.box;
     };
     decode::Region r;
-    st = w.decoder.Decode(f->data.data(), f->data.size(), choose, o.dct_scaling ? o.output_width : 0,
-                          o.dct_scaling ? o.output_height : 0, &r);
+    st = w.decoder.Decode(f->data.data(), f->data.size(), choose,
+                          o.dct_scaling ? o.output_width * o.dct_min_cover : 0.0,
+                          o.dct_scaling ? o.output_height * o.dct_min_cover : 0.0, &r);
     if (!st.ok()) return st.At(where);
     w.resizer.Run(r.pixels, r.stride, r.width, r.height, r.box, aug.flip, spec, dst);
     return Status::OK();
@@ -448,6 +449,8 @@ Status Validate(LoaderOptions& o) {
   if (!(o.ratio_min > 0 && o.ratio_min <= o.ratio_max)) return Status::Invalid("bad aspect ratio range");
   if (!(o.flip_p >= 0 && o.flip_p <= 1)) return Status::Invalid("flip_p must be in [0, 1]");
   if (o.resize_size <= 0) return Status::Invalid("resize_size must be positive");
+  if (!(o.dct_min_cover >= 0.5 && o.dct_min_cover <= 64))
+    return Status::Invalid("dct_min_cover must be in [0.5, 64]");
   for (float s : o.std)
     if (!(s > 0)) return Status::Invalid("std must be positive");
   if (o.world_size < 0) {

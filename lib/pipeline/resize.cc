@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 namespace shardkit::pipeline {
 
@@ -131,34 +132,47 @@ void VerticalRow(const uint8_t* src, size_t stride, const float* w, int n, size_
   }
 }
 
-inline v4f Load4(const float* p) {  // unaligned; lane 3 is the next pixel's R (ignored)
+__attribute__((always_inline)) inline v4f Load4(const float* p) {  // unaligned; lane 3 is the next pixel's R (ignored)
   v4f v;
   __builtin_memcpy(&v, p, sizeof v);
   return v;
 }
 
 // Horizontal taps straight from the RGB float row: one unaligned 4-float load per tap.
-// Two output pixels per iteration, so that two accumulation chains overlap.
+// Four output pixels per iteration: four independent accumulation chains keep the adder
+// busy (two left it waiting on latency). Each pixel still sums its taps in order k =
+// 0, 1, ..., so the result is bit-identical to one pixel at a time.
+SK_TARGET_CLONES
 void HorizontalRow(const float* L3, int xlo, const AxisWeights& wx, int ow, v4f* out) {
   const int tx = wx.taps;
   int i = 0;
-  for (; i + 1 < ow; i += 2) {
+  for (; i + 3 < ow; i += 4) {
     const float* w0 = &wx.w[size_t(i) * tx];
     const float* w1 = w0 + tx;
+    const float* w2 = w1 + tx;
+    const float* w3 = w2 + tx;
     const float* p0 = L3 + size_t(wx.start[i] - xlo) * 3;
     const float* p1 = L3 + size_t(wx.start[i + 1] - xlo) * 3;
-    const int n0 = wx.count[i], n1 = wx.count[i + 1];
-    v4f a0 = {0, 0, 0, 0}, a1 = {0, 0, 0, 0};
-    const int n = n0 < n1 ? n0 : n1;
+    const float* p2 = L3 + size_t(wx.start[i + 2] - xlo) * 3;
+    const float* p3 = L3 + size_t(wx.start[i + 3] - xlo) * 3;
+    const int n0 = wx.count[i], n1 = wx.count[i + 1], n2 = wx.count[i + 2], n3 = wx.count[i + 3];
+    v4f a0 = {0, 0, 0, 0}, a1 = a0, a2 = a0, a3 = a0;
+    const int n = std::min(std::min(n0, n1), std::min(n2, n3));
     int k = 0;
     for (; k < n; ++k) {
       a0 += w0[k] * Load4(p0 + 3 * k);
       a1 += w1[k] * Load4(p1 + 3 * k);
+      a2 += w2[k] * Load4(p2 + 3 * k);
+      a3 += w3[k] * Load4(p3 + 3 * k);
     }
-    for (int k0 = k; k0 < n0; ++k0) a0 += w0[k0] * Load4(p0 + 3 * k0);
-    for (int k1 = k; k1 < n1; ++k1) a1 += w1[k1] * Load4(p1 + 3 * k1);
+    for (int kk = k; kk < n0; ++kk) a0 += w0[kk] * Load4(p0 + 3 * kk);
+    for (int kk = k; kk < n1; ++kk) a1 += w1[kk] * Load4(p1 + 3 * kk);
+    for (int kk = k; kk < n2; ++kk) a2 += w2[kk] * Load4(p2 + 3 * kk);
+    for (int kk = k; kk < n3; ++kk) a3 += w3[kk] * Load4(p3 + 3 * kk);
     out[i] = a0;
     out[i + 1] = a1;
+    out[i + 2] = a2;
+    out[i + 3] = a3;
   }
   for (; i < ow; ++i) {
     const float* w = &wx.w[size_t(i) * tx];
@@ -169,17 +183,61 @@ void HorizontalRow(const float* L3, int xlo, const AxisWeights& wx, int ow, v4f*
   }
 }
 
+typedef int v4i __attribute__((vector_size(16)));
+#if defined(__clang__)
+#define SK_SHUFFLE(a, b, i0, i1, i2, i3) __builtin_shufflevector(a, b, i0, i1, i2, i3)
+#else
+#define SK_SHUFFLE(a, b, i0, i1, i2, i3) __builtin_shuffle(a, b, v4i{i0, i1, i2, i3})
+#endif
+
+// 4 RGBx pixels -> the R, G, B lanes of those pixels (a 4x3 transpose), reversed when
+// flipping, so that the NCHW planes get one 4-wide store each instead of 12 scalar ones.
+__attribute__((always_inline)) inline void Transpose4(v4f p0, v4f p1, v4f p2, v4f p3, bool flip, v4f* r, v4f* g,
+                                                      v4f* b) {
+  const v4f t0 = SK_SHUFFLE(p0, p1, 0, 4, 1, 5);  // r0 r1 g0 g1
+  const v4f t1 = SK_SHUFFLE(p2, p3, 0, 4, 1, 5);  // r2 r3 g2 g3
+  const v4f t2 = SK_SHUFFLE(p0, p1, 2, 6, 2, 6);  // b0 b1 b0 b1
+  const v4f t3 = SK_SHUFFLE(p2, p3, 2, 6, 2, 6);  // b2 b3 b2 b3
+  if (flip) {
+    *r = SK_SHUFFLE(t0, t1, 5, 4, 1, 0);
+    *g = SK_SHUFFLE(t0, t1, 7, 6, 3, 2);
+    *b = SK_SHUFFLE(t2, t3, 5, 4, 1, 0);
+  } else {
+    *r = SK_SHUFFLE(t0, t1, 0, 1, 4, 5);
+    *g = SK_SHUFFLE(t0, t1, 2, 3, 6, 7);
+    *b = SK_SHUFFLE(t2, t3, 0, 1, 4, 5);
+  }
+}
+
+// always_inline: StoreRow's target clones (AVX2) then compile this body for their target.
 template <class T, class Conv>
-void StoreT(const float* L, int ow, int oh, int j, bool flip, const float* mul, const float* add, Layout layout,
-            T* dst, Conv conv) {
+__attribute__((always_inline)) inline void StoreT(const float* L, int ow, int oh, int j, bool flip, const float* mul,
+                                                  const float* add, Layout layout, T* dst, Conv conv) {
+  const v4f m4 = {mul[0], mul[1], mul[2], 0.f}, a4 = {add[0], add[1], add[2], 0.f};
+  const v4f* L4 = reinterpret_cast<const v4f*>(L);
   if (layout == Layout::kNCHW) {
     const size_t plane = size_t(ow) * oh;
     T* d0 = dst + size_t(j) * ow;
     T* d1 = d0 + plane;
     T* d2 = d1 + plane;
-    const v4f m4 = {mul[0], mul[1], mul[2], 0.f}, a4 = {add[0], add[1], add[2], 0.f};
-    const v4f* L4 = reinterpret_cast<const v4f*>(L);
-    for (int i = 0; i < ow; ++i) {
+    int i = 0;
+    for (; i + 4 <= ow; i += 4) {
+      v4f r, g, b;
+      Transpose4(L4[i] * m4 + a4, L4[i + 1] * m4 + a4, L4[i + 2] * m4 + a4, L4[i + 3] * m4 + a4, flip, &r, &g, &b);
+      const int xo = flip ? ow - 4 - i : i;
+      if constexpr (std::is_same_v<T, float>) {
+        __builtin_memcpy(d0 + xo, &r, 16);
+        __builtin_memcpy(d1 + xo, &g, 16);
+        __builtin_memcpy(d2 + xo, &b, 16);
+      } else {
+        for (int k = 0; k < 4; ++k) {
+          d0[xo + k] = conv(r[k]);
+          d1[xo + k] = conv(g[k]);
+          d2[xo + k] = conv(b[k]);
+        }
+      }
+    }
+    for (; i < ow; ++i) {
       const v4f v = L4[i] * m4 + a4;
       const int xo = flip ? ow - 1 - i : i;
       d0[xo] = conv(v[0]);
@@ -188,8 +246,6 @@ void StoreT(const float* L, int ow, int oh, int j, bool flip, const float* mul, 
     }
   } else {
     T* d = dst + size_t(j) * ow * 3;
-    const v4f m4 = {mul[0], mul[1], mul[2], 0.f}, a4 = {add[0], add[1], add[2], 0.f};
-    const v4f* L4 = reinterpret_cast<const v4f*>(L);
     for (int i = 0; i < ow; ++i) {
       const v4f v = L4[i] * m4 + a4;
       T* q = d + size_t(flip ? ow - 1 - i : i) * 3;

@@ -1,0 +1,194 @@
+// shardkit/gpu.h: batches delivered in GPU memory (issue 7).
+//
+// A GpuLoader hands out DeviceBatch es whose pixels live on a CUDA device, in two ways:
+//
+//  - decoder = cpu (the copy path): the streaming Loader (shardkit/loader.h) decodes and
+//    augments on the CPU into page-locked uint8 NHWC buffers; each batch is copied with
+//    cudaMemcpyAsync on the GpuLoader's own non-blocking stream into a device ring slot,
+//    and a CUDA kernel converts it there to the requested dtype/layout with mean/std. Only
+//    uint8 crosses the bus (a quarter of float32's bytes).
+//  - decoder = gpu: JPEG decoding moves to the GPU with nvJPEG: the hardware JPEG engines
+//    (batched) for baseline 4:4:4/4:2:2/4:2:0/4:4:0 colour JPEGs, nvJPEG's CUDA backends
+//    (GPU_HYBRID, else HYBRID) for the rest (progressive, grayscale), and libjpeg-turbo on
+//    the host for what nvJPEG cannot decode (CMYK/YCCK, PNG, damaged files), in the same
+//    batch. The crop box and flip are the CPU loader's (the same pure function of (seed,
+//    epoch, sample index)); only the crop's region is decoded where nvJPEG allows it; the
+//    resize (the CPU loader's filter weights, computed by the same host code), flip and
+//    normalisation run in a CUDA kernel.
+//  - decoder = auto: gpu when a CUDA device and nvJPEG are available, else cpu.
+//
+// Order, partition across ranks, padding and the crop/flip of every sample are those of
+// the CPU Loader with the same LoaderOptions (docs/loader.md); see docs/gpu.md for how
+// exactly the pixels agree.
+//
+// No CUDA type appears here: streams and events are passed as void* (cudaStream_t and
+// cudaEvent_t are pointers). nullptr as a stream means the legacy default stream.
+//
+// Threading: a GpuLoader's methods are called from one thread at a time (the consumer).
+// A DeviceBatch may be moved to, used from and released on any thread.
+//
+// Lifetime and reuse of device memory: the device ring has GpuOptions::ring slots,
+// allocated once at Create(). A slot is written again only after (1) its DeviceBatch was
+// released (Release() or destruction) and (2) the work the consumer had queued on the
+// release stream at that moment has completed on the device (an event recorded at
+// release; the loader's stream waits for it on the device, the host does not block).
+// The consumer may hold at most ring - 1 batches while calling Next(); holding all of them
+// makes Next() fail with kInvalidArgument instead of waiting forever. A DeviceBatch may
+// outlive its GpuLoader; device memory is freed when both are gone.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shardkit/loader.h"
+#include "shardkit/status.h"
+
+namespace shardkit {
+
+// True when this build has the CUDA code (CMake found the toolkit).
+bool CudaCompiled();
+// True when this build has the nvJPEG decoder (nvjpeg.h and libnvjpeg were found).
+bool NvjpegCompiled();
+// Number of usable CUDA devices; 0 when the build has no CUDA, no driver or no device.
+int CudaDeviceCount();
+// Why no device is usable ("" when one is): e.g. "no CUDA device: cudaGetDeviceCount:
+// no CUDA-capable device is detected" or "built without CUDA".
+std::string CudaUnavailableReason();
+
+// Page-locked host memory from cudaHostAlloc (portable, usable by any device), for
+// LoaderOptions::allocator. Returns null (and sets *why) when CUDA is not usable.
+std::shared_ptr<HostAllocator> PinnedHostAllocator(std::string* why = nullptr);
+
+enum class DecoderKind { kCpu, kGpu, kAuto };
+const char* DecoderName(DecoderKind d);  // "cpu", "gpu", "auto"
+
+struct GpuOptions {
+  int device = 0;                          // CUDA device ordinal
+  DecoderKind decoder = DecoderKind::kAuto;
+  int ring = 3;                            // device batch slots (>= 2)
+  int host_threads = 0;                    // gpu decode: host threads (read, parse, CPU fallback); 0 = all
+  bool roi_decode = true;                  // gpu decode: decode only the crop's region where nvJPEG allows
+  bool hardware_decoder = true;            // gpu decode: use the hardware JPEG engines when present
+  // gpu decode, for tests: route every image through libjpeg-turbo on the host (the
+  // resize, flip and normalisation still run on the GPU).
+  bool force_cpu_decode = false;
+  // The stream on which the consumer uses batches (cudaStream_t; nullptr = legacy default
+  // stream). A batch destroyed without an explicit Release(stream) is released on it.
+  void* consumer_stream = nullptr;
+};
+
+namespace detail {
+struct DeviceRing;
+}
+
+// One batch in device memory, or the end-of-epoch marker. Move-only.
+class DeviceBatch {
+ public:
+  DeviceBatch() = default;
+  DeviceBatch(DeviceBatch&& o) noexcept;
+  DeviceBatch& operator=(DeviceBatch&& o) noexcept;
+  DeviceBatch(const DeviceBatch&) = delete;
+  DeviceBatch& operator=(const DeviceBatch&) = delete;
+  ~DeviceBatch();
+
+  bool end_of_epoch() const { return end_; }
+
+  // Device pointer to the batch (valid rows first), valid until Release().
+  void* data() const { return data_; }
+  DType dtype() const { return dtype_; }
+  Layout layout() const { return layout_; }
+  const int64_t* shape() const { return shape_; }  // {n,c,h,w} (NCHW) or {n,h,w,c} (NHWC)
+  size_t size() const { return size_t(shape_[0]); }
+  size_t bytes() const;
+  const std::vector<int64_t>& labels() const { return labels_; }
+  const std::vector<std::string>& keys() const { return keys_; }
+  const std::vector<uint64_t>& indices() const { return indices_; }
+  uint64_t epoch() const { return epoch_; }
+  uint64_t index() const { return index_; }
+  int device() const { return device_; }
+  int slot() const { return slot_; }
+
+  // cudaEvent_t recorded on the loader's stream once the data is complete.
+  void* ready_event() const;
+  // Makes `stream` wait (on the device) until the data is complete. Host does not block.
+  Status WaitOn(void* stream) const;
+  // Blocks the host until the data is complete.
+  Status Synchronize() const;
+  // Blocking copy of the valid rows to host memory (dst of at least bytes()).
+  Status CopyToHost(void* dst) const;
+  // Gives the slot back; `stream` is where the consumer used the data (the slot is reused
+  // only after the work queued there so far has completed). Idempotent.
+  void Release(void* stream);
+  void Release();  // on GpuOptions::consumer_stream
+
+ private:
+  friend class GpuLoader;
+  friend struct GpuLoaderAccess;
+  std::shared_ptr<detail::DeviceRing> ring_;
+  int slot_ = -1;
+  bool end_ = false;
+  void* data_ = nullptr;
+  DType dtype_ = DType::kUint8;
+  Layout layout_ = Layout::kNHWC;
+  int64_t shape_[4] = {0, 0, 0, 0};
+  std::vector<int64_t> labels_;
+  std::vector<std::string> keys_;
+  std::vector<uint64_t> indices_;
+  uint64_t epoch_ = 0, index_ = 0;
+  int device_ = 0;
+};
+
+class GpuLoader {
+ public:
+  // Fails with kUnsupported (message says why) when the build has no CUDA, when no device
+  // is usable, or when decoder = gpu and the build has no nvJPEG.
+  static Result<std::unique_ptr<GpuLoader>> Create(std::string_view address, const LoaderOptions& opts,
+                                                   const GpuOptions& gopts);
+  static Result<std::unique_ptr<GpuLoader>> Create(std::shared_ptr<RandomAccess> data, const LoaderOptions& opts,
+                                                   const GpuOptions& gopts);
+  ~GpuLoader();
+
+  void set_epoch(uint64_t e);
+  uint64_t epoch() const;
+  uint64_t num_batches() const;
+  uint64_t num_samples() const;
+  DecoderKind decoder() const;  // what is in use: kCpu or kGpu (never kAuto)
+  void* stream() const;         // the loader's cudaStream_t (copies, decode, kernels)
+
+  // The next batch of the epoch, or the end-of-epoch marker; errors as Loader::Next().
+  Result<DeviceBatch> Next();
+
+  // Under kSkip: the samples skipped so far in this epoch (batches made ahead included).
+  std::vector<Status> skipped() const;
+
+  // The position: the batch that the next Next() returns (batches prepared ahead on the
+  // device do not count). The same LoaderState as Loader's: a GpuLoader can resume a
+  // CPU Loader's run and the reverse.
+  LoaderState save_state() const;
+  // Continues from `s` (same dataset size, seed, batch size, rank and world size, else
+  // kInvalidArgument); the batches then equal those of the uninterrupted run.
+  Status restore(const LoaderState& s);
+
+  struct Stats {
+    uint64_t batches = 0;
+    uint64_t images_hardware = 0;  // decoded by nvJPEG's hardware engines
+    uint64_t images_cuda = 0;      // decoded by nvJPEG's CUDA (hybrid) backends
+    uint64_t images_host = 0;      // decoded by libjpeg-turbo / libpng on the host
+    uint64_t images_roi = 0;       // of the nvJPEG ones, decoded as a region only
+    uint64_t bytes_uploaded = 0;   // host -> device
+    double next_wait_s = 0;        // time the consumer spent inside Next()
+  };
+  Stats stats() const;
+
+  struct Impl;
+
+ private:
+  explicit GpuLoader(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace shardkit

@@ -1,0 +1,78 @@
+# CUDA feed and nvJPEG decoding (issue 7), included at the end of lib/CMakeLists.txt.
+#
+# SHARDKIT_WITH_CUDA (default ON): build the CUDA code when a CUDA compiler and toolkit
+# are found; nvJPEG is used when nvjpeg.h and libnvjpeg are found too. Without them the
+# library still provides shardkit/gpu.h, whose functions then say "built without CUDA".
+# CMAKE_CUDA_ARCHITECTURES defaults to 90 (H100/H200); set it for other GPUs.
+option(SHARDKIT_WITH_CUDA "Build the CUDA feed and nvJPEG decoder when the CUDA toolkit is found" ON)
+if(EXISTS ${PROJECT_SOURCE_DIR}/include/shardkit/loader.h)  # the GPU feed sits on the streaming loader
+set(SHARDKIT_HAVE_CUDA OFF)
+set(SHARDKIT_HAVE_NVJPEG OFF)
+if(SHARDKIT_WITH_CUDA)
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+    set(CMAKE_CUDA_ARCHITECTURES 90)
+  endif()
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    enable_language(CUDA)
+    find_package(CUDAToolkit)
+    if(CUDAToolkit_FOUND)
+      set(SHARDKIT_HAVE_CUDA ON)
+      find_path(SHARDKIT_NVJPEG_INCLUDE nvjpeg.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+      if(TARGET CUDA::nvjpeg AND SHARDKIT_NVJPEG_INCLUDE)
+        # nvjpeg_decoder.cc was written against the documented API without this header
+        # at hand: check that it compiles here, and build without nvJPEG (saying why)
+        # rather than not at all when it does not.
+        set(_sk_tc_type ${CMAKE_TRY_COMPILE_TARGET_TYPE})
+        set(CMAKE_TRY_COMPILE_TARGET_TYPE STATIC_LIBRARY)
+        try_compile(SHARDKIT_NVJPEG_COMPILES ${CMAKE_BINARY_DIR}/nvjpeg_check
+          SOURCES ${CMAKE_CURRENT_LIST_DIR}/nvjpeg_decoder.cc
+          CMAKE_FLAGS "-DINCLUDE_DIRECTORIES=${PROJECT_SOURCE_DIR}/include;${PROJECT_SOURCE_DIR}/lib;${SHARDKIT_NVJPEG_INCLUDE};${CUDAToolkit_INCLUDE_DIRS}"
+          CXX_STANDARD 20
+          OUTPUT_VARIABLE _sk_nvjpeg_out)
+        set(CMAKE_TRY_COMPILE_TARGET_TYPE ${_sk_tc_type})
+        if(SHARDKIT_NVJPEG_COMPILES)
+          set(SHARDKIT_HAVE_NVJPEG ON)
+        else()
+          message(WARNING "shardkit: lib/gpu/nvjpeg_decoder.cc does not compile against ${SHARDKIT_NVJPEG_INCLUDE}/nvjpeg.h; "
+            "building without nvJPEG. Compiler output:\n${_sk_nvjpeg_out}")
+        endif()
+      endif()
+    endif()
+  endif()
+endif()
+message(STATUS "shardkit: CUDA ${SHARDKIT_HAVE_CUDA}, nvJPEG ${SHARDKIT_HAVE_NVJPEG}")
+
+if(SHARDKIT_HAVE_CUDA)
+  # The kernels build as their own object library: the library's warning flags are for g++.
+  add_library(shardkit_gpu_kernels OBJECT ${CMAKE_CURRENT_LIST_DIR}/kernels.cu)
+  target_include_directories(shardkit_gpu_kernels PRIVATE ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/lib)
+  # C++17 for nvcc: CMake releases before 3.27 do not know that nvcc 12+ speaks C++20.
+  set_target_properties(shardkit_gpu_kernels PROPERTIES POSITION_INDEPENDENT_CODE ON CUDA_STANDARD 17
+    CUDA_STANDARD_REQUIRED ON)
+  # shardkit was created before CUDA was enabled: give it the CUDA properties explicitly.
+  set_target_properties(shardkit PROPERTIES CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}" CUDA_STANDARD 17)
+  target_sources(shardkit PRIVATE
+    ${CMAKE_CURRENT_LIST_DIR}/device_batch.cc
+    ${CMAKE_CURRENT_LIST_DIR}/gpu_loader.cc
+    ${CMAKE_CURRENT_LIST_DIR}/jpeg_header.cc
+    $<TARGET_OBJECTS:shardkit_gpu_kernels>)
+  target_link_libraries(shardkit PRIVATE CUDA::cudart)
+  target_compile_definitions(shardkit PRIVATE SHARDKIT_HAVE_CUDA=1)
+  if(SHARDKIT_HAVE_NVJPEG)
+    target_sources(shardkit PRIVATE ${CMAKE_CURRENT_LIST_DIR}/nvjpeg_decoder.cc)
+    target_link_libraries(shardkit PRIVATE CUDA::nvjpeg)
+    target_compile_definitions(shardkit PRIVATE SHARDKIT_HAVE_NVJPEG=1)
+  endif()
+else()
+  target_sources(shardkit PRIVATE ${CMAKE_CURRENT_LIST_DIR}/no_cuda.cc ${CMAKE_CURRENT_LIST_DIR}/jpeg_header.cc)
+endif()
+
+# The GPU benchmark (bench/gpu_bench.cc): public API plus lib/gpu/testing.h.
+add_executable(shardkit_gpu_bench ${PROJECT_SOURCE_DIR}/bench/gpu_bench.cc)
+target_include_directories(shardkit_gpu_bench PRIVATE ${PROJECT_SOURCE_DIR}/lib)
+target_link_libraries(shardkit_gpu_bench PRIVATE shardkit fmt::fmt Threads::Threads)
+else()
+  message(STATUS "shardkit: GPU feed skipped (no shardkit/loader.h in this tree)")
+endif()

@@ -1,0 +1,964 @@
+// gpu/gpu_loader.cc: GpuLoader, the copy path and the GPU decode path (see shardkit/gpu.h
+// and docs/gpu.md).
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+#include <tbb/blocked_range.h>
+#include <tbb/enumerable_thread_specific.h>
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "decode/jpeg.h"
+#include "gpu/cuda_util.h"
+#include "gpu/jpeg_header.h"
+#include "gpu/kernels.h"
+#include "gpu/ring.h"
+#include "gpu/weights.h"
+#include "pipeline/plan.h"
+#include "pipeline/resize.h"
+#include "shardkit/gpu.h"
+#ifdef SHARDKIT_HAVE_NVJPEG
+#include "gpu/nvjpeg_decoder.h"
+#endif
+
+namespace shardkit {
+
+// Fills the private members of a DeviceBatch.
+struct GpuLoaderAccess {
+  static DeviceBatch End() {
+    DeviceBatch b;
+    b.end_ = true;
+    return b;
+  }
+  static DeviceBatch Make(std::shared_ptr<detail::DeviceRing> ring, int slot, DType dtype, Layout layout, int64_t n,
+                          int h, int w, std::vector<int64_t> labels, std::vector<std::string> keys,
+                          std::vector<uint64_t> indices, uint64_t epoch, uint64_t index) {
+    DeviceBatch b;
+    b.data_ = ring->slots[size_t(slot)].out;
+    b.device_ = ring->device;
+    b.ring_ = std::move(ring);
+    b.slot_ = slot;
+    b.dtype_ = dtype;
+    b.layout_ = layout;
+    if (layout == Layout::kNCHW) {
+      b.shape_[0] = n, b.shape_[1] = 3, b.shape_[2] = h, b.shape_[3] = w;
+    } else {
+      b.shape_[0] = n, b.shape_[1] = h, b.shape_[2] = w, b.shape_[3] = 3;
+    }
+    b.labels_ = std::move(labels);
+    b.keys_ = std::move(keys);
+    b.indices_ = std::move(indices);
+    b.epoch_ = epoch;
+    b.index_ = index;
+    return b;
+  }
+};
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Result<int> EnvInt(const char* name, int dflt) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return dflt;
+  char* end = nullptr;
+  long x = std::strtol(v, &end, 10);
+  if (*end || x < 0 || x > (1 << 20)) return Status::Invalid(fmt::format("environment {}='{}' is not a valid number", name, v));
+  return int(x);
+}
+
+size_t Align(size_t x, size_t a = 256) { return (x + a - 1) / a * a; }
+
+}  // namespace
+
+struct GpuLoader::Impl {
+  LoaderOptions o;
+  GpuOptions g;
+  DecoderKind kind = DecoderKind::kCpu;
+  cudaStream_t stream = nullptr;
+  std::shared_ptr<detail::DeviceRing> ring;
+  gpu::Normalize norm;
+  uint64_t epoch = 0;
+  std::atomic<uint64_t> batches{0}, hw{0}, cuda{0}, host{0}, roi{0}, uploaded{0};
+  double wait_s = 0;
+
+  virtual ~Impl() {
+    if (stream) {
+      SK_CUDA_IGNORE(cudaSetDevice(g.device));
+      SK_CUDA_IGNORE(cudaStreamSynchronize(stream));
+      SK_CUDA_IGNORE(cudaStreamDestroy(stream));
+    }
+  }
+  virtual void SetEpoch(uint64_t e) = 0;
+  virtual Status Restore(uint64_t e, uint64_t next_batch) = 0;
+  virtual Result<DeviceBatch> Next() = 0;
+  uint64_t next_batch = 0;  // index of the batch the next Next() hands out
+  virtual uint64_t NumBatches() const = 0;
+  virtual uint64_t NumSamples() const = 0;
+  virtual std::vector<Status> Skipped() const = 0;
+
+  Status InitCommon(size_t out_bytes, size_t staging_bytes, bool staging_is_out) {
+    SK_CUDA_RETURN(cudaSetDevice(g.device));
+    SK_CUDA_RETURN(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    ring = std::make_shared<detail::DeviceRing>();
+    ring->consumer_stream = g.consumer_stream;
+    SK_RETURN_IF_ERROR(ring->Init(g.device, g.ring, out_bytes, staging_bytes, staging_is_out));
+    norm = gpu::MakeNormalize(o.dtype, o.mean, o.std);
+    return Status::OK();
+  }
+  size_t RowElems() const { return size_t(o.output_width) * o.output_height * 3; }
+};
+
+// ---------------------------------------------------------------------------------------
+// Both paths: a producer thread fills ring slots ahead of the consumer (at most ring
+// batches: backpressure is the ring), a queue hands them out in order.
+
+namespace {
+
+struct QueueItem {
+  Status st;
+  DeviceBatch batch;
+  uint64_t hw = 0, cuda = 0, host = 0, roi = 0;  // counted when handed out
+};
+
+struct ProducerImpl : GpuLoader::Impl {
+  std::thread producer;
+  std::atomic<bool> stop{false};
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  std::deque<QueueItem> queue;
+  Status sticky;
+  bool ended = false;
+
+  // Consumer thread, producer stopped: position at batch `start` of epoch e.
+  virtual Status BeginEpoch(uint64_t e, uint64_t start) = 0;
+  // Producer thread: fill slots with the batches of epoch e from `start` on, then push
+  // End (or an error).
+  virtual void Produce(uint64_t e, uint64_t start) = 0;
+
+  void Stop() {
+    if (!producer.joinable()) return;
+    stop.store(true);
+    if (ring) ring->Wake();
+    cv.notify_all();
+    producer.join();
+    stop.store(false);
+    std::deque<QueueItem> q;
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      q.swap(queue);
+    }
+    for (auto& it : q) it.batch.Release(stream);  // never handed out: the loader's stream
+  }
+
+  Status Start(uint64_t e, uint64_t start = 0) {
+    if (Status st = BeginEpoch(e, start); !st.ok()) {
+      std::lock_guard<std::mutex> lk(mu);
+      sticky = st;  // Next() reports it instead of waiting for a producer that never ran
+      return st;
+    }
+    epoch = e;
+    next_batch = start;
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      sticky = Status::OK();
+      ended = false;
+    }
+    producer = std::thread([this, e, start] {
+      if (cudaSetDevice(g.device) != cudaSuccess) {
+        Push({gpu::CudaError(cudaGetLastError(), "cudaSetDevice"), {}});
+        return;
+      }
+      Produce(e, start);
+    });
+    return Status::OK();
+  }
+
+  void SetEpoch(uint64_t e) override {
+    Stop();
+    (void)Start(e);  // position 0 of an epoch is always valid
+  }
+
+  Status Restore(uint64_t e, uint64_t start) override {
+    if (start > NumBatches())
+      return Status::Invalid(fmt::format("loader state is at batch {} of an epoch of {}", start, NumBatches()));
+    Stop();
+    return Start(e, start);
+  }
+
+  void Push(QueueItem it) {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      queue.push_back(std::move(it));
+    }
+    cv.notify_all();
+  }
+
+  Result<DeviceBatch> Next() override {
+    std::unique_lock<std::mutex> lk(mu);
+    if (!sticky.ok()) return sticky;
+    if (ended) return GpuLoaderAccess::End();
+    if (queue.empty() && ring->Handed() >= int(ring->slots.size()))
+      return Status::Invalid(fmt::format("the consumer holds all {} device batches; release one before Next()", g.ring));
+    cv.wait(lk, [&] { return !queue.empty(); });
+    QueueItem it = std::move(queue.front());
+    queue.pop_front();
+    if (!it.st.ok()) {
+      sticky = it.st;
+      return it.st;
+    }
+    if (it.batch.end_of_epoch()) {
+      ended = true;
+    } else {
+      ring->MarkHanded(it.batch.slot());
+      next_batch = it.batch.index() + 1;
+      ++batches;
+      hw += it.hw;
+      cuda += it.cuda;
+      host += it.host;
+      roi += it.roi;
+    }
+    return std::move(it.batch);
+  }
+};
+
+// ---------------------------------------------------------------------------------------
+// The copy path: CPU Loader (uint8 NHWC, pinned) -> cudaMemcpyAsync -> convert kernel.
+
+struct CopyImpl final : ProducerImpl {
+  std::unique_ptr<Loader> loader;  // used by the producer thread only while it runs
+  struct Pending {
+    Batch host;
+    cudaEvent_t copied;
+  };
+  std::deque<Pending> pending;  // host batches whose copy may still be running (producer)
+  std::vector<cudaEvent_t> free_events;
+  size_t max_pending = 2;
+
+  ~CopyImpl() override {
+    Stop();
+    SK_CUDA_IGNORE(cudaSetDevice(g.device));
+    if (stream) SK_CUDA_IGNORE(cudaStreamSynchronize(stream));
+    for (auto& p : pending) free_events.push_back(p.copied);
+    pending.clear();
+    for (auto e : free_events) SK_CUDA_IGNORE(cudaEventDestroy(e));
+    loader.reset();
+  }
+
+  Status Init(std::shared_ptr<RandomAccess> data, std::string_view address) {
+    LoaderOptions inner = o;
+    inner.dtype = DType::kUint8;
+    inner.layout = Layout::kNHWC;
+    inner.pin_memory = true;
+    std::string why;
+    inner.allocator = PinnedHostAllocator(&why);
+    if (!inner.allocator) return Status::Unsupported(why);
+    // Host batches: the CPU loader's read-ahead, plus those whose copy is in flight.
+    inner.prefetch = std::max(o.prefetch, 2) + 2;
+    max_pending = size_t(inner.prefetch - 2);
+    if (data) {
+      SK_ASSIGN_OR_RETURN(loader, Loader::Create(std::move(data), inner));
+    } else {
+      SK_ASSIGN_OR_RETURN(loader, Loader::Create(address, inner));
+    }
+    const size_t u8 = RowElems() * o.batch_size;
+    const bool same = o.dtype == DType::kUint8 && o.layout == Layout::kNHWC;
+    SK_RETURN_IF_ERROR(InitCommon(RowElems() * DTypeSize(o.dtype) * o.batch_size, same ? 0 : u8, same));
+    for (size_t i = 0; i < max_pending + 1; ++i) {
+      cudaEvent_t e;
+      SK_CUDA_RETURN(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      free_events.push_back(e);
+    }
+    return Start(0);
+  }
+
+  Status BeginEpoch(uint64_t e, uint64_t start) override {
+    if (start == 0) {
+      loader->set_epoch(e);
+    } else {
+      LoaderState st = loader->save_state();
+      st.epoch = e;
+      st.next_batch = start;
+      SK_RETURN_IF_ERROR(loader->restore(st));
+    }
+    std::lock_guard<std::mutex> lk(mu);
+    skipped.clear();
+    return Status::OK();
+  }
+  uint64_t NumBatches() const override { return loader->num_batches(); }
+  uint64_t NumSamples() const override { return loader->num_samples(); }
+  std::vector<Status> skipped;  // the CPU loader's list, copied by the producer (guarded by mu)
+  std::vector<Status> Skipped() const override {
+    std::lock_guard<std::mutex> lk(mu);
+    return skipped;
+  }
+
+  // Returns host batches whose copy has finished to the CPU loader's pool; waits for the
+  // oldest while max_pending are out.
+  Status Reap() {
+    while (!pending.empty()) {
+      cudaEvent_t ev = pending.front().copied;
+      cudaError_t q = pending.size() >= max_pending ? cudaEventSynchronize(ev) : cudaEventQuery(ev);
+      if (q == cudaErrorNotReady) {
+        (void)cudaGetLastError();
+        break;
+      }
+      if (q != cudaSuccess) return gpu::CudaError(q, "cudaEventQuery(copy)");
+      free_events.push_back(ev);
+      pending.pop_front();
+    }
+    return Status::OK();
+  }
+
+  void Produce(uint64_t, uint64_t) override {
+    for (;;) {
+      int slot = ring->Acquire(&stop);
+      if (slot < 0) return;  // stopped
+      QueueItem it;
+      Status st = Reap();
+      Result<Batch> r = st.ok() ? loader->Next() : Result<Batch>(st);
+      if (o.on_error == DecodeErrorPolicy::kSkip) {
+        std::vector<Status> sk = loader->skipped();
+        std::lock_guard<std::mutex> lk(mu);
+        skipped.swap(sk);
+      }
+      if (!r.ok()) {
+        ring->Abandon(slot);
+        it.st = std::move(r).take_status();
+        Push(std::move(it));
+        return;  // stays failed until set_epoch, as the CPU loader
+      }
+      Batch hb = std::move(r).value();
+      if (hb.end_of_epoch()) {
+        ring->Abandon(slot);
+        it.batch = GpuLoaderAccess::End();
+        Push(std::move(it));
+        return;
+      }
+      st = Upload(hb, slot);
+      if (st.ok() && free_events.empty()) st = Status::Internal("copy events exhausted");
+      cudaEvent_t ev = st.ok() ? free_events.back() : nullptr;
+      if (st.ok()) {
+        cudaError_t ce = cudaEventRecord(ev, stream);  // after the copy and the conversion
+        if (ce != cudaSuccess) st = gpu::CudaError(ce, "cudaEventRecord(copy)");
+      }
+      if (!st.ok()) {
+        ring->Abandon(slot);
+        it.st = st;
+        Push(std::move(it));
+        return;
+      }
+      free_events.pop_back();
+      it.host = hb.size();
+      it.batch = GpuLoaderAccess::Make(ring, slot, o.dtype, o.layout, int64_t(hb.size()), o.output_height,
+                                       o.output_width, hb.labels(), hb.keys(), hb.indices(), hb.epoch(), hb.index());
+      pending.push_back({std::move(hb), ev});
+      Push(std::move(it));
+      if (stop.load()) return;
+    }
+  }
+
+  Status Upload(const Batch& hb, int slot) {
+    auto& s = ring->slots[size_t(slot)];
+    // Do not overwrite the slot before the consumer's stream is done with it.
+    SK_CUDA_RETURN(cudaStreamWaitEvent(stream, s.released, 0));
+    const size_t bytes = hb.bytes();
+    SK_CUDA_RETURN(cudaMemcpyAsync(s.staging, hb.data(), bytes, cudaMemcpyHostToDevice, stream));
+    uploaded += bytes;
+    if (!(o.dtype == DType::kUint8 && o.layout == Layout::kNHWC)) {
+      SK_RETURN_IF_ERROR(gpu::LaunchConvert(s.staging, s.out, int(hb.size()), o.output_height, o.output_width,
+                                            o.dtype, o.layout, norm, stream));
+    }
+    SK_CUDA_RETURN(cudaEventRecord(s.ready, stream));
+    return Status::OK();
+  }
+};
+
+// ---------------------------------------------------------------------------------------
+// The GPU decode path.
+
+struct Row {
+  Sample sample;
+  Status st;
+  int64_t label = -1;
+  int route = 0;  // 0 host, 1 hardware, 2 GPU_HYBRID, 3 HYBRID
+#ifdef SHARDKIT_HAVE_NVJPEG
+  gpu::NvItem item;
+#endif
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+  std::vector<uint8_t> pixels;  // host route: the box's pixels, packed rows
+  int pw = 0, ph = 0;           // their width, height
+  bool flip = false;
+  pipeline::AxisWeights wx, wy;
+  size_t blob_off = 0, pix_off = 0, arena_off = 0;
+};
+
+struct Set {
+  std::vector<Row> rows;
+  uint8_t* host = nullptr;  // pinned: descs | weights | host pixels
+  size_t host_cap = 0;
+  uint8_t* dev = nullptr;   // the same on the device
+  size_t dev_cap = 0;
+  uint8_t* arena = nullptr; // nvJPEG outputs
+  size_t arena_cap = 0;
+  cudaEvent_t done = nullptr;
+};
+
+struct DecodeImpl final : ProducerImpl {
+  std::unique_ptr<Dataset> dataset;
+  std::shared_ptr<RandomAccess> data;
+  uint64_t n = 0;
+  pipeline::Partition part;
+  pipeline::RrcParams rrc;
+  std::unique_ptr<tbb::task_arena> arena;
+  tbb::enumerable_thread_specific<decode::ImageDecoder> host_decoders;
+#ifdef SHARDKIT_HAVE_NVJPEG
+  std::unique_ptr<gpu::NvjpegDecoder> nv;
+#endif
+  Set sets[2];
+  std::vector<uint64_t> order;
+
+  std::vector<Status> skipped;  // guarded by mu
+
+  ~DecodeImpl() override {
+    Stop();
+    SK_CUDA_IGNORE(cudaSetDevice(g.device));
+    if (stream) SK_CUDA_IGNORE(cudaStreamSynchronize(stream));
+    for (auto& s : sets) {
+      if (s.done) SK_CUDA_IGNORE(cudaEventSynchronize(s.done));
+      if (s.host) SK_CUDA_IGNORE(cudaFreeHost(s.host));
+      if (s.dev) SK_CUDA_IGNORE(cudaFree(s.dev));
+      if (s.arena) SK_CUDA_IGNORE(cudaFree(s.arena));
+      if (s.done) SK_CUDA_IGNORE(cudaEventDestroy(s.done));
+    }
+    for (auto& [p, pinned] : retired) {
+      if (pinned) {
+        SK_CUDA_IGNORE(cudaFreeHost(p));
+      } else {
+        SK_CUDA_IGNORE(cudaFree(p));
+      }
+    }
+#ifdef SHARDKIT_HAVE_NVJPEG
+    nv.reset();
+#endif
+  }
+
+  Status Init() {
+    n = data->size();
+    part = pipeline::PartitionEpoch(n, uint32_t(o.world_size), o.batch_size, o.drop_last);
+    rrc = {o.scale_min, o.scale_max, o.ratio_min, o.ratio_max, o.flip_p};
+    int threads = g.host_threads > 0 ? g.host_threads : (o.threads > 0 ? o.threads : tbb::info::default_concurrency());
+    arena = std::make_unique<tbb::task_arena>(threads);
+    SK_RETURN_IF_ERROR(InitCommon(RowElems() * DTypeSize(o.dtype) * o.batch_size, 0, false));
+    for (auto& s : sets) {
+      s.rows.resize(o.batch_size);
+      SK_CUDA_RETURN(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
+      // First sizes: 64 KiB of weights and descriptors per row; nvJPEG output for a
+      // 500x400 region per row. They grow (rarely) to what batches need.
+      SK_RETURN_IF_ERROR(Grow(&s.host, &s.host_cap, size_t(o.batch_size) * (64 << 10), true));
+      SK_RETURN_IF_ERROR(Grow(&s.dev, &s.dev_cap, size_t(o.batch_size) * (64 << 10), false));
+      if (!g.force_cpu_decode && NvjpegCompiled())
+        SK_RETURN_IF_ERROR(Grow(&s.arena, &s.arena_cap, size_t(o.batch_size) * 500 * 400 * 3, false));
+    }
+#ifdef SHARDKIT_HAVE_NVJPEG
+    if (!g.force_cpu_decode) {
+      SK_ASSIGN_OR_RETURN(nv, gpu::NvjpegDecoder::Create(g.device, arena->max_concurrency(), int(o.batch_size), 2,
+                                                         g.hardware_decoder));
+    }
+#endif
+    return Start(0);
+  }
+
+  uint64_t NumBatches() const override { return part.num_batches; }
+  uint64_t NumSamples() const override { return n; }
+  std::vector<Status> Skipped() const override {
+    std::lock_guard<std::mutex> lk(mu);
+    return skipped;
+  }
+
+  Status BeginEpoch(uint64_t e, uint64_t) override {
+    std::vector<uint64_t> perm = pipeline::EpochPermutation(n, o.seed, e, o.shuffle);
+    order = pipeline::RankIndices(perm, uint32_t(o.rank), uint32_t(o.world_size), o.batch_size, o.drop_last);
+    std::lock_guard<std::mutex> lk(mu);
+    skipped.clear();
+    return Status::OK();
+  }
+
+  void Produce(uint64_t e, uint64_t start) override {
+    for (uint64_t b = start; b < part.num_batches; ++b) {
+      int slot = ring->Acquire(&stop);
+      if (slot < 0) return;  // stopped
+      Set& set = sets[b % 2];
+      cudaError_t ce = cudaEventSynchronize(set.done);
+      QueueItem it;
+      if (ce != cudaSuccess) {
+        it.st = gpu::CudaError(ce, "cudaEventSynchronize(set)");
+      } else {
+        auto r = RunBatch(set, int(b % 2), e, b, slot, &it);
+        if (r.ok()) {
+          it.batch = std::move(r).value();
+        } else {
+          it.st = std::move(r).take_status();
+        }
+      }
+      if (!it.st.ok()) {
+        ring->Abandon(slot);
+        Push(std::move(it));
+        return;  // the error stays until set_epoch
+      }
+      Push(std::move(it));
+      if (stop.load()) return;
+    }
+    Push({Status::OK(), GpuLoaderAccess::End()});
+  }
+
+  // --- one batch ---
+
+  // Host route: libjpeg-turbo / libpng with the CPU loader's exact call, then the box's
+  // pixels packed and the weights computed as pipeline::Resizer does.
+  Status DecodeOnHost(Row& r, uint64_t e, uint64_t index, const Location& where) {
+    pipeline::Augment aug;
+    auto choose = [&](const decode::ImageInfo& info) {
+      aug = o.mode == AugmentMode::kTrain
+                ? pipeline::TrainAugment(o.seed, e, index, info.width, info.height, rrc)
+                : pipeline::EvalAugment(info.width, info.height, o.resize_size, o.output_width, o.output_height);
+      return aug.box;
+    };
+    decode::Region reg;
+    Status st = host_decoders.local().Decode(r.data, r.size, choose,
+                                             o.dct_scaling ? o.output_width * o.dct_min_cover : 0.0,
+                                             o.dct_scaling ? o.output_height * o.dct_min_cover : 0.0, &reg);
+    if (!st.ok()) return st.At(where);
+    int xlo, xhi, ylo, yhi;
+    gpu::BoxWeights(reg.box, reg.width, reg.height, o.output_width, o.output_height, &r.wx, &r.wy, &xlo, &ylo, &xhi,
+                    &yhi);
+    gpu::ShiftStarts(&r.wx, xlo);
+    gpu::ShiftStarts(&r.wy, ylo);
+    r.pw = xhi - xlo;
+    r.ph = yhi - ylo;
+    r.pixels.resize(size_t(r.pw) * r.ph * 3);
+    for (int y = 0; y < r.ph; ++y)
+      std::memcpy(&r.pixels[size_t(y) * r.pw * 3], reg.pixels + reg.stride * size_t(ylo + y) + size_t(xlo) * 3,
+                  size_t(r.pw) * 3);
+    r.flip = aug.flip;
+    r.route = 0;
+    return Status::OK();
+  }
+
+#ifdef SHARDKIT_HAVE_NVJPEG
+  // nvJPEG route: the box from the header's size; true when nvJPEG takes the image.
+  bool TryNvjpeg(Row& r, int tid, uint64_t e, uint64_t index) {
+    gpu::JpegHeader h;
+    if (!gpu::ParseJpegHeader(r.data, r.size, &h)) return false;
+    gpu::JpegClass cls = gpu::Classify(h);
+    if (cls == gpu::JpegClass::kHost) return false;
+    if (h.width > 32768 || h.height > 32768 || uint64_t(h.width) * h.height > 200'000'000ull) return false;
+    pipeline::Augment aug = o.mode == AugmentMode::kTrain
+                                ? pipeline::TrainAugment(o.seed, e, index, h.width, h.height, rrc)
+                                : pipeline::EvalAugment(h.width, h.height, o.resize_size, o.output_width,
+                                                        o.output_height);
+    int xlo, xhi, ylo, yhi;
+    gpu::BoxWeights(aug.box, h.width, h.height, o.output_width, o.output_height, &r.wx, &r.wy, &xlo, &ylo, &xhi, &yhi);
+    gpu::NvItem& it = r.item;
+    it = gpu::NvItem{};
+    it.data = r.data;
+    it.size = r.size;
+    it.roi = g.roi_decode && (xlo > 0 || ylo > 0 || xhi < h.width || yhi < h.height);
+    it.x = xlo, it.y = ylo, it.w = xhi - xlo, it.h = yhi - ylo;
+    if (!nv->Inspect(tid, cls == gpu::JpegClass::kHardware, &it)) return false;
+    if (it.roi) {
+      gpu::ShiftStarts(&r.wx, xlo);
+      gpu::ShiftStarts(&r.wy, ylo);
+      r.pw = it.w;
+      r.ph = it.h;
+    } else {
+      r.pw = h.width;
+      r.ph = h.height;
+    }
+    it.pitch = int64_t(r.pw) * 3;
+    r.flip = aug.flip;
+    r.route = it.backend;
+    return true;
+  }
+#endif
+
+  void Prepare(Row& r, uint64_t e, uint64_t index) {
+    r.st = Status::OK();
+    r.route = 0;
+    r.label = -1;
+    r.sample.clear();
+    Status st = data->Get(index, &r.sample);
+    if (!st.ok()) {
+      r.st = st.At(Location{.index = int64_t(index)});
+      return;
+    }
+    Location where{.key = r.sample.key, .index = int64_t(index)};
+    const Field* f = o.image_field.empty() ? r.sample.image() : r.sample.find(o.image_field);
+    if (!f) {
+      r.st = Status::Corrupt(o.image_field.empty() ? std::string("sample has no image field")
+                                                   : fmt::format("sample has no '{}' field", o.image_field),
+                             where);
+      return;
+    }
+    r.label = r.sample.label().value_or(-1);
+    r.data = f->data.data();
+    r.size = f->data.size();
+#ifdef SHARDKIT_HAVE_NVJPEG
+    if (nv) {
+      int tid = tbb::this_task_arena::current_thread_index();
+      if (tid >= 0 && TryNvjpeg(r, tid, e, index)) return;
+    }
+#endif
+    r.st = DecodeOnHost(r, e, index, where);
+  }
+
+  // Buffers only grow, to the high-water mark of the batches seen (then memory stays
+  // flat). A replaced buffer is retired, not freed: cudaFree/cudaFreeHost would wait for
+  // the whole device, including the consumer's kernels.
+  std::vector<std::pair<void*, bool>> retired;  // (pointer, pinned), freed at destruction
+
+  Status Grow(uint8_t** p, size_t* cap, size_t need, bool pinned) {
+    if (need <= *cap) return Status::OK();
+    size_t c = std::max(need + need / 2, size_t(1) << 20);
+    if (*p) {
+      retired.emplace_back(*p, pinned);
+      *p = nullptr;
+      *cap = 0;
+    }
+    void* q = nullptr;
+    if (pinned) {
+      SK_CUDA_RETURN(cudaHostAlloc(&q, c, cudaHostAllocDefault));
+    } else {
+      SK_CUDA_RETURN(cudaMalloc(&q, c));
+    }
+    *p = static_cast<uint8_t*>(q);
+    *cap = c;
+    return Status::OK();
+  }
+
+  Result<DeviceBatch> RunBatch(Set& set, int set_index, uint64_t e, uint64_t b, int slot, QueueItem* counts) {
+    const uint64_t begin = b * o.batch_size;
+    const uint64_t end = std::min<uint64_t>(begin + o.batch_size, order.size());
+    const size_t count = size_t(end - begin);
+    // Phase 1, parallel: read, parse headers, choose crops, host-decode what nvJPEG can't.
+    arena->execute([&] {
+      tbb::parallel_for(tbb::blocked_range<size_t>(0, count, 1), [&](const tbb::blocked_range<size_t>& rg) {
+        for (size_t i = rg.begin(); i != rg.end(); ++i) {
+          if (stop.load(std::memory_order_relaxed)) {
+            set.rows[i].st = Status::Cancelled("loader stopped");
+            continue;
+          }
+          try {
+            Prepare(set.rows[i], e, order[begin + i]);
+          } catch (const std::exception& ex) {
+            set.rows[i].st = Status::Internal(fmt::format("exception while decoding: {}", ex.what()),
+                                              Location{.index = int64_t(order[begin + i])});
+          }
+        }
+      });
+    });
+    if (stop.load()) return Status::Cancelled("loader stopped");
+    // Rows kept (errors: kError fails the batch at the first one; kSkip drops and counts).
+    std::vector<size_t> keep;
+    keep.reserve(count);
+    for (size_t i = 0; i < count; ++i) {
+      if (set.rows[i].st.ok()) {
+        keep.push_back(i);
+      } else if (o.on_error == DecodeErrorPolicy::kError) {
+        return set.rows[i].st;
+      } else {
+        std::lock_guard<std::mutex> lk(mu);
+        skipped.push_back(set.rows[i].st);
+      }
+    }
+    for (int attempt = 0;; ++attempt) {
+      Status st = Launch(set, set_index, keep);
+      if (st.ok()) break;
+      if (attempt > 0 || st.code() != Code::kCorrupt) return st;
+      // An nvJPEG failure: let the host decode every row nvJPEG had, then launch again.
+      SK_CUDA_RETURN(cudaStreamSynchronize(stream));
+      std::vector<size_t> redo;
+      for (size_t i : keep)
+        if (set.rows[i].route != 0) redo.push_back(i);
+      arena->execute([&] {
+        tbb::parallel_for(size_t(0), redo.size(), [&](size_t k) {
+          Row& r = set.rows[redo[k]];
+          uint64_t index = order[begin + redo[k]];
+          r.st = DecodeOnHost(r, e, index, Location{.key = r.sample.key, .index = int64_t(index)});
+        });
+      });
+      std::vector<size_t> keep2;
+      for (size_t i : keep) {
+        if (set.rows[i].st.ok()) {
+          keep2.push_back(i);
+        } else if (o.on_error == DecodeErrorPolicy::kError) {
+          return set.rows[i].st;
+        } else {
+          std::lock_guard<std::mutex> lk(mu);
+          skipped.push_back(set.rows[i].st);
+        }
+      }
+      keep.swap(keep2);
+    }
+    // The output: wait for the consumer to be done with the slot, then resize into it.
+    auto& s = ring->slots[size_t(slot)];
+    SK_CUDA_RETURN(cudaStreamWaitEvent(stream, s.released, 0));
+    const auto* descs = reinterpret_cast<const gpu::ResizeDesc*>(set.dev);
+    const auto* blob = reinterpret_cast<const uint32_t*>(set.dev + Align(keep.size() * sizeof(gpu::ResizeDesc)));
+    SK_RETURN_IF_ERROR(gpu::LaunchResize(descs, blob, int(keep.size()), o.output_height, o.output_width, o.dtype,
+                                         o.layout, norm, s.out, stream));
+    SK_CUDA_RETURN(cudaEventRecord(s.ready, stream));
+    SK_CUDA_RETURN(cudaEventRecord(set.done, stream));
+
+    std::vector<int64_t> labels;
+    std::vector<std::string> keys;
+    std::vector<uint64_t> indices;
+    for (size_t i : keep) {
+      const Row& r = set.rows[i];
+      labels.push_back(r.label);
+      keys.push_back(r.sample.key);
+      indices.push_back(order[begin + i]);
+      switch (r.route) {
+        case 0: ++counts->host; break;
+        case 1: ++counts->hw; break;
+        default: ++counts->cuda; break;
+      }
+#ifdef SHARDKIT_HAVE_NVJPEG
+      if (r.route != 0 && r.item.roi) ++counts->roi;
+#endif
+    }
+    return GpuLoaderAccess::Make(ring, slot, o.dtype, o.layout, int64_t(keep.size()), o.output_height,
+                                 o.output_width, std::move(labels), std::move(keys), std::move(indices), e, b);
+  }
+
+  // Phase 2: pack descriptors, weights and host pixels; upload; decode on the GPU.
+  // kCorrupt: nvJPEG refused something (the caller retries on the host).
+  Status Launch(Set& set, int set_index, const std::vector<size_t>& keep) {
+    const int ow = o.output_width, oh = o.output_height;
+    const size_t desc_bytes = Align(keep.size() * sizeof(gpu::ResizeDesc));
+    size_t words = 0, pix = 0, arena_bytes = 0;
+    for (size_t i : keep) {
+      Row& r = set.rows[i];
+      r.blob_off = words;
+      words += size_t(2 * ow) + size_t(ow) * r.wx.taps + size_t(2 * oh) + size_t(oh) * r.wy.taps;
+      if (r.route == 0) {
+        r.pix_off = pix;
+        pix += Align(size_t(r.pw) * r.ph * 3);
+      } else {
+        r.arena_off = arena_bytes;
+        arena_bytes += Align(size_t(r.pw) * r.ph * 3);
+      }
+    }
+    const size_t blob_bytes = Align(words * 4);
+    const size_t total = desc_bytes + blob_bytes + pix;
+    SK_RETURN_IF_ERROR(Grow(&set.host, &set.host_cap, total, true));
+    SK_RETURN_IF_ERROR(Grow(&set.dev, &set.dev_cap, total, false));
+    SK_RETURN_IF_ERROR(Grow(&set.arena, &set.arena_cap, arena_bytes, false));
+    auto* descs = reinterpret_cast<gpu::ResizeDesc*>(set.host);
+    uint32_t* blob = reinterpret_cast<uint32_t*>(set.host + desc_bytes);
+    uint8_t* hpix = set.host + desc_bytes + blob_bytes;
+    uint8_t* dpix = set.dev + desc_bytes + blob_bytes;
+    arena->execute([&] { tbb::parallel_for(size_t(0), keep.size(), [&](size_t k) {
+      Row& r = set.rows[keep[k]];
+      gpu::ResizeDesc d;
+      d.pitch = int64_t(r.pw) * 3;
+      d.weights = r.blob_off;
+      d.taps_x = r.wx.taps;
+      d.taps_y = r.wy.taps;
+      d.flip = r.flip ? 1 : 0;
+      if (r.route == 0) {
+        d.src = dpix + r.pix_off;
+        std::memcpy(hpix + r.pix_off, r.pixels.data(), r.pixels.size());
+      } else {
+        d.src = set.arena + r.arena_off;
+#ifdef SHARDKIT_HAVE_NVJPEG
+        r.item.dst = set.arena + r.arena_off;
+        r.item.pitch = d.pitch;
+#endif
+      }
+      descs[k] = d;
+      uint32_t* w = blob + r.blob_off;
+      std::memcpy(w, r.wx.start.data(), size_t(ow) * 4);
+      std::memcpy(w + ow, r.wx.count.data(), size_t(ow) * 4);
+      std::memcpy(w + 2 * ow, r.wx.w.data(), size_t(ow) * r.wx.taps * 4);
+      uint32_t* wy = w + 2 * ow + size_t(ow) * r.wx.taps;
+      std::memcpy(wy, r.wy.start.data(), size_t(oh) * 4);
+      std::memcpy(wy + oh, r.wy.count.data(), size_t(oh) * 4);
+      std::memcpy(wy + 2 * oh, r.wy.w.data(), size_t(oh) * r.wy.taps * 4);
+    }); });
+    SK_CUDA_RETURN(cudaMemcpyAsync(set.dev, set.host, total, cudaMemcpyHostToDevice, stream));
+    uploaded += total;
+#ifdef SHARDKIT_HAVE_NVJPEG
+    if (nv) {
+      std::vector<gpu::NvItem*> hw_items;
+      std::vector<size_t> cuda_rows;
+      for (size_t i : keep) {
+        Row& r = set.rows[i];
+        if (r.route == 1) hw_items.push_back(&r.item);
+        if (r.route == 2 || r.route == 3) cuda_rows.push_back(i);
+      }
+      Status hst = nv->DecodeHardware(set_index, hw_items, stream);
+      if (!hst.ok()) return Status::Corrupt("nvJPEG hardware batch: " + hst.ToString());
+      std::atomic<bool> failed{false};
+      std::string why;
+      std::mutex why_mu;
+      arena->execute([&] {
+        tbb::parallel_for(size_t(0), cuda_rows.size(), [&](size_t k) {
+          int tid = tbb::this_task_arena::current_thread_index();
+          Status cst = nv->DecodeCuda(tid, set.rows[cuda_rows[k]].item);
+          if (!cst.ok()) {
+            failed.store(true);
+            std::lock_guard<std::mutex> lk(why_mu);
+            why = cst.ToString();
+          }
+        });
+      });
+      SK_RETURN_IF_ERROR(nv->Join(stream));
+      if (failed.load()) return Status::Corrupt("nvJPEG CUDA decode: " + why);
+    }
+#else
+    (void)set_index;
+#endif
+    return Status::OK();
+  }
+};
+
+Status Validate(LoaderOptions& o, const GpuOptions& g) {
+  if (o.batch_size == 0) return Status::Invalid("batch_size must be positive");
+  if (o.output_width <= 0 || o.output_height <= 0 || o.output_width > 8192 || o.output_height > 8192)
+    return Status::Invalid(fmt::format("bad output size {}x{}", o.output_width, o.output_height));
+  if (g.ring < 2 || g.ring > 64) return Status::Invalid("GpuOptions::ring must be in [2, 64]");
+  if (!(o.dct_min_cover >= 0.5 && o.dct_min_cover <= 64))
+    return Status::Invalid("dct_min_cover must be in [0.5, 64]");
+  if (o.world_size < 0) {
+    SK_ASSIGN_OR_RETURN(o.world_size, EnvInt("WORLD_SIZE", 1));
+  }
+  if (o.rank < 0) {
+    SK_ASSIGN_OR_RETURN(o.rank, EnvInt("RANK", 0));
+  }
+  if (o.world_size < 1 || o.rank >= o.world_size)
+    return Status::Invalid(fmt::format("rank {} is not within world size {}", o.rank, o.world_size));
+  for (float s : o.std)
+    if (!(s > 0)) return Status::Invalid("std must be positive");
+  return Status::OK();
+}
+
+Result<std::unique_ptr<GpuLoader::Impl>> MakeImpl(std::shared_ptr<RandomAccess> data, std::string_view address,
+                                                   const LoaderOptions& opts, const GpuOptions& gopts) {
+  std::string why = CudaUnavailableReason();
+  if (!why.empty()) return Status::Unsupported(why);
+  int count = CudaDeviceCount();
+  if (gopts.device < 0 || gopts.device >= count)
+    return Status::Invalid(fmt::format("CUDA device {} does not exist ({} found)", gopts.device, count));
+  LoaderOptions o = opts;
+  SK_RETURN_IF_ERROR(Validate(o, gopts));
+  DecoderKind kind = gopts.decoder;
+  if (kind == DecoderKind::kAuto) kind = NvjpegCompiled() ? DecoderKind::kGpu : DecoderKind::kCpu;
+  if (kind == DecoderKind::kGpu && !NvjpegCompiled() && !gopts.force_cpu_decode)
+    return Status::Unsupported("decoder=gpu: this build has no nvJPEG (nvjpeg.h or libnvjpeg was not found when "
+                               "configuring); use decoder=cpu or auto");
+  if (kind == DecoderKind::kCpu) {
+    auto impl = std::make_unique<CopyImpl>();
+    impl->o = o;
+    impl->g = gopts;
+    impl->kind = kind;
+    SK_RETURN_IF_ERROR(impl->Init(std::move(data), address));
+    return std::unique_ptr<GpuLoader::Impl>(std::move(impl));
+  }
+  auto impl = std::make_unique<DecodeImpl>();
+  impl->o = o;
+  impl->g = gopts;
+  impl->kind = kind;
+  if (data) {
+    impl->data = std::move(data);
+  } else {
+    SK_ASSIGN_OR_RETURN(impl->dataset, Open(address));
+    SK_ASSIGN_OR_RETURN(impl->data, impl->dataset->NewRandomAccess());
+  }
+  SK_RETURN_IF_ERROR(impl->Init());
+  return std::unique_ptr<GpuLoader::Impl>(std::move(impl));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+
+GpuLoader::GpuLoader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+GpuLoader::~GpuLoader() = default;
+
+Result<std::unique_ptr<GpuLoader>> GpuLoader::Create(std::string_view address, const LoaderOptions& opts,
+                                                     const GpuOptions& gopts) {
+  SK_ASSIGN_OR_RETURN(auto impl, MakeImpl(nullptr, address, opts, gopts));
+  return std::unique_ptr<GpuLoader>(new GpuLoader(std::move(impl)));
+}
+
+Result<std::unique_ptr<GpuLoader>> GpuLoader::Create(std::shared_ptr<RandomAccess> data, const LoaderOptions& opts,
+                                                     const GpuOptions& gopts) {
+  if (!data) return Status::Invalid("no dataset");
+  SK_ASSIGN_OR_RETURN(auto impl, MakeImpl(std::move(data), "", opts, gopts));
+  return std::unique_ptr<GpuLoader>(new GpuLoader(std::move(impl)));
+}
+
+void GpuLoader::set_epoch(uint64_t e) { impl_->SetEpoch(e); }
+uint64_t GpuLoader::epoch() const { return impl_->epoch; }
+uint64_t GpuLoader::num_batches() const { return impl_->NumBatches(); }
+uint64_t GpuLoader::num_samples() const { return impl_->NumSamples(); }
+DecoderKind GpuLoader::decoder() const { return impl_->kind; }
+void* GpuLoader::stream() const { return impl_->stream; }
+std::vector<Status> GpuLoader::skipped() const { return impl_->Skipped(); }
+
+Result<DeviceBatch> GpuLoader::Next() {
+  auto t0 = Clock::now();
+  auto r = impl_->Next();
+  impl_->wait_s += std::chrono::duration<double>(Clock::now() - t0).count();
+  return r;
+}
+
+LoaderState GpuLoader::save_state() const {
+  LoaderState s;
+  s.seed = impl_->o.seed;
+  s.epoch = impl_->epoch;
+  s.next_batch = impl_->next_batch;
+  s.num_samples = impl_->NumSamples();
+  s.rank = impl_->o.rank;
+  s.world_size = impl_->o.world_size;
+  s.batch_size = impl_->o.batch_size;
+  return s;
+}
+
+Status GpuLoader::restore(const LoaderState& s) {
+  const LoaderOptions& o = impl_->o;
+  if (s.seed != o.seed || s.num_samples != impl_->NumSamples() || s.rank != o.rank || s.world_size != o.world_size ||
+      s.batch_size != o.batch_size)
+    return Status::Invalid(fmt::format(
+        "loader state (seed {}, {} samples, rank {}/{}, batch {}) does not match this loader "
+        "(seed {}, {} samples, rank {}/{}, batch {})",
+        s.seed, s.num_samples, s.rank, s.world_size, s.batch_size, o.seed, impl_->NumSamples(), o.rank,
+        o.world_size, o.batch_size));
+  return impl_->Restore(s.epoch, s.next_batch);
+}
+
+GpuLoader::Stats GpuLoader::stats() const {
+  Stats s;
+  s.batches = impl_->batches.load();
+  s.images_hardware = impl_->hw.load();
+  s.images_cuda = impl_->cuda.load();
+  s.images_host = impl_->host.load();
+  s.images_roi = impl_->roi.load();
+  s.bytes_uploaded = impl_->uploaded.load();
+  s.next_wait_s = impl_->wait_s;
+  return s;
+}
+
+}  // namespace shardkit

@@ -1,0 +1,40 @@
+// Index files for tar shards (include/shardkit/index.h), built on the wds
+// format's own scanner and index writer (formats/wds_index.h).
+#include "shardkit/index.h"
+
+#include <fmt/format.h>
+
+#include "core/file.h"
+#include "core/md5.h"
+#include "core/paths.h"
+#include "formats/wds_index.h"
+
+namespace shardkit {
+
+std::string DaliIndexPathFor(const std::string& tar_path) { return formats::wds::DaliIndexPath(tar_path); }
+
+Result<uint64_t> WriteDaliIndex(const std::string& tar_path, const std::string& output) {
+  SK_ASSIGN_OR_RETURN(auto scan, formats::wds::ScanShardMembers(tar_path));
+  if (scan.keys.empty())
+    return Status::Invalid("shard holds no samples; DALI's index needs at least one", Location{.file = tar_path});
+  std::string path = output.empty() ? DaliIndexPathFor(tar_path) : output;
+  if (path == tar_path) return Status::Invalid("index path would overwrite the shard", Location{.file = path});
+  SK_RETURN_IF_ERROR(io::WriteFileAtomic(path, formats::wds::DaliIndexText(scan.members, scan.sample_ends), true));
+  return uint64_t(scan.keys.size());
+}
+
+Result<TarShardSummary> DescribeTarShard(const std::string& tar_path) {
+  SK_ASSIGN_OR_RETURN(auto scan, formats::wds::ScanShardMembers(tar_path));
+  TarShardSummary out;
+  out.path = tar_path;
+  out.samples = scan.keys.size();
+  out.bytes = scan.file_size;
+  SK_ASSIGN_OR_RETURN(out.md5, md5::HashFile(tar_path));
+  return out;
+}
+
+Result<std::vector<std::string>> ExpandShardList(std::string_view pattern) { return paths::ExpandBraces(pattern); }
+
+Status WriteIndexFile(const std::string& path, std::string_view text) { return io::WriteFileAtomic(path, text, true); }
+
+}  // namespace shardkit

@@ -1,0 +1,610 @@
+// Verify(): read a whole dataset through its format's strict reader and report
+// every problem found as a Finding (see include/shardkit/verify.h).
+//
+// A dataset is checked as a list of units: one per tar shard for wds (each
+// opened on its own, so that a missing or damaged shard does not stop the
+// others), the whole dataset for the other formats. For each unit: open, file
+// checksums, a sequential read (falling back to random access past a damaged
+// record), recorded per-sample checksums, counts. Across units: duplicate keys,
+// fields missing from some samples, --against and --decode.
+#include "shardkit/verify.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/file.h"
+#include "decode/jpeg.h"
+#include "core/paths.h"
+#include "formats/registry.h"
+#include "formats/wds_index.h"
+
+
+namespace shardkit {
+
+const char* FindingKindName(FindingKind k) {
+  switch (k) {
+    case FindingKind::kStructure: return "structure";
+    case FindingKind::kCount: return "count";
+    case FindingKind::kShardChecksum: return "shard-checksum";
+    case FindingKind::kSampleChecksum: return "sample-checksum";
+    case FindingKind::kDuplicateKey: return "duplicate-key";
+    case FindingKind::kMissingShard: return "missing-shard";
+    case FindingKind::kEmptyShard: return "empty-shard";
+    case FindingKind::kMissingField: return "missing-field";
+    case FindingKind::kMissing: return "missing";
+    case FindingKind::kExtra: return "extra";
+    case FindingKind::kDifferent: return "different";
+    case FindingKind::kDecodeError: return "decode-error";
+    case FindingKind::kDecodeWarning: return "decode-warning";
+  }
+  return "unknown";
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using json = nlohmann::json;
+
+// One thing opened and read on its own.
+struct Unit {
+  std::string path;     // the file (tar shard) or the dataset's path
+  std::string address;  // what Open() gets
+  int64_t shard = -1;   // shard index for wds, -1 for single-unit formats
+  std::optional<uint64_t> expect_samples;  // from a manifest
+  std::optional<uint64_t> expect_bytes;
+  std::string checksum;  // from a manifest
+};
+
+// What the source (--against) holds for one key.
+struct SourceEntry {
+  uint64_t index = 0;
+  uint64_t checksum = 0;
+  std::vector<std::pair<std::string, uint64_t>> fields;  // ext, XXH3 of the bytes
+  bool seen = false;
+};
+
+std::string Plural(uint64_t n, const char* word) { return fmt::format("{} {}{}", n, word, n == 1 ? "" : "s"); }
+
+bool EndsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+class Verifier {
+ public:
+  Verifier(std::string_view address, const VerifyOptions& opts) : address_(address), opts_(opts) {
+    start_ = Clock::now();
+    rep_.address = std::string(address);
+  }
+
+  Result<VerifyReport> Run() {
+    SK_ASSIGN_OR_RETURN(rep_.format, DetectFormat(address_));
+    if (!opts_.against.empty()) SK_RETURN_IF_ERROR(LoadSource());
+    SK_RETURN_IF_ERROR(MakeUnits());
+    for (size_t u = 0; u < units_.size(); ++u) CheckUnit(u);
+    FlushDecodes();
+    if (!fatal_.ok()) return fatal_;
+    Progress(true);
+    if (shards_without_sums_)
+      rep_.notes.push_back(fmt::format("{} of {} record no per-sample checksums (the first: '{}')",
+                                       shards_without_sums_, Plural(units_.size(), "shard"), first_without_sums_));
+    CheckFields();
+    if (!opts_.against.empty()) ReportMissing();
+    rep_.seconds = Elapsed();
+    return std::move(rep_);
+  }
+
+ private:
+  double Elapsed() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
+
+  void Add(FindingKind kind, Location where, std::string message) {
+    ++rep_.counts[static_cast<int>(kind)];
+    if (opts_.max_findings == 0 || rep_.findings.size() < opts_.max_findings)
+      rep_.findings.push_back(Finding{kind, std::move(where), std::move(message)});
+  }
+
+  void Progress(bool final) {
+    if (!opts_.progress) return;
+    if (!final && (phase_samples_ % 1000) != 0) return;
+    VerifyProgress p;
+    p.phase = phase_;
+    p.samples = phase_samples_;
+    p.bytes = phase_bytes_;
+    p.total = phase_total_;
+    p.elapsed = Elapsed();
+    opts_.progress(p);
+  }
+
+  // ---- the source (--against)
+
+  Status LoadSource() {
+    auto src = Open(opts_.against);
+    if (!src.ok()) {
+      Status s = std::move(src).take_status();
+      return Status(s.code(), "--against source: " + s.message(), s.where());
+    }
+    source_classes_ = (*src)->info().class_names;
+    phase_ = "source";
+    phase_total_ = (*src)->info().num_samples;
+    SK_ASSIGN_OR_RETURN(auto reader, (*src)->NewReader());
+    Sample s;
+    uint64_t i = 0;
+    for (;;) {
+      auto more = reader->Next(&s);
+      if (!more.ok()) {
+        Status st = std::move(more).take_status();
+        return Status(st.code(), "--against source: " + st.message(), st.where());
+      }
+      if (!*more) break;
+      SourceEntry e;
+      e.index = i;
+      e.checksum = s.checksum();
+      for (const auto& f : s.fields) e.fields.emplace_back(f.ext, paths::Hash(f.data.data(), f.data.size()));
+      auto [it, fresh] = source_.try_emplace(s.key, std::move(e));
+      if (!fresh) ++source_dups_;
+      ++i;
+      ++phase_samples_;
+      phase_bytes_ += s.bytes();
+      Progress(false);
+    }
+    Progress(true);
+    rep_.source_samples = i;
+    if (source_dups_)
+      rep_.notes.push_back(fmt::format("the source holds {} (compared with their first occurrence)",
+                                       Plural(source_dups_, "duplicate key")));
+    phase_ = "verify";
+    phase_samples_ = phase_bytes_ = 0;
+    phase_total_.reset();
+    return Status::OK();
+  }
+
+  // ---- what to read
+
+  Status MakeUnits() {
+    auto [scheme, path] = formats::SplitScheme(address_);
+    if (rep_.format != "wds") {
+      Unit u;
+      u.path = path;
+      u.address = std::string(address_);
+      units_.push_back(std::move(u));
+      return Status::OK();
+    }
+    if (EndsWith(path, ".manifest.json")) return ManifestUnits(path);
+    SK_ASSIGN_OR_RETURN(auto list, paths::ExpandBraces(path));
+    bool single = list.size() == 1 && list[0] == path;
+    if (single && !io::Exists(path)) return Status::NotFound("no such shard", Location{.file = path});
+    for (size_t i = 0; i < list.size(); ++i) {
+      Unit u;
+      u.path = list[i];
+      u.address = "wds:" + list[i];
+      u.shard = int64_t(i);
+      units_.push_back(std::move(u));
+    }
+    return Status::OK();
+  }
+
+  Status ManifestUnits(const std::string& path) {
+    SK_ASSIGN_OR_RETURN(std::string text, io::ReadFile(path));
+    std::string dir = io::DirName(path);
+    try {
+      json j = json::parse(text);
+      if (j.value("format", "") != "wds")
+        return Status::Corrupt("not a shardkit wds manifest (\"format\" is not \"wds\")", Location{.file = path});
+      manifest_samples_ = j.at("num_samples").get<uint64_t>();
+      classes_ = j.value("class_names", std::vector<std::string>{});
+      uint64_t sum = 0;
+      for (const auto& s : j.at("shards")) {
+        Unit u;
+        std::string rel = s.at("path").get<std::string>();
+        u.path = (!rel.empty() && rel[0] == '/') || dir == "." ? rel : dir + "/" + rel;
+        u.address = "wds:" + u.path;
+        u.shard = int64_t(units_.size());
+        u.expect_samples = s.at("samples").get<uint64_t>();
+        u.expect_bytes = s.at("bytes").get<uint64_t>();
+        u.checksum = s.value("checksum", "");
+        sum += *u.expect_samples;
+        units_.push_back(std::move(u));
+      }
+      if (sum != *manifest_samples_)
+        Add(FindingKind::kCount, Location{.file = path},
+            fmt::format("the manifest says {} samples but its shards add up to {}", *manifest_samples_, sum));
+    } catch (const std::exception& e) {
+      // The manifest is the metadata: without it nothing else can be checked.
+      Add(FindingKind::kStructure, Location{.file = path}, fmt::format("unreadable manifest: {}", e.what()));
+      units_.clear();
+      manifest_samples_.reset();
+    }
+    manifest_ = path;
+    return Status::OK();
+  }
+
+  // ---- one unit
+
+  static bool IsChecksumError(const Status& s) {
+    return s.code() == Code::kCorrupt && s.message().find("checksum mismatch") != std::string::npos;
+  }
+
+  void AddStatus(const Status& s, const Location& at) {
+    Status st = s;
+    st.At(at);
+    Add(IsChecksumError(st) ? FindingKind::kSampleChecksum : FindingKind::kStructure, st.where(),
+        fmt::format("{}: {}", CodeName(st.code()), st.message()));
+  }
+
+  void CheckFileChecksum(const std::string& file, int64_t shard, const std::string& recorded,
+                         std::optional<uint64_t> bytes) {
+    Location at{.file = file, .shard = shard};
+    if (bytes) {
+      struct stat st;
+      if (::stat(file.c_str(), &st) == 0 && uint64_t(st.st_size) != *bytes) {
+        Add(FindingKind::kShardChecksum, at,
+            fmt::format("file has {} bytes but the metadata records {}", uint64_t(st.st_size), *bytes));
+        return;
+      }
+    }
+    if (recorded.empty()) return;
+    rep_.shard_checksums = true;
+    auto h = paths::HashFile(file);
+    if (!h.ok()) {
+      AddStatus(h.status(), at);
+      return;
+    }
+    std::string got = paths::ChecksumString(*h);
+    if (got != recorded)
+      Add(FindingKind::kShardChecksum, at, fmt::format("file checksum is {} but the metadata records {}", got, recorded));
+  }
+
+  void CheckUnit(size_t ui) {
+    const Unit& u = units_[ui];
+    Location at{.file = u.path, .shard = u.shard};
+    ++rep_.shards;
+    if (u.shard >= 0 && !io::Exists(u.path)) {
+      Add(FindingKind::kMissingShard, at,
+          manifest_.empty() ? "shard named by the address does not exist"
+                            : fmt::format("shard listed in the manifest '{}' does not exist", manifest_));
+      if (u.expect_samples) first_index_ += *u.expect_samples;
+      return;
+    }
+    if (u.shard >= 0) CheckFileChecksum(u.path, u.shard, u.checksum, u.expect_bytes);
+
+    uint64_t structure_before = rep_.count(FindingKind::kStructure);
+    auto opened = Open(u.address, opts_.open);
+    if (!opened.ok()) {
+      Code c = opened.status().code();
+      if (u.shard < 0 && (c == Code::kNotFound || c == Code::kInvalidArgument)) {
+        fatal_ = opened.status();
+        return;
+      }
+      AddStatus(opened.status(), at);
+      if (u.expect_samples) first_index_ += *u.expect_samples;
+      return;
+    }
+    const Dataset& ds = **opened;
+    const DatasetInfo& info = ds.info();
+    if (units_.size() == 1 && u.shard < 0) classes_ = info.class_names;
+    if (u.shard < 0)
+      for (const auto& sh : info.shards) CheckFileChecksum(sh.path, -1, sh.checksum, std::nullopt);
+
+    std::vector<uint64_t> sums;
+    auto rs = ds.RecordedChecksums();
+    if (!rs.ok()) AddStatus(rs.status(), at);
+    else sums = std::move(rs).value();
+    auto in_records = info.extra.find("sample_checksums");
+    if (sums.empty() && in_records != info.extra.end()) {
+      // The format keeps each checksum with its record and its reader checks
+      // it: a mismatch comes back from Next() as a "checksum mismatch" error.
+      rep_.sample_checksums = true;
+      NoteOnce("per-sample checksums: " + in_records->second);
+    } else if (sums.empty()) {
+      if (rep_.format == "folder")
+        NoteOnce("no recorded checksums: an image folder carries no metadata; checked structure and keys only");
+      else
+      if (u.shard >= 0) {
+        if (shards_without_sums_++ == 0) first_without_sums_ = u.path;
+      } else {
+        NoteOnce("the dataset records no per-sample checksums");
+      }
+    } else {
+      rep_.sample_checksums = true;
+    }
+    if (!phase_total_ && units_.size() == 1) phase_total_ = info.num_samples;
+    if (!phase_total_ && manifest_samples_) phase_total_ = manifest_samples_;
+
+    uint64_t read = 0;
+    auto reader = ds.NewReader();
+    if (!reader.ok()) {
+      AddStatus(reader.status(), at);
+      return;
+    }
+    Sample s;
+    for (;;) {
+      auto more = (*reader)->Next(&s);
+      if (!more.ok()) {
+        AddStatus(more.status(), Location{.file = u.path, .shard = u.shard, .index = int64_t(first_index_ + read)});
+        // Past a damaged record: go on by index where the format can.
+        auto ra = ds.NewRandomAccess();
+        if (ra.ok() && (*ra)->size() > read) {
+          uint64_t n = (*ra)->size();
+          ++read;  // the damaged one
+          for (; read < n; ++read) {
+            Status g = (*ra)->Get(read, &s);
+            if (!g.ok()) {
+              AddStatus(g, Location{.file = u.path, .shard = u.shard, .index = int64_t(first_index_ + read)});
+              continue;
+            }
+            Process(ui, read, s, sums);
+          }
+        } else if (!ra.ok() || (*ra)->size() <= read) {
+          NoteOnce(fmt::format("reading of '{}' stopped at the damage (no random access past it)", u.path));
+        }
+        break;
+      }
+      if (!*more) break;
+      Process(ui, read, s, sums);
+      ++read;
+    }
+
+    if (read == 0 && rep_.count(FindingKind::kStructure) == structure_before)
+      Add(FindingKind::kEmptyShard, at, "holds no samples");
+    if (u.expect_samples && read != *u.expect_samples)
+      Add(FindingKind::kCount, at,
+          fmt::format("{} read but the manifest records {}", Plural(read, "sample"), *u.expect_samples));
+    if (u.shard < 0 && info.num_samples && read != *info.num_samples)
+      Add(FindingKind::kCount, at,
+          fmt::format("{} read but the metadata records {}", Plural(read, "sample"), *info.num_samples));
+    if (!sums.empty() && sums.size() != read)
+      Add(FindingKind::kCount, at,
+          fmt::format("{} recorded for {} read", Plural(sums.size(), "per-sample checksum"), read));
+    // Dataset order follows the metadata where it has one: the samples of a
+    // missing shard keep their places.
+    FlushDecodes();
+    first_index_ += u.expect_samples ? std::max(read, *u.expect_samples) : read;
+    members_.reset();
+  }
+
+  // A tar shard's sample: the byte offset of its first member's data (one scan
+  // of the shard, made at the first finding that needs it).
+  Location WithOffset(size_t ui, uint64_t local, Location at) {
+    const Unit& u = units_[ui];
+    if (u.shard < 0) return at;
+    if (!members_) {
+      auto m = formats::wds::ScanShardMembers(u.path, u.shard);
+      members_ = m.ok() ? std::move(m).value() : formats::wds::ShardMembers{};
+    }
+    if (local < members_->keys.size() && members_->keys[local] == at.key) {
+      size_t first = local == 0 ? 0 : members_->sample_ends[local - 1];
+      if (first < members_->members.size()) at.offset = int64_t(members_->members[first].offset);
+    }
+    return at;
+  }
+
+  void NoteOnce(std::string note) {
+    if (std::find(rep_.notes.begin(), rep_.notes.end(), note) == rep_.notes.end()) rep_.notes.push_back(std::move(note));
+  }
+
+  // ---- one sample
+
+  void Process(size_t ui, uint64_t local, const Sample& s, const std::vector<uint64_t>& sums) {
+    const Unit& u = units_[ui];
+    uint64_t gi = first_index_ + local;
+    Location at{.file = u.path, .shard = u.shard, .key = s.key, .index = int64_t(gi)};
+    ++rep_.samples;
+    rep_.bytes += s.bytes();
+    ++phase_samples_;
+    phase_bytes_ += s.bytes();
+
+    uint64_t sum = s.checksum();
+    if (local < sums.size() && sums[local] != sum)
+      Add(FindingKind::kSampleChecksum, WithOffset(ui, local, at),
+          fmt::format("sample checksum is {} but the writer recorded {}", paths::ChecksumString(sum),
+                      paths::ChecksumString(sums[local])));
+
+    // Duplicate keys.
+    auto [it, fresh] = keys_.try_emplace(s.key, KeyPlace{uint32_t(ui), gi});
+    if (!fresh) {
+      const Unit& first = units_[it->second.unit];
+      Add(FindingKind::kDuplicateKey, at,
+          first.shard >= 0 && it->second.unit != ui
+              ? fmt::format("key also at sample {} in shard {} ('{}')", it->second.index, first.shard, first.path)
+              : fmt::format("key also at sample {}{}", it->second.index,
+                            first.shard >= 0 ? " of the same shard" : ""));
+    }
+
+    // Field sets, for fields missing from some samples.
+    std::vector<std::string> exts;
+    exts.reserve(s.fields.size());
+    for (const auto& f : s.fields) exts.push_back(f.ext);
+    auto [sit, snew] = set_ids_.try_emplace(exts, uint32_t(sets_.size()));
+    if (snew) sets_.push_back(exts);
+    sample_set_.push_back(sit->second);
+    sample_key_.push_back(&it->first);
+    sample_unit_.push_back(uint32_t(ui));
+    sample_index_.push_back(gi);
+    for (const auto& e : exts) ++field_counts_[e];
+
+    if (!opts_.against.empty()) Compare(s, sum, at);
+    if (opts_.decode) DecodeImages(s, at);
+    Progress(false);
+  }
+
+  void Compare(const Sample& s, uint64_t sum, const Location& at) {
+    auto it = source_.find(s.key);
+    if (it == source_.end()) {
+      Add(FindingKind::kExtra, at, "key is not in the source");
+      return;
+    }
+    SourceEntry& e = it->second;
+    if (e.seen) return;  // a duplicate key here; reported as such
+    e.seen = true;
+    if (e.checksum == sum) return;
+    std::vector<std::string> why;
+    std::string src_label, label;
+    for (const auto& [ext, h] : e.fields) {
+      const Field* f = s.find(ext);
+      if (!f) {
+        why.push_back(fmt::format("field '{}' missing", ext));
+        continue;
+      }
+      if (paths::Hash(f->data.data(), f->data.size()) != h)
+        why.push_back(ext == "cls" ? fmt::format("label differs (here '{}')", f->data.str())
+                                   : fmt::format("field '{}' bytes differ ({} bytes here)", ext, f->data.size()));
+    }
+    for (const auto& f : s.fields) {
+      bool in_src = std::any_of(e.fields.begin(), e.fields.end(), [&](const auto& p) { return p.first == f.ext; });
+      if (!in_src) why.push_back(fmt::format("field '{}' not in the source", f.ext));
+    }
+    if (why.empty()) why.push_back("checksum differs");
+    std::string msg = fmt::format("differs from source sample {}: ", e.index);
+    for (size_t i = 0; i < why.size(); ++i) msg += (i ? "; " : "") + why[i];
+    Add(FindingKind::kDifferent, at, std::move(msg));
+  }
+
+  // Images are decoded in batches by a few threads, each with its own decoder;
+  // findings are added in sample order.
+  struct DecodeJob {
+    Location at;
+    std::string ext;
+    Bytes data;
+    Status status;
+    uint64_t warnings = 0;
+  };
+
+  void DecodeImages(const Sample& s, const Location& at) {
+    for (const auto& f : s.fields)
+      if (IsImageExt(f.ext)) jobs_.push_back(DecodeJob{at, f.ext, f.data, Status::OK(), 0});
+    if (jobs_.size() >= 256 * Threads()) FlushDecodes();
+  }
+
+  size_t Threads() const {
+    if (opts_.threads > 0) return size_t(opts_.threads);
+    return std::max<size_t>(1, std::thread::hardware_concurrency());
+  }
+
+  void FlushDecodes() {
+    if (jobs_.empty()) return;
+    size_t n = std::min(Threads(), jobs_.size());
+    while (decoders_.size() < n) decoders_.push_back(std::make_unique<decode::ImageDecoder>());
+    std::atomic<size_t> next{0};
+    auto work = [&](decode::ImageDecoder* d) {
+      for (size_t i; (i = next.fetch_add(1)) < jobs_.size();) {
+        DecodeJob& j = jobs_[i];
+        uint64_t before = d->tolerated_warnings();
+        decode::Region region;
+        j.status = d->Decode(
+            j.data.data(), j.data.size(),
+            [](const decode::ImageInfo& im) { return pipeline::CropBox{0, 0, double(im.width), double(im.height)}; },
+            0, 0, &region, nullptr);
+        j.warnings = d->tolerated_warnings() - before;
+      }
+    };
+    std::vector<std::thread> pool;
+    for (size_t t = 1; t < n; ++t) pool.emplace_back(work, decoders_[t].get());
+    work(decoders_[0].get());
+    for (auto& t : pool) t.join();
+    for (auto& j : jobs_) {
+      ++rep_.images_decoded;
+      if (!j.status.ok())
+        Add(FindingKind::kDecodeError, std::move(j.at),
+            fmt::format("field '{}' does not decode: {}", j.ext, j.status.message()));
+      else if (j.warnings)
+        Add(FindingKind::kDecodeWarning, std::move(j.at),
+            fmt::format("field '{}' decodes only with {}", j.ext, Plural(j.warnings, "warning")));
+    }
+    jobs_.clear();
+  }
+  std::vector<DecodeJob> jobs_;
+  std::vector<std::unique_ptr<decode::ImageDecoder>> decoders_;
+
+  // ---- across the dataset
+
+  void CheckFields() {
+    if (sets_.size() <= 1) return;
+    std::set<std::string> all;
+    for (const auto& [ext, n] : field_counts_) all.insert(ext);
+    std::vector<std::string> missing_of(sets_.size());
+    std::vector<bool> lacks(sets_.size(), false);
+    for (size_t i = 0; i < sets_.size(); ++i) {
+      std::string m;
+      for (const auto& ext : all)
+        if (!std::binary_search(sets_[i].begin(), sets_[i].end(), ext))
+          m += fmt::format("{}'{}' (in {} samples)", m.empty() ? "" : ", ", ext, field_counts_[ext]);
+      lacks[i] = !m.empty();
+      missing_of[i] = std::move(m);
+    }
+    for (size_t g = 0; g < sample_set_.size(); ++g) {
+      uint32_t id = sample_set_[g];
+      if (!lacks[id]) continue;
+      const Unit& u = units_[sample_unit_[g]];
+      Add(FindingKind::kMissingField,
+          Location{.file = u.path, .shard = u.shard, .key = *sample_key_[g], .index = int64_t(sample_index_[g])},
+          "sample lacks field " + missing_of[id]);
+    }
+  }
+
+  void ReportMissing() {
+    std::vector<std::pair<uint64_t, const std::string*>> missing;
+    for (const auto& [key, e] : source_)
+      if (!e.seen) missing.emplace_back(e.index, &key);
+    std::sort(missing.begin(), missing.end());
+    for (const auto& [index, key] : missing)
+      Add(FindingKind::kMissing, Location{.key = *key},
+          fmt::format("source sample {} ('{}') is not in the dataset", index, opts_.against));
+    if (!source_classes_.empty() && !classes_.empty() && source_classes_ != classes_)
+      Add(FindingKind::kDifferent, Location{.file = manifest_.empty() ? units_.empty() ? "" : units_[0].path : manifest_},
+          fmt::format("class names differ from the source's ({} here, {} there)", classes_.size(),
+                      source_classes_.size()));
+  }
+
+  struct KeyPlace {
+    uint32_t unit;
+    uint64_t index;
+  };
+
+  std::string address_;
+  const VerifyOptions& opts_;
+  VerifyReport rep_;
+  Clock::time_point start_;
+  std::vector<Unit> units_;
+  std::string manifest_;
+  std::optional<uint64_t> manifest_samples_;
+  std::vector<std::string> classes_, source_classes_;
+  uint64_t first_index_ = 0;
+  Status fatal_;
+  uint64_t shards_without_sums_ = 0;
+  std::string first_without_sums_;
+
+  const char* phase_ = "verify";
+  uint64_t phase_samples_ = 0, phase_bytes_ = 0;
+  std::optional<uint64_t> phase_total_;
+
+  std::unordered_map<std::string, KeyPlace> keys_;
+  std::map<std::vector<std::string>, uint32_t> set_ids_;
+  std::vector<std::vector<std::string>> sets_;
+  std::vector<uint32_t> sample_set_;
+  std::vector<const std::string*> sample_key_;
+  std::vector<uint32_t> sample_unit_;
+  std::vector<uint64_t> sample_index_;
+  std::optional<formats::wds::ShardMembers> members_;  // of the wds shard being read, on demand
+  std::map<std::string, uint64_t> field_counts_;
+
+  std::unordered_map<std::string, SourceEntry> source_;
+  uint64_t source_dups_ = 0;
+};
+
+}  // namespace
+
+Result<VerifyReport> Verify(std::string_view address, const VerifyOptions& opts) {
+  Verifier v(address, opts);
+  return v.Run();
+}
+
+}  // namespace shardkit

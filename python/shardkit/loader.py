@@ -1,0 +1,297 @@
+"""shardkit.Loader: a drop-in for a PyTorch DataLoader over a shardkit dataset.
+
+Batches are decoded, augmented and assembled by the C++ library on its own threads;
+each yielded images tensor aliases one buffer of the loader's pool (no copy) and that
+buffer returns to the pool when the tensor is freed. See docs/python.md.
+"""
+import gc
+import json
+import os
+from collections import deque
+
+from . import _shardkit
+
+_IMAGENET_MEAN = (0.485, 0.456, 0.406)
+_IMAGENET_STD = (0.229, 0.224, 0.225)
+_DTYPES = ("float32", "float16", "bfloat16", "uint8")
+_LAYOUTS = ("NCHW", "NHWC", "channels_last")
+_DEFAULT_RRC = ((0.08, 1.0), (3.0 / 4.0, 4.0 / 3.0))
+
+
+def _pair(v, name):
+    if isinstance(v, (int, float)):
+        return (int(v), int(v))
+    try:
+        a, b = v
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be an int or a pair (height, width), not {v!r}") from None
+    return (int(a), int(b))
+
+
+def _range(v, name):
+    try:
+        lo, hi = v
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a pair (min, max), not {v!r}") from None
+    lo, hi = float(lo), float(hi)
+    if not lo <= hi:
+        raise ValueError(f"{name} must have min <= max, not {v!r}")
+    return (lo, hi)
+
+
+def _env_int(name):
+    v = os.environ.get(name)
+    return int(v) if v not in (None, "") else None
+
+
+class Loader:
+    """Iterates (images, labels) torch tensors, like a DataLoader with a DistributedSampler.
+
+    Arguments (torchvision equivalents in docs/python.md):
+      address: a dataset address (tar shards, LMDB, HDF5, image folder).
+      batch_size, shuffle, seed, drop_last: as DataLoader / DistributedSampler.
+      rank, world_size: this process's part; None = torchrun's RANK / WORLD_SIZE
+        environment, else 0 / 1. Every rank yields len(loader) batches.
+      decoder: "auto" | "cpu" | "gpu" (GPU decoding is not built yet: "gpu" raises).
+      device: "cpu" or "cuda:N" (or a torch.device). With CUDA the batch is copied to
+        the device on the current stream and its host buffer is held until the copy is done.
+      output_size: int or (height, width) of the output images.
+      random_resized_crop: (scale, ratio) ranges of torchvision's RandomResizedCrop, or
+        None for evaluation (resize the shorter side to resize_size, center crop).
+      center_crop: True selects the evaluation transform whatever random_resized_crop says.
+      resize_size: evaluation only: the shorter side before the center crop
+        (default output_size * 256 / 224).
+      flip: probability of a horizontal flip (True = 0.5, False = 0); training only.
+      mean, std: normalization on [0, 1] values (ignored for uint8).
+      dtype: "float32" | "float16" | "bfloat16" | "uint8".
+      layout: "NCHW", "NHWC", or "channels_last" (NCHW shape over NHWC memory, what
+        model.to(memory_format=torch.channels_last) wants).
+      threads: decoding threads (0 = all hardware threads).
+      prefetch: pool buffers = batches decoded ahead + batches you hold. Holding
+        `prefetch` batches at once makes the next step raise instead of waiting forever.
+      return_keys: yield (images, labels, keys) with keys a list of sample keys.
+      on_error: "raise" (a sample that fails to decode raises shardkit.Error naming its
+        key) or "skip" (left out of its batch, listed by skipped()).
+      image_field: the field to decode (default: the sample's first image field).
+
+    Order: the order of epoch e is a pure function of (seed, e); call set_epoch(e) before
+    each epoch as with DistributedSampler (without it every epoch repeats the same order).
+    Each `for` over the loader runs one epoch from its start, except right after
+    load_state_dict(), which continues from the saved position.
+    """
+
+    def __init__(self, address, batch_size=256, shuffle=True, seed=0, rank=None, world_size=None,
+                 decoder="auto", device="cpu", output_size=224, random_resized_crop=_DEFAULT_RRC,
+                 center_crop=False, resize_size=None, flip=True, mean=_IMAGENET_MEAN, std=_IMAGENET_STD,
+                 dtype="float32", layout="NCHW", threads=0, prefetch=4, drop_last=False,
+                 return_keys=False, on_error="raise", image_field=None, dct_scaling=True):
+        if not _shardkit.HAVE_LOADER:
+            raise NotImplementedError("this build of shardkit has no loader")
+        if decoder not in ("auto", "cpu", "gpu"):
+            raise ValueError(f'decoder must be "auto", "cpu" or "gpu", not {decoder!r}')
+        if decoder == "gpu":
+            raise NotImplementedError('decoder="gpu" is not available in this build; use "cpu" or "auto"')
+        if dtype not in _DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(_DTYPES)}, not {dtype!r}")
+        if layout not in _LAYOUTS:
+            raise ValueError(f"layout must be one of {', '.join(_LAYOUTS)}, not {layout!r}")
+        if batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        if prefetch < 2:
+            raise ValueError("prefetch must be at least 2 (one buffer decoding, one held)")
+        height, width = _pair(output_size, "output_size")
+        train = random_resized_crop is not None and not center_crop
+        scale, ratio = _DEFAULT_RRC
+        if train:
+            try:
+                scale, ratio = random_resized_crop
+            except (TypeError, ValueError):
+                raise ValueError("random_resized_crop must be (scale, ratio) ranges or None") from None
+            scale, ratio = _range(scale, "scale"), _range(ratio, "ratio")
+        if resize_size is None:
+            resize_size = int(round(min(height, width) * 256 / 224))
+        flip_p = 0.5 if flip is True else 0.0 if flip is False else float(flip)
+        if not 0.0 <= flip_p <= 1.0:
+            raise ValueError("flip must be a bool or a probability in [0, 1]")
+        mean, std = tuple(float(x) for x in mean), tuple(float(x) for x in std)
+        if len(mean) != 3 or len(std) != 3:
+            raise ValueError("mean and std need 3 values (R, G, B)")
+
+        self._device = _parse_device(device)
+        self._channels_last = layout == "channels_last"
+        self._return_keys = bool(return_keys)
+        self._address = address
+        self._loader = _shardkit._Loader(
+            str(address), batch_size=int(batch_size), shuffle=bool(shuffle), seed=int(seed),
+            rank=-1 if rank is None else int(rank), world_size=-1 if world_size is None else int(world_size),
+            drop_last=bool(drop_last), threads=int(threads), prefetch=int(prefetch),
+            output_height=height, output_width=width, train=train, scale=scale, ratio=ratio,
+            flip_p=flip_p if train else 0.0, resize_size=int(resize_size), dct_scaling=bool(dct_scaling),
+            mean=list(mean), std=list(std), dtype=dtype,
+            layout="NHWC" if layout in ("NHWC", "channels_last") else "NCHW",
+            on_error=on_error, image_field=image_field or "")
+        self.batch_size = int(batch_size)
+        self.drop_last = bool(drop_last)
+        self._epoch = 0
+        self._fresh = True  # the C++ loader stands at the start of an epoch or a restored position
+        self._in_flight = deque()  # (cuda event, host tensor) of device copies not yet done
+
+    # --- what a DataLoader offers -------------------------------------------------------
+    def __len__(self):
+        """Batches this rank yields per epoch (the same on every rank)."""
+        return self._loader.num_batches
+
+    def __iter__(self):
+        if not self._fresh:
+            self._loader.set_epoch(self._epoch)  # a new `for` runs the epoch from its start
+        self._fresh = False
+        return self._batches()
+
+    def set_epoch(self, epoch):
+        """Selects the order of the next epoch, as DistributedSampler.set_epoch."""
+        self._epoch = int(epoch)
+        self._loader.set_epoch(self._epoch)
+        self._fresh = True
+
+    def state_dict(self):
+        """The position (epoch and next batch) as a dict, for load_state_dict() in a new process."""
+        return {"shardkit_loader": json.loads(self._loader.save_state())}
+
+    def load_state_dict(self, state):
+        """Continues from state_dict()'s position: the next `for` yields the batches the
+        interrupted run had not yielded yet. Needs the same dataset, seed, batch size,
+        rank and world size (else shardkit.Error)."""
+        s = state["shardkit_loader"] if "shardkit_loader" in state else state
+        self._loader.restore(json.dumps(s))
+        self._epoch = int(s["epoch"])
+        self._fresh = True
+
+    # --- more ----------------------------------------------------------------------------
+    @property
+    def epoch(self):
+        return self._epoch
+
+    @property
+    def num_samples(self):
+        """Samples in the dataset (all ranks)."""
+        return self._loader.num_samples
+
+    @property
+    def rank(self):
+        return self._loader.rank
+
+    @property
+    def world_size(self):
+        return self._loader.world_size
+
+    @property
+    def class_names(self):
+        return list(self._loader.class_names)
+
+    @property
+    def device(self):
+        return self._device
+
+    def skipped(self):
+        """With on_error="skip": the samples left out so far this epoch (shardkit.Error each)."""
+        return self._loader.skipped()
+
+    def close(self):
+        """Stops the decoding threads now (also done when the loader is garbage collected).
+        Batches already yielded stay valid."""
+        self._in_flight.clear()
+        self._loader.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __repr__(self):
+        return (f"<shardkit.Loader {self._address!r} batch_size={self.batch_size} "
+                f"rank={self.rank}/{self.world_size} batches={len(self)}>")
+
+    # --- internals -----------------------------------------------------------------------
+    def _next_raw(self):
+        try:
+            return self._loader.next()
+        except _shardkit.Error as e:
+            if e.code != "invalid_argument":
+                raise
+        # Every pool buffer is held: tensors kept alive by reference cycles may be freed
+        # by a collection; otherwise the caller holds `prefetch` batches.
+        self._retire_copies(wait=True)
+        gc.collect()
+        return self._loader.next()
+
+    def _batches(self):
+        import torch
+
+        while True:
+            b = self._next_raw()
+            if b is None:
+                return
+            images = torch.from_dlpack(b.images(self._channels_last))
+            labels = torch.from_dlpack(b.labels())
+            keys = b.keys if self._return_keys else None
+            b.drop()
+            del b
+            if self._device.type == "cuda":
+                images, labels = self._to_device(torch, images, labels)
+            if self._return_keys:
+                yield images, labels, keys
+            else:
+                yield images, labels
+            del images, labels  # hold no batch while the consumer's step runs the next call
+
+    def _to_device(self, torch, images, labels):
+        # Until device batches come from the library (issue 7): copy on the current
+        # stream and keep the host tensor (so its pool buffer) until the copy is done.
+        self._retire_copies(wait=False)
+        stream = torch.cuda.current_stream(self._device)
+        with torch.cuda.stream(stream):
+            mf = torch.channels_last if self._channels_last else torch.contiguous_format
+            d_images = images.to(self._device, non_blocking=True, memory_format=mf)
+            d_labels = labels.to(self._device, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record(stream)
+        self._in_flight.append((event, images))
+        return d_images, d_labels
+
+    def _retire_copies(self, wait):
+        while self._in_flight:
+            event, _ = self._in_flight[0]
+            if wait:
+                event.synchronize()
+            elif not event.query():
+                return
+            self._in_flight.popleft()
+
+
+def _parse_device(device):
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None:
+        d = torch.device(device)
+        if d.type == "cuda" and d.index is None and torch.cuda.is_available():
+            d = torch.device("cuda", torch.cuda.current_device())
+        if d.type not in ("cpu", "cuda"):
+            raise ValueError(f'device must be "cpu" or "cuda:N", not {device!r}')
+        if d.type == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError(f"device {device!r} asked for, but torch sees no CUDA device")
+        return d
+    if str(device) != "cpu":
+        raise ValueError(f"device {device!r} needs torch")
+
+    class _Cpu:
+        type = "cpu"
+        index = None
+
+        def __repr__(self):
+            return "device(type='cpu')"
+
+    return _Cpu()

@@ -1,0 +1,147 @@
+// shardkit.convert() / shardkit.shard(): the library's convert pipeline
+// (shardkit/convert.h), run with the GIL released.
+#include "common.h"
+
+#include "shardkit/convert.h"
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace shardkit::python {
+
+namespace {
+
+py::dict SummaryToDict(const ConvertSummary& s) {
+  py::dict d;
+  d["source"] = s.source;
+  d["destination"] = s.destination;
+  d["source_format"] = s.source_format;
+  d["destination_format"] = s.destination_format;
+  d["samples"] = s.samples;
+  d["payload_bytes"] = s.payload_bytes;
+  d["bytes"] = s.bytes;
+  d["seconds"] = s.seconds;
+  py::list shards;
+  for (const ShardInfo& sh : s.shards) shards.append(ShardToDict(sh));
+  d["shards"] = shards;
+  return d;
+}
+
+// An int, or a string such as "1GiB" / "500MB"; None = 0 (the library's default).
+uint64_t ByteSize(const py::object& v) {
+  if (v.is_none()) return 0;
+  if (py::isinstance<py::str>(v)) return Unwrap(ParseByteSize(v.cast<std::string>()));
+  return v.cast<uint64_t>();
+}
+
+KeyDots ParseKeyDots(const std::string& s) {
+  if (s == "error") return KeyDots::kError;
+  if (s == "replace") return KeyDots::kReplace;
+  throw py::value_error("key_dots must be \"error\" or \"replace\", not \"" + s + "\"");
+}
+
+// Runs `work` without the GIL; `progress` (a Python callable or None) is called with a
+// dict from the calling thread, under the GIL. An exception raised by the callback
+// cannot stop the library's work: the first one is re-raised when the work is done.
+template <class Work>
+py::dict RunWithProgress(const py::object& progress, Work&& work) {
+  std::optional<py::error_already_set> callback_error;
+  ProgressFn fn;
+  if (!progress.is_none()) {
+    fn = [&](const ConvertProgress& p) {
+      py::gil_scoped_acquire gil;
+      if (callback_error) return;
+      try {
+        py::dict d;
+        d["samples"] = p.samples;
+        d["bytes"] = p.bytes;
+        d["elapsed"] = p.elapsed;
+        d["total"] = p.total ? py::object(py::int_(*p.total)) : py::object(py::none());
+        progress(d);
+      } catch (py::error_already_set& e) {
+        callback_error.emplace(std::move(e));
+      }
+    };
+  }
+  Result<ConvertSummary> r = Status::Internal("unset");
+  {
+    py::gil_scoped_release nogil;
+    r = work(fn);
+  }
+  if (callback_error) throw std::move(*callback_error);
+  return SummaryToDict(Unwrap(std::move(r)));
+}
+
+}  // namespace
+
+void BindConvert(py::module_& m) {
+  m.attr("HAVE_CONVERT") = true;
+  m.def("convert",
+        [](const std::string& src, const std::string& dst, bool shuffle, uint64_t seed, int threads,
+           size_t window, const py::object& shard_size, uint64_t samples_per_shard,
+           const std::vector<std::string>& class_names, bool overwrite, const std::string& key_dots,
+           const std::string& lmdb_layout, bool write_index,
+           const std::map<std::string, std::string>& field_map, const py::object& progress) {
+          ConvertOptions o;
+          o.shuffle = shuffle;
+          o.seed = seed;
+          o.threads = threads;
+          o.window = window;
+          if (uint64_t b = ByteSize(shard_size)) o.write.shard_size = b;
+          o.write.samples_per_shard = samples_per_shard;
+          o.write.class_names = class_names;
+          o.write.overwrite = overwrite;
+          o.write.key_dots = ParseKeyDots(key_dots);
+          o.write.lmdb_layout = lmdb_layout;
+          o.write.write_index = write_index;
+          o.open.field_map = field_map;
+          return RunWithProgress(progress, [&](const ProgressFn& fn) { return Convert(src, dst, o, fn); });
+        },
+        py::arg("src"), py::arg("dst"), py::kw_only(), py::arg("shuffle") = false, py::arg("seed") = 0,
+        py::arg("threads") = 1, py::arg("window") = 256, py::arg("shard_size") = py::none(),
+        py::arg("samples_per_shard") = 0, py::arg("class_names") = std::vector<std::string>{},
+        py::arg("overwrite") = false, py::arg("key_dots") = "error", py::arg("lmdb_layout") = "shardkit",
+        py::arg("write_index") = true, py::arg("field_map") = std::map<std::string, std::string>{},
+        py::arg("progress") = py::none(),
+        R"doc(Copies every sample of the dataset `src` into a new dataset `dst` (any formats).
+
+Keeps dataset order, or with shuffle=True writes a seeded global permutation (needs random
+access). wds outputs: shard_size (bytes, or a string such as "1GiB"), samples_per_shard,
+write_index (DALI .idx files). key_dots: "error" or "replace" (keys with a dot in their
+last component). lmdb_layout: "shardkit" or "caffe". class_names: default the source's.
+field_map: HDF5 source dataset names to fields. progress: a callable taking a dict
+{samples, bytes, elapsed, total}, called about ten times a second on this thread.
+Returns a summary dict. Nothing appears under `dst` unless it succeeds.)doc");
+
+  m.def("shard",
+        [](const std::string& src, const std::string& dst, uint64_t num_shards, uint64_t samples_per_shard,
+           const py::object& shard_size, bool shuffle, uint64_t seed, int threads, bool overwrite,
+           const std::string& key_dots, const std::map<std::string, std::string>& field_map,
+           const py::object& progress) {
+          ShardOptions o;
+          o.num_shards = num_shards;
+          o.samples_per_shard = samples_per_shard;
+          o.shard_size = ByteSize(shard_size);
+          o.shuffle = shuffle;
+          o.seed = seed;
+          o.threads = threads;
+          o.overwrite = overwrite;
+          o.key_dots = ParseKeyDots(key_dots);
+          o.open.field_map = field_map;
+          return RunWithProgress(progress, [&](const ProgressFn& fn) { return Shard(src, dst, o, fn); });
+        },
+        py::arg("src"), py::arg("dst"), py::kw_only(), py::arg("num_shards") = 0,
+        py::arg("samples_per_shard") = 0, py::arg("shard_size") = py::none(), py::arg("shuffle") = false,
+        py::arg("seed") = 0, py::arg("threads") = 1, py::arg("overwrite") = false,
+        py::arg("key_dots") = "error", py::arg("field_map") = std::map<std::string, std::string>{},
+        py::arg("progress") = py::none(),
+        R"doc(Re-shards any dataset into WebDataset tar shards named by the printf pattern `dst`
+(e.g. "out/train-%06d.tar"). Cut by exactly one of num_shards (counts differ by at most
+one), samples_per_shard, shard_size (bytes or "1GiB"); none given: 1 GiB shards.
+Other arguments as in convert(). Returns a summary dict.)doc");
+}
+
+
+}  // namespace shardkit::python

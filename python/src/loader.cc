@@ -1,0 +1,406 @@
+// DLPack export and the binding of shardkit::Loader (shardkit/loader.h).
+//
+// Zero copy: a batch's image memory is the loader's pool buffer. _Batch.images()
+// returns a DLPack producer (an object with __dlpack__ / __dlpack_device__) whose
+// capsule holds a reference to the C++ Batch; when the consumer (torch, numpy) frees
+// its tensor it calls the DLPack deleter, the Batch is destroyed and its buffer returns
+// to the pool. The deleter touches no Python object, so any thread may call it, with
+// or without the GIL. Labels are copied (a few bytes per sample) so that keeping
+// labels around never pins a pool buffer.
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common.h"
+#include "dlpack.h"
+
+#include "shardkit/loader.h"
+
+namespace shardkit::python {
+namespace {
+
+// One exported tensor: the DLPack struct M plus what its pointers refer to.
+template <class M>
+struct Export {
+  M managed{};
+  std::shared_ptr<const void> owner;
+  std::vector<int64_t> shape, strides;
+};
+
+template <class M>
+void DeleteExport(M* self) {
+  delete static_cast<Export<M>*>(self->manager_ctx);
+}
+
+template <class M>
+void CapsuleDestructor(PyObject* capsule, const char* name, const char* used_name) {
+  if (PyCapsule_IsValid(capsule, used_name)) return;  // consumed: the consumer calls the deleter
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  auto* m = static_cast<M*>(PyCapsule_GetPointer(capsule, name));
+  if (m == nullptr) {
+    PyErr_WriteUnraisable(capsule);
+  } else if (m->deleter) {
+    m->deleter(m);
+  }
+  PyErr_Restore(type, value, tb);
+}
+void LegacyCapsuleDestructor(PyObject* c) {
+  CapsuleDestructor<dl::ManagedTensor>(c, "dltensor", "used_dltensor");
+}
+void VersionedCapsuleDestructor(PyObject* c) {
+  CapsuleDestructor<dl::ManagedTensorVersioned>(c, "dltensor_versioned", "used_dltensor_versioned");
+}
+
+// A DLPack producer for memory kept alive by `owner`.
+class ExportTensor {
+ public:
+  std::shared_ptr<const void> owner;
+  void* data = nullptr;
+  dl::DataType dtype{dl::kDLUInt, 8, 1};
+  dl::Device device{dl::kDLCPU, 0};
+  std::vector<int64_t> shape;
+  std::vector<int64_t> strides;  // in elements; empty = compact row-major
+  std::string dtype_name;
+  // For device memory: makes the consumer's `stream` wait until the data is ready
+  // (an event recorded by the producer). Unset for host memory.
+  std::function<Status(intptr_t stream)> wait_on_stream;
+
+  // The DLPack protocol (Python array API): stream, max_version, dl_device, copy.
+  py::object DLPack(const py::object& stream, const py::object& max_version, const py::object& dl_device,
+                    const py::object& copy) {
+    if (!copy.is_none() && copy.cast<bool>()) {
+      throw py::buffer_error("shardkit exports its batch memory without copying (copy=True is not supported)");
+    }
+    if (!dl_device.is_none()) {
+      auto d = dl_device.cast<std::pair<int, int>>();
+      if (d.first != device.device_type || d.second != device.device_id) {
+        throw py::buffer_error("shardkit cannot export to another device than the batch's");
+      }
+    }
+    if (device.device_type == dl::kDLCUDA) {
+      // Stream protocol: None / 1 = the legacy default stream, 2 = per-thread default,
+      // -1 = the consumer synchronises itself, anything else a cudaStream_t.
+      intptr_t s = stream.is_none() ? 1 : stream.cast<intptr_t>();
+      if (s != -1 && wait_on_stream) {
+        Status st;
+        {
+          py::gil_scoped_release nogil;
+          st = wait_on_stream(s);
+        }
+        Check(std::move(st));
+      }
+    } else if (!stream.is_none() && stream.cast<intptr_t>() != -1) {
+      throw py::buffer_error("stream must be None for a host (CPU) tensor");
+    }
+    bool versioned = false;
+    if (!max_version.is_none()) {
+      auto v = max_version.cast<std::pair<int, int>>();
+      versioned = v.first >= int(dl::kMajorVersion);
+    }
+    if (versioned) {
+      auto* e = Fill(new Export<dl::ManagedTensorVersioned>());
+      e->managed.version = {dl::kMajorVersion, dl::kMinorVersion};
+      e->managed.flags = 0;
+      PyObject* cap = PyCapsule_New(&e->managed, "dltensor_versioned", VersionedCapsuleDestructor);
+      if (!cap) {
+        delete e;
+        throw py::error_already_set();
+      }
+      return py::reinterpret_steal<py::object>(cap);
+    }
+    auto* e = Fill(new Export<dl::ManagedTensor>());
+    PyObject* cap = PyCapsule_New(&e->managed, "dltensor", LegacyCapsuleDestructor);
+    if (!cap) {
+      delete e;
+      throw py::error_already_set();
+    }
+    return py::reinterpret_steal<py::object>(cap);
+  }
+
+  py::tuple DLPackDevice() const { return py::make_tuple(int(device.device_type), int(device.device_id)); }
+
+  size_t nbytes() const {
+    size_t n = dtype.bits / 8;
+    for (int64_t d : shape) n *= size_t(d);
+    return n;
+  }
+
+ private:
+  template <class M>
+  Export<M>* Fill(Export<M>* e) {
+    e->owner = owner;
+    e->shape = shape;
+    e->strides = strides;
+    dl::Tensor& t = e->managed.dl_tensor;
+    t.data = data;
+    t.device = device;
+    t.ndim = int32_t(shape.size());
+    t.dtype = dtype;
+    t.shape = e->shape.data();
+    t.strides = e->strides.empty() ? nullptr : e->strides.data();
+    t.byte_offset = 0;
+    e->managed.manager_ctx = e;
+    e->managed.deleter = &DeleteExport<M>;
+    return e;
+  }
+};
+
+// Labels (int64) as an exportable tensor owning its own copy.
+ExportTensor Int64Tensor(std::vector<int64_t> values) {
+  auto v = std::make_shared<std::vector<int64_t>>(std::move(values));
+  if (v->empty()) v->reserve(1);  // a valid pointer even for an empty batch
+  ExportTensor t;
+  t.data = v->data();
+  t.shape = {int64_t(v->size())};
+  t.dtype = {dl::kDLInt, 64, 1};
+  t.dtype_name = "int64";
+  t.owner = std::move(v);
+  return t;
+}
+
+dl::DataType ToDL(DType d) {
+  switch (d) {
+    case DType::kUint8: return {dl::kDLUInt, 8, 1};
+    case DType::kFloat32: return {dl::kDLFloat, 32, 1};
+    case DType::kFloat16: return {dl::kDLFloat, 16, 1};
+    case DType::kBFloat16: return {dl::kDLBfloat, 16, 1};
+  }
+  return {dl::kDLUInt, 8, 1};
+}
+
+DType ParseDType(const std::string& s) {
+  if (s == "uint8") return DType::kUint8;
+  if (s == "float32") return DType::kFloat32;
+  if (s == "float16") return DType::kFloat16;
+  if (s == "bfloat16") return DType::kBFloat16;
+  throw py::value_error("dtype must be one of float32, float16, bfloat16, uint8; not \"" + s + "\"");
+}
+
+Layout ParseLayout(const std::string& s) {
+  if (s == "NCHW") return Layout::kNCHW;
+  if (s == "NHWC") return Layout::kNHWC;
+  throw py::value_error("layout must be \"NCHW\" or \"NHWC\", not \"" + s + "\"");
+}
+
+// One batch handed to Python. Holds the C++ Batch (and so its pool buffer) until this
+// object and every tensor exported from it are gone.
+class PyBatch {
+ public:
+  explicit PyBatch(Batch b) : b_(std::make_shared<Batch>(std::move(b))) {}
+
+  // The images. channels_last: an NHWC buffer seen as an NCHW tensor with NHWC
+  // strides (torch.channels_last), instead of an NHWC tensor.
+  ExportTensor Images(bool channels_last) const {
+    const Batch& b = *b_;
+    ExportTensor t;
+    t.owner = b_;
+    t.data = const_cast<void*>(b.data());
+    t.dtype = ToDL(b.dtype());
+    t.dtype_name = DTypeName(b.dtype());
+    const int64_t* s = b.shape();
+    t.shape.assign(s, s + 4);
+    if (channels_last) {
+      if (b.layout() != Layout::kNHWC) throw py::value_error("channels_last needs an NHWC batch");
+      const int64_t n = s[0], h = s[1], w = s[2], c = s[3];
+      t.shape = {n, c, h, w};
+      t.strides = {h * w * c, 1, w * c, c};
+    }
+    // Device batches (issue 7, shardkit/gpu.h) plug in here: an ExportTensor over
+    // DeviceBatch::data() with device {kDLCUDA, DeviceBatch::device()}, owner = the
+    // DeviceBatch, and wait_on_stream = DeviceBatch::WaitOn(stream) (DLPack's stream 1 is
+    // the legacy default stream, nullptr there; 2 is cudaStreamPerThread). The owner's
+    // release should be DeviceBatch::Release(stream) with the consumer's stream, so the
+    // slot is reused only after the work the consumer queued on it has completed.
+    return t;
+  }
+  ExportTensor Labels() const { return Int64Tensor(b_->labels()); }
+  const Batch& batch() const { return *b_; }
+  // Drops this object's hold on the buffer (exported tensors keep theirs).
+  void Drop() { b_.reset(); }
+  bool alive() const { return b_ != nullptr; }
+
+ private:
+  std::shared_ptr<Batch> b_;
+};
+
+class PyLoader {
+ public:
+  PyLoader(const std::string& address, const LoaderOptions& opts) {
+    Result<std::unique_ptr<Loader>> r = Status::Internal("unset");
+    {
+      py::gil_scoped_release nogil;
+      r = Loader::Create(address, opts);
+    }
+    loader_ = Unwrap(std::move(r));
+  }
+  ~PyLoader() { Close(); }
+
+  // f(loader) under the lock, without the GIL; f must not touch Python objects.
+  template <class F>
+  auto With(F f) {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mu_);
+    return f(*Get());
+  }
+
+  // Never wait for mu_ holding the GIL: the thread holding mu_ may need the GIL back.
+  void Close() {
+    py::gil_scoped_release nogil;  // shutting down waits for the decoding threads
+    std::unique_ptr<Loader> l;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      l = std::move(loader_);
+    }
+    l.reset();
+  }
+
+  // The next batch, or None at the end of the epoch.
+  std::optional<PyBatch> Next() {
+    Result<Batch> r = Status::Internal("unset");
+    {
+      py::gil_scoped_release nogil;
+      std::lock_guard<std::mutex> lock(mu_);
+      r = Get()->Next();
+    }
+    Batch b = Unwrap(std::move(r));
+    if (b.end_of_epoch()) return std::nullopt;
+    return PyBatch(std::move(b));
+  }
+
+  void SetEpoch(uint64_t e) {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mu_);
+    Get()->set_epoch(e);
+  }
+  std::string SaveState() {
+    return With([](Loader& l) { return l.save_state().ToJson(); });
+  }
+  void Restore(const std::string& json) {
+    LoaderState s = Unwrap(LoaderState::FromJson(json));
+    Status st;
+    {
+      py::gil_scoped_release nogil;
+      std::lock_guard<std::mutex> lock(mu_);
+      st = Get()->restore(s);
+    }
+    Check(std::move(st));
+  }
+  py::list Skipped() {
+    std::vector<Status> v = With([](Loader& l) { return l.skipped(); });
+    py::list out;
+    for (const Status& s : v) out.append(MakeError(s));
+    return out;
+  }
+
+ private:
+  Loader* Get() const {
+    if (!loader_) Throw(Status::Invalid("the loader is closed"));
+    return loader_.get();
+  }
+  std::mutex mu_;  // the Loader is used by one thread at a time
+  std::unique_ptr<Loader> loader_;
+};
+
+}  // namespace
+
+void BindLoader(py::module_& m) {
+  py::class_<ExportTensor>(m, "_Tensor", R"doc(
+A DLPack producer over shardkit memory: torch.from_dlpack(t) / numpy.from_dlpack(t)
+make a tensor that aliases it without copying. The memory stays valid until every
+tensor made from it is freed.)doc")
+      .def("__dlpack__", &ExportTensor::DLPack, py::kw_only(), py::arg("stream") = py::none(),
+           py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(),
+           py::arg("copy") = py::none())
+      .def("__dlpack_device__", &ExportTensor::DLPackDevice)
+      .def_property_readonly("shape", [](const ExportTensor& t) { return py::tuple(py::cast(t.shape)); })
+      .def_property_readonly("strides", [](const ExportTensor& t) -> py::object {
+        if (t.strides.empty()) return py::none();
+        return py::tuple(py::cast(t.strides));
+      })
+      .def_property_readonly("dtype", [](const ExportTensor& t) { return t.dtype_name; })
+      .def_property_readonly("data_ptr", [](const ExportTensor& t) { return reinterpret_cast<uintptr_t>(t.data); })
+      .def_property_readonly("nbytes", &ExportTensor::nbytes);
+
+  m.attr("HAVE_LOADER") = true;
+
+  py::class_<PyBatch>(m, "_Batch")
+      .def("images", &PyBatch::Images, py::arg("channels_last") = false)
+      .def("labels", &PyBatch::Labels)
+      .def_property_readonly("keys", [](const PyBatch& b) { return b.batch().keys(); })
+      .def_property_readonly("indices", [](const PyBatch& b) { return b.batch().indices(); })
+      .def_property_readonly("epoch", [](const PyBatch& b) { return b.batch().epoch(); })
+      .def_property_readonly("index", [](const PyBatch& b) { return b.batch().index(); })
+      .def_property_readonly("buffer_id", [](const PyBatch& b) { return b.batch().buffer_id(); })
+      .def_property_readonly("pinned", [](const PyBatch& b) { return b.batch().pinned(); })
+      .def("__len__", [](const PyBatch& b) { return b.batch().size(); })
+      .def("drop", &PyBatch::Drop);
+
+  py::class_<PyLoader>(m, "_Loader")
+      .def(py::init([](const std::string& address, uint32_t batch_size, bool shuffle, uint64_t seed, int rank,
+                       int world_size, bool drop_last, int threads, int prefetch, int output_height,
+                       int output_width, bool train, std::pair<double, double> scale,
+                       std::pair<double, double> ratio, double flip_p, int resize_size, bool dct_scaling,
+                       std::vector<float> mean, std::vector<float> std_, const std::string& dtype,
+                       const std::string& layout, const std::string& on_error, const std::string& image_field) {
+             LoaderOptions o;
+             o.batch_size = batch_size;
+             o.shuffle = shuffle;
+             o.seed = seed;
+             o.rank = rank;
+             o.world_size = world_size;
+             o.drop_last = drop_last;
+             o.threads = threads;
+             o.prefetch = prefetch;
+             o.output_height = output_height;
+             o.output_width = output_width;
+             o.mode = train ? AugmentMode::kTrain : AugmentMode::kEval;
+             o.scale_min = scale.first;
+             o.scale_max = scale.second;
+             o.ratio_min = ratio.first;
+             o.ratio_max = ratio.second;
+             o.flip_p = flip_p;
+             o.resize_size = resize_size;
+             o.dct_scaling = dct_scaling;
+             if (mean.size() != 3 || std_.size() != 3) throw py::value_error("mean and std need 3 values");
+             for (int c = 0; c < 3; ++c) {
+               o.mean[c] = mean[c];
+               o.std[c] = std_[c];
+             }
+             o.dtype = ParseDType(dtype);
+             o.layout = ParseLayout(layout);
+             if (on_error == "raise" || on_error == "error") o.on_error = DecodeErrorPolicy::kError;
+             else if (on_error == "skip") o.on_error = DecodeErrorPolicy::kSkip;
+             else throw py::value_error("on_error must be \"raise\" or \"skip\", not \"" + on_error + "\"");
+             o.image_field = image_field;
+             return std::make_unique<PyLoader>(address, o);
+           }),
+           py::arg("address"), py::kw_only(), py::arg("batch_size"), py::arg("shuffle"), py::arg("seed"),
+           py::arg("rank"), py::arg("world_size"), py::arg("drop_last"), py::arg("threads"), py::arg("prefetch"),
+           py::arg("output_height"), py::arg("output_width"), py::arg("train"), py::arg("scale"),
+           py::arg("ratio"), py::arg("flip_p"), py::arg("resize_size"), py::arg("dct_scaling"),
+           py::arg("mean"), py::arg("std"), py::arg("dtype"), py::arg("layout"), py::arg("on_error"),
+           py::arg("image_field"))
+      .def("next", &PyLoader::Next)
+      .def("set_epoch", &PyLoader::SetEpoch, py::arg("epoch"))
+      .def("save_state", &PyLoader::SaveState)
+      .def("restore", &PyLoader::Restore, py::arg("state_json"))
+      .def("skipped", &PyLoader::Skipped)
+      .def("close", &PyLoader::Close)
+      .def_property_readonly("epoch", [](PyLoader& l) { return l.With([](Loader& x) { return x.epoch(); }); })
+      .def_property_readonly("num_batches",
+                             [](PyLoader& l) { return l.With([](Loader& x) { return x.num_batches(); }); })
+      .def_property_readonly("num_samples",
+                             [](PyLoader& l) { return l.With([](Loader& x) { return x.num_samples(); }); })
+      .def_property_readonly("rank", [](PyLoader& l) { return l.With([](Loader& x) { return x.rank(); }); })
+      .def_property_readonly("world_size",
+                             [](PyLoader& l) { return l.With([](Loader& x) { return x.world_size(); }); })
+      .def_property_readonly("class_names",
+                             [](PyLoader& l) { return l.With([](Loader& x) { return std::vector<std::string>(x.class_names()); }); });
+}
+
+}  // namespace shardkit::python

@@ -1,0 +1,99 @@
+"""Fixtures: small datasets the tests make themselves (PIL JPEGs in class folders)."""
+import io
+import os
+import tarfile
+
+import pytest
+
+import shardkit
+
+CLASSES = ("cat", "dog", "eel")
+PER_CLASS = 8
+
+
+def solid_jpeg(color, size, quality=95):
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", size, color).save(buf, format="JPEG", quality=quality)
+    return buf.getvalue()
+
+
+def color_of(label, i):
+    # Distinct solid colours, far from each other, so a pixel identifies its sample.
+    return (40 + 60 * label, 30 + 25 * i, 200 - 20 * i)
+
+
+def make_image_folder(root, classes=CLASSES, per_class=PER_CLASS):
+    """root/<class>/img<i>.jpg; returns {key: (path, label, color)}."""
+    samples = {}
+    for label, cls in enumerate(classes):
+        os.makedirs(os.path.join(root, cls), exist_ok=True)
+        for i in range(per_class):
+            size = (48 + 7 * i, 40 + 5 * ((i + label) % 4))
+            key = f"{cls}/img{i}"
+            path = os.path.join(root, key + ".jpg")
+            with open(path, "wb") as f:
+                f.write(solid_jpeg(color_of(label, i), size))
+            samples[key] = (path, label, color_of(label, i))
+    return samples
+
+
+@pytest.fixture
+def folder(tmp_path):
+    """An image folder of 3 classes x 8 JPEGs: (address, {key: (path, label, color)})."""
+    root = str(tmp_path / "imgs")
+    samples = make_image_folder(root)
+    try:
+        shardkit.open("folder:" + root)
+    except shardkit.Error as e:
+        if e.code == "unsupported":  # a build whose folder format is not implemented yet
+            pytest.skip(f"the folder format is not available: {e}")
+        raise
+    return "folder:" + root, samples
+
+
+def make_tar_shards(out_dir, samples, per_shard=10, extra=None):
+    """WebDataset tar shards of the image folder's samples, written by Python's tarfile
+    (members key.jpg, key.cls in key order), plus `extra` {key: {ext: bytes}} samples.
+    Returns the wds address."""
+    items = {k: {"jpg": open(p, "rb").read(), "cls": str(label).encode()}
+             for k, (p, label, _) in samples.items()}
+    items.update(extra or {})
+    keys = sorted(items)
+    os.makedirs(out_dir, exist_ok=True)
+    n = (len(keys) + per_shard - 1) // per_shard
+    for s in range(n):
+        with tarfile.open(os.path.join(out_dir, f"train-{s:06d}.tar"), "w", format=tarfile.USTAR_FORMAT) as tf:
+            for key in keys[s * per_shard:(s + 1) * per_shard]:
+                for ext in sorted(items[key]):
+                    data = items[key][ext]
+                    info = tarfile.TarInfo(f"{key}.{ext}")
+                    info.size = len(data)
+                    info.mode = 0o444
+                    tf.addfile(info, io.BytesIO(data))
+    return "wds:" + os.path.join(out_dir, "train-{%06d..%06d}.tar" % (0, n - 1))
+
+
+def _folder_available(address):
+    try:
+        shardkit.open(address)
+    except shardkit.Error as e:
+        if e.code == "unsupported":
+            return str(e)
+        raise
+    return None
+
+
+@pytest.fixture(params=["folder", "tar"])
+def data(request, tmp_path):
+    """The same 24 samples as an image folder or as tar shards written by Python's
+    tarfile: (address, {key: (path of the JPEG, label, color)}, kind)."""
+    root = str(tmp_path / "imgs")
+    samples = make_image_folder(root)
+    if request.param == "folder":
+        why = _folder_available("folder:" + root)
+        if why:
+            pytest.skip(f"the folder format is not available: {why}")
+        return "folder:" + root, samples, "folder"
+    return make_tar_shards(str(tmp_path / "tar"), samples), samples, "tar"

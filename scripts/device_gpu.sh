@@ -1,0 +1,187 @@
+#!/usr/bin/env bash
+# The GPU feed on the GPU machine (issue 7): configure with CUDA, build, run the GPU tests,
+# compute-sanitizer on them, and the benchmark with its peers; a short table last.
+#
+# Run from the repo root on the GPU machine, with .deps/ carried along (made here by
+# scripts/device-deps.sh):
+#   bash scripts/device_gpu.sh [all|quick|build|test|sanitize|bench]   (default: all)
+# quick = build + test + bench (no sanitizer): the default when called from
+# scripts/device_bench.sh, which passes BUILD (build dir), WORK ($WORK/imgs: its corpus)
+# and OUT.
+# `all` may take longer than one 10-minute device call: run build, test, sanitize and
+# bench as four calls (build-gpu/ and .bench/ are git-ignored and stay on the machine).
+# Each stage builds what it needs first (in $BUILD, default build-gpu/). Logs and JSON results are written
+# to $OUT (as gpu_*) when it is set, else to $BUILD/out; the corpus is made once, in .bench/
+# (or taken from $WORK/imgs).
+set -uo pipefail
+stage=${1:-${WORK:+quick}}
+stage=${stage:-all}
+cd "$(dirname "$0")/.."
+B=${BUILD:-build-gpu}
+if [ -n "${WORK:-}" ] && [ -d "$WORK/imgs" ]; then
+  corpus=${CORPUS:-$WORK/imgs}                # device_bench.sh's corpus
+else
+  corpus=${CORPUS:-$PWD/.bench/gpu_corpus}    # .bench/ is git-ignored: kept between runs
+fi
+mkdir -p "$(dirname "$corpus")"
+if [[ "${CMAKE_PREFIX_PATH:-}" == */opt/deps/* ]]; then
+  :  # already unpacked by the caller (scripts/device_bench.sh)
+elif [ -f .deps/unpack.sh ]; then
+  # shellcheck disable=SC1091
+  source .deps/unpack.sh
+else
+  echo "device_gpu: .deps/unpack.sh missing (run scripts/device-deps.sh here and carry .deps)" >&2
+fi
+export PATH=/usr/local/cuda/bin:$PATH
+OUTDIR=${OUT:-$B/out}
+mkdir -p "$OUTDIR"
+J=$(nproc)
+T0=$(date +%s)
+say() { echo "== device_gpu [$(( $(date +%s) - T0 ))s] $*"; }
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee "$OUTDIR/gpu_device.txt"
+nvcc --version | tail -1 | tee -a "$OUTDIR/gpu_device.txt"
+
+build() {
+  say "configure"
+  cmake -S . -B "$B" -DSHARDKIT_WITH_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+    > "$OUTDIR/gpu_configure.log" 2>&1 || { tail -40 "$OUTDIR/gpu_configure.log"; return 1; }
+  grep -A30 "shardkit:" "$OUTDIR/gpu_configure.log" | grep -v "^--" | head -60
+  say "build"
+  cmake --build "$B" -j"$J" --target shardkit test_gpu shardkit_gpu_bench > "$OUTDIR/gpu_build.log" 2>&1 \
+    || { grep -E "error|Error" -A5 "$OUTDIR/gpu_build.log" | head -60; return 1; }
+  say "built"
+}
+
+gtests() {
+  say "GPU tests"
+  corpus || echo "device_gpu: no corpus; the corpus test will skip"
+  SHARDKIT_CORPUS=$corpus $B/tests/test_gpu --durations yes > "$OUTDIR/gpu_tests.log" 2>&1
+  local rc=$?
+  grep -E "warning:|SKIPPED|nvJPEG vs|FAILED|failed|passed|^[0-9.]+ s:" -A2 "$OUTDIR/gpu_tests.log" | head -80
+  return $rc
+}
+
+sanitize() {
+  say "compute-sanitizer memcheck"
+  local cs
+  cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  local rc=0
+  # Every GPU test but [nosan]: memory flatness (the sanitizer's own allocations move it)
+  # and the 8000-image corpus (too slow under memcheck).
+  timeout 330 "$cs" --tool memcheck --leak-check full --error-exitcode 97 \
+    $B/tests/test_gpu "~[nosan]" > "$OUTDIR/gpu_memcheck.log" 2>&1 || rc=$?
+  tail -8 "$OUTDIR/gpu_memcheck.log"
+  # initcheck: no kernel reads device memory nothing wrote (staging, weights, pixels).
+  # Only tests without nvJPEG: writes by the JPEG engines may be invisible to it.
+  say "compute-sanitizer initcheck (copy path, host-decoded GPU path)"
+  timeout 120 "$cs" --tool initcheck --error-exitcode 97 \
+    $B/tests/test_gpu "copy path*" > "$OUTDIR/gpu_initcheck_copy.log" 2>&1 || rc=$?
+  tail -4 "$OUTDIR/gpu_initcheck_copy.log"
+  timeout 120 "$cs" --tool initcheck --error-exitcode 97 \
+    $B/tests/test_gpu "GPU decode with every image on the host decoder*" > "$OUTDIR/gpu_initcheck_host.log" 2>&1 || rc=$?
+  tail -4 "$OUTDIR/gpu_initcheck_host.log"
+  return $rc
+}
+
+corpus() {
+  if [ ! -d "$corpus" ]; then
+    say "corpus (8000 images)"
+    local py=python3 mk=""
+    [ -x /usr/bin/python3 ] && /usr/bin/python3 -c "import PIL, numpy" 2>/dev/null && py=/usr/bin/python3
+    for c in "${CORPUS_SCRIPT:-}" ../shared/corpus/make_corpus.py shared/corpus/make_corpus.py .corpus/make_corpus.py; do
+      [ -n "$c" ] && [ -f "$c" ] && { mk=$c; break; }
+    done
+    [ -n "$mk" ] || { echo "device_gpu: make_corpus.py not found (set CORPUS_SCRIPT, or carry ../shared/corpus as .corpus)"; return 1; }
+    # make_corpus.py opens every file of its sources/ (SOURCES.md too): run a copy of it
+    # beside the images only.
+    local tmp
+    tmp=$(mktemp -d)
+    cp "$mk" "$tmp/" && mkdir -p "$tmp/sources"
+    find "$(dirname "$mk")/sources" -maxdepth 1 -type f \( -iname '*.png' -o -iname '*.jpg' -o -iname '*.jpeg' \) \
+      -exec cp {} "$tmp/sources/" \;
+    rm -rf "$corpus.part"
+    $py "$tmp/make_corpus.py" "$corpus.part" --count 8000 > "$OUTDIR/gpu_corpus.log" 2>&1 \
+      || { echo "device_gpu: cannot make the corpus"; tail "$OUTDIR/gpu_corpus.log"; return 1; }
+    mv "$corpus.part" "$corpus"
+  fi
+}
+
+bench() {
+  corpus || return 1
+  say "shardkit_gpu_bench"
+  $B/lib/shardkit_gpu_bench "$corpus" --batch 256 --epochs 2 > "$OUTDIR/gpu_bench_shardkit.jsonl" 2> "$OUTDIR/gpu_bench_shardkit.err"
+  cat "$OUTDIR/gpu_bench_shardkit.err"
+  say "peers (torchvision GPU decode, DataLoader)"
+  python3 scripts/bench_gpu_peer.py "$corpus" --batch 256 --epochs 2 --workers $(( J > 1 ? J - 1 : 1 )) > "$OUTDIR/gpu_bench_peers.jsonl" \
+    2> "$OUTDIR/gpu_bench_peers.err"
+  tail -3 "$OUTDIR/gpu_bench_peers.err"
+  python3 - "$OUTDIR/gpu_bench_shardkit.jsonl" "$OUTDIR/gpu_bench_peers.jsonl" "$OUTDIR/gpu_device.txt" <<'PY'
+import json, sys
+rows = []
+for f in sys.argv[1:3]:
+    for line in open(f):
+        line = line.strip()
+        if line.startswith("{"):
+            rows.append(json.loads(line))
+rate = {}
+for r in rows:
+    if "images_per_s" in r:
+        key = r["mode"] + (f"(step {r['consumer_step_ms']:.0f}ms)" if "consumer_step_ms" in r else "")
+        rate[key] = r
+dl = next((r["images_per_s"] for r in rows if r["mode"] == "dataloader" and "images_per_s" in r), None)
+tv = next((r["images_per_s"] for r in rows if r["mode"] == "torchvision_gpu_decode" and "images_per_s" in r), None)
+print()
+print("GPU:", open(sys.argv[3]).read().strip().replace("\n", " | "))
+print(f"{'mode':34s} {'images/s':>10s} {'x DataLoader':>13s} {'x torchvision':>14s}  notes")
+for k, r in rate.items():
+    ips = r["images_per_s"]
+    a = f"{ips / dl:.2f}" if dl else "-"
+    b = f"{ips / tv:.2f}" if tv else "-"
+    notes = []
+    if "consumer_wait_pct" in r: notes.append(f"consumer wait {r['consumer_wait_pct']:.2f}%, x cpu_loader {r['vs_cpu_loader']:.3f}, x ideal {r['vs_ideal']:.3f}")
+    if "hardware" in r: notes.append(f"hw {r['hardware']} cuda {r['cuda']} host {r['host']} roi {r['roi']}")
+    if "skipped" in r: notes.append(f"skipped {r['skipped']} (CMYK/PNG)")
+    print(f"{k:34s} {ips:10.1f} {a:>13s} {b:>14s}  {'; '.join(notes)}")
+for r in rows:
+    if "error" in r or ("skipped" in r and "images_per_s" not in r):
+        print(f"{r['mode']:34s} {'-':>10s}  {r.get('error', r.get('skipped'))}")
+# The goals of issue 7.
+cp = [r for r in rows if r["mode"] == "copy_path" and "images_per_s" in r]
+gd = next((r for r in rows if r["mode"] == "gpu_decode" and "images_per_s" in r), None)
+goals = []
+if len(cp) >= 3:
+    goals.append(("copy path, consumer 0.5x: rate / CPU loader >= 0.98", cp[1]["vs_cpu_loader"], cp[1]["vs_cpu_loader"] >= 0.98))
+    goals.append(("copy path, consumer 1.5x: consumer wait % < 2", cp[2]["consumer_wait_pct"], cp[2]["consumer_wait_pct"] < 2))
+if gd and dl:
+    goals.append(("gpu decode / DataLoader >= 10", gd["images_per_s"] / dl, gd["images_per_s"] / dl >= 10))
+if gd and tv:
+    goals.append(("gpu decode / torchvision GPU decode >= 2", gd["images_per_s"] / tv, gd["images_per_s"] / tv >= 2))
+print()
+for name, v, ok in goals:
+    print(f"goal: {name:55s} {v:8.3f}  {'met' if ok else 'NOT met'}")
+PY
+}
+
+rc=0
+case "$stage" in
+  build) build || rc=1 ;;
+  test) build && gtests || rc=1 ;;
+  sanitize) build && sanitize || rc=1 ;;
+  bench) build && bench || rc=1 ;;
+  quick)
+    build || exit 1
+    gtests || rc=1
+    bench || rc=1
+    echo "device_gpu: compute-sanitizer not run in quick mode: scripts/device_gpu.sh sanitize"
+    ;;
+  all)
+    build || exit 1
+    gtests || rc=1
+    sanitize || rc=1
+    bench || rc=1
+    ;;
+  *) echo "usage: $0 [all|quick|build|test|sanitize|bench]"; exit 2 ;;
+esac
+say "done rc=$rc"
+exit $rc

@@ -1,0 +1,649 @@
+// Tests of the GPU feed (issue 7). Without a CUDA device (as in CI) every test that needs
+// one prints "SKIPPED: no CUDA device ..." as a warning and passes; the header routing
+// test runs everywhere.
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <vector>
+
+#include "gpu/jpeg_header.h"
+#include "gpu/resize_math.h"
+#include "gpu/weights.h"
+#include "gpu/testing.h"
+#include "pipeline/resize.h"
+#include "shardkit/gpu.h"
+#include "shardkit/loader.h"
+#include "support.h"
+
+using namespace shardkit;
+using namespace sk_test;
+namespace gt = shardkit::gpu::testing;
+
+namespace {
+
+class MemData final : public RandomAccess {
+ public:
+  std::vector<Sample> samples;
+  uint64_t size() const override { return samples.size(); }
+  Status Get(uint64_t i, Sample* out) const override {
+    if (i >= samples.size()) return Status::NotFound("no such sample");
+    *out = samples[i];
+    return Status::OK();
+  }
+  void Add(std::string key, std::string ext, std::string bytes, int64_t label) {
+    Sample s;
+    s.key = std::move(key);
+    s.set(std::move(ext), Bytes::Take(std::move(bytes)));
+    s.set_label(label);
+    samples.push_back(std::move(s));
+  }
+};
+
+// Baseline 4:2:0 / 4:4:4 of several sizes, plus every quirk of real collections: grayscale,
+// progressive, CMYK, and a PNG stored under a JPEG extension.
+std::shared_ptr<MemData> MixedData(int n, bool quirks = true) {
+  auto d = std::make_shared<MemData>();
+  for (int i = 0; i < n; ++i) {
+    int w = 160 + (i * 37) % 300, h = 120 + (i * 53) % 260;
+    JpegKind kind = JpegKind::kBaseline420;
+    std::string bytes;
+    if (quirks) {
+      switch (i % 10) {
+        case 6: kind = JpegKind::kBaseline444; break;
+        case 7: kind = JpegKind::kGray; break;
+        case 8: kind = JpegKind::kProgressive; break;
+        case 9: kind = JpegKind::kCmyk; break;
+        default: break;
+      }
+      if (i % 13 == 12) bytes = MakePng(w, h, uint32_t(i));  // a PNG named .jpeg
+    }
+    if (bytes.empty()) bytes = MakeJpeg(w, h, uint32_t(i + 1), kind, 85);
+    d->Add(fmt::format("n{:02d}/img_{:04d}", i % 5, i), "jpeg", std::move(bytes), i % 5);
+  }
+  return d;
+}
+
+bool HaveGpu() {
+  std::string why = CudaUnavailableReason();
+  if (!why.empty()) {
+    WARN("SKIPPED: " << why);
+    return false;
+  }
+  return true;
+}
+#define REQUIRE_GPU_OR_SKIP() \
+  if (!HaveGpu()) return
+
+LoaderOptions Opts(DType dtype, Layout layout, uint32_t batch = 16) {
+  LoaderOptions o;
+  o.batch_size = batch;
+  o.seed = 7;
+  o.threads = 4;
+  o.prefetch = 3;
+  o.output_width = 64;
+  o.output_height = 48;
+  o.dtype = dtype;
+  o.layout = layout;
+  o.rank = 0;
+  o.world_size = 1;
+  return o;
+}
+
+struct HostBatch {
+  std::vector<uint8_t> bytes;
+  std::vector<std::string> keys;
+  std::vector<int64_t> labels;
+};
+
+std::vector<HostBatch> CpuEpoch(std::shared_ptr<RandomAccess> data, const LoaderOptions& o, uint64_t epoch) {
+  auto l = Loader::Create(data, o);
+  REQUIRE(l.ok());
+  (*l)->set_epoch(epoch);
+  std::vector<HostBatch> out;
+  for (;;) {
+    auto b = (*l)->Next();
+    REQUIRE(b.ok());
+    if (b->end_of_epoch()) break;
+    HostBatch h;
+    const uint8_t* p = static_cast<const uint8_t*>(b->data());
+    h.bytes.assign(p, p + b->bytes());
+    h.keys = b->keys();
+    h.labels = b->labels();
+    out.push_back(std::move(h));
+  }
+  return out;
+}
+
+std::vector<HostBatch> GpuEpoch(std::shared_ptr<RandomAccess> data, const LoaderOptions& o, const GpuOptions& g,
+                                uint64_t epoch, GpuLoader::Stats* stats = nullptr) {
+  auto l = GpuLoader::Create(data, o, g);
+  INFO(l.status().ToString());
+  REQUIRE(l.ok());
+  (*l)->set_epoch(epoch);
+  std::vector<HostBatch> out;
+  for (;;) {
+    auto b = (*l)->Next();
+    INFO(b.status().ToString());
+    REQUIRE(b.ok());
+    if (b->end_of_epoch()) break;
+    HostBatch h;
+    h.bytes.resize(b->bytes());
+    REQUIRE(b->CopyToHost(h.bytes.data()).ok());
+    h.keys = b->keys();
+    h.labels = b->labels();
+    out.push_back(std::move(h));
+  }
+  if (stats) *stats = (*l)->stats();
+  return out;
+}
+
+// The conversion of a uint8 NHWC batch as the device does it (and as pipeline::Resizer
+// does it from the same value): v * (1 / (255 std)) + (-mean / std), rounded once each.
+std::vector<uint8_t> HostConvert(const HostBatch& u8, const LoaderOptions& o) {
+  const size_t hw = size_t(o.output_width) * o.output_height, n = u8.bytes.size() / (hw * 3);
+  std::vector<uint8_t> out(n * hw * 3 * DTypeSize(o.dtype));
+  for (size_t i = 0; i < n; ++i)
+    for (size_t p = 0; p < hw; ++p)
+      for (int c = 0; c < 3; ++c) {
+        float mul = 1.f / (255.f * o.std[c]), add = -o.mean[c] / o.std[c];
+        volatile float prod = float(u8.bytes[(i * hw + p) * 3 + c]) * mul;  // no contraction
+        float v = prod + add;
+        size_t at = o.layout == Layout::kNCHW ? (i * 3 + size_t(c)) * hw + p : (i * hw + p) * 3 + size_t(c);
+        switch (o.dtype) {
+          case DType::kFloat32: std::memcpy(&out[at * 4], &v, 4); break;
+          case DType::kFloat16: {
+            uint16_t h = pipeline::FloatToHalf(v);
+            std::memcpy(&out[at * 2], &h, 2);
+            break;
+          }
+          case DType::kBFloat16: {
+            uint16_t h = pipeline::FloatToBFloat16(v);
+            std::memcpy(&out[at * 2], &h, 2);
+            break;
+          }
+          case DType::kUint8: out[at] = u8.bytes[(i * hw + p) * 3 + c]; break;
+        }
+      }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("JPEG headers are routed to the hardware, CUDA or host decoder", "[gpu]") {
+  gpu::JpegHeader h;
+  auto cls = [&](const std::string& b) {
+    REQUIRE(gpu::ParseJpegHeader(reinterpret_cast<const uint8_t*>(b.data()), b.size(), &h));
+    return gpu::Classify(h);
+  };
+  CHECK(cls(MakeJpeg(64, 48, 1, JpegKind::kBaseline420)) == gpu::JpegClass::kHardware);
+  CHECK(h.width == 64);
+  CHECK(h.height == 48);
+  CHECK(h.components == 3);
+  CHECK(h.h[0] == 2);
+  CHECK(h.v[0] == 2);
+  CHECK(cls(MakeJpeg(64, 48, 1, JpegKind::kBaseline444)) == gpu::JpegClass::kHardware);
+  CHECK(cls(MakeJpeg(64, 48, 1, JpegKind::kGray)) == gpu::JpegClass::kCuda);
+  CHECK(h.components == 1);
+  CHECK(cls(MakeJpeg(64, 48, 1, JpegKind::kProgressive)) == gpu::JpegClass::kCuda);
+  CHECK(h.sof == 0xC2);
+  CHECK(cls(MakeJpeg(64, 48, 1, JpegKind::kCmyk)) == gpu::JpegClass::kHost);
+  CHECK(h.components == 4);
+  std::string png = MakePng(8, 8, 1);
+  CHECK_FALSE(gpu::ParseJpegHeader(reinterpret_cast<const uint8_t*>(png.data()), png.size(), &h));
+  std::string trunc = MakeJpeg(64, 48, 1);
+  trunc.resize(trunc.size() - 30);  // cut inside the entropy-coded data: the host decoder reports it
+  CHECK(cls(trunc) == gpu::JpegClass::kHost);
+  CHECK_FALSE(h.complete);
+  std::string cut = MakeJpeg(64, 48, 1).substr(0, 40);  // ends inside the header
+  CHECK_FALSE(gpu::ParseJpegHeader(reinterpret_cast<const uint8_t*>(cut.data()), cut.size(), &h));
+}
+
+TEST_CASE("the resize kernel's arithmetic equals the CPU Resizer bit for bit (run on the host)", "[gpu]") {
+  // The kernel's per-pixel code (gpu/resize_math.h) on the host, fed with the tables the
+  // GPU path builds (gpu/weights.h), against pipeline::Resizer on the same pixels.
+  std::mt19937 rng(11);
+  int checked = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const int W = 8 + int(rng() % 300), H = 8 + int(rng() % 240);
+    const size_t stride = size_t(W) * 3 + (rng() % 2) * 5;  // sometimes padded rows
+    std::vector<uint8_t> px(stride * H);
+    for (auto& v : px) v = uint8_t(rng());
+    pipeline::CropBox box;
+    if (trial % 3 == 2) {  // fractional, eval-like
+      box.w = 1.0 + (W - 1) * (0.2 + 0.8 * (rng() % 1000) / 1000.0);
+      box.h = 1.0 + (H - 1) * (0.2 + 0.8 * (rng() % 1000) / 1000.0);
+      box.x = (W - box.w) * (rng() % 1000) / 1000.0;
+      box.y = (H - box.h) * (rng() % 1000) / 1000.0;
+    } else {
+      box.w = 1 + int(rng() % unsigned(W));
+      box.h = 1 + int(rng() % unsigned(H));
+      box.x = int(rng() % unsigned(W - int(box.w) + 1));
+      box.y = int(rng() % unsigned(H - int(box.h) + 1));
+    }
+    const bool flip = rng() % 2;
+    pipeline::OutputSpec spec;
+    spec.width = trial % 2 ? 64 : 24 + int(rng() % 200);
+    spec.height = trial % 2 ? 48 : 24 + int(rng() % 200);
+    spec.dtype = trial % 4 < 2 ? DType::kUint8 : DType::kFloat32;
+    spec.layout = spec.dtype == DType::kUint8 ? Layout::kNHWC : Layout::kNCHW;
+    const int ow = spec.width, oh = spec.height;
+    std::vector<uint8_t> ref(size_t(ow) * oh * 3 * DTypeSize(spec.dtype));
+    pipeline::Resizer rz;
+    rz.Run(px.data(), stride, W, H, box, flip, spec, ref.data());
+
+    pipeline::AxisWeights wx, wy;
+    int x0, y0, x1, y1;
+    gpu::BoxWeights(box, W, H, ow, oh, &wx, &wy, &x0, &y0, &x1, &y1);
+    // The GPU path uploads only the rectangle the weights read.
+    std::vector<uint8_t> rect(size_t(x1 - x0) * (y1 - y0) * 3);
+    for (int y = y0; y < y1; ++y)
+      std::memcpy(&rect[size_t(y - y0) * (x1 - x0) * 3], &px[stride * y + size_t(x0) * 3], size_t(x1 - x0) * 3);
+    gpu::ShiftStarts(&wx, x0);
+    gpu::ShiftStarts(&wy, y0);
+    std::vector<uint8_t> ours(ref.size());
+    float mul[3], add[3];
+    for (int c = 0; c < 3; ++c) {
+      mul[c] = 1.f / (255.f * spec.std[c]);
+      add[c] = -spec.mean[c] / spec.std[c];
+    }
+    for (int j = 0; j < oh; ++j)
+      for (int i = 0; i < ow; ++i) {
+        float v[3];
+        gpu::ResizePixel(rect.data(), int64_t(x1 - x0) * 3, wx.start[i], wx.count[i], &wx.w[size_t(i) * wx.taps],
+                         wy.start[j], wy.count[j], &wy.w[size_t(j) * wy.taps], v);
+        const int xo = flip ? ow - 1 - i : i;
+        for (int c = 0; c < 3; ++c) {
+          if (spec.dtype == DType::kUint8) {
+            ours[(size_t(j) * ow + xo) * 3 + c] = gpu::ToU8(v[c]);
+          } else {
+            float f = gpu::Affine(v[c], mul[c], add[c]);
+            std::memcpy(&ours[((size_t(c) * oh + j) * ow + xo) * 4], &f, 4);
+          }
+        }
+      }
+    INFO("trial " << trial << ": " << W << "x" << H << " box " << box.x << "," << box.y << " " << box.w << "x"
+                  << box.h << " -> " << ow << "x" << oh << " " << DTypeName(spec.dtype));
+    CHECK(ours == ref);
+    ++checked;
+  }
+  CHECK(checked == 60);
+}
+
+TEST_CASE("without a CUDA device the GPU API fails with a reason", "[gpu]") {
+  std::string why = CudaUnavailableReason();
+  if (why.empty()) {
+    // A device exists: auto picks the GPU decoder exactly when nvJPEG was built in.
+    auto l = GpuLoader::Create(MixedData(8, false), Opts(DType::kUint8, Layout::kNHWC), GpuOptions{});
+    REQUIRE(l.ok());
+    CHECK((*l)->decoder() == (NvjpegCompiled() ? DecoderKind::kGpu : DecoderKind::kCpu));
+    return;
+  }
+  WARN("no CUDA device here: " << why);
+  CHECK(CudaDeviceCount() == 0);
+  std::string w2;
+  CHECK(PinnedHostAllocator(&w2) == nullptr);
+  CHECK(w2 == why);
+  auto l = GpuLoader::Create(MixedData(4, false), Opts(DType::kUint8, Layout::kNHWC), GpuOptions{});
+  REQUIRE_FALSE(l.ok());
+  CHECK(l.status().code() == Code::kUnsupported);
+  CHECK(l.status().message() == why);
+}
+
+TEST_CASE("copy path: device batches equal the CPU loader's (uint8 exactly, floats as converted)", "[gpu]") {
+  REQUIRE_GPU_OR_SKIP();
+  auto data = MixedData(70);
+  GpuOptions g;
+  g.decoder = DecoderKind::kCpu;
+  LoaderOptions u8 = Opts(DType::kUint8, Layout::kNHWC);
+  for (uint64_t epoch : {0, 1}) {
+    auto cpu = CpuEpoch(data, u8, epoch);
+    auto dev = GpuEpoch(data, u8, g, epoch);
+    REQUIRE(cpu.size() == dev.size());
+    for (size_t b = 0; b < cpu.size(); ++b) {
+      CHECK(cpu[b].keys == dev[b].keys);
+      CHECK(cpu[b].labels == dev[b].labels);
+      CHECK(cpu[b].bytes == dev[b].bytes);
+    }
+    for (DType dt : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+      for (Layout lay : {Layout::kNCHW, Layout::kNHWC}) {
+        LoaderOptions fo = Opts(dt, lay);
+        auto devf = GpuEpoch(data, fo, g, epoch);
+        REQUIRE(devf.size() == cpu.size());
+        for (size_t b = 0; b < cpu.size(); ++b) {
+          INFO(DTypeName(dt) << " batch " << b);
+          CHECK(devf[b].bytes == HostConvert(cpu[b], fo));
+        }
+      }
+    }
+  }
+  // Against the CPU loader's own float32 output: within half a uint8 step.
+  LoaderOptions f32 = Opts(DType::kFloat32, Layout::kNCHW);
+  auto cpuf = CpuEpoch(data, f32, 0);
+  auto devf = GpuEpoch(data, f32, g, 0);
+  REQUIRE(cpuf.size() == devf.size());
+  const double tol = 0.5 / (255.0 * 0.224) + 1e-5;  // the smallest std of the three
+  double worst = 0;
+  for (size_t b = 0; b < cpuf.size(); ++b) {
+    const float* x = reinterpret_cast<const float*>(cpuf[b].bytes.data());
+    const float* y = reinterpret_cast<const float*>(devf[b].bytes.data());
+    for (size_t i = 0; i < cpuf[b].bytes.size() / 4; ++i) worst = std::max(worst, double(std::fabs(x[i] - y[i])));
+  }
+  CHECK(worst <= tol);
+}
+
+TEST_CASE("GPU loaders resume from a saved state with the batches of the uninterrupted run", "[gpu]") {
+  REQUIRE_GPU_OR_SKIP();
+  auto data = MixedData(90);
+  LoaderOptions o = Opts(DType::kUint8, Layout::kNHWC);
+  for (bool gpu_decode : {false, true}) {
+    GpuOptions g;
+    g.decoder = gpu_decode ? DecoderKind::kGpu : DecoderKind::kCpu;
+    g.force_cpu_decode = gpu_decode && !NvjpegCompiled();
+    auto whole = GpuEpoch(data, o, g, 2);
+    for (uint64_t cut : {0, 1, 3}) {
+      auto a = GpuLoader::Create(data, o, g);
+      REQUIRE(a.ok());
+      (*a)->set_epoch(2);
+      for (uint64_t k = 0; k < cut; ++k) REQUIRE((*a)->Next().ok());
+      LoaderState st = (*a)->save_state();
+      CHECK(st.epoch == 2);
+      CHECK(st.next_batch == cut);
+      auto json = st.ToJson();
+      a->reset();
+      auto parsed = LoaderState::FromJson(json);
+      REQUIRE(parsed.ok());
+      auto b = GpuLoader::Create(data, o, g);
+      REQUIRE(b.ok());
+      REQUIRE((*b)->restore(*parsed).ok());
+      for (size_t k = cut; k < whole.size(); ++k) {
+        auto x = (*b)->Next();
+        REQUIRE(x.ok());
+        REQUIRE_FALSE(x->end_of_epoch());
+        std::vector<uint8_t> bytes(x->bytes());
+        REQUIRE(x->CopyToHost(bytes.data()).ok());
+        INFO("gpu decode " << gpu_decode << " cut " << cut << " batch " << k);
+        CHECK(x->index() == k);
+        CHECK(x->keys() == whole[k].keys);
+        CHECK(bytes == whole[k].bytes);
+      }
+      auto end = (*b)->Next();
+      REQUIRE(end.ok());
+      CHECK(end->end_of_epoch());
+    }
+    // A state from another configuration is refused.
+    auto c = GpuLoader::Create(data, o, g);
+    REQUIRE(c.ok());
+    LoaderState bad = (*c)->save_state();
+    bad.batch_size = 7;
+    CHECK((*c)->restore(bad).code() == Code::kInvalidArgument);
+  }
+}
+
+TEST_CASE("a DeviceBatch outlives its loader, and holding every slot fails Next() instead of hanging", "[gpu]") {
+  REQUIRE_GPU_OR_SKIP();
+  auto data = MixedData(64, false);
+  for (bool gpu_decode : {false, true}) {
+    GpuOptions g;
+    g.decoder = gpu_decode ? DecoderKind::kGpu : DecoderKind::kCpu;
+    g.force_cpu_decode = gpu_decode && !NvjpegCompiled();
+    g.ring = 2;
+    LoaderOptions o = Opts(DType::kUint8, Layout::kNHWC);
+    auto l = GpuLoader::Create(data, o, g);
+    REQUIRE(l.ok());
+    auto a = (*l)->Next();
+    auto b = (*l)->Next();
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+    auto c = (*l)->Next();
+    REQUIRE_FALSE(c.ok());
+    CHECK(c.status().code() == Code::kInvalidArgument);
+    CHECK_THAT(c.status().message(), Catch::Contains("holds all 2 device batches"));
+    a->Release();
+    auto d = (*l)->Next();
+    REQUIRE(d.ok());
+    CHECK(d->index() == 2);
+    l->reset();  // the loader goes first
+    std::vector<uint8_t> host(b->bytes());
+    CHECK(b->CopyToHost(host.data()).ok());
+    CHECK(b->keys().size() == 16);
+  }
+}
+
+TEST_CASE("GPU decode with every image on the host decoder equals the CPU loader bit for bit", "[gpu]") {
+  REQUIRE_GPU_OR_SKIP();
+  auto data = MixedData(50);
+  GpuOptions g;
+  g.decoder = DecoderKind::kGpu;
+  g.force_cpu_decode = true;
+  for (DType dt : {DType::kUint8, DType::kFloat32, DType::kBFloat16}) {
+    for (AugmentMode mode : {AugmentMode::kTrain, AugmentMode::kEval}) {
+      LoaderOptions o = Opts(dt, dt == DType::kUint8 ? Layout::kNHWC : Layout::kNCHW);
+      o.mode = mode;
+      auto cpu = CpuEpoch(data, o, 3);
+      GpuLoader::Stats st;
+      auto dev = GpuEpoch(data, o, g, 3, &st);
+      REQUIRE(cpu.size() == dev.size());
+      for (size_t b = 0; b < cpu.size(); ++b) {
+        INFO(DTypeName(dt) << " batch " << b);
+        CHECK(cpu[b].keys == dev[b].keys);
+        CHECK(cpu[b].labels == dev[b].labels);
+        CHECK(cpu[b].bytes == dev[b].bytes);
+      }
+      CHECK(st.images_host == 50);
+      CHECK(st.images_hardware + st.images_cuda == 0);
+    }
+  }
+}
+
+TEST_CASE("nvJPEG decode: every quirky image decodes in a mixed batch, close to the CPU loader", "[gpu]") {
+  REQUIRE_GPU_OR_SKIP();
+  if (!NvjpegCompiled()) {
+    WARN("SKIPPED: this build has no nvJPEG");
+    return;
+  }
+  auto data = MixedData(80);
+  // Full-scale decoding on the CPU so that only the decoders' IDCT and chroma upsampling
+  // differ (docs/gpu.md: mean |difference| <= 6 levels per image, uint8, on these sawtooth
+  // test patterns; a shifted region, swapped channels or a wrong gray expansion give tens).
+  LoaderOptions o = Opts(DType::kUint8, Layout::kNHWC);
+  o.dct_scaling = false;
+  for (bool roi : {true, false}) {
+    GpuOptions g;
+    g.decoder = DecoderKind::kGpu;
+    g.roi_decode = roi;
+    GpuLoader::Stats st;
+    auto dev = GpuEpoch(data, o, g, 0, &st);
+    auto cpu = CpuEpoch(data, o, 0);
+    REQUIRE(cpu.size() == dev.size());
+    const size_t row = size_t(o.output_width) * o.output_height * 3;
+    double worst_mean = 0;
+    for (size_t b = 0; b < cpu.size(); ++b) {
+      CHECK(cpu[b].keys == dev[b].keys);
+      REQUIRE(cpu[b].bytes.size() == dev[b].bytes.size());
+      for (size_t i = 0; i < cpu[b].keys.size(); ++i) {
+        double sum = 0;
+        for (size_t k = 0; k < row; ++k) sum += std::abs(int(cpu[b].bytes[i * row + k]) - int(dev[b].bytes[i * row + k]));
+        double mean = sum / double(row);
+        worst_mean = std::max(worst_mean, mean);
+        INFO("key " << cpu[b].keys[i] << " roi " << roi);
+        CHECK(mean <= 6.0);
+      }
+    }
+    WARN("nvJPEG vs libjpeg-turbo: worst per-image mean |diff| " << worst_mean << " (roi " << roi << "); hardware "
+         << st.images_hardware << ", CUDA " << st.images_cuda << ", host " << st.images_host << ", roi "
+         << st.images_roi);
+    CHECK(st.images_host >= 8 + 6);  // CMYK (i % 10 == 9) and PNG (i % 13 == 12) at least
+    CHECK(st.images_hardware + st.images_cuda >= 50);
+    if (!roi) CHECK(st.images_roi == 0);
+  }
+}
+
+TEST_CASE("the copy of the next batch overlaps the consumer's kernel", "[gpu]") {
+  REQUIRE_GPU_OR_SKIP();
+  auto data = MixedData(96, false);
+  void* consumer = nullptr;
+  REQUIRE(gt::CreateStream(0, &consumer).ok());
+  for (bool gpu_decode : {false, true}) {
+    GpuOptions g;
+    g.decoder = gpu_decode ? DecoderKind::kGpu : DecoderKind::kCpu;
+    g.force_cpu_decode = gpu_decode && !NvjpegCompiled();
+    g.consumer_stream = consumer;
+    auto l = GpuLoader::Create(data, Opts(DType::kFloat32, Layout::kNCHW), g);
+    REQUIRE(l.ok());
+    // A first pass over the epoch lets every buffer (ours and nvJPEG's) reach its size:
+    // growing one may wait for the whole device.
+    for (;;) {
+      auto b = (*l)->Next();
+      REQUIRE(b.ok());
+      if (b->end_of_epoch()) break;
+    }
+    (*l)->set_epoch(0);
+    void* step_done = nullptr;
+    REQUIRE(gt::CreateEvent(&step_done, false).ok());
+    int overlapped = 0;
+    for (int k = 0; k < 4; ++k) {
+      auto b = (*l)->Next();
+      REQUIRE(b.ok());
+      INFO("batch " << k << " end_of_epoch " << b->end_of_epoch());
+      Status waited = b->WaitOn(consumer);
+      INFO(waited.ToString());
+      REQUIRE(waited.ok());
+      REQUIRE(gt::Spin(consumer, 200'000'000).ok());  // a 200 ms "training step" on batch k
+      REQUIRE(gt::RecordEvent(step_done, consumer).ok());
+      b->Release(consumer);
+      auto next = (*l)->Next();  // batch k+1: copied (or decoded) while the step runs
+      REQUIRE(next.ok());
+      REQUIRE(next->Synchronize().ok());
+      bool step_finished = true;
+      REQUIRE(gt::EventDone(step_done, &step_finished).ok());
+      if (!step_finished) ++overlapped;
+      REQUIRE(gt::SyncEvent(step_done).ok());
+    }
+    INFO("gpu decode " << gpu_decode);
+    CHECK(overlapped == 4);
+    REQUIRE(gt::DestroyEvent(step_done).ok());
+  }
+  REQUIRE(gt::SyncStream(consumer).ok());
+  REQUIRE(gt::DestroyStream(consumer).ok());
+}
+
+TEST_CASE("device memory stays flat over many epochs", "[gpu][nosan]") {
+  REQUIRE_GPU_OR_SKIP();
+  auto data = MixedData(100);
+  for (int path = 0; path < 2; ++path) {
+    GpuOptions g;
+    g.decoder = path == 0 ? DecoderKind::kCpu : DecoderKind::kGpu;
+    g.force_cpu_decode = path == 1 && !NvjpegCompiled();
+    auto l = GpuLoader::Create(data, Opts(DType::kFloat16, Layout::kNCHW), g);
+    REQUIRE(l.ok());
+    size_t after_first = 0, after_last = 0;
+    for (uint64_t e = 0; e < 8; ++e) {
+      (*l)->set_epoch(e);
+      for (;;) {
+        auto b = (*l)->Next();
+        REQUIRE(b.ok());
+        if (b->end_of_epoch()) break;
+      }
+      if (e == 1) REQUIRE(gt::DeviceMemoryUsed(0, &after_first).ok());  // after 2 warm-up epochs
+    }
+    REQUIRE(gt::DeviceMemoryUsed(0, &after_last).ok());
+    INFO("path " << path << ": " << after_first << " -> " << after_last << " bytes");
+    CHECK(after_last <= after_first + (16u << 20));  // no growth beyond allocator granularity
+  }
+}
+
+TEST_CASE("GPU decode: a damaged image fails the batch naming it, or is skipped and counted", "[gpu]") {
+  REQUIRE_GPU_OR_SKIP();
+  auto data = MixedData(20, false);
+  std::string bad = MakeJpeg(200, 150, 99);
+  bad.resize(bad.size() / 3);  // cut inside the entropy-coded data
+  data->samples[5].set("jpeg", Bytes::Take(bad));
+  data->samples[5].key = "broken/one";
+  LoaderOptions o = Opts(DType::kUint8, Layout::kNHWC, 8);
+  o.shuffle = false;
+  GpuOptions g;
+  g.decoder = DecoderKind::kGpu;
+  g.force_cpu_decode = !NvjpegCompiled();
+  {
+    auto l = GpuLoader::Create(data, o, g);
+    REQUIRE(l.ok());
+    auto b = (*l)->Next();
+    REQUIRE_FALSE(b.ok());
+    CHECK(b.status().where().key == "broken/one");
+    CHECK(b.status().where().index == 5);
+    CHECK_FALSE((*l)->Next().ok());  // stays failed until set_epoch
+  }
+  o.on_error = DecodeErrorPolicy::kSkip;
+  auto l = GpuLoader::Create(data, o, g);
+  REQUIRE(l.ok());
+  auto b = (*l)->Next();
+  REQUIRE(b.ok());
+  CHECK(b->size() == 7);
+  REQUIRE((*l)->skipped().size() == 1);
+  CHECK((*l)->skipped()[0].where().key == "broken/one");
+}
+
+TEST_CASE("the corpus (SHARDKIT_CORPUS) decodes end to end on the GPU path", "[gpu][nosan]") {
+  const char* dir = std::getenv("SHARDKIT_CORPUS");
+  if (!dir || !*dir) {
+    WARN("SKIPPED: set SHARDKIT_CORPUS to an image folder from make_corpus.py");
+    return;
+  }
+  REQUIRE_GPU_OR_SKIP();
+  namespace fs = std::filesystem;
+  auto data = std::make_shared<MemData>();
+  std::vector<std::string> classes;
+  for (auto& e : fs::directory_iterator(dir))
+    if (e.is_directory()) classes.push_back(e.path().filename().string());
+  std::sort(classes.begin(), classes.end());
+  int host_class = 0;
+  for (size_t c = 0; c < classes.size(); ++c) {
+    std::vector<fs::path> files;
+    for (auto& e : fs::directory_iterator(fs::path(dir) / classes[c])) files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+    for (auto& f : files) {
+      std::string b = ReadFile(f.string());
+      gpu::JpegHeader h;
+      if (!gpu::ParseJpegHeader(reinterpret_cast<const uint8_t*>(b.data()), b.size(), &h) ||
+          gpu::Classify(h) == gpu::JpegClass::kHost)
+        ++host_class;
+      data->Add(classes[c] + "/" + f.stem().string(), "jpeg", std::move(b), int64_t(c));
+    }
+  }
+  REQUIRE(data->size() > 0);
+  LoaderOptions o = Opts(DType::kUint8, Layout::kNHWC, 256);
+  o.output_width = o.output_height = 224;
+  o.threads = 0;
+  o.dct_scaling = false;
+  GpuOptions g;
+  g.decoder = DecoderKind::kGpu;
+  g.force_cpu_decode = !NvjpegCompiled();
+  GpuLoader::Stats st;
+  auto dev = GpuEpoch(data, o, g, 0, &st);
+  size_t n = 0;
+  for (auto& b : dev) n += b.keys.size();
+  CHECK(n == data->size());
+  CHECK(st.images_host >= uint64_t(host_class));
+  // The first two batches against the CPU loader.
+  auto cpu = CpuEpoch(data, o, 0);
+  const size_t row = size_t(224) * 224 * 3;
+  double worst = 0;
+  for (size_t b = 0; b < 2 && b < cpu.size(); ++b) {
+    REQUIRE(cpu[b].keys == dev[b].keys);
+    for (size_t i = 0; i < cpu[b].keys.size(); ++i) {
+      double sum = 0;
+      for (size_t k = 0; k < row; ++k) sum += std::abs(int(cpu[b].bytes[i * row + k]) - int(dev[b].bytes[i * row + k]));
+      worst = std::max(worst, sum / double(row));
+    }
+  }
+  WARN("corpus: " << n << " images; hardware " << st.images_hardware << ", CUDA " << st.images_cuda << ", host "
+       << st.images_host << " (" << host_class << " by header), roi " << st.images_roi
+       << "; worst per-image mean |diff| vs CPU loader " << worst);
+  CHECK(worst <= 6.0);
+}
