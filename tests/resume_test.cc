@@ -453,6 +453,9 @@ TEST_CASE("resume: shardkit convert killed with SIGKILL, then --resume, equals a
     INFO(res.err);
     REQUIRE(res.exit_code == 0);
     CHECK(Snapshot(out) == want);
+    auto v = sk_test::Cli(fmt::format("verify {} --against {}", sk_test::Q(out + "/x.manifest.json"), sk_test::Q(t / "in")));
+    INFO("verify: " << v.out << v.err);
+    CHECK(v.exit_code == 0);
   }
   CHECK(interrupted > 0);
 }
