@@ -508,6 +508,8 @@ TEST_CASE("the copy of the next batch overlaps the consumer's kernel", "[gpu]") 
     REQUIRE(gt::CreateEvent(&step_done, false).ok());
     int overlapped = 0;
     for (int k = 0; k < 4; ++k) {
+      // Each step uses two batches of a fresh epoch (the test dataset is a few batches long).
+      (*l)->set_epoch(uint64_t(k) + 1);
       auto b = (*l)->Next();
       REQUIRE(b.ok());
       INFO("batch " << k << " end_of_epoch " << b->end_of_epoch());

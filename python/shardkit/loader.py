@@ -52,9 +52,16 @@ class Loader:
       batch_size, shuffle, seed, drop_last: as DataLoader / DistributedSampler.
       rank, world_size: this process's part; None = torchrun's RANK / WORLD_SIZE
         environment, else 0 / 1. Every rank yields len(loader) batches.
-      decoder: "auto" | "cpu" | "gpu" (GPU decoding is not built yet: "gpu" raises).
-      device: "cpu" or "cuda:N" (or a torch.device). With CUDA the batch is copied to
-        the device on the current stream and its host buffer is held until the copy is done.
+      decoder: "auto" | "cpu" | "gpu". With device="cuda:N" on a build with CUDA, "gpu"
+        decodes JPEGs with nvJPEG, "cpu" decodes on the host and copies uint8 to the
+        device, "auto" picks "gpu" when the build has nvJPEG, else "cpu". "gpu" raises
+        NotImplementedError on a build without CUDA/nvJPEG and with device="cpu".
+      device: "cpu" or "cuda:N" (or a torch.device). On a build with CUDA the images
+        are CUDA tensors over the library's device ring (no copy), synchronised with the
+        current stream through DLPack; labels stay CPU int64 tensors. On a build without
+        CUDA the host batch is copied with torch on the current stream (decoder "cpu"/"auto").
+      ring: device batches (CUDA builds): how many may exist at once; holding ring - 1
+        of them while asking for the next raises instead of waiting. None = max(3, prefetch).
       output_size: int or (height, width) of the output images.
       random_resized_crop: (scale, ratio) ranges of torchvision's RandomResizedCrop, or
         None for evaluation (resize the shorter side to resize_size, center crop).
@@ -84,13 +91,15 @@ class Loader:
                  decoder="auto", device="cpu", output_size=224, random_resized_crop=_DEFAULT_RRC,
                  center_crop=False, resize_size=None, flip=True, mean=_IMAGENET_MEAN, std=_IMAGENET_STD,
                  dtype="float32", layout="NCHW", threads=0, prefetch=4, drop_last=False,
-                 return_keys=False, on_error="raise", image_field=None, dct_scaling=True):
+                 return_keys=False, on_error="raise", image_field=None, dct_scaling=True, ring=None):
         if not _shardkit.HAVE_LOADER:
             raise NotImplementedError("this build of shardkit has no loader")
         if decoder not in ("auto", "cpu", "gpu"):
             raise ValueError(f'decoder must be "auto", "cpu" or "gpu", not {decoder!r}')
-        if decoder == "gpu":
-            raise NotImplementedError('decoder="gpu" is not available in this build; use "cpu" or "auto"')
+        if decoder == "gpu" and not (_shardkit.CUDA_COMPILED and _shardkit.NVJPEG_COMPILED):
+            why = "CUDA" if not _shardkit.CUDA_COMPILED else "nvJPEG"
+            raise NotImplementedError(f'decoder="gpu" needs a build of shardkit with {why}; '
+                                      'this one has none: use decoder="cpu" or "auto"')
         if dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(_DTYPES)}, not {dtype!r}")
         if layout not in _LAYOUTS:
@@ -117,12 +126,14 @@ class Loader:
         if len(mean) != 3 or len(std) != 3:
             raise ValueError("mean and std need 3 values (R, G, B)")
 
+        if decoder == "gpu" and str(device) == "cpu":
+            raise NotImplementedError('decoder="gpu" needs device="cuda:N"')
         self._device = _parse_device(device)
         self._channels_last = layout == "channels_last"
         self._return_keys = bool(return_keys)
         self._address = address
-        self._loader = _shardkit._Loader(
-            str(address), batch_size=int(batch_size), shuffle=bool(shuffle), seed=int(seed),
+        args = dict(
+            batch_size=int(batch_size), shuffle=bool(shuffle), seed=int(seed),
             rank=-1 if rank is None else int(rank), world_size=-1 if world_size is None else int(world_size),
             drop_last=bool(drop_last), threads=int(threads), prefetch=int(prefetch),
             output_height=height, output_width=width, train=train, scale=scale, ratio=ratio,
@@ -130,6 +141,28 @@ class Loader:
             mean=list(mean), std=list(std), dtype=dtype,
             layout="NHWC" if layout in ("NHWC", "channels_last") else "NCHW",
             on_error=on_error, image_field=image_field or "")
+        # Device batches from the library (GpuLoader) when it has CUDA; else the host
+        # loader, and a torch copy for device="cuda:N".
+        self._gpu = self._device.type == "cuda" and _shardkit.CUDA_COMPILED
+        self._loader = None
+        if self._gpu:
+            ring = max(3, int(prefetch)) if ring is None else int(ring)
+            try:
+                self._loader = _shardkit._GpuLoader(str(address), device=int(self._device.index), decoder=decoder,
+                                                    ring=ring, **args)
+            except _shardkit.Error as e:
+                # The library cannot use the device (torch can): "gpu" fails, "cpu"/"auto"
+                # fall back to the host loader and a torch copy.
+                if e.code != "unsupported" or decoder == "gpu":
+                    raise
+                import warnings
+
+                warnings.warn(f"shardkit: device batches unavailable ({e}); decoding on the host and "
+                              "copying with torch", RuntimeWarning, stacklevel=2)
+                self._gpu = False
+        if self._loader is None:
+            self._loader = _shardkit._Loader(str(address), **args)
+        self._class_names = None
         self.batch_size = int(batch_size)
         self.drop_last = bool(drop_last)
         self._epoch = 0
@@ -178,15 +211,32 @@ class Loader:
 
     @property
     def rank(self):
+        if self._gpu:
+            return json.loads(self._loader.save_state())["rank"]
         return self._loader.rank
 
     @property
     def world_size(self):
+        if self._gpu:
+            return json.loads(self._loader.save_state())["world_size"]
         return self._loader.world_size
 
     @property
     def class_names(self):
+        if self._gpu:
+            if self._class_names is None:
+                self._class_names = list(_shardkit.open(str(self._address)).class_names)
+            return list(self._class_names)
         return list(self._loader.class_names)
+
+    @property
+    def decoder(self):
+        """The decoder in use: "cpu" or "gpu"."""
+        return self._loader.decoder if self._gpu else "cpu"
+
+    def gpu_stats(self):
+        """Counters of the GPU feed (dict), or None on the host path."""
+        return self._loader.stats() if self._gpu else None
 
     @property
     def device(self):
@@ -228,6 +278,8 @@ class Loader:
 
     def _batches(self):
         import torch
+        # Device batches: torch.from_dlpack runs here, in the caller's thread, so the
+        # stream it passes to __dlpack__ is the caller's current stream at this point.
 
         while True:
             b = self._next_raw()
@@ -238,7 +290,7 @@ class Loader:
             keys = b.keys if self._return_keys else None
             b.drop()
             del b
-            if self._device.type == "cuda":
+            if self._device.type == "cuda" and not self._gpu:
                 images, labels = self._to_device(torch, images, labels)
             if self._return_keys:
                 yield images, labels, keys

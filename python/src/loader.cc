@@ -5,8 +5,11 @@
 // capsule holds a reference to the C++ Batch; when the consumer (torch, numpy) frees
 // its tensor it calls the DLPack deleter, the Batch is destroyed and its buffer returns
 // to the pool. The deleter touches no Python object, so any thread may call it, with
-// or without the GIL. Labels are copied (a few bytes per sample) so that keeping
+// or without the GIL. Device batches (GpuLoader, shardkit/gpu.h) are exported the same
+// way with device kDLCUDA; __dlpack__(stream=s) makes s wait on the batch's ready event
+// and the deleter releases the ring slot on s (see HeldDeviceBatch). Labels are copied (a few bytes per sample) so that keeping
 // labels around never pins a pool buffer.
+#include <atomic>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -18,6 +21,7 @@
 #include "common.h"
 #include "dlpack.h"
 
+#include "shardkit/gpu.h"
 #include "shardkit/loader.h"
 
 namespace shardkit::python {
@@ -210,12 +214,7 @@ class PyBatch {
       t.shape = {n, c, h, w};
       t.strides = {h * w * c, 1, w * c, c};
     }
-    // Device batches (issue 7, shardkit/gpu.h) plug in here: an ExportTensor over
-    // DeviceBatch::data() with device {kDLCUDA, DeviceBatch::device()}, owner = the
-    // DeviceBatch, and wait_on_stream = DeviceBatch::WaitOn(stream) (DLPack's stream 1 is
-    // the legacy default stream, nullptr there; 2 is cudaStreamPerThread). The owner's
-    // release should be DeviceBatch::Release(stream) with the consumer's stream, so the
-    // slot is reused only after the work the consumer queued on it has completed.
+    // Device batches (shardkit/gpu.h): PyDeviceBatch::Images below.
     return t;
   }
   ExportTensor Labels() const { return Int64Tensor(b_->labels()); }
@@ -305,6 +304,183 @@ class PyLoader {
   std::mutex mu_;  // the Loader is used by one thread at a time
   std::unique_ptr<Loader> loader_;
 };
+
+// DLPack's stream integer (Array API): 1 (or None) = the legacy default stream, 2 = the
+// per-thread default stream (cudaStreamPerThread, whose handle is 0x2), else a
+// cudaStream_t. shardkit/gpu.h takes nullptr for the legacy default stream.
+void* ToCudaStream(intptr_t s) {
+  if (s == 0 || s == 1) return nullptr;
+  return reinterpret_cast<void*>(s);
+}
+
+// A DeviceBatch shared by the Python batch object and every tensor exported from it.
+// Destroyed when the last of them goes; it then releases the ring slot on the stream the
+// consumer named in __dlpack__(stream=...) (the last one, if several), so the slot is
+// written again only after the work queued there has completed; without a named stream
+// (stream=-1 or never exported) on GpuOptions::consumer_stream (the legacy default
+// stream). Touches no Python object: any thread may destroy it.
+struct HeldDeviceBatch {
+  explicit HeldDeviceBatch(DeviceBatch x) : b(std::move(x)) {}
+  ~HeldDeviceBatch() {
+    if (has_stream.load()) b.Release(ToCudaStream(stream.load()));
+    else b.Release();
+  }
+  DeviceBatch b;
+  std::atomic<bool> has_stream{false};
+  std::atomic<intptr_t> stream{0};
+};
+
+class PyDeviceBatch {
+ public:
+  explicit PyDeviceBatch(DeviceBatch b) : h_(std::make_shared<HeldDeviceBatch>(std::move(b))) {}
+
+  ExportTensor Images(bool channels_last) const {
+    const DeviceBatch& b = get();
+    ExportTensor t;
+    t.owner = h_;
+    t.data = b.data();
+    t.device = {dl::kDLCUDA, int32_t(b.device())};
+    t.dtype = ToDL(b.dtype());
+    t.dtype_name = DTypeName(b.dtype());
+    const int64_t* s = b.shape();
+    t.shape.assign(s, s + 4);
+    if (channels_last) {
+      if (b.layout() != Layout::kNHWC) throw py::value_error("channels_last needs an NHWC batch");
+      const int64_t n = s[0], h = s[1], w = s[2], c = s[3];
+      t.shape = {n, c, h, w};
+      t.strides = {h * w * c, 1, w * c, c};
+    }
+    std::shared_ptr<HeldDeviceBatch> held = h_;
+    t.wait_on_stream = [held](intptr_t stream) {
+      held->stream.store(stream);
+      held->has_stream.store(true);
+      return held->b.WaitOn(ToCudaStream(stream));
+    };
+    return t;
+  }
+  ExportTensor Labels() const { return Int64Tensor(get().labels()); }
+  const DeviceBatch& batch() const { return get(); }
+  void Drop() { h_.reset(); }
+  // Blocks until the data is complete (for callers that do not use the stream protocol).
+  void Synchronize() const {
+    Status st;
+    {
+      py::gil_scoped_release nogil;
+      st = get().Synchronize();
+    }
+    Check(std::move(st));
+  }
+
+ private:
+  const DeviceBatch& get() const {
+    if (!h_) Throw(Status::Invalid("the device batch was dropped"));
+    return h_->b;
+  }
+  std::shared_ptr<HeldDeviceBatch> h_;
+};
+
+class PyGpuLoader {
+ public:
+  PyGpuLoader(const std::string& address, const LoaderOptions& opts, const GpuOptions& gopts) {
+    Result<std::unique_ptr<GpuLoader>> r = Status::Internal("unset");
+    {
+      py::gil_scoped_release nogil;
+      r = GpuLoader::Create(address, opts, gopts);
+    }
+    loader_ = Unwrap(std::move(r));
+  }
+  ~PyGpuLoader() { Close(); }
+
+  template <class F>
+  auto With(F f) {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mu_);
+    return f(*Get());
+  }
+  void Close() {
+    py::gil_scoped_release nogil;
+    std::unique_ptr<GpuLoader> l;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      l = std::move(loader_);
+    }
+    l.reset();
+  }
+  std::optional<PyDeviceBatch> Next() {
+    Result<DeviceBatch> r = Status::Internal("unset");
+    {
+      py::gil_scoped_release nogil;
+      std::lock_guard<std::mutex> lock(mu_);
+      r = Get()->Next();
+    }
+    DeviceBatch b = Unwrap(std::move(r));
+    if (b.end_of_epoch()) return std::nullopt;
+    return PyDeviceBatch(std::move(b));
+  }
+  void Restore(const std::string& json) {
+    LoaderState s = Unwrap(LoaderState::FromJson(json));
+    Status st;
+    {
+      py::gil_scoped_release nogil;
+      std::lock_guard<std::mutex> lock(mu_);
+      st = Get()->restore(s);
+    }
+    Check(std::move(st));
+  }
+  py::list Skipped() {
+    std::vector<Status> v = With([](GpuLoader& l) { return l.skipped(); });
+    py::list out;
+    for (const Status& s : v) out.append(MakeError(s));
+    return out;
+  }
+
+ private:
+  GpuLoader* Get() const {
+    if (!loader_) Throw(Status::Invalid("the loader is closed"));
+    return loader_.get();
+  }
+  std::mutex mu_;
+  std::unique_ptr<GpuLoader> loader_;
+};
+
+LoaderOptions MakeOptions(uint32_t batch_size, bool shuffle, uint64_t seed, int rank, int world_size, bool drop_last,
+                          int threads, int prefetch, int output_height, int output_width, bool train,
+                          std::pair<double, double> scale, std::pair<double, double> ratio, double flip_p,
+                          int resize_size, bool dct_scaling, const std::vector<float>& mean,
+                          const std::vector<float>& std_, const std::string& dtype, const std::string& layout,
+                          const std::string& on_error, const std::string& image_field) {
+  LoaderOptions o;
+  o.batch_size = batch_size;
+  o.shuffle = shuffle;
+  o.seed = seed;
+  o.rank = rank;
+  o.world_size = world_size;
+  o.drop_last = drop_last;
+  o.threads = threads;
+  o.prefetch = prefetch;
+  o.output_height = output_height;
+  o.output_width = output_width;
+  o.mode = train ? AugmentMode::kTrain : AugmentMode::kEval;
+  o.scale_min = scale.first;
+  o.scale_max = scale.second;
+  o.ratio_min = ratio.first;
+  o.ratio_max = ratio.second;
+  o.flip_p = flip_p;
+  o.resize_size = resize_size;
+  o.dct_scaling = dct_scaling;
+  if (mean.size() != 3 || std_.size() != 3) throw py::value_error("mean and std need 3 values");
+  for (int c = 0; c < 3; ++c) {
+    o.mean[c] = mean[c];
+    o.std[c] = std_[c];
+  }
+  o.dtype = ParseDType(dtype);
+  o.layout = ParseLayout(layout);
+  if (on_error == "raise" || on_error == "error") o.on_error = DecodeErrorPolicy::kError;
+  else if (on_error == "skip") o.on_error = DecodeErrorPolicy::kSkip;
+  else throw py::value_error("on_error must be \"raise\" or \"skip\", not \"" + on_error + "\"");
+  o.image_field = image_field;
+  return o;
+}
 
 }  // namespace
 
@@ -401,6 +577,82 @@ tensor made from it is freed.)doc")
                              [](PyLoader& l) { return l.With([](Loader& x) { return x.world_size(); }); })
       .def_property_readonly("class_names",
                              [](PyLoader& l) { return l.With([](Loader& x) { return std::vector<std::string>(x.class_names()); }); });
+  // The GPU feed (shardkit/gpu.h). Always bound: without CUDA, _GpuLoader's constructor
+  // raises shardkit.Error (unsupported) saying why.
+  m.attr("CUDA_COMPILED") = CudaCompiled();
+  m.attr("NVJPEG_COMPILED") = NvjpegCompiled();
+  m.def("cuda_device_count", [] { return CudaDeviceCount(); });
+  m.def("cuda_unavailable_reason", [] { return CudaUnavailableReason(); });
+
+  py::class_<PyDeviceBatch>(m, "_DeviceBatch")
+      .def("images", &PyDeviceBatch::Images, py::arg("channels_last") = false)
+      .def("labels", &PyDeviceBatch::Labels)
+      .def("synchronize", &PyDeviceBatch::Synchronize)
+      .def_property_readonly("keys", [](const PyDeviceBatch& b) { return b.batch().keys(); })
+      .def_property_readonly("indices", [](const PyDeviceBatch& b) { return b.batch().indices(); })
+      .def_property_readonly("epoch", [](const PyDeviceBatch& b) { return b.batch().epoch(); })
+      .def_property_readonly("index", [](const PyDeviceBatch& b) { return b.batch().index(); })
+      .def_property_readonly("slot", [](const PyDeviceBatch& b) { return b.batch().slot(); })
+      .def_property_readonly("device", [](const PyDeviceBatch& b) { return b.batch().device(); })
+      .def("__len__", [](const PyDeviceBatch& b) { return b.batch().size(); })
+      .def("drop", &PyDeviceBatch::Drop);
+
+  py::class_<PyGpuLoader>(m, "_GpuLoader")
+      .def(py::init([](const std::string& address, uint32_t batch_size, bool shuffle, uint64_t seed, int rank,
+                       int world_size, bool drop_last, int threads, int prefetch, int output_height,
+                       int output_width, bool train, std::pair<double, double> scale,
+                       std::pair<double, double> ratio, double flip_p, int resize_size, bool dct_scaling,
+                       std::vector<float> mean, std::vector<float> std_, const std::string& dtype,
+                       const std::string& layout, const std::string& on_error, const std::string& image_field,
+                       int device, const std::string& decoder, int ring) {
+             LoaderOptions o = MakeOptions(batch_size, shuffle, seed, rank, world_size, drop_last, threads, prefetch,
+                                           output_height, output_width, train, scale, ratio, flip_p, resize_size,
+                                           dct_scaling, mean, std_, dtype, layout, on_error, image_field);
+             GpuOptions g;
+             g.device = device;
+             if (decoder == "cpu") g.decoder = DecoderKind::kCpu;
+             else if (decoder == "gpu") g.decoder = DecoderKind::kGpu;
+             else if (decoder == "auto") g.decoder = DecoderKind::kAuto;
+             else throw py::value_error("decoder must be \"auto\", \"cpu\" or \"gpu\", not \"" + decoder + "\"");
+             g.ring = ring;
+             return std::make_unique<PyGpuLoader>(address, o, g);
+           }),
+           py::arg("address"), py::kw_only(), py::arg("batch_size"), py::arg("shuffle"), py::arg("seed"),
+           py::arg("rank"), py::arg("world_size"), py::arg("drop_last"), py::arg("threads"), py::arg("prefetch"),
+           py::arg("output_height"), py::arg("output_width"), py::arg("train"), py::arg("scale"),
+           py::arg("ratio"), py::arg("flip_p"), py::arg("resize_size"), py::arg("dct_scaling"),
+           py::arg("mean"), py::arg("std"), py::arg("dtype"), py::arg("layout"), py::arg("on_error"),
+           py::arg("image_field"), py::arg("device"), py::arg("decoder"), py::arg("ring"))
+      .def("next", &PyGpuLoader::Next)
+      .def("set_epoch", [](PyGpuLoader& l, uint64_t e) { l.With([e](GpuLoader& x) { x.set_epoch(e); }); },
+           py::arg("epoch"))
+      .def("save_state", [](PyGpuLoader& l) { return l.With([](GpuLoader& x) { return x.save_state().ToJson(); }); })
+      .def("restore", &PyGpuLoader::Restore, py::arg("state_json"))
+      .def("skipped", &PyGpuLoader::Skipped)
+      .def("close", &PyGpuLoader::Close)
+      .def_property_readonly("epoch", [](PyGpuLoader& l) { return l.With([](GpuLoader& x) { return x.epoch(); }); })
+      .def_property_readonly("num_batches",
+                             [](PyGpuLoader& l) { return l.With([](GpuLoader& x) { return x.num_batches(); }); })
+      .def_property_readonly("num_samples",
+                             [](PyGpuLoader& l) { return l.With([](GpuLoader& x) { return x.num_samples(); }); })
+      .def_property_readonly("decoder", [](PyGpuLoader& l) {
+        return std::string(DecoderName(l.With([](GpuLoader& x) { return x.decoder(); })));
+      })
+      .def_property_readonly("stream", [](PyGpuLoader& l) {
+        return reinterpret_cast<uintptr_t>(l.With([](GpuLoader& x) { return x.stream(); }));
+      })
+      .def("stats", [](PyGpuLoader& l) {
+        GpuLoader::Stats s = l.With([](GpuLoader& x) { return x.stats(); });
+        py::dict d;
+        d["batches"] = s.batches;
+        d["images_hardware"] = s.images_hardware;
+        d["images_cuda"] = s.images_cuda;
+        d["images_host"] = s.images_host;
+        d["images_roi"] = s.images_roi;
+        d["bytes_uploaded"] = s.bytes_uploaded;
+        d["next_wait_s"] = s.next_wait_s;
+        return d;
+      });
 }
 
 }  // namespace shardkit::python

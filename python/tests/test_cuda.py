@@ -1,0 +1,178 @@
+"""shardkit.Loader(device="cuda:N"): CUDA tensors from the library's device ring (GpuLoader).
+
+Runs only where torch sees a CUDA device and this build of shardkit has CUDA
+(shardkit._shardkit.CUDA_COMPILED); skipped elsewhere.
+"""
+import gc
+
+import pytest
+
+import shardkit
+from shardkit import _shardkit
+
+torch = pytest.importorskip("torch")
+pytestmark = [
+    pytest.mark.skipif(not shardkit.HAVE_LOADER, reason="no loader in this build"),
+    pytest.mark.skipif(not _shardkit.CUDA_COMPILED, reason="this build of shardkit has no CUDA"),
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no CUDA device"),
+]
+
+
+def loader(address, **kw):
+    kw.setdefault("batch_size", 5)
+    kw.setdefault("output_size", 32)
+    kw.setdefault("threads", 2)
+    kw.setdefault("seed", 7)
+    return shardkit.Loader(address, **kw)
+
+
+@pytest.fixture
+def tar(tmp_path):
+    """24 solid-colour JPEGs of 3 classes in tar shards: (address, {key: (path, label, color)})."""
+    from conftest import make_image_folder, make_tar_shards
+
+    samples = make_image_folder(str(tmp_path / "imgs"))
+    return make_tar_shards(str(tmp_path / "tar"), samples), samples
+
+
+def test_cuda_tensors_shape_dtype_device(tar):
+    address, samples = tar
+    ld = loader(address, device="cuda:0", decoder="cpu", return_keys=True)
+    assert ld.decoder == "cpu"
+    seen = []
+    for n, (images, labels, keys) in enumerate(ld):
+        rows = 4 if n == 4 else 5
+        assert images.device == torch.device("cuda", 0)
+        assert images.shape == (rows, 3, 32, 32) and images.dtype == torch.float32
+        assert images.is_contiguous()
+        assert labels.device.type == "cpu" and labels.dtype == torch.int64
+        assert labels.tolist() == [samples[k][1] for k in keys]
+        seen += keys
+    assert sorted(seen) == sorted(samples)
+
+
+def test_channels_last_and_bfloat16(tar):
+    address, _ = tar
+    images, _ = next(iter(loader(address, device="cuda:0", dtype="bfloat16", layout="channels_last")))
+    assert images.shape == (5, 3, 32, 32) and images.dtype == torch.bfloat16
+    assert images.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_zero_copy_device_pointer(tar):
+    address, _ = tar
+    ld = loader(address, device="cuda:0", decoder="cpu")
+    b = ld._loader.next()
+    t = b.images()
+    images = torch.from_dlpack(t)
+    assert images.data_ptr() == t.data_ptr  # the ring slot itself, no copy
+
+
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+def test_same_batches_as_cpu_loader_uint8(tar, layout):
+    address, _ = tar
+    kw = dict(dtype="uint8", layout=layout, seed=3)
+    cpu = [(i.clone(), l.clone()) for i, l in loader(address, **kw)]
+    gpu = [(i.cpu(), l.clone()) for i, l in loader(address, device="cuda:0", decoder="cpu", **kw)]
+    assert len(cpu) == len(gpu) == 5
+    for (ci, cl), (gi, gl) in zip(cpu, gpu):
+        assert torch.equal(ci, gi)
+        assert torch.equal(cl, gl)
+
+
+def test_float_batches_close_to_cpu_loader(tar):
+    address, _ = tar
+    cpu = [i.clone() for i, _ in loader(address, seed=5)]
+    gpu = [i.cpu() for i, _ in loader(address, device="cuda:0", decoder="cpu", seed=5)]
+    for c, g in zip(cpu, gpu):
+        # The copy path normalises the rounded uint8 value, the CPU loader the unrounded
+        # filter output: within 0.5 / (255 * min std) (docs/gpu.md).
+        assert torch.allclose(c, g, atol=0.0088 + 1e-6)
+
+
+def test_consumer_on_a_non_default_stream_sees_complete_data(tmp_path):
+    # Big batches so that the loader's copy and conversion take a while.
+    from conftest import make_image_folder, make_tar_shards
+
+    samples = make_image_folder(str(tmp_path / "imgs"), per_class=16)
+    address = make_tar_shards(str(tmp_path / "tar"), samples, per_shard=16)
+    kw = dict(batch_size=16, output_size=320, dtype="uint8", layout="NHWC", seed=1, shuffle=False, prefetch=4)
+    want = [int(i.long().sum()) for i, _ in loader(address, **kw)]
+    s = torch.cuda.Stream()
+    assert s.cuda_stream != torch.cuda.default_stream().cuda_stream
+    got = []
+    with torch.cuda.stream(s):
+        for images, _ in loader(address, device="cuda:0", decoder="cpu", **kw):
+            # Queued on s right after __dlpack__(stream=s) made s wait for the batch;
+            # the tensor is freed at once, so its slot is released on s.
+            got.append(images.long().sum())
+    s.synchronize()
+    got = [int(x) for x in got]
+    assert len(got) == 3 and got == want  # uint8 on the copy path: bit-identical
+
+
+def test_stream_minus_one_and_explicit_sync(tar):
+    address, _ = tar
+    ld = loader(address, device="cuda:0", decoder="cpu", dtype="uint8", layout="NHWC", shuffle=False)
+    ref = [i.clone() for i, _ in loader(address, dtype="uint8", layout="NHWC", shuffle=False)]
+    b = ld._loader.next()
+    b.synchronize()  # stream=-1 means the consumer synchronises itself
+    images = torch.utils.dlpack.from_dlpack(b.images().__dlpack__(stream=-1))
+    assert torch.equal(images.cpu(), ref[0])
+
+
+def test_decoder_gpu_and_auto(tar):
+    address, _ = tar
+    if not _shardkit.NVJPEG_COMPILED:
+        with pytest.raises(NotImplementedError, match="nvJPEG"):
+            loader(address, device="cuda:0", decoder="gpu")
+        assert loader(address, device="cuda:0", decoder="auto").decoder == "cpu"
+        return
+    kw = dict(dtype="uint8", layout="NHWC", shuffle=False, dct_scaling=False)
+    ld = loader(address, device="cuda:0", decoder="gpu", **kw)
+    assert ld.decoder == "gpu"
+    cpu = [i.clone() for i, _ in loader(address, **kw)]
+    gpu = [i.cpu() for i, _ in ld]
+    assert len(cpu) == len(gpu) == 5
+    for c, g in zip(cpu, gpu):
+        assert c.shape == g.shape
+        # nvJPEG vs libjpeg-turbo: mean absolute difference <= 6 levels per image (docs/gpu.md).
+        for ci, gi in zip(c, g):
+            assert (ci.float() - gi.float()).abs().mean().item() <= 6
+    assert loader(address, device="cuda:0", decoder="auto").decoder == "gpu"
+
+
+def test_ring_slots_reused_device_memory_flat(tar):
+    address, _ = tar
+    ld = loader(address, device="cuda:0", batch_size=4, output_size=224, prefetch=3)
+    torch.cuda.synchronize()
+    free = []
+    for epoch in range(3):
+        ld.set_epoch(epoch)
+        for images, labels in ld:
+            images.mul(2).sum().item()  # use it on the current stream
+        torch.cuda.synchronize()
+        gc.collect()
+        free.append(torch.cuda.mem_get_info(0)[0])
+    slots = set()
+    ld.set_epoch(3)
+    for _ in range(20):
+        b = ld._loader.next()
+        if b is None:
+            ld.set_epoch(ld.epoch + 1)
+            continue
+        slots.add(b.slot)
+        del b  # released at once: the ring goes round
+    assert 2 <= len(slots) and slots <= {0, 1, 2}  # 20 batches in the ring of 3 slots
+    # The ring is allocated once at creation: free memory does not move between epochs
+    # (16 MiB of slack for the driver and torch's own kernels).
+    assert max(free) - min(free) <= 16 << 20, free
+
+
+def test_holding_the_whole_ring_raises_instead_of_hanging(tar):
+    address, _ = tar
+    ld = loader(address, device="cuda:0", prefetch=3, ring=3)
+    it = iter(ld)
+    held = [next(it) for _ in range(3)]  # the whole ring
+    with pytest.raises(shardkit.Error):
+        next(it)
+    del held
