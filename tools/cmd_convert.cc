@@ -20,6 +20,7 @@ struct CopyFlags {
   int threads = int(std::clamp(std::thread::hardware_concurrency(), 2u, 8u));
   std::string key_dots = "error";
   bool overwrite = false;
+  bool resume = false;
   bool json = false;
   bool no_index = false;
 };
@@ -45,6 +46,11 @@ void AddCopyFlags(CLI::App* sub, CopyFlags* f) {
   sub->add_flag("--overwrite", f->overwrite, "Replace an existing output");
   sub->add_flag("--no-index", f->no_index,
                 "Tar shards: do not write DALI's .idx beside each shard (`shardkit index` makes them later)");
+  sub->add_flag("--resume", f->resume,
+                "Continue an interrupted run (killed, power lost, disk full) of the same command: "
+                "tar shards from the last complete shard (same bytes as an uninterrupted run), "
+                "LMDB from the last committed transaction; HDF5 and folder outputs start over. "
+                "The source is read again from the start and checked against what was written");
   sub->add_flag("--json", f->json,
                 "Print the summary as one JSON object: command, source, destination, "
                 "source_format, destination_format, samples, bytes, payload_bytes, seconds, "
@@ -86,6 +92,7 @@ RunFn SetupConvert(CLI::App* sub) {
       return kExitUsage;
     o.write.samples_per_shard = f->samples_per_shard;
     o.write.overwrite = f->overwrite;
+    o.write.resume = f->resume;
     o.write.key_dots = ToKeyDots(f->key_dots);
     o.write.write_index = !f->no_index;
     o.write.lmdb_layout = f->lmdb_layout;
@@ -139,6 +146,7 @@ RunFn SetupShard(CLI::App* sub) {
     o.seed = f->seed;
     o.threads = f->threads;
     o.overwrite = f->overwrite;
+    o.resume = f->resume;
     o.key_dots = ToKeyDots(f->key_dots);
     o.write_index = !f->no_index;
     Result<ConvertSummary> r = [&] {

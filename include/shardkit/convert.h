@@ -88,6 +88,7 @@ struct ShardOptions {
   KeyDots key_dots = KeyDots::kError;
   bool write_index = true;  // DALI .idx beside each shard (WriteOptions::write_index)
   OpenOptions open;
+  bool resume = false;  // WriteOptions::resume: continue an interrupted run
 };
 
 // Re-shards any dataset into WebDataset tar shards. `dst` is a printf pattern

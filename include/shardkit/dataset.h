@@ -92,6 +92,14 @@ struct WriteOptions {
   // number of samples the caller will write); shard_size and samples_per_shard are
   // then ignored. Used by `shardkit shard --num-shards N` for even shards.
   std::vector<uint64_t> shard_plan;
+  // wds, lmdb: continue an interrupted write of the same source with the same
+  // options. The writer reads its journal (wds: "<manifest>.partial"; lmdb: the
+  // sidecar in "<dir>.partial"), checks what was committed, and then expects
+  // Write() to be called again with ALL samples from the first: the ones already
+  // committed are checked against the journal's digests and dropped, the rest are
+  // written. Without a journal it starts from scratch. A resumable writer that is
+  // destroyed without Finish() keeps what it committed (see SampleWriter).
+  bool resume = false;
 };
 
 struct WriteSummary {
@@ -100,8 +108,14 @@ struct WriteSummary {
   std::vector<ShardInfo> shards;
 };
 
-// Writes samples. Nothing appears under its final name until Finish() succeeds;
-// destroying a writer without Finish() removes what it wrote.
+// Writes samples. Nothing appears under the dataset's final name (the wds
+// manifest, the LMDB directory, the .h5 file) until Finish() succeeds.
+// Destroying a writer without Finish() removes what it wrote, except:
+//  - with WriteOptions::resume, and after a write error (I/O error, disk full),
+//    a wds or lmdb writer keeps its committed shards / transactions and its
+//    journal: the resumable state that WriteOptions::resume continues from. The
+//    error message then says how to resume.
+//  - a process killed outright (SIGKILL, power loss) leaves that same state.
 class SampleWriter {
  public:
   virtual ~SampleWriter() = default;

@@ -23,7 +23,9 @@
 #include <lmdb.h>
 #include <sys/stat.h>
 #include <turbojpeg.h>
+#include <sys/file.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <atomic>
@@ -66,6 +68,7 @@ Location SampleLoc(Location loc, const std::string& sample_key) {
 }
 
 constexpr const char* kMetaName = "shardkit.json";
+constexpr const char* kResumeName = "resume.json";  // in "<dir>.partial" while writing
 constexpr int kFormatVersion = 1;
 constexpr size_t kDefaultMapSize = sizeof(size_t) >= 8 ? (size_t(1) << 40) : (size_t(1) << 30);
 constexpr size_t kBatchBytes = 64 << 20;
@@ -939,6 +942,14 @@ class LmdbWriter : public SampleWriter {
     Location loc{.file = final_dir};
     if (opts.lmdb_layout != "shardkit" && opts.lmdb_layout != "caffe")
       return Status::Invalid(fmt::format("unknown LMDB layout '{}' (shardkit or caffe)", opts.lmdb_layout), loc);
+    // Resumable state of an interrupted write: "<dir>.partial" with resume.json.
+    const std::string stable = final_dir + ".partial";
+    const bool has_journal = io::Exists(stable + "/" + kResumeName);
+    const bool resuming = opts.resume && has_journal;
+    if (has_journal && !opts.resume && !opts.overwrite)
+      return Status::Exists("an interrupted write left its committed samples here: pass --resume to continue it, "
+                            "or --overwrite to start over",
+                            Location{.file = stable});
     if (io::Exists(final_dir) && !opts.overwrite)
       return Status::Exists("output exists (pass --overwrite to replace it)", loc);
     if (io::Exists(final_dir)) {
@@ -952,13 +963,24 @@ class LmdbWriter : public SampleWriter {
     w->final_ = final_dir;
     w->opts_ = opts;
     w->layout_ = opts.lmdb_layout == "caffe" ? Layout::kCaffe : Layout::kShardkit;
-    w->temp_ = fmt::format("{}.partial-{}", final_dir, ::getpid());
+    w->temp_ = stable;
+    w->keep_state_ = opts.resume;
     w->batch_limit_ = lmdb::g_batch_samples ? lmdb::g_batch_samples.load() : kDefaultBatchSamples;
-    std::error_code ec;
-    fs::remove_all(w->temp_, ec);  // a leftover of a crashed run with our pid
-    SK_RETURN_IF_ERROR(io::MakeDirs(w->temp_));
-    w->created_ = true;
     Location tl{.file = w->temp_};
+    SK_RETURN_IF_ERROR(io::MakeDirs(w->temp_));
+    // One writer per output: an exclusive lock on the partial directory.
+    w->lock_fd_ = ::open(w->temp_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (w->lock_fd_ < 0) return Status::FromErrno(errno, "cannot open the partial directory", tl);
+    if (::flock(w->lock_fd_, LOCK_EX | LOCK_NB) != 0)
+      return Status::Exists("another process is writing this output", tl);
+    w->created_ = true;
+    if (!resuming) {
+      // A leftover of an earlier run (killed, or started over with --overwrite).
+      std::error_code ec;
+      for (const auto& e : fs::directory_iterator(w->temp_, ec)) fs::remove_all(e.path(), ec);
+    }
+    w->digest_ = XXH3_createState();
+    XXH3_64bits_reset(w->digest_);
     int rc = mdb_env_create(&w->env_);
     if (rc) return MdbStatus(rc, "mdb_env_create", tl);
     w->map_size_ = lmdb::g_initial_map ? lmdb::g_initial_map.load() : kDefaultMapSize;
@@ -969,6 +991,7 @@ class LmdbWriter : public SampleWriter {
     if (rc) return MdbStatus(rc, "cannot create the LMDB environment", tl);
     w->max_key_ = size_t(mdb_env_get_maxkeysize(w->env_));
     if (w->layout_ == Layout::kCaffe) w->tj_ = tjInitDecompress();
+    if (resuming) SK_RETURN_IF_ERROR(w->LoadJournal());
     SK_RETURN_IF_ERROR(w->BeginTxn());
     return std::unique_ptr<SampleWriter>(std::move(w));
   }
@@ -977,19 +1000,22 @@ class LmdbWriter : public SampleWriter {
     if (txn_) mdb_txn_abort(txn_);
     if (env_) mdb_env_close(env_);
     if (tj_) tjDestroy(tj_);
-    if (created_ && !finished_) {
+    if (digest_) XXH3_freeState(digest_);
+    if (created_ && !finished_ && !keep_state_) {
       std::error_code ec;
       fs::remove_all(temp_, ec);
     }
+    if (lock_fd_ >= 0) ::close(lock_fd_);
   }
 
   Status Write(const Sample& s) override {
     if (failed_) return Status::Invalid("writer already failed", Location{.file = final_});
     if (finished_) return Status::Invalid("Write() after Finish()", Location{.file = final_});
+    if (skipped_ < resume_samples_) return Skip(s);
     Status st = WriteOne(s);
     if (!st.ok()) {
       // An invalid sample is refused without harming the rest; an LMDB failure ends the writer.
-      if (st.code() != Code::kInvalidArgument && st.code() != Code::kUnsupported) failed_ = true;
+      if (st.code() != Code::kInvalidArgument && st.code() != Code::kUnsupported) st = Resumable(std::move(st));
     }
     return st;
   }
@@ -998,6 +1024,20 @@ class LmdbWriter : public SampleWriter {
     Location loc{.file = final_};
     if (failed_) return Status::Invalid("writer failed earlier; nothing was finished", loc);
     if (finished_) return Status::Invalid("Finish() called twice", loc);
+    if (skipped_ < resume_samples_)
+      return Status::Invalid(fmt::format("the source ended after {} samples, but the interrupted write this one "
+                                         "resumes had committed {}: resume needs the same source, in the same "
+                                         "order, with the same options",
+                                         skipped_, resume_samples_),
+                             Location{.file = temp_});
+    Result<WriteSummary> r = FinishImpl();
+    if (!r.ok() && !finished_) return Resumable(std::move(r).take_status());
+    return r;
+  }
+
+ private:
+  Result<WriteSummary> FinishImpl() {
+    Location loc{.file = final_};
     failed_ = true;  // until proven otherwise
     SK_RETURN_IF_ERROR(Commit());
     mdb_txn_abort(txn_);  // the empty one Commit() began
@@ -1032,6 +1072,7 @@ class LmdbWriter : public SampleWriter {
     }
     std::string text = j.dump(1);
     SK_RETURN_IF_ERROR(io::WriteFileAtomic(temp_ + "/" + kMetaName, text, true));
+    ::unlink((temp_ + "/" + kResumeName).c_str());  // complete: not part of the output
     SK_RETURN_IF_ERROR(io::FsyncDir(temp_));
     // Into place. An existing output (overwrite) moves aside first: rename()
     // cannot replace a non-empty directory.
@@ -1058,8 +1099,126 @@ class LmdbWriter : public SampleWriter {
     return sum;
   }
 
- private:
   LmdbWriter() = default;
+
+  // A failure that ends the writer: the committed samples stay (with resume.json)
+  // and the message says how to continue.
+  Status Resumable(Status st) {
+    failed_ = true;
+    if (!journal_written_) return st;
+    keep_state_ = true;
+    return Status(st.code(),
+                  fmt::format("{}; the {} samples committed so far are kept in '{}': run the same conversion "
+                              "again with --resume to continue",
+                              st.message(), committed_, temp_),
+                  st.where());
+  }
+
+  static void AddToDigest(XXH3_state_t* st, const Sample& s, uint64_t sum) {
+    uint64_t len = s.key.size();
+    XXH3_64bits_update(st, &sum, sizeof sum);
+    XXH3_64bits_update(st, &len, sizeof len);
+    XXH3_64bits_update(st, s.key.data(), s.key.size());
+  }
+
+  json JournalOptions() const {
+    json o;
+    o["layout"] = layout_ == Layout::kShardkit ? "shardkit" : "caffe";
+    o["class_names"] = opts_.class_names;
+    return o;
+  }
+
+  // resume.json: the samples committed so far and a digest of them (XXH3 over
+  // each sample's checksum and key), rewritten after every durable commit.
+  Status WriteJournal() {
+    json j;
+    j["format"] = "shardkit-lmdb-partial";
+    j["version"] = 1;
+    j["options"] = JournalOptions();
+    j["samples"] = committed_;
+    j["digest"] = paths::ChecksumString(XXH3_64bits_digest(digest_));
+    SK_RETURN_IF_ERROR(io::WriteFileAtomic(temp_ + "/" + kResumeName, j.dump(1) + "\n", true));
+    journal_written_ = true;
+    return Status::OK();
+  }
+
+  Status LoadJournal() {
+    std::string path = temp_ + "/" + kResumeName;
+    Location where{.file = path};
+    SK_ASSIGN_OR_RETURN(std::string text, io::ReadFile(path));
+    uint64_t samples = 0, digest = 0;
+    try {
+      json j = json::parse(text);
+      if (j.value("format", "") != "shardkit-lmdb-partial" || j.value("version", 0) != 1)
+        return Status::Corrupt("cannot resume: not a shardkit LMDB journal", where);
+      json want = JournalOptions();
+      for (auto& [k, v] : want.items())
+        if (!j["options"].contains(k) || j["options"][k] != v)
+          return Status::Invalid(fmt::format("cannot resume: the interrupted write used {} = {}, this one {} = {}; "
+                                             "resume with the same options, or start over with --overwrite",
+                                             k, j["options"].value(k, json()).dump(), k, v.dump()),
+                                 where);
+      samples = j.at("samples").get<uint64_t>();
+      std::string d = j.at("digest").get<std::string>();
+      if (d.size() != 21 || d.substr(0, 5) != "xxh3:") return Status::Corrupt("cannot resume: bad digest", where);
+      digest = std::stoull(d.substr(5), nullptr, 16);
+    } catch (const std::exception& e) {
+      return Status::Corrupt(fmt::format("cannot resume: bad journal: {}", e.what()), where);
+    }
+    // The environment may hold more: a transaction committed just before the
+    // kill, whose journal update never happened. Those entries (the last ones,
+    // keys being in sample order) go, and are written again.
+    SK_RETURN_IF_ERROR(BeginTxn());
+    MDB_stat st;
+    int rc = mdb_stat(txn_, dbi_, &st);
+    if (rc) return MdbStatus(rc, "mdb_stat", Location{.file = temp_});
+    if (st.ms_entries < samples)
+      return Status::Corrupt(fmt::format("cannot resume: the environment holds {} samples, the journal says {} "
+                                         "were committed; start over with --overwrite",
+                                         st.ms_entries, samples),
+                             Location{.file = temp_ + "/data.mdb"});
+    if (st.ms_entries > samples) {
+      MDB_cursor* cur = nullptr;
+      rc = mdb_cursor_open(txn_, dbi_, &cur);
+      for (uint64_t i = samples; rc == 0 && i < st.ms_entries; ++i) {
+        MDB_val k, v;
+        rc = mdb_cursor_get(cur, &k, &v, MDB_LAST);
+        if (rc == 0) rc = mdb_cursor_del(cur, 0);
+      }
+      if (cur) mdb_cursor_close(cur);
+      if (rc) return MdbStatus(rc, "removing samples past the journal", Location{.file = temp_});
+    }
+    SK_RETURN_IF_ERROR(io::CheckFault(temp_ + "/data.mdb", "write"));
+    rc = mdb_txn_commit(txn_);
+    txn_ = nullptr;
+    if (rc) return MdbStatus(rc, "committing a write transaction", Location{.file = temp_});
+    resume_samples_ = samples;
+    resume_digest_ = digest;
+    journal_written_ = true;
+    return Status::OK();
+  }
+
+  // A sample the resumed write had committed: counted into the digest (checked
+  // after the last one) and into the metadata, not written again.
+  Status Skip(const Sample& s) {
+    uint64_t sum = s.checksum();
+    AddToDigest(digest_, s, sum);
+    ++skipped_;
+    ++count_;
+    ++committed_;
+    payload_bytes_ += s.bytes();
+    for (const auto& f : s.fields) fields_.insert(f.ext);
+    if (layout_ == Layout::kCaffe) caffe_sums_.push_back(paths::ChecksumString(sum));
+    if (skipped_ == resume_samples_ && XXH3_64bits_digest(digest_) != resume_digest_) {
+      failed_ = true;
+      return Status::Invalid(fmt::format("resume: the first {} samples differ from the ones the interrupted write "
+                                         "committed (keys or bytes changed): resume needs the same source, in the "
+                                         "same order, with the same options; start over with --overwrite",
+                                         resume_samples_),
+                             Location{.file = temp_, .key = s.key, .index = int64_t(skipped_ - 1)});
+    }
+    return Status::OK();
+  }
 
   Status BeginTxn() {
     int rc = mdb_txn_begin(env_, nullptr, 0, &txn_);
@@ -1153,6 +1312,7 @@ class LmdbWriter : public SampleWriter {
                        Location{.file = temp_, .key = s.key, .index = int64_t(count_)});
     }
     ++count_;
+    AddToDigest(digest_, s, p.checksum);
     payload_bytes_ += s.bytes();
     batch_bytes_ += s.bytes();
     for (const auto& f : s.fields) fields_.insert(f.ext);
@@ -1197,8 +1357,15 @@ class LmdbWriter : public SampleWriter {
       SK_RETURN_IF_ERROR(BeginTxn());  // GrowAndReplay aborts it first
       SK_RETURN_IF_ERROR(GrowAndReplay(0));
     }
+    // Durable before the journal says so: a resume after a crash or power loss
+    // finds every sample the journal counts.
+    SK_RETURN_IF_ERROR(io::CheckFault(temp_ + "/data.mdb", "fsync"));
+    int rc = mdb_env_sync(env_, 1);
+    if (rc) return MdbStatus(rc, "mdb_env_sync", Location{.file = temp_});
+    committed_ += batch_.size();
     batch_.clear();
     batch_bytes_ = 0;
+    SK_RETURN_IF_ERROR(WriteJournal());
     return BeginTxn();
   }
 
@@ -1215,6 +1382,12 @@ class LmdbWriter : public SampleWriter {
   std::set<std::string> fields_;
   std::vector<std::string> caffe_sums_;
   bool created_ = false, finished_ = false, failed_ = false;
+  // Resumable writes.
+  int lock_fd_ = -1;
+  bool keep_state_ = false, journal_written_ = false;
+  XXH3_state_t* digest_ = nullptr;  // of the samples written (committed or in the open batch)
+  uint64_t committed_ = 0;          // samples in committed transactions
+  uint64_t resume_samples_ = 0, resume_digest_ = 0, skipped_ = 0;
 };
 
 int BidRead(const std::string& path) {

@@ -16,6 +16,7 @@
 #include <charconv>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <set>
 
@@ -277,12 +278,11 @@ Result<ShardIndex> LoadIdx(const std::string& idx_path, const io::MappedFile& ma
   };
   std::string_view line;
   if (!next_line(&line) || line.substr(0, 5) != "v1.2 ") return bad("not a v1.2 index");
-  uint64_t n = 0;
-  try {
-    n = std::stoull(std::string(line.substr(5)));
-  } catch (...) {
-    return bad("bad sample count");
-  }
+  auto digits = [](std::string_view t) {
+    return !t.empty() && t.size() <= 19 && std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  if (!digits(line.substr(5))) return bad("bad sample count");
+  uint64_t n = std::stoull(std::string(line.substr(5)));
   uint64_t last_end = 0;
   while (next_line(&line)) {
     if (line.empty()) continue;
@@ -298,25 +298,38 @@ Result<ShardIndex> LoadIdx(const std::string& idx_path, const io::MappedFile& ma
     SampleRef sample;
     for (size_t i = 0; i < tok.size(); i += 4) {
       uint64_t off = 0, size = 0;
-      try {
-        off = std::stoull(std::string(tok[i + 1]));
-        size = std::stoull(std::string(tok[i + 2]));
-      } catch (...) {
-        return bad("bad offset or size");
-      }
+      if (!digits(tok[i + 1]) || !digits(tok[i + 2])) return bad("bad offset or size");
+      off = std::stoull(std::string(tok[i + 1]));
+      size = std::stoull(std::string(tok[i + 2]));
       if (off < tar::kBlock || off % tar::kBlock != 0 || off > map.size() || size > map.size() - off)
         return bad("offset outside the shard");
+      // Every byte before this member must be accounted for: it starts right
+      // where the previous one ended, or the blocks between are its own pax /
+      // long-name headers, which the scanner checks. (fuzz_dali_index found an
+      // index listing only the last member trusted: the others were lost.)
+      if (off - tar::kBlock < last_end) return bad("members overlap or are out of order");
+      if (off - tar::kBlock != last_end) {
+        tar::Scanner gap(map.data() + last_end, map.size() - last_end, map.path());
+        tar::Member gm;
+        auto r = gap.Next(&gm);
+        if (!r.ok() || !*r || gm.data_offset + last_end != off || gm.size != size)
+          return bad("the index skips members or bytes of the shard");
+      }
+      last_end = off + (size + tar::kBlock - 1) / tar::kBlock * tar::kBlock;
       const uint8_t* h = map.data() + off - tar::kBlock;
       uint64_t hsize = 0;
       char type = char(h[156]);
       if (!tar::ParseNumber(h + 124, 12, &hsize) || hsize != size || (type != '0' && type != '\0'))
         return bad("index does not match the member headers");
-      // The name must be the member's own: compare with the ustar name when it
-      // can hold it; distrust escaped names (`tar --list` output, as wds2idx uses).
+      // The name must be the member's own: it must equal the ustar name (prefix/name);
+      // distrust escaped names (`tar --list` output, as wds2idx uses). A name the
+      // ustar fields cannot hold (long, or replaced there by a pax record) cannot be
+      // checked here, so such an index is not trusted and the shard is scanned:
+      // fuzz_dali_index found an index whose unchecked non-ASCII name changed a
+      // field's extension.
       std::string_view name = tok[i + 3];
       if (name.find('\\') != std::string_view::npos) return bad("escaped member name");
-      bool ascii = std::all_of(name.begin(), name.end(), [](char c) { return uint8_t(c) < 0x80; });
-      if (ascii && name.size() <= 100) {
+      {
         std::string ustar(reinterpret_cast<const char*>(h), strnlen(reinterpret_cast<const char*>(h), 100));
         if (std::memcmp(h + 257, "ustar\0", 6) == 0 && h[345] != 0)
           ustar = std::string(reinterpret_cast<const char*>(h + 345), strnlen(reinterpret_cast<const char*>(h + 345), 155)) +
@@ -340,7 +353,6 @@ Result<ShardIndex> LoadIdx(const std::string& idx_path, const io::MappedFile& ma
       if (sample.fields.empty()) sample.key = key, sample.offset = off - tar::kBlock;
       idx.exts.insert(ext);
       sample.fields.push_back(FieldRef{std::move(ext), off, size});
-      last_end = std::max(last_end, off + (size + tar::kBlock - 1) / tar::kBlock * tar::kBlock);
     }
     if (!sample.fields.empty()) idx.samples.push_back(std::move(sample));
   }
@@ -617,14 +629,25 @@ using IdxEntry = wds::IndexMember;
 class WdsWriter : public SampleWriter {
  public:
   WdsWriter(std::string pattern, WriteOptions opts)
-      : pattern_(std::move(pattern)), opts_(std::move(opts)), manifest_(ManifestPathFor(pattern_)) {}
+      : pattern_(std::move(pattern)),
+        opts_(std::move(opts)),
+        manifest_(ManifestPathFor(pattern_)),
+        journal_(manifest_ + ".partial"),
+        keep_state_(opts_.resume) {
+    digest_ = XXH3_createState();
+    XXH3_64bits_reset(digest_);
+  }
 
   ~WdsWriter() override {
     if (!finished_) {
       AbortShard();
-      for (const auto& p : committed_) ::unlink(p.c_str());
+      if (!keep_state_) {
+        for (const auto& p : committed_) ::unlink(p.c_str());
+        if (owns_journal_) ::unlink(journal_.c_str());
+      }
     }
     if (hash_) XXH3_freeState(hash_);
+    if (digest_) XXH3_freeState(digest_);
   }
 
   static Result<std::unique_ptr<SampleWriter>> Make(const std::string& pattern, const WriteOptions& opts) {
@@ -643,7 +666,12 @@ class WdsWriter : public SampleWriter {
     if (opts.shard_size < 2 * tar::kBlock)
       return Status::Invalid(fmt::format("shard size {} is too small", opts.shard_size));
     auto w = std::make_unique<WdsWriter>(pattern, opts);
-    if (!opts.overwrite) {
+    bool resuming = opts.resume && io::Exists(w->journal_);
+    if (!opts.overwrite && !resuming) {
+      if (io::Exists(w->journal_))
+        return Status::Exists("an interrupted write left its journal here: pass --resume to continue it, or "
+                              "--overwrite to start over",
+                              Location{.file = w->journal_});
       for (const std::string& p : {first, w->manifest_})
         if (io::Exists(p))
           return Status::Exists("output exists (pass --overwrite to replace it)", Location{.file = p});
@@ -652,6 +680,15 @@ class WdsWriter : public SampleWriter {
     if (!io::IsDir(dir)) SK_RETURN_IF_ERROR(io::MakeDirs(dir));
     if (::access(dir.c_str(), W_OK) != 0)
       return Status::FromErrno(errno, "output directory is not writable", Location{.file = dir});
+    w->RemoveStaleTemps(0);
+    if (resuming) {
+      SK_RETURN_IF_ERROR(w->LoadJournal());
+      w->RemoveStaleTemps(w->summary_.shards.size());
+    } else {
+      // The journal exists from the start, so that a write killed before its
+      // first shard is committed can be resumed (from nothing) too.
+      SK_RETURN_IF_ERROR(w->WriteJournal());
+    }
     return std::unique_ptr<SampleWriter>(std::move(w));
   }
 
@@ -690,6 +727,8 @@ class WdsWriter : public SampleWriter {
         return Status::Invalid(fmt::format("field '{}' appears twice", fields[i]->ext), where);
     if (shard_samples_ > 0 && key == prev_key_)
       return Status::Invalid("same key as the previous sample: the two would merge into one on read", where);
+    const uint64_t sample_sum = in.checksum();
+    if (total_samples_ < resume_samples_) return Skip(key, sample_sum, where);
 
     // Upper bound of the bytes this sample adds (headers, pax records, padding).
     uint64_t need = 0;
@@ -737,7 +776,8 @@ class WdsWriter : public SampleWriter {
       fields_.insert(f->ext);
     }
     idx_lines_.push_back(idx_.size());
-    sums_.push_back(in.checksum());
+    AddToDigest(digest_, key, sample_sum);
+    sums_.push_back(sample_sum);
     prev_key_ = key;
     ++shard_samples_;
     ++total_samples_;
@@ -747,6 +787,12 @@ class WdsWriter : public SampleWriter {
   Result<WriteSummary> Finish() override {
     if (finished_) return Status::Internal("Finish() called twice");
     if (!error_.ok()) return error_;
+    if (total_samples_ < resume_samples_)
+      return Status::Invalid(fmt::format("the source ended after {} samples, but the interrupted write this one "
+                                         "resumes had committed {}: resume needs the same source, in the same "
+                                         "order, with the same options",
+                                         total_samples_, resume_samples_),
+                             Location{.file = journal_});
     if (ar_) SK_RETURN_IF_ERROR(Keep(FinishShard()));
     json j;
     j["format"] = "wds";
@@ -770,7 +816,10 @@ class WdsWriter : public SampleWriter {
     }
     j["total_bytes"] = total;
     j["shards"] = std::move(shards);
-    SK_RETURN_IF_ERROR(io::WriteFileAtomic(manifest_, j.dump(2) + "\n", true));
+    SK_RETURN_IF_ERROR(Keep(io::WriteFileAtomic(manifest_, j.dump(2) + "\n", true)));
+    // Complete: the journal goes (a crash before this leaves a journal that lists
+    // every shard, and a resume then only rewrites the manifest).
+    if (::unlink(journal_.c_str()) == 0) (void)io::FsyncDir(io::DirName(journal_));
     summary_.samples = total_samples_;
     summary_.bytes = total;
     finished_ = true;
@@ -778,13 +827,181 @@ class WdsWriter : public SampleWriter {
   }
 
  private:
-  // Makes a failure sticky and removes the unfinished shard's temporary file at once.
+  // Makes a failure sticky and removes the unfinished shard's temporary file at
+  // once. The committed shards and the journal stay: the resumable state, and the
+  // message says how to continue.
   Status Keep(Status s) {
     if (!s.ok()) {
-      if (error_.ok()) error_ = s;
+      if (error_.ok()) {
+        keep_state_ = true;
+        s = Status(s.code(),
+                   fmt::format("{}; the {} complete shard(s) ({} samples) and the journal '{}' are kept: run the "
+                               "same conversion again with --resume to continue from shard {}",
+                               s.message(), summary_.shards.size(), committed_samples_, journal_,
+                               summary_.shards.size()),
+                   s.where());
+        error_ = s;
+      }
       AbortShard();
     }
     return s;
+  }
+
+  static void AddToDigest(XXH3_state_t* st, const std::string& key, uint64_t sample_sum) {
+    uint64_t len = key.size();
+    XXH3_64bits_update(st, &sample_sum, sizeof sample_sum);
+    XXH3_64bits_update(st, &len, sizeof len);
+    XXH3_64bits_update(st, key.data(), key.size());
+  }
+
+  // A sample the resumed write had committed: checked against the journal's
+  // digest of its shard, then dropped.
+  Status Skip(const std::string& key, uint64_t sample_sum, const Location& where) {
+    AddToDigest(digest_, key, sample_sum);
+    ++total_samples_;
+    ++skip_in_shard_;
+    const Resumed& r = resumed_[skip_shard_];
+    if (skip_in_shard_ < r.samples) return Status::OK();
+    uint64_t got = XXH3_64bits_digest(digest_);
+    XXH3_64bits_reset(digest_);
+    if (got != r.digest) {
+      error_ = Status::Invalid(
+          fmt::format("resume: samples {}..{} differ from the ones the interrupted write put in shard {} (keys or "
+                      "bytes changed): resume needs the same source, in the same order, with the same options; "
+                      "start over with --overwrite",
+                      total_samples_ - r.samples, total_samples_ - 1, skip_shard_),
+          Location{.file = summary_.shards[skip_shard_].path, .shard = int64_t(skip_shard_), .key = where.key});
+      return error_;
+    }
+    ++skip_shard_;
+    skip_in_shard_ = 0;
+    return Status::OK();
+  }
+
+  json OptionsJson() const {
+    json o;
+    o["shard_size"] = opts_.shard_size;
+    o["samples_per_shard"] = opts_.samples_per_shard;
+    o["class_names"] = opts_.class_names;
+    o["key_dots"] = opts_.key_dots == KeyDots::kReplace ? "replace" : "error";
+    o["write_index"] = opts_.write_index;
+    o["shard_plan"] = opts_.shard_plan;
+    return o;
+  }
+
+  // "<manifest>.partial": what is committed so far, rewritten atomically after
+  // every shard. Per shard: file, samples, bytes, file checksum, and a digest of
+  // its samples (XXH3 over each sample's checksum and key) that a resume checks
+  // the source against.
+  Status WriteJournal() {
+    json j;
+    j["format"] = "wds-partial";
+    j["version"] = 1;
+    j["pattern"] = BaseOf(pattern_);
+    j["options"] = OptionsJson();
+    j["fields"] = std::vector<std::string>(fields_.begin(), fields_.end());
+    json shards = json::array();
+    for (size_t i = 0; i < summary_.shards.size(); ++i) {
+      const auto& s = summary_.shards[i];
+      json o;
+      o["path"] = BaseOf(s.path);
+      o["samples"] = s.samples;
+      o["bytes"] = s.bytes;
+      o["checksum"] = s.checksum;
+      o["digest"] = paths::ChecksumString(resumed_[i].digest);
+      shards.push_back(std::move(o));
+    }
+    j["shards"] = std::move(shards);
+    owns_journal_ = true;
+    return io::WriteFileAtomic(journal_, j.dump(1) + "\n", true);
+  }
+
+  Status LoadJournal() {
+    Location where{.file = journal_};
+    SK_ASSIGN_OR_RETURN(std::string text, io::ReadFile(journal_));
+    auto bad = [&](const std::string& why) {
+      return Status::Corrupt(fmt::format("cannot resume: {}", why), where);
+    };
+    try {
+      json j = json::parse(text);
+      if (j.value("format", "") != "wds-partial" || j.value("version", 0) != 1)
+        return bad("not a shardkit wds journal");
+      if (j.value("pattern", "") != BaseOf(pattern_))
+        return bad(fmt::format("it was written for the pattern '{}', not '{}'", j.value("pattern", ""),
+                               BaseOf(pattern_)));
+      json want = OptionsJson();
+      for (auto& [k, v] : want.items())
+        if (!j["options"].contains(k) || j["options"][k] != v)
+          return Status::Invalid(fmt::format("cannot resume: the interrupted write used {} = {}, this one {} = {}; "
+                                             "resume with the same options, or start over with --overwrite",
+                                             k, j["options"].value(k, json()).dump(), k, v.dump()),
+                                 where);
+      for (const auto& f : j.at("fields")) fields_.insert(f.get<std::string>());
+      const json& shards = j.at("shards");
+      for (size_t i = 0; i < shards.size(); ++i) {
+        const json& o = shards[i];
+        std::string path = paths::FormatShardPattern(pattern_, i);
+        if (o.at("path").get<std::string>() != BaseOf(path)) return bad(fmt::format("shard {} is misnamed", i));
+        ShardInfo si{path, o.at("samples").get<uint64_t>(), o.at("bytes").get<uint64_t>(),
+                     o.at("checksum").get<std::string>()};
+        Location at{.file = path, .shard = int64_t(i)};
+        struct stat st;
+        if (::stat(path.c_str(), &st) != 0)
+          return Status::Corrupt("cannot resume: a shard the journal lists as complete is missing; start over "
+                                 "with --overwrite",
+                                 at);
+        if (uint64_t(st.st_size) != si.bytes)
+          return Status::Corrupt(fmt::format("cannot resume: shard has {} bytes, the journal says {}; start over "
+                                             "with --overwrite",
+                                             st.st_size, si.bytes),
+                                 at);
+        SK_ASSIGN_OR_RETURN(uint64_t h, paths::HashFile(path));
+        if (paths::ChecksumString(h) != si.checksum)
+          return Status::Corrupt(fmt::format("cannot resume: shard checksum {} differs from the journal's {}; "
+                                             "start over with --overwrite",
+                                             paths::ChecksumString(h), si.checksum),
+                                 at);
+        if (opts_.write_index && !io::Exists(IdxPathFor(path)))
+          return Status::Corrupt("cannot resume: the shard's index is missing; start over with --overwrite",
+                                 Location{.file = IdxPathFor(path), .shard = int64_t(i)});
+        if (!io::Exists(wds::SumsPath(path)))
+          return Status::Corrupt("cannot resume: the shard's checksum file is missing; start over with --overwrite",
+                                 Location{.file = wds::SumsPath(path), .shard = int64_t(i)});
+        std::string digest = o.at("digest").get<std::string>();
+        uint64_t d = 0;
+        if (digest.size() != 21 || digest.substr(0, 5) != "xxh3:") return bad("bad digest");
+        d = std::stoull(digest.substr(5), nullptr, 16);
+        resumed_.push_back(Resumed{si.samples, d});
+        committed_.push_back(path);
+        if (opts_.write_index) committed_.push_back(IdxPathFor(path));
+        committed_.push_back(wds::SumsPath(path));
+        committed_samples_ += si.samples;
+        summary_.shards.push_back(std::move(si));
+      }
+    } catch (const std::exception& e) {
+      return bad(fmt::format("bad journal: {}", e.what()));
+    }
+    resume_samples_ = committed_samples_;
+    // Shards of zero samples cannot exist; still, never divide the skip by them.
+    for (const auto& r : resumed_)
+      if (r.samples == 0) return bad("a shard with no samples");
+    return Status::OK();
+  }
+
+  // Temporary files a killed writer left for shard `from` and what follows it.
+  void RemoveStaleTemps(size_t from) {
+    std::string dir = io::DirName(paths::FormatShardPattern(pattern_, from));
+    std::vector<std::string> bases = {BaseOf(paths::FormatShardPattern(pattern_, from)), BaseOf(journal_),
+                                      BaseOf(manifest_)};
+    if (opts_.write_index) bases.push_back(BaseOf(IdxPathFor(paths::FormatShardPattern(pattern_, from))));
+    bases.push_back(BaseOf(wds::SumsPath(paths::FormatShardPattern(pattern_, from))));
+    std::error_code ec;
+    for (auto it = std::filesystem::directory_iterator(dir, ec); !ec && it != std::filesystem::directory_iterator();
+         it.increment(ec)) {
+      std::string name = it->path().filename().string();
+      for (const auto& b : bases)
+        if (name.rfind("." + b + ".tmp-", 0) == 0) ::unlink(it->path().c_str());
+    }
   }
 
   uint64_t ShardBytes() const { return ar_ ? uint64_t(archive_filter_bytes(ar_, 0)) : 0; }
@@ -809,7 +1026,9 @@ class WdsWriter : public SampleWriter {
 
   Status StartShard() {
     std::string path = paths::FormatShardPattern(pattern_, summary_.shards.size());
-    SK_ASSIGN_OR_RETURN(file_, io::AtomicFile::Create(path, opts_.overwrite));
+    // Resuming: a shard past the journal may exist (committed just before a
+    // crash, before the journal was rewritten); it is written again, identically.
+    SK_ASSIGN_OR_RETURN(file_, io::AtomicFile::Create(path, opts_.overwrite || opts_.resume));
     if (!hash_) hash_ = XXH3_createState();
     XXH3_64bits_reset(hash_);
     Utf8Locale utf8;
@@ -868,8 +1087,11 @@ class WdsWriter : public SampleWriter {
     committed_.push_back(sums_path);
     summary_.shards.push_back(
         ShardInfo{path, shard_samples_, size, paths::ChecksumString(XXH3_64bits_digest(hash_))});
+    resumed_.push_back(Resumed{shard_samples_, XXH3_64bits_digest(digest_)});
+    XXH3_64bits_reset(digest_);
+    committed_samples_ += shard_samples_;
     shard_samples_ = 0;
-    return Status::OK();
+    return WriteJournal();
   }
 
   std::string pattern_;
@@ -891,6 +1113,20 @@ class WdsWriter : public SampleWriter {
   WriteSummary summary_;
   std::vector<std::string> committed_;  // files under their final names, removed if never finished
   bool finished_ = false;
+  // Resumable writes.
+  struct Resumed {
+    uint64_t samples = 0;
+    uint64_t digest = 0;  // of the shard's samples (AddToDigest)
+  };
+  std::string journal_;
+  bool keep_state_ = false;             // leave committed shards + journal when destroyed unfinished
+  bool owns_journal_ = false;           // this writer wrote the journal (a refused Create leaves it)
+  XXH3_state_t* digest_ = nullptr;      // of the current shard's samples
+  std::vector<Resumed> resumed_;        // per committed shard
+  uint64_t committed_samples_ = 0;
+  uint64_t resume_samples_ = 0;         // samples to check and drop before writing
+  size_t skip_shard_ = 0;
+  uint64_t skip_in_shard_ = 0;
 };
 
 }  // namespace

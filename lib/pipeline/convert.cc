@@ -318,6 +318,7 @@ Result<ConvertSummary> Shard(std::string_view src, std::string_view dst, const S
   c.open = opts.open;
   c.write.overwrite = opts.overwrite;
   c.write.key_dots = opts.key_dots;
+  c.write.resume = opts.resume;
   c.write.write_index = opts.write_index;
   if (opts.samples_per_shard > 0) {
     c.write.samples_per_shard = opts.samples_per_shard;

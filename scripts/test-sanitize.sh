@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Builds shardkit and its tests under AddressSanitizer + UndefinedBehaviorSanitizer
+# in a separate build directory and runs the test suite there; any sanitizer
+# report (or leak) fails the run.
+#   scripts/test-sanitize.sh [BUILD_DIR]      (default: build-sanitize)
+# Left out: consumer_find_package (it builds an installed, non-sanitized package).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD="${1:-build-sanitize}"
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDKIT_SANITIZE=address,undefined >/dev/null
+cmake --build "$BUILD" -j "$(nproc)"
+# Every report aborts the process (so the test fails); leaks are reports too.
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:halt_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:abort_on_error=1"
+export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan.supp:print_suppressions=0"
+cd "$BUILD"
+ctest --output-on-failure -j2 -E '^consumer_find_package$'
