@@ -524,37 +524,10 @@ tensor made from it is freed.)doc")
                        std::vector<float> mean, std::vector<float> std_, const std::string& dtype,
                        const std::string& layout, const std::string& on_error, const std::string& image_field,
                        int buffer_wait_ms) {
-             LoaderOptions o;
+             LoaderOptions o = MakeOptions(batch_size, shuffle, seed, rank, world_size, drop_last, threads, prefetch,
+                                           output_height, output_width, train, scale, ratio, flip_p, resize_size,
+                                           dct_scaling, mean, std_, dtype, layout, on_error, image_field);
              o.buffer_wait_ms = buffer_wait_ms;
-             o.batch_size = batch_size;
-             o.shuffle = shuffle;
-             o.seed = seed;
-             o.rank = rank;
-             o.world_size = world_size;
-             o.drop_last = drop_last;
-             o.threads = threads;
-             o.prefetch = prefetch;
-             o.output_height = output_height;
-             o.output_width = output_width;
-             o.mode = train ? AugmentMode::kTrain : AugmentMode::kEval;
-             o.scale_min = scale.first;
-             o.scale_max = scale.second;
-             o.ratio_min = ratio.first;
-             o.ratio_max = ratio.second;
-             o.flip_p = flip_p;
-             o.resize_size = resize_size;
-             o.dct_scaling = dct_scaling;
-             if (mean.size() != 3 || std_.size() != 3) throw py::value_error("mean and std need 3 values");
-             for (int c = 0; c < 3; ++c) {
-               o.mean[c] = mean[c];
-               o.std[c] = std_[c];
-             }
-             o.dtype = ParseDType(dtype);
-             o.layout = ParseLayout(layout);
-             if (on_error == "raise" || on_error == "error") o.on_error = DecodeErrorPolicy::kError;
-             else if (on_error == "skip") o.on_error = DecodeErrorPolicy::kSkip;
-             else throw py::value_error("on_error must be \"raise\" or \"skip\", not \"" + on_error + "\"");
-             o.image_field = image_field;
              return std::make_unique<PyLoader>(address, o);
            }),
            py::arg("address"), py::kw_only(), py::arg("batch_size"), py::arg("shuffle"), py::arg("seed"),
