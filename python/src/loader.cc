@@ -16,6 +16,8 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "common.h"
@@ -227,17 +229,23 @@ class PyBatch {
   std::shared_ptr<Batch> b_;
 };
 
-class PyLoader {
+// The Python handle of a Loader or a GpuLoader (L), whose batches Python sees as PyB.
+// The loader is used by one thread at a time (mu_), and never with the GIL held: the
+// thread holding mu_ may need the GIL back.
+template <class L, class PyB>
+class LoaderHandle {
  public:
-  PyLoader(const std::string& address, const LoaderOptions& opts) {
-    Result<std::unique_ptr<Loader>> r = Status::Internal("unset");
+  using BatchT = std::remove_reference_t<decltype(std::declval<L&>().Next().value())>;
+
+  explicit LoaderHandle(const std::function<Result<std::unique_ptr<L>>()>& create) {
+    Result<std::unique_ptr<L>> r = Status::Internal("unset");
     {
       py::gil_scoped_release nogil;
-      r = Loader::Create(address, opts);
+      r = create();
     }
     loader_ = Unwrap(std::move(r));
   }
-  ~PyLoader() { Close(); }
+  ~LoaderHandle() { Close(); }
 
   // f(loader) under the lock, without the GIL; f must not touch Python objects.
   template <class F>
@@ -247,10 +255,9 @@ class PyLoader {
     return f(*Get());
   }
 
-  // Never wait for mu_ holding the GIL: the thread holding mu_ may need the GIL back.
   void Close() {
     py::gil_scoped_release nogil;  // shutting down waits for the decoding threads
-    std::unique_ptr<Loader> l;
+    std::unique_ptr<L> l;
     {
       std::lock_guard<std::mutex> lock(mu_);
       l = std::move(loader_);
@@ -259,51 +266,45 @@ class PyLoader {
   }
 
   // The next batch, or None at the end of the epoch.
-  std::optional<PyBatch> Next() {
-    Result<Batch> r = Status::Internal("unset");
+  std::optional<PyB> Next() {
+    Result<BatchT> r = Status::Internal("unset");
     {
       py::gil_scoped_release nogil;
       std::lock_guard<std::mutex> lock(mu_);
       r = Get()->Next();
     }
-    Batch b = Unwrap(std::move(r));
+    BatchT b = Unwrap(std::move(r));
     if (b.end_of_epoch()) return std::nullopt;
-    return PyBatch(std::move(b));
+    return PyB(std::move(b));
   }
 
   void SetEpoch(uint64_t e) {
-    py::gil_scoped_release nogil;
-    std::lock_guard<std::mutex> lock(mu_);
-    Get()->set_epoch(e);
+    With([e](L& l) { l.set_epoch(e); });
   }
   std::string SaveState() {
-    return With([](Loader& l) { return l.save_state().ToJson(); });
+    return With([](L& l) { return l.save_state().ToJson(); });
   }
   void Restore(const std::string& json) {
     LoaderState s = Unwrap(LoaderState::FromJson(json));
-    Status st;
-    {
-      py::gil_scoped_release nogil;
-      std::lock_guard<std::mutex> lock(mu_);
-      st = Get()->restore(s);
-    }
-    Check(std::move(st));
+    Check(With([&s](L& l) { return l.restore(s); }));
   }
   py::list Skipped() {
-    std::vector<Status> v = With([](Loader& l) { return l.skipped(); });
+    std::vector<Status> v = With([](L& l) { return l.skipped(); });
     py::list out;
     for (const Status& s : v) out.append(MakeError(s));
     return out;
   }
 
  private:
-  Loader* Get() const {
+  L* Get() const {
     if (!loader_) Throw(Status::Invalid("the loader is closed"));
     return loader_.get();
   }
-  std::mutex mu_;  // the Loader is used by one thread at a time
-  std::unique_ptr<Loader> loader_;
+  std::mutex mu_;
+  std::unique_ptr<L> loader_;
 };
+
+using PyLoader = LoaderHandle<Loader, PyBatch>;
 
 // DLPack's stream integer (Array API): 1 (or None) = the legacy default stream, 2 = the
 // per-thread default stream (cudaStreamPerThread, whose handle is 0x2), else a
@@ -379,69 +380,7 @@ class PyDeviceBatch {
   std::shared_ptr<HeldDeviceBatch> h_;
 };
 
-class PyGpuLoader {
- public:
-  PyGpuLoader(const std::string& address, const LoaderOptions& opts, const GpuOptions& gopts) {
-    Result<std::unique_ptr<GpuLoader>> r = Status::Internal("unset");
-    {
-      py::gil_scoped_release nogil;
-      r = GpuLoader::Create(address, opts, gopts);
-    }
-    loader_ = Unwrap(std::move(r));
-  }
-  ~PyGpuLoader() { Close(); }
-
-  template <class F>
-  auto With(F f) {
-    py::gil_scoped_release nogil;
-    std::lock_guard<std::mutex> lock(mu_);
-    return f(*Get());
-  }
-  void Close() {
-    py::gil_scoped_release nogil;
-    std::unique_ptr<GpuLoader> l;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      l = std::move(loader_);
-    }
-    l.reset();
-  }
-  std::optional<PyDeviceBatch> Next() {
-    Result<DeviceBatch> r = Status::Internal("unset");
-    {
-      py::gil_scoped_release nogil;
-      std::lock_guard<std::mutex> lock(mu_);
-      r = Get()->Next();
-    }
-    DeviceBatch b = Unwrap(std::move(r));
-    if (b.end_of_epoch()) return std::nullopt;
-    return PyDeviceBatch(std::move(b));
-  }
-  void Restore(const std::string& json) {
-    LoaderState s = Unwrap(LoaderState::FromJson(json));
-    Status st;
-    {
-      py::gil_scoped_release nogil;
-      std::lock_guard<std::mutex> lock(mu_);
-      st = Get()->restore(s);
-    }
-    Check(std::move(st));
-  }
-  py::list Skipped() {
-    std::vector<Status> v = With([](GpuLoader& l) { return l.skipped(); });
-    py::list out;
-    for (const Status& s : v) out.append(MakeError(s));
-    return out;
-  }
-
- private:
-  GpuLoader* Get() const {
-    if (!loader_) Throw(Status::Invalid("the loader is closed"));
-    return loader_.get();
-  }
-  std::mutex mu_;
-  std::unique_ptr<GpuLoader> loader_;
-};
+using PyGpuLoader = LoaderHandle<GpuLoader, PyDeviceBatch>;
 
 LoaderOptions MakeOptions(uint32_t batch_size, bool shuffle, uint64_t seed, int rank, int world_size, bool drop_last,
                           int threads, int prefetch, int output_height, int output_width, bool train,
@@ -528,7 +467,7 @@ tensor made from it is freed.)doc")
                                            output_height, output_width, train, scale, ratio, flip_p, resize_size,
                                            dct_scaling, mean, std_, dtype, layout, on_error, image_field);
              o.buffer_wait_ms = buffer_wait_ms;
-             return std::make_unique<PyLoader>(address, o);
+             return std::make_unique<PyLoader>([&] { return Loader::Create(address, o); });
            }),
            py::arg("address"), py::kw_only(), py::arg("batch_size"), py::arg("shuffle"), py::arg("seed"),
            py::arg("rank"), py::arg("world_size"), py::arg("drop_last"), py::arg("threads"), py::arg("prefetch"),
@@ -591,7 +530,7 @@ tensor made from it is freed.)doc")
              else if (decoder == "auto") g.decoder = DecoderKind::kAuto;
              else throw py::value_error("decoder must be \"auto\", \"cpu\" or \"gpu\", not \"" + decoder + "\"");
              g.ring = ring;
-             return std::make_unique<PyGpuLoader>(address, o, g);
+             return std::make_unique<PyGpuLoader>([&] { return GpuLoader::Create(address, o, g); });
            }),
            py::arg("address"), py::kw_only(), py::arg("batch_size"), py::arg("shuffle"), py::arg("seed"),
            py::arg("rank"), py::arg("world_size"), py::arg("drop_last"), py::arg("threads"), py::arg("prefetch"),
@@ -601,9 +540,8 @@ tensor made from it is freed.)doc")
            py::arg("image_field"), py::arg("device"), py::arg("decoder"), py::arg("ring"),
            py::arg("buffer_wait_ms") = 0)
       .def("next", &PyGpuLoader::Next)
-      .def("set_epoch", [](PyGpuLoader& l, uint64_t e) { l.With([e](GpuLoader& x) { x.set_epoch(e); }); },
-           py::arg("epoch"))
-      .def("save_state", [](PyGpuLoader& l) { return l.With([](GpuLoader& x) { return x.save_state().ToJson(); }); })
+      .def("set_epoch", &PyGpuLoader::SetEpoch, py::arg("epoch"))
+      .def("save_state", &PyGpuLoader::SaveState)
       .def("restore", &PyGpuLoader::Restore, py::arg("state_json"))
       .def("skipped", &PyGpuLoader::Skipped)
       .def("close", &PyGpuLoader::Close)
