@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <mutex>
 #include <filesystem>
 #include <random>
 #include <thread>
@@ -182,6 +183,75 @@ TEST_CASE("lmdb: random access equals sequential, from many threads", "[lmdb]") 
   ra->reset();
   ds->reset();
   CHECK(s.find("jpg")->data == samples[3].find("jpg")->data);
+}
+
+// Random access under stress: 16 threads at once, in waves of new threads (a
+// thread's read transaction goes to the next thread once it exits), two
+// RandomAccess objects of one dataset, both layouts. Every thread keeps every
+// sample it read; all of them must still equal the source after the threads,
+// the RandomAccess objects and the dataset are gone.
+TEST_CASE("lmdb: random access from 16 threads in waves: bytes equal, views outlive everything", "[lmdb]") {
+  TempDir t;
+  for (std::string layout : {"shardkit", "caffe"}) {
+    DYNAMIC_SECTION(layout) {
+      auto samples = MakeSamples(300, false, 24);
+      WriteOptions o;
+      o.lmdb_layout = layout;
+      std::string dir = t / (layout + ".lmdb");
+      WriteAll(dir, samples, o);
+      REQUIRE(io::Exists(dir + "/lock.mdb"));  // readers use LMDB's reader table (1024 slots)
+      auto ds = Open(dir);
+      REQUIRE(ds.ok());
+      auto ra1 = (*ds)->NewRandomAccess();
+      auto ra2 = (*ds)->NewRandomAccess();
+      REQUIRE(ra1.ok());
+      REQUIRE(ra2.ok());
+      constexpr int kThreads = 16, kWaves = 70;  // 1120 threads: more than the reader table holds
+      std::vector<std::vector<std::pair<uint64_t, Sample>>> kept(kThreads);
+      std::atomic<int> errors{0};
+      std::string first_error;
+      std::mutex mu;
+      for (int wave = 0; wave < kWaves; ++wave) {
+        std::vector<std::thread> th;
+        for (int k = 0; k < kThreads; ++k)
+          th.emplace_back([&, k, wave] {
+            std::mt19937 rng(uint32_t(wave * kThreads + k));
+            int reads = wave + 1 == kWaves ? 400 : 6;
+            for (int n = 0; n < reads; ++n) {
+              uint64_t i = rng() % samples.size();
+              Sample s;
+              Status st = ((n + k) % 2 ? **ra1 : **ra2).Get(i, &s);
+              if (!st.ok()) {
+                if (errors++ == 0) {
+                  std::lock_guard<std::mutex> g(mu);
+                  first_error = st.ToString();
+                }
+                return;
+              }
+              if (n % 3 == 0) kept[k].emplace_back(i, std::move(s));  // held past this Get
+            }
+          });
+        for (auto& x : th) x.join();
+      }
+      INFO(first_error);
+      REQUIRE(errors == 0);
+      ra1->reset();
+      ra2->reset();
+      ds->reset();
+      size_t checked = 0;
+      for (const auto& per_thread : kept)
+        for (const auto& [i, s] : per_thread) {
+          INFO("sample " << i);
+          REQUIRE(s.key == samples[i].key);
+          const Field* img = samples[i].fields[0].ext == "cls" ? &samples[i].fields[1] : &samples[i].fields[0];
+          REQUIRE(s.find(img->ext));
+          CHECK(s.find(img->ext)->data == img->data);
+          CHECK(s.label() == samples[i].label());
+          ++checked;
+        }
+      CHECK(checked > 2000);
+    }
+  }
 }
 
 TEST_CASE("lmdb: the map grows from a tiny size without losing or duplicating a sample", "[lmdb]") {

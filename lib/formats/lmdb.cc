@@ -487,13 +487,16 @@ class Env {
 // ----------------------------------------------------------------------------
 // Value decoders. `lkey` is the LMDB key, named in every error.
 
-Bytes View(const std::shared_ptr<Env>& env, const void* p, size_t n) {
-  return Bytes(std::shared_ptr<const void>(env, p), static_cast<const uint8_t*>(p), n);
+// A view into the map. `owner` keeps the map and the read transaction that
+// found the value alive: the Env itself, or a random-access thread slot (which
+// holds the Env).
+Bytes View(const std::shared_ptr<const void>& owner, const void* p, size_t n) {
+  return Bytes(std::shared_ptr<const void>(owner, p), static_cast<const uint8_t*>(p), n);
 }
 
 // check_payload: compare the payload with the record's xxh3 (sequential reads, verify);
 // random access skips that hash (a few us per 100 kB) on the hot path, like the other formats.
-Status DecodeRecord(const std::shared_ptr<Env>& env, std::string_view lkey, const MDB_val& v, uint64_t index,
+Status DecodeRecord(const Env* env, const std::shared_ptr<const void>& owner, std::string_view lkey, const MDB_val& v, uint64_t index,
                     Sample* out, bool check_payload = true, uint64_t* stored_sum = nullptr) {
   out->clear();
   Location loc{.file = env->dir(), .key = std::string(lkey), .index = int64_t(index)};
@@ -537,7 +540,7 @@ Status DecodeRecord(const std::shared_ptr<Env>& env, std::string_view lkey, cons
         std::string ext(f.key.via.str.ptr, f.key.via.str.size);
         if (ext.empty()) return bad("empty field name");
         if (out->find(ext)) return bad(fmt::format("field '{}' twice", ext));
-        out->set(std::move(ext), View(env, f.val.via.bin.ptr, f.val.via.bin.size));
+        out->set(std::move(ext), View(owner, f.val.via.bin.ptr, f.val.via.bin.size));
       }
       have_fields = true;
     } else if (name == "xxh3") {
@@ -593,7 +596,7 @@ bool ParseDatum(const void* p, size_t n, caffe::Datum* d) {
   return d->GetReflection()->GetUnknownFields(*d).empty();
 }
 
-Status DecodeDatum(const std::shared_ptr<Env>& env, std::string_view lkey, const MDB_val& v, uint64_t index,
+Status DecodeDatum(const Env* env, const std::shared_ptr<const void>& owner, std::string_view lkey, const MDB_val& v, uint64_t index,
                    Sample* out, const std::vector<uint64_t>* sums = nullptr) {
   out->clear();
   Location loc{.file = env->dir(), .key = std::string(lkey), .index = int64_t(index)};
@@ -616,7 +619,7 @@ Status DecodeDatum(const std::shared_ptr<Env>& env, std::string_view lkey, const
     // payload at its position by searching from the end for an exact match.
     if (!s.empty() && s.size() <= val.size()) {
       size_t pos = val.rfind(std::string_view(s));
-      if (pos != std::string_view::npos) return View(env, val.data() + pos, s.size());
+      if (pos != std::string_view::npos) return View(owner, val.data() + pos, s.size());
     }
     return Bytes::Copy(s);
   };
@@ -700,9 +703,9 @@ class LmdbReader : public SampleReader {
         return Status::Corrupt(fmt::format("LMDB key '{}' in '{}' where '{}' was expected (missing or extra sample)",
                                            lkey, env_->dir(), want),
                                Location{.file = env_->dir(), .key = std::string(lkey), .index = int64_t(index_)});
-      SK_RETURN_IF_ERROR(DecodeRecord(env_, lkey, v, index_, out));
+      SK_RETURN_IF_ERROR(DecodeRecord(env_.get(), env_, lkey, v, index_, out));
     } else {
-      SK_RETURN_IF_ERROR(DecodeDatum(env_, lkey, v, index_, out, sums_.get()));
+      SK_RETURN_IF_ERROR(DecodeDatum(env_.get(), env_, lkey, v, index_, out, sums_.get()));
     }
     ++index_;
     return true;
@@ -719,38 +722,124 @@ class LmdbReader : public SampleReader {
   bool done_ = false;
 };
 
+// Random access: one read transaction per thread, no lock on the hot path.
+//
+// Each thread that calls Get() on an LmdbRandomAccess gets a ReadSlot of its
+// own: a read transaction from the Env's pool, used by that thread only. The
+// thread finds it in a thread_local list keyed by the LmdbRandomAccess's id;
+// only the first Get() of a thread (and a thread's exit) takes the object's
+// mutex. The slot is the owner of the views Get() hands out, so their
+// reference counts live in a per-thread control block instead of one shared by
+// every thread. A slot's transaction is never reset or renewed: the views of
+// earlier Get()s stay valid, from one snapshot, for as long as they are held.
+// The slot gives its transaction back to the Env's pool when the
+// LmdbRandomAccess and every view of the slot are gone; a slot whose thread
+// exited goes to the next new thread (MDB_NOTLS lets a read transaction move
+// between threads that do not use it at the same time).
+struct ReadSlot {
+  ReadSlot(std::shared_ptr<Env> e, MDB_txn* t) : env(std::move(e)), txn(t) {}
+  ~ReadSlot() { env->Release(txn); }
+  std::shared_ptr<Env> env;
+  MDB_txn* txn;
+  std::atomic<bool> thread_gone{false};  // its thread exited: free for another one
+};
+
+// This thread's slots, one per LmdbRandomAccess it has read from.
+struct ThreadSlots {
+  struct Entry {
+    uint64_t owner_id;
+    std::weak_ptr<ReadSlot> slot;
+  };
+  std::vector<Entry> entries;
+  ~ThreadSlots() {
+    for (auto& e : entries)
+      if (auto s = e.slot.lock()) s->thread_gone.store(true, std::memory_order_release);
+  }
+};
+
+std::atomic<uint64_t> g_next_access_id{1};
+
 class LmdbRandomAccess : public RandomAccess {
  public:
   LmdbRandomAccess(std::shared_ptr<Env> env, Layout layout, uint64_t count,
                    std::shared_ptr<const std::vector<std::string>> keys,
                    std::shared_ptr<const std::vector<uint64_t>> sums)
-      : env_(std::move(env)), layout_(layout), count_(count), keys_(std::move(keys)), sums_(std::move(sums)) {}
+      : env_(std::move(env)), layout_(layout), count_(count), keys_(std::move(keys)), sums_(std::move(sums)),
+        id_(g_next_access_id.fetch_add(1)) {}
   uint64_t size() const override { return count_; }
 
   Status Get(uint64_t index, Sample* out) const override {
     if (index >= count_)
       return Status::Invalid(fmt::format("sample index {} out of range (dataset has {})", index, count_),
                              Location{.file = env_->dir(), .index = int64_t(index)});
-    std::string lkey = layout_ == Layout::kShardkit ? IndexKey(index) : (*keys_)[index];
-    SK_ASSIGN_OR_RETURN(MDB_txn * txn, env_->Acquire());
-    MDB_val k{lkey.size(), lkey.data()}, v;
-    int rc = mdb_get(txn, env_->dbi(), &k, &v);
-    env_->Release(txn);  // the value stays valid: the txn stays open in the pool
-    Location loc{.file = env_->dir(), .key = lkey, .index = int64_t(index)};
-    if (rc == MDB_NOTFOUND)
-      return Status::Corrupt(fmt::format("LMDB key '{}' of sample {} is missing from '{}'", lkey, index, env_->dir()), loc);
-    if (rc) return MdbStatus(rc, fmt::format("reading LMDB key '{}'", lkey), loc);
+    char buf[24];
+    std::string_view lkey;
+    if (layout_ == Layout::kShardkit) {
+      auto r = fmt::format_to_n(buf, sizeof buf, "{:010d}", index);
+      lkey = std::string_view(buf, r.size);
+    } else {
+      lkey = (*keys_)[index];
+    }
+    SK_ASSIGN_OR_RETURN(std::shared_ptr<ReadSlot> slot, ThisThreadsSlot());
+    MDB_val k{lkey.size(), const_cast<char*>(lkey.data())}, v;
+    int rc = mdb_get(slot->txn, env_->dbi(), &k, &v);
+    if (rc) {
+      Location loc{.file = env_->dir(), .key = std::string(lkey), .index = int64_t(index)};
+      if (rc == MDB_NOTFOUND)
+        return Status::Corrupt(fmt::format("LMDB key '{}' of sample {} is missing from '{}'", lkey, index, env_->dir()),
+                               loc);
+      return MdbStatus(rc, fmt::format("reading LMDB key '{}'", lkey), loc);
+    }
+    std::shared_ptr<const void> owner(std::move(slot));
     // The random-access hot path does not hash payloads (see DecodeRecord); verify does.
-    if (layout_ == Layout::kShardkit) return DecodeRecord(env_, lkey, v, index, out, /*check_payload=*/false);
-    return DecodeDatum(env_, lkey, v, index, out, nullptr);
+    if (layout_ == Layout::kShardkit) return DecodeRecord(env_.get(), owner, lkey, v, index, out, /*check_payload=*/false);
+    return DecodeDatum(env_.get(), owner, lkey, v, index, out, nullptr);
+  }
+
+  // Slots in use or free (tests).
+  size_t slots() const {
+    std::lock_guard<std::mutex> g(mu_);
+    return slots_.size();
   }
 
  private:
+  Result<std::shared_ptr<ReadSlot>> ThisThreadsSlot() const {
+    thread_local ThreadSlots mine;
+    for (auto& e : mine.entries)
+      if (e.owner_id == id_) {
+        // Alive: slots_ holds it as long as this object lives.
+        if (auto s = e.slot.lock()) return s;
+        break;
+      }
+    std::shared_ptr<ReadSlot> s;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      for (auto& x : slots_)
+        if (x->thread_gone.load(std::memory_order_acquire)) {
+          x->thread_gone.store(false, std::memory_order_relaxed);
+          s = x;
+          break;
+        }
+      if (!s) {
+        SK_ASSIGN_OR_RETURN(MDB_txn * txn, env_->Acquire());
+        s = std::make_shared<ReadSlot>(env_, txn);
+        slots_.push_back(s);
+      }
+    }
+    // Forget slots of objects that are gone, and this object's old entry.
+    std::erase_if(mine.entries, [&](const ThreadSlots::Entry& e) { return e.owner_id == id_ || e.slot.expired(); });
+    mine.entries.push_back({id_, s});
+    return s;
+  }
+
   std::shared_ptr<Env> env_;
   Layout layout_;
   uint64_t count_;
   std::shared_ptr<const std::vector<std::string>> keys_;
   std::shared_ptr<const std::vector<uint64_t>> sums_;
+  const uint64_t id_;  // never reused, unlike an address
+  mutable std::mutex mu_;
+  mutable std::vector<std::shared_ptr<ReadSlot>> slots_;  // one per thread that has called Get()
 };
 
 class LmdbDataset : public Dataset {
@@ -855,7 +944,7 @@ class LmdbDataset : public Dataset {
       }
       Sample s;
       uint64_t sum = 0;
-      st = DecodeRecord(env_, std::string_view(static_cast<const char*>(k.mv_data), k.mv_size), v, out.size(), &s,
+      st = DecodeRecord(env_.get(), env_, std::string_view(static_cast<const char*>(k.mv_data), k.mv_size), v, out.size(), &s,
                         /*check_payload=*/false, &sum);
       if (!st.ok()) break;
       out.push_back(sum);
@@ -885,7 +974,7 @@ class LmdbDataset : public Dataset {
       return Status::Corrupt("first LMDB entry lies outside the data file", Location{.file = env_->data_path()});
     std::string lkey(static_cast<const char*>(k.mv_data), k.mv_size);
     Sample s;
-    if (DecodeRecord(env_, lkey, v, 0, &s).ok() && lkey == IndexKey(0)) {
+    if (DecodeRecord(env_.get(), env_, lkey, v, 0, &s).ok() && lkey == IndexKey(0)) {
       layout_ = Layout::kShardkit;
       info_.extra["metadata"] = "none (shardkit.json missing)";
       return Status::OK();
