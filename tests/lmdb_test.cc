@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "core/file.h"
+#include "core/paths.h"
 #include "formats/lmdb.h"
 #include "formats/registry.h"
 #include "shardkit/shardkit.h"
@@ -605,6 +606,45 @@ TEST_CASE("lmdb: nothing appears without Finish, and a failed sync is fatal", "[
   CHECK((*w2)->Write(empty_key).code() == Code::kInvalidArgument);
   REQUIRE((*w2)->Write(samples[0]).ok());
   REQUIRE((*w2)->Finish().ok());
+}
+
+// Without the test knob: transactions commit every 1000 samples (or 2 MiB) without a
+// sync; data.mdb is synced once, in Finish(), and its recorded checksum is the XXH3 of
+// the finished file.
+TEST_CASE("lmdb: commits are not synced one by one; one sync before success; the file checksum holds", "[lmdb]") {
+  TempDir t;
+  std::vector<Sample> samples;
+  for (int i = 0; i < 2500; ++i) {
+    Sample s;
+    s.key = fmt::format("c{}/k{:05d}", i % 3, i);
+    s.set("jpg", Bytes::Take(fmt::format("bytes of sample {} ", i) + std::string(size_t(i % 97), 'x')));
+    s.set_label(i % 3);
+    samples.push_back(std::move(s));
+  }
+  std::atomic<int> commits{0}, syncs{0}, journal_writes{0};
+  io::SetFaultHook([&](const std::string& path, std::string_view op) {
+    if (path.ends_with("/data.mdb") && op == "write") ++commits;
+    if (path.ends_with("/data.mdb") && op == "fsync") ++syncs;
+    if (path.find("resume.json") != std::string::npos) ++journal_writes;
+    return 0;
+  });
+  std::string out = t / "a.lmdb";
+  auto w = Create(out, {});
+  REQUIRE(w.ok());
+  for (const auto& s : samples) REQUIRE((*w)->Write(s).ok());
+  auto sum = (*w)->Finish();
+  io::SetFaultHook(nullptr);
+  REQUIRE(sum.ok());
+  CHECK(commits == 3);  // 1000 + 1000 + 500
+  CHECK(syncs == 1);
+  CHECK(journal_writes == 0);  // no durable point before Finish() in so small a write
+  auto h = paths::HashFile(out + "/data.mdb");
+  REQUIRE(h.ok());
+  CHECK(sum->shards.at(0).checksum == paths::ChecksumString(*h));
+  auto ds = Open(out);
+  REQUIRE(ds.ok());
+  CHECK((*ds)->info().shards.at(0).checksum == paths::ChecksumString(*h));
+  CheckSame(ReadAll(**ds), samples);
 }
 
 TEST_CASE("lmdb: one directory opened twice in one process shares the environment", "[lmdb]") {
