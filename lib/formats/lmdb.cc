@@ -55,9 +55,11 @@ namespace lmdb {
 namespace {
 std::atomic<size_t> g_initial_map{0};
 std::atomic<size_t> g_batch_samples{0};
+std::atomic<size_t> g_durable_bytes{0};
 }  // namespace
 void SetInitialMapSizeForTest(size_t bytes) { g_initial_map = bytes; }
 void SetBatchSamplesForTest(size_t n) { g_batch_samples = n; }
+void SetDurableBytesForTest(size_t bytes) { g_durable_bytes = bytes; }
 }  // namespace lmdb
 
 namespace {
@@ -1098,7 +1100,8 @@ class LmdbWriter : public SampleWriter {
     w->temp_ = stable;
     w->keep_state_ = opts.resume;
     w->batch_limit_ = lmdb::g_batch_samples ? lmdb::g_batch_samples.load() : kDefaultBatchSamples;
-    w->durable_every_commit_ = lmdb::g_batch_samples != 0;
+    w->durable_bytes_ = lmdb::g_durable_bytes ? lmdb::g_durable_bytes.load() : kDurableBytes;
+    w->durable_every_commit_ = lmdb::g_batch_samples != 0 && lmdb::g_durable_bytes == 0;
     Location tl{.file = w->temp_};
     SK_RETURN_IF_ERROR(io::MakeDirs(w->temp_));
     // One writer per output: an exclusive lock on the partial directory.
@@ -1491,7 +1494,7 @@ class LmdbWriter : public SampleWriter {
   // size) it also makes a durable point: what the journal counts is on disk.
   Status Commit() {
     SK_RETURN_IF_ERROR(CommitTxn());
-    bool due = durable_every_commit_ || unsynced_bytes_ >= kDurableBytes ||
+    bool due = durable_every_commit_ || unsynced_bytes_ >= durable_bytes_ ||
                std::chrono::duration<double>(std::chrono::steady_clock::now() - last_durable_).count() >= kDurableSeconds;
     if (due) SK_RETURN_IF_ERROR(MakeDurable());
     return BeginTxn();
@@ -1557,6 +1560,7 @@ class LmdbWriter : public SampleWriter {
   uint64_t unsynced_ = 0, unsynced_bytes_ = 0;  // committed since the last durable point
   uint64_t writeback_bytes_ = 0;                // committed since the last writeback hint
   bool durable_every_commit_ = false;
+  uint64_t durable_bytes_ = kDurableBytes;
   std::chrono::steady_clock::time_point last_durable_ = std::chrono::steady_clock::now();
   uint64_t resume_samples_ = 0, resume_digest_ = 0, skipped_ = 0;
 };
