@@ -15,9 +15,11 @@
 // Reading: MDB_RDONLY | MDB_NOTLS, plus MDB_NOLOCK when the directory has no
 // lock.mdb or is not writable, so a reader never creates a lock file. Values are
 // zero-copy views into LMDB's map. Read transactions live in a pool owned by the
-// shared Env; every Bytes handed out keeps the Env (and so every read transaction
-// it ever opened) alive, which pins the snapshot the bytes belong to: a writer in
-// another process cannot reuse those pages while the bytes exist.
+// shared Env and are never reset; random access gives each calling thread one of
+// them (a ReadSlot, found without a lock). Every Bytes handed out keeps its slot or
+// the Env (and so the read transaction it came from) alive, which pins the
+// snapshot the bytes belong to: a writer in another process cannot reuse those
+// pages while the bytes exist.
 #include "formats/lmdb.h"
 
 #include <fcntl.h>
