@@ -40,6 +40,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <system_error>
 #include <thread>
 
 #include <fmt/format.h>
@@ -504,8 +505,9 @@ Bytes View(const std::shared_ptr<const void>& owner, const void* p, size_t n) {
 
 // check_payload: compare the payload with the record's xxh3 (sequential reads, verify);
 // random access skips that hash (a few us per 100 kB) on the hot path, like the other formats.
-Status DecodeRecord(const Env* env, const std::shared_ptr<const void>& owner, std::string_view lkey, const MDB_val& v, uint64_t index,
-                    Sample* out, bool check_payload = true, uint64_t* stored_sum = nullptr) {
+Status DecodeRecord(const Env* env, const std::shared_ptr<const void>& owner, std::string_view lkey,
+                    const MDB_val& v, uint64_t index, Sample* out, bool check_payload = true,
+                    uint64_t* stored_sum = nullptr) {
   out->clear();
   Location loc{.file = env->dir(), .key = std::string(lkey), .index = int64_t(index)};
   auto bad = [&](std::string why) {
@@ -604,8 +606,8 @@ bool ParseDatum(const void* p, size_t n, caffe::Datum* d) {
   return d->GetReflection()->GetUnknownFields(*d).empty();
 }
 
-Status DecodeDatum(const Env* env, const std::shared_ptr<const void>& owner, std::string_view lkey, const MDB_val& v, uint64_t index,
-                   Sample* out, const std::vector<uint64_t>* sums = nullptr) {
+Status DecodeDatum(const Env* env, const std::shared_ptr<const void>& owner, std::string_view lkey,
+                   const MDB_val& v, uint64_t index, Sample* out, const std::vector<uint64_t>* sums = nullptr) {
   out->clear();
   Location loc{.file = env->dir(), .key = std::string(lkey), .index = int64_t(index)};
   auto bad = [&](std::string why) {
@@ -800,14 +802,9 @@ class LmdbRandomAccess : public RandomAccess {
     }
     std::shared_ptr<const void> owner(std::move(slot));
     // The random-access hot path does not hash payloads (see DecodeRecord); verify does.
-    if (layout_ == Layout::kShardkit) return DecodeRecord(env_.get(), owner, lkey, v, index, out, /*check_payload=*/false);
+    if (layout_ == Layout::kShardkit)
+      return DecodeRecord(env_.get(), owner, lkey, v, index, out, /*check_payload=*/false);
     return DecodeDatum(env_.get(), owner, lkey, v, index, out, nullptr);
-  }
-
-  // Slots in use or free (tests).
-  size_t slots() const {
-    std::lock_guard<std::mutex> g(mu_);
-    return slots_.size();
   }
 
  private:
@@ -952,8 +949,8 @@ class LmdbDataset : public Dataset {
       }
       Sample s;
       uint64_t sum = 0;
-      st = DecodeRecord(env_.get(), env_, std::string_view(static_cast<const char*>(k.mv_data), k.mv_size), v, out.size(), &s,
-                        /*check_payload=*/false, &sum);
+      st = DecodeRecord(env_.get(), env_, std::string_view(static_cast<const char*>(k.mv_data), k.mv_size), v,
+                        out.size(), &s, /*check_payload=*/false, &sum);
       if (!st.ok()) break;
       out.push_back(sum);
     }
@@ -1183,10 +1180,15 @@ class LmdbWriter : public SampleWriter {
     // (read from the page cache through a mapping) runs while the disk syncs.
     std::string data = temp_ + "/data.mdb";
     Result<uint64_t> hash = Status::Internal("not hashed");
-    std::thread hasher([&] { hash = HashMapped(data); });
+    std::thread hasher;
+    try {
+      hasher = std::thread([&] { hash = HashMapped(data); });
+    } catch (const std::system_error&) {
+      hash = HashMapped(data);  // no thread to spare: one after the other
+    }
     Status synced = io::CheckFault(data, "fsync");
     int rc = synced.ok() ? mdb_env_sync(env_, 1) : 0;
-    hasher.join();
+    if (hasher.joinable()) hasher.join();
     SK_RETURN_IF_ERROR(synced);
     if (rc) return MdbStatus(rc, "mdb_env_sync", Location{.file = temp_});
     committed_ += unsynced_;
