@@ -1116,6 +1116,10 @@ class LmdbWriter : public SampleWriter {
     }
     w->digest_ = XXH3_createState();
     XXH3_64bits_reset(w->digest_);
+    if (resuming) {
+      SK_RETURN_IF_ERROR(w->LoadJournal());
+      SK_RETURN_IF_ERROR(w->CheckPartial());
+    }
     int rc = mdb_env_create(&w->env_);
     if (rc) return MdbStatus(rc, "mdb_env_create", tl);
     w->map_size_ = lmdb::g_initial_map ? lmdb::g_initial_map.load() : kDefaultMapSize;
@@ -1126,7 +1130,7 @@ class LmdbWriter : public SampleWriter {
     if (rc) return MdbStatus(rc, "cannot create the LMDB environment", tl);
     w->max_key_ = size_t(mdb_env_get_maxkeysize(w->env_));
     if (w->layout_ == Layout::kCaffe) w->tj_ = tjInitDecompress();
-    if (resuming) SK_RETURN_IF_ERROR(w->LoadJournal());
+    if (resuming) SK_RETURN_IF_ERROR(w->TrimToJournal());
     SK_RETURN_IF_ERROR(w->BeginTxn());
     return std::unique_ptr<SampleWriter>(std::move(w));
   }
@@ -1312,9 +1316,73 @@ class LmdbWriter : public SampleWriter {
     } catch (const std::exception& e) {
       return Status::Corrupt(fmt::format("cannot resume: bad journal: {}", e.what()), where);
     }
-    // The environment may hold more: a transaction committed just before the
-    // kill, whose journal update never happened. Those entries (the last ones,
-    // keys being in sample order) go, and are written again.
+    resume_samples_ = samples;
+    resume_digest_ = digest;
+    return Status::OK();
+  }
+
+  // Before the writer opens the partial environment: reads it the way a reader
+  // does (meta pages, the B-tree walked through the map, every record of the
+  // first resume_samples_ decoded and, in the shardkit layout, checked against
+  // its own xxh3), and keeps each of those samples' checksum for Skip(). Commits
+  // between durable points are not synced (MDB_NOSYNC): after a power loss the
+  // environment may be damaged, and then the resume is refused instead of
+  // building on it.
+  Status CheckPartial() {
+    std::string data = temp_ + "/data.mdb";
+    if (!io::Exists(data)) return Status::OK();  // TrimToJournal reports the missing samples
+    auto refuse = [&](const Status& why) {
+      return Status::Corrupt(fmt::format("cannot resume: the committed samples in '{}' are damaged ({}); start over "
+                                         "with --overwrite",
+                                         temp_, why.message()),
+                             why.where().file.empty() ? Location{.file = data} : why.where());
+    };
+    auto opened = Env::OpenNew(temp_);
+    if (!opened.ok()) return refuse(opened.status());
+    std::shared_ptr<Env> env = std::move(opened).value();
+    if (env->entries() < resume_samples_) return Status::OK();  // TrimToJournal says so
+    SK_ASSIGN_OR_RETURN(MDB_txn * txn, env->Acquire());
+    MDB_cursor* cur = nullptr;
+    int rc = mdb_cursor_open(txn, env->dbi(), &cur);
+    Status st;
+    resume_sums_.clear();
+    resume_sums_.reserve(resume_samples_);
+    MDB_val k, v;
+    for (uint64_t i = 0; rc == 0 && st.ok() && i < resume_samples_; ++i) {
+      rc = mdb_cursor_get(cur, &k, &v, i == 0 ? MDB_FIRST : MDB_NEXT);
+      if (rc) break;
+      if (!env->InMap(k.mv_data, k.mv_size)) {
+        st = Status::Corrupt(fmt::format("LMDB key of sample {} lies outside the data file", i), Location{.file = data});
+        break;
+      }
+      std::string_view lkey(static_cast<const char*>(k.mv_data), k.mv_size);
+      Sample s;
+      if (layout_ == Layout::kShardkit) {
+        if (lkey != IndexKey(i)) {
+          st = Status::Corrupt(fmt::format("LMDB key '{}' where '{}' was expected", lkey, IndexKey(i)),
+                               Location{.file = data, .index = int64_t(i)});
+          break;
+        }
+        uint64_t sum = 0;
+        st = DecodeRecord(env.get(), env, lkey, v, i, &s, /*check_payload=*/true, &sum);
+        if (st.ok()) resume_sums_.push_back(sum ? sum : s.checksum());
+      } else {
+        st = DecodeDatum(env.get(), env, lkey, v, i, &s);
+        if (st.ok()) resume_sums_.push_back(s.checksum());
+      }
+    }
+    if (cur) mdb_cursor_close(cur);
+    env->Release(txn);
+    if (!st.ok()) return refuse(st);
+    if (rc) return refuse(MdbStatus(rc, "reading the committed samples", Location{.file = data}));
+    return Status::OK();
+  }
+
+  // The environment may hold more than the journal counts: transactions
+  // committed after the last durable point. Those entries (the last ones, keys
+  // being in sample order) go, and are written again.
+  Status TrimToJournal() {
+    const uint64_t samples = resume_samples_, digest = resume_digest_;
     SK_RETURN_IF_ERROR(BeginTxn());
     MDB_stat st;
     int rc = mdb_stat(txn_, dbi_, &st);
@@ -1349,6 +1417,16 @@ class LmdbWriter : public SampleWriter {
   // after the last one) and into the metadata, not written again.
   Status Skip(const Sample& s) {
     uint64_t sum = s.checksum();
+    if (skipped_ < resume_sums_.size() && resume_sums_[skipped_] != sum) {
+      failed_ = true;
+      return Status::Invalid(fmt::format("resume: the first {} samples differ from the ones the interrupted write "
+                                         "committed: sample {} ('{}') has checksum {}, the committed one {}; resume "
+                                         "needs the same source, in the same order, with the same options; start "
+                                         "over with --overwrite",
+                                         resume_samples_, skipped_, s.key, paths::ChecksumString(sum),
+                                         paths::ChecksumString(resume_sums_[skipped_])),
+                             Location{.file = temp_, .key = s.key, .index = int64_t(skipped_)});
+    }
     AddToDigest(digest_, s, sum);
     ++skipped_;
     ++count_;
@@ -1567,6 +1645,7 @@ class LmdbWriter : public SampleWriter {
   uint64_t durable_bytes_ = kDurableBytes;
   std::chrono::steady_clock::time_point last_durable_ = std::chrono::steady_clock::now();
   uint64_t resume_samples_ = 0, resume_digest_ = 0, skipped_ = 0;
+  std::vector<uint64_t> resume_sums_;  // checksums of the committed samples, read back by CheckPartial()
 };
 
 int BidRead(const std::string& path) {
