@@ -10,7 +10,12 @@ namespace shardkit::formats::lmdb {
 // MDB_MAP_FULL path (abort, grow, replay the uncommitted batch). 0 restores the
 // default. Not thread-safe to change while writers are being created.
 void SetInitialMapSizeForTest(size_t bytes);
-// Samples per write transaction (default 1000; a batch also ends at 64 MiB). 0 restores.
+// Samples per write transaction (default 1000; a batch also ends at 2 MiB). While it is
+// set, every commit is also a durable point (sync + resume.json), unless
+// SetDurableBytesForTest says otherwise. 0 restores.
 void SetBatchSamplesForTest(size_t n);
+// A durable point after this much payload committed since the last one (default
+// 1 GiB, or 30 s). 0 restores.
+void SetDurableBytesForTest(size_t bytes);
 
 }  // namespace shardkit::formats::lmdb
