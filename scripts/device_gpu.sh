@@ -4,7 +4,8 @@
 #
 # Run from the repo root on the GPU machine, with .deps/ carried along (made here by
 # scripts/device-deps.sh):
-#   bash scripts/device_gpu.sh [all|quick|build|test|sanitize|bench|profile]   (default: all)
+#   bash scripts/device_gpu.sh [all|quick|build|test|sanitize|bench|profile|loader|final]   (default: all)
+# loader = the CPU reader vs the DataLoader (issue 6); final = build + test + loader.
 # quick = build + test + bench (no sanitizer): the default when called from
 # scripts/device_bench.sh, which passes BUILD (build dir), WORK ($WORK/imgs: its corpus)
 # and OUT.
@@ -184,8 +185,34 @@ profile() {
   done
 }
 
+# The CPU streaming reader against the DataLoader (issue 6), on tar shards of the corpus:
+# single-thread ratio and scaling (sk_loader_bench), `shardkit bench --loader`, the peer.
+loaderbench() {
+  corpus || return 1
+  say "build shardkit_cli sk_loader_bench"
+  cmake --build "$B" -j"$J" --target shardkit_cli sk_loader_bench > "$OUTDIR/loader_build.log" 2>&1 \
+    || { grep -E "error" -A5 "$OUTDIR/loader_build.log" | head -40; return 1; }
+  local S=$B/tools/shardkit W
+  W=$(dirname "$corpus")/wds
+  [ -f "$W/train.manifest.json" ] || $S convert "$corpus" "wds:$W/train-%06d.tar" --shard-size 64MB > /dev/null || return 1
+  say "sk_loader_bench"
+  "$B/bench/sk_loader_bench" "$W/train.manifest.json" --threads "$J" --repeat 1 2>&1 | tee "$OUTDIR/loader.txt" \
+    | grep -E "images/s|ratio|efficiency" | head -12
+  say "shardkit bench --loader; DataLoader peer"
+  $S bench "$W/train.manifest.json" --loader --threads "$J" --batch-size 256 --batches 120 | tee "$OUTDIR/loader-bench.txt" | tail -3
+  python3 scripts/bench_loader_peer.py "$corpus" --workers $(( J > 1 ? J - 1 : 1 )) --batch 256 --epochs 3 \
+    > "$OUTDIR/peer.txt" 2>&1
+  grep -E "images/s" "$OUTDIR/peer.txt" | tail -1
+}
+
 rc=0
 case "$stage" in
+  loader) build && loaderbench || rc=1 ;;
+  final)
+    build || exit 1
+    gtests || rc=1
+    loaderbench || rc=1
+    ;;
   profile) build && profile || rc=1 ;;
   build) build || rc=1 ;;
   test) build && gtests || rc=1 ;;
@@ -203,7 +230,7 @@ case "$stage" in
     sanitize || rc=1
     bench || rc=1
     ;;
-  *) echo "usage: $0 [all|quick|build|test|sanitize|bench|profile]"; exit 2 ;;
+  *) echo "usage: $0 [all|quick|build|test|sanitize|bench|profile|loader|final]"; exit 2 ;;
 esac
 say "done rc=$rc"
 exit $rc
