@@ -49,7 +49,7 @@ void AddCopyFlags(CLI::App* sub, CopyFlags* f) {
   sub->add_flag("--resume", f->resume,
                 "Continue an interrupted run (killed, power lost, disk full) of the same command: "
                 "tar shards from the last complete shard (same bytes as an uninterrupted run), "
-                "LMDB from the last committed transaction; HDF5 and folder outputs start over. "
+                "LMDB from the last durable point (a sync every 1 GiB or 30 s); HDF5 and folder outputs start over. "
                 "The source is read again from the start and checked against what was written");
   sub->add_flag("--json", f->json,
                 "Print the summary as one JSON object: command, source, destination, "
