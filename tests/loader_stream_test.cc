@@ -343,6 +343,17 @@ TEST_CASE("streamed loader: resume at several batches equals the uninterrupted r
       auto replay = Drain(*c);
       REQUIRE(replay.size() == rest.size());
       for (size_t i = 0; i < rest.size(); ++i) CHECK(replay[i] == rest[i]);
+      // A position taken at another batch (as the GPU loader does when it moves a saved
+      // state to the batch it needs): replayed, not used.
+      if (cut >= 1) {
+        LoaderState moved = st;
+        moved.next_batch = cut - 1;
+        auto d = MustCreate(addr, o);
+        REQUIRE(d->restore(moved).ok());
+        auto from = Drain(*d);
+        REQUIRE(from.size() == ref.size() - (cut - 1));
+        for (size_t i = 0; i < from.size(); ++i) CHECK(from[i] == ref[cut - 1 + i]);
+      }
     }
   }
 }

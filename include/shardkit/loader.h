@@ -135,6 +135,8 @@ struct StreamState {
     uint64_t offset = 0;  // position of the sample within its shard
     std::string key;      // checked when the sample is re-read
   };
+  // Where it was taken: it is used only by a restore to this same (epoch, batch).
+  uint64_t epoch = 0, next_batch = 0;
   uint64_t emitted = 0;   // samples this rank handed out (or consumed) in the epoch
   uint64_t segment = 0;   // the next sample to read: index into the rank's segments ...
   uint64_t offset = 0;    // ... and its position within that segment's shard
@@ -150,8 +152,9 @@ struct LoaderState {
   int rank = 0, world_size = 1;
   uint32_t batch_size = 0;
   // Streamed mode: where the reader and shuffle buffer stand before batch next_batch.
-  // A streamed loader given a state without it (has_stream false) replays the epoch's
-  // stream up to next_batch (reading, not decoding) instead.
+  // A streamed loader given a state without it (has_stream false), or with one taken at
+  // another (epoch, next_batch), replays the epoch's stream up to next_batch (reading,
+  // not decoding: slower, same batches) instead.
   bool has_stream = false;
   StreamState stream;
   // {"version":1,"seed":..,"epoch":..,"next_batch":..,...,"stream":{...}}

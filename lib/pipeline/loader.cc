@@ -95,7 +95,7 @@ std::string LoaderState::ToJson() const {
   if (has_stream) {
     nlohmann::json buf = nlohmann::json::array();
     for (const auto& e : stream.buffer) buf.push_back(nlohmann::json::array({e.shard, e.offset, e.key}));
-    j["stream"] = {{"emitted", stream.emitted}, {"segment", stream.segment}, {"offset", stream.offset},
+    j["stream"] = {{"epoch", stream.epoch}, {"next_batch", stream.next_batch}, {"emitted", stream.emitted}, {"segment", stream.segment}, {"offset", stream.offset},
                    {"buffer", std::move(buf)}};
   }
   // A key that is not UTF-8 is written with U+FFFD in its place; restoring then reports
@@ -119,6 +119,8 @@ Result<LoaderState> LoaderState::FromJson(std::string_view text) {
     if (j.contains("stream")) {
       const nlohmann::json& st = j.at("stream");
       s.has_stream = true;
+      s.stream.epoch = st.at("epoch").get<uint64_t>();
+      s.stream.next_batch = st.at("next_batch").get<uint64_t>();
       s.stream.emitted = st.at("emitted").get<uint64_t>();
       s.stream.segment = st.at("segment").get<uint64_t>();
       s.stream.offset = st.at("offset").get<uint64_t>();
@@ -833,6 +835,8 @@ LoaderState Loader::save_state() const {
   if (impl_->streaming) {
     s.has_stream = true;
     s.stream = FromPos(impl_->pos_next);
+    s.stream.epoch = impl_->epoch;
+    s.stream.next_batch = impl_->next;
   }
   return s;
 }
@@ -855,7 +859,10 @@ Status Loader::restore(const LoaderState& s) {
     impl_->Reset(s.epoch, s.next_batch);
     return Status::OK();
   }
-  if (!s.has_stream) return impl_->StreamReset(s.epoch, s.next_batch, nullptr);  // replay
+  // No position, or one from elsewhere (e.g. the GPU loader moving a saved state to
+  // another batch): replay the stream to next_batch.
+  if (!s.has_stream || s.stream.epoch != s.epoch || s.stream.next_batch != s.next_batch)
+    return impl_->StreamReset(s.epoch, s.next_batch, nullptr);
   const uint64_t want = std::min<uint64_t>(s.next_batch * o.batch_size, impl_->part.per_rank);
   if (s.stream.emitted != want)
     return Status::Invalid(fmt::format("streamed loader state has {} samples handed out at batch {} (expected {})",
