@@ -3,8 +3,10 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <set>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -59,8 +61,10 @@ class StreamOnly : public Dataset {
   Result<std::unique_ptr<SampleReader>> NewReader() const override {
     struct R : SampleReader {
       const std::vector<Sample>* s;
+      int delay_ms = 0;
       size_t i = 0;
       Result<bool> Next(Sample* out) override {
+        if (delay_ms) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
         if (i >= s->size()) return false;
         *out = (*s)[i++];
         return true;
@@ -68,6 +72,7 @@ class StreamOnly : public Dataset {
     };
     auto r = std::make_unique<R>();
     r->s = &samples_;
+    r->delay_ms = delay_ms;
     ++opened;
     return std::unique_ptr<SampleReader>(std::move(r));
   }
@@ -75,6 +80,7 @@ class StreamOnly : public Dataset {
     return Status::Unsupported("streamed only");
   }
   mutable int opened = 0;
+  int delay_ms = 0;  // per sample read
 
  private:
   std::vector<Sample> samples_;
@@ -483,4 +489,53 @@ TEST_CASE("streamed loader: metadata that disagrees with a shard, and a state fr
     LoaderState good = (*l)->save_state();
     CHECK(ra->restore(good).code() == Code::kInvalidArgument);
   }
+}
+
+TEST_CASE("streamed loader: a sample that fails to decode is named (kError) or skipped and counted (kSkip)",
+          "[loader][stream]") {
+  auto samples = MakeSamples(13);
+  samples[6].set("jpg", Bytes::Copy(std::string("\xff\xd8\xff\xe0 not a jpeg", 15)));
+  for (auto policy : {DecodeErrorPolicy::kError, DecodeErrorPolicy::kSkip}) {
+    LoaderOptions o = StreamOpts();
+    o.on_error = policy;
+    auto l = Loader::Create(std::make_unique<StreamOnly>(samples, 13), o);
+    REQUIRE(l.ok());
+    Status err;
+    size_t rows = 0;
+    for (;;) {
+      auto b = (*l)->Next();
+      if (!b.ok()) {
+        err = b.status();
+        break;
+      }
+      if (b->end_of_epoch()) break;
+      rows += b->size();
+    }
+    if (policy == DecodeErrorPolicy::kError) {
+      INFO(err.ToString());
+      CHECK(!err.ok());
+      CHECK(err.where().key == "c1/img0006");
+      CHECK(err.where().index == 6);
+    } else {
+      CHECK(err.ok());
+      CHECK(rows == 12);
+      auto sk = (*l)->skipped();
+      REQUIRE(sk.size() == 1);
+      CHECK(sk[0].where().key == "c1/img0006");
+    }
+  }
+}
+
+TEST_CASE("streamed loader: destroying it mid-epoch with a slow stream returns promptly", "[loader][stream]") {
+  auto ds = std::make_unique<StreamOnly>(MakeSamples(40), 40);
+  ds->delay_ms = 20;
+  LoaderOptions o = StreamOpts();
+  o.shuffle_buffer = 8;
+  auto l = Loader::Create(std::move(ds), o);
+  REQUIRE(l.ok());
+  REQUIRE((*l)->Next().ok());  // the reader thread is now reading ahead
+  auto t0 = std::chrono::steady_clock::now();
+  l->reset();
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(s < 0.5);
 }

@@ -5,6 +5,9 @@
 // order inside a batch never depends on timing). Up to `prefetch` batches exist at once
 // (in flight, ready, or held by the consumer): one pool slot each. Next() waits for the
 // batch it needs and tops up the submissions.
+// Streamed mode (no random access, or LoaderOptions::stream): one reader thread runs
+// pipeline::StreamReader (shard order, rank range, shuffle buffer) and queues each
+// batch's samples; a job then decodes the samples it was given instead of Get()ting them.
 #include "shardkit/loader.h"
 
 #include <algorithm>
@@ -339,26 +342,27 @@ struct Loader::Impl {
         pool->cv.wait(lk, [&] { return reader_stop.load() || inputs.size() < kReadAhead; });
         if (reader_stop.load()) return;
       }
-      auto in = std::make_shared<StreamInput>();
-      in->batch = b;
-      const uint64_t begin = b * o.batch_size;
-      const size_t count = size_t(std::min<uint64_t>(o.batch_size, part.per_rank - begin));
-      in->samples.resize(count);
-      in->indices.resize(count);
+      std::shared_ptr<StreamInput> in;
       Status st;
       try {
+        in = std::make_shared<StreamInput>();
+        in->batch = b;
+        const uint64_t begin = b * o.batch_size;
+        const size_t count = size_t(std::min<uint64_t>(o.batch_size, part.per_rank - begin));
+        in->samples.resize(count);
+        in->indices.resize(count);
         for (size_t i = 0; i < count && st.ok(); ++i) {
           if (reader_stop.load(std::memory_order_relaxed)) return;
           st = stream->Next(&in->samples[i], &in->indices[i]);
         }
+        if (st.ok()) in->post = stream->Position();
       } catch (const std::exception& ex) {
         st = Status::Internal(fmt::format("exception while reading the stream: {}", ex.what()));
       }
-      if (st.ok()) {
-        in->post = stream->Position();
-      } else {
+      if (!st.ok()) {
+        in = std::make_shared<StreamInput>();  // (small: no allocation of samples)
+        in->batch = b;
         in->error = st;
-        in->samples.clear();
       }
       {
         std::lock_guard<std::mutex> lk(pool->mu);
@@ -394,7 +398,12 @@ struct Loader::Impl {
       return st;
     }
     pos_next = stream->Position();
-    reader = std::thread([this, start] { ReadLoop(start); });
+    try {
+      reader = std::thread([this, start] { ReadLoop(start); });
+    } catch (const std::exception& ex) {
+      sticky = Status::Internal(fmt::format("cannot start the loader's reader thread: {}", ex.what()));
+      return sticky;
+    }
     std::lock_guard<std::mutex> lk(pool->mu);
     SubmitLocked();
     return Status::OK();
@@ -430,6 +439,8 @@ struct Loader::Impl {
         if (inputs.empty()) return;  // the reader thread has not read it yet
         in = std::move(inputs.front());
         inputs.pop_front();
+        if (in->batch != submitted && in->error.ok())
+          in->error = Status::Internal(fmt::format("streamed batch {} arrived for batch {}", in->batch, submitted));
         pool->cv.notify_all();  // room in the read-ahead queue
       }
       pool->state[size_t(slot)] = detail::BatchPool::kLoader;
