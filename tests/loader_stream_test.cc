@@ -406,7 +406,7 @@ TEST_CASE("streamed loader: the shuffle buffer never holds more than the option"
   CHECK(breaks >= 1);  // and the shard order is not the stored one
 }
 
-TEST_CASE("streamed loader: chosen by itself for a dataset without random access; counts unknown sizes",
+TEST_CASE("streamed loader: chosen by itself for a dataset without random access, and counts unknown sizes",
           "[loader][stream]") {
   auto samples = MakeSamples(13);
   auto ds = std::make_unique<StreamOnly>(samples, std::nullopt);
