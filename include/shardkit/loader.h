@@ -32,7 +32,8 @@
 // Lifetime: a Batch owns one buffer of the loader's pool until it is destroyed or
 // Release()d; it may outlive the Loader (the pool's memory is freed when the Loader and
 // every Batch are gone). The pool has `prefetch` buffers, allocated once at Create():
-// memory is bounded by prefetch * batch bytes whatever the dataset size. The consumer
+// memory is bounded by prefetch * batch bytes whatever the dataset size. Streamed mode
+// also holds at most shuffle_buffer + (2 + prefetch) * batch_size encoded samples. The consumer
 // may hold up to prefetch - 1 batches while calling Next(); when it holds all of them,
 // Next() returns kInvalidArgument instead of waiting forever.
 // Destroying a Loader mid-epoch cancels the work in flight and returns promptly (after
