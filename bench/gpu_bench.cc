@@ -2,7 +2,8 @@
 // (the corpus of ../shared/corpus/make_corpus.py), held in memory so that storage is out
 // of the measurement.
 //
-//   shardkit_gpu_bench DIR [--batch 256] [--epochs 2] [--threads 0] [--size 224]
+//   shardkit_gpu_bench DIR [--batch 256] [--epochs 2] [--threads 0] [--size 224] [--modes cpu,copy,gpu]
+//   (SHARDKIT_GPU_PROFILE=1 prints where the GPU decode path's producer spends its time)
 //
 // Modes (all RandomResizedCrop 224 + flip + normalize, float32 NCHW unless said):
 //   cpu_loader       the CPU Loader alone, batches in host memory (uint8 NHWC: what the
@@ -78,6 +79,8 @@ struct Args {
   int epochs = 2;
   int threads = 0;
   int size = 224;
+  std::string modes = "cpu,copy,gpu";  // --modes: which of the three to run
+  bool Has(const char* m) const { return ("," + modes + ",").find(std::string(",") + m + ",") != std::string::npos; }
 };
 
 LoaderOptions Opts(const Args& a, DType dt, Layout lay) {
@@ -99,16 +102,25 @@ void Fail(const Status& s, const char* what) {
   std::exit(1);
 }
 
+// Time the consumer spent in Next() after the warm-up batch: at the first batch of an
+// epoch (the pipeline restarts there) and at every other batch.
+struct Waits {
+  double epoch_start_s = 0, steady_s = 0, steady_max_s = 0;
+  uint64_t steady_over_1ms = 0;
+};
+
 // Runs `epochs` epochs (after one warm-up batch), returns images/s.
 template <class L, class OnBatch>
-double Run(L& l, int epochs, uint64_t* images, double* seconds, OnBatch on_batch) {
+double Run(L& l, int epochs, uint64_t* images, double* seconds, OnBatch on_batch, Waits* waits = nullptr) {
   uint64_t n = 0;
   Clock::time_point t0;
   bool started = false;
   for (int e = 0; e < epochs; ++e) {
     l.set_epoch(uint64_t(e));
-    for (;;) {
+    for (uint64_t k = 0;; ++k) {
+      auto tn = Clock::now();
       auto b = l.Next();
+      const double w = std::chrono::duration<double>(Clock::now() - tn).count();
       if (!b.ok()) Fail(b.status(), "Next");
       if (b->end_of_epoch()) break;
       if (!started) {  // the first batch warms up threads, pools and the GPU
@@ -116,6 +128,15 @@ double Run(L& l, int epochs, uint64_t* images, double* seconds, OnBatch on_batch
         t0 = Clock::now();
         started = true;
         continue;
+      }
+      if (waits) {
+        if (k == 0) {
+          waits->epoch_start_s += w;
+        } else {
+          waits->steady_s += w;
+          waits->steady_max_s = std::max(waits->steady_max_s, w);
+          if (w > 1e-3) ++waits->steady_over_1ms;
+        }
       }
       n += b->size();
       on_batch(*b, false);
@@ -138,11 +159,12 @@ int main(int argc, char** argv) {
     else if (k == "--epochs") a.epochs = std::stoi(val());
     else if (k == "--threads") a.threads = std::stoi(val());
     else if (k == "--size") a.size = std::stoi(val());
+    else if (k == "--modes") a.modes = val();
     else if (a.dir.empty()) a.dir = k;
     else { std::fprintf(stderr, "unknown argument %s\n", k.c_str()); return 2; }
   }
   if (a.dir.empty()) {
-    std::fprintf(stderr, "usage: shardkit_gpu_bench DIR [--batch N] [--epochs N] [--threads N] [--size N]\n");
+    std::fprintf(stderr, "usage: shardkit_gpu_bench DIR [--batch N] [--epochs N] [--threads N] [--size N] [--modes cpu,copy,gpu]\n");
     return 2;
   }
   uint64_t bytes = 0;
@@ -158,6 +180,7 @@ int main(int argc, char** argv) {
   double s = 0;
   // 1. The CPU loader alone.
   double cpu_u8 = 0, cpu_f32 = 0;
+  if (a.Has("cpu") || a.Has("copy"))
   for (DType dt : {DType::kUint8, DType::kFloat32}) {
     LoaderOptions o = Opts(a, dt, dt == DType::kUint8 ? Layout::kNHWC : Layout::kNCHW);
     auto l = Loader::Create(data, o);
@@ -175,6 +198,7 @@ int main(int argc, char** argv) {
   void* consumer = nullptr;
   if (auto st = gpu::testing::CreateStream(0, &consumer); !st.ok()) Fail(st, "stream");
   const double batch_s = a.batch / cpu_u8;  // the CPU loader's time per batch
+  if (a.Has("copy"))
   for (double frac : {0.0, 0.5, 1.5}) {
     GpuOptions g;
     g.decoder = DecoderKind::kCpu;
@@ -183,25 +207,29 @@ int main(int argc, char** argv) {
     if (!l.ok()) Fail(l.status(), "GpuLoader::Create(cpu)");
     const uint64_t spin_ns = uint64_t(frac * batch_s * 1e9);
     double wait0 = 0;
+    Waits wt;
     double r = Run(**l, a.epochs, &n, &s, [&](DeviceBatch& b, bool warm) {
       if (warm) wait0 = (*l)->stats().next_wait_s;
       if (auto st = b.WaitOn(consumer); !st.ok()) Fail(st, "WaitOn");
       if (spin_ns) (void)gpu::testing::Spin(consumer, spin_ns);
       b.Release(consumer);
       (void)gpu::testing::SyncStream(consumer);
-    });
+    }, &wt);
     auto st = (*l)->stats();
     double wait = st.next_wait_s - wait0;
     double ideal = frac > 1.0 ? 1.0 / (frac * batch_s) * a.batch : cpu_u8;  // the slower of the two
     std::printf("{\"mode\":\"copy_path\",\"consumer_step_ms\":%.2f,\"images_per_s\":%.1f,\"images\":%llu,"
                 "\"seconds\":%.3f,\"consumer_wait_pct\":%.2f,\"vs_cpu_loader\":%.3f,\"vs_ideal\":%.3f,"
-                "\"uploaded_mb\":%.1f}\n",
+                "\"uploaded_mb\":%.1f,\"wait_epoch_start_ms\":%.2f,\"wait_steady_pct\":%.2f,"
+                "\"wait_steady_max_ms\":%.2f,\"waits_over_1ms\":%llu}\n",
                 spin_ns / 1e6, r, (unsigned long long)n, s, 100.0 * wait / s, r / cpu_u8, r / ideal,
-                st.bytes_uploaded / 1e6);
+                st.bytes_uploaded / 1e6, wt.epoch_start_s * 1e3, 100.0 * wt.steady_s / s, wt.steady_max_s * 1e3,
+                (unsigned long long)wt.steady_over_1ms);
     std::fflush(stdout);
   }
   // 3. GPU decoding.
-  if (NvjpegCompiled()) {
+  if (!a.Has("gpu")) {
+  } else if (NvjpegCompiled()) {
     for (bool roi : {true, false}) {
       GpuOptions g;
       g.decoder = DecoderKind::kGpu;
@@ -219,7 +247,7 @@ int main(int argc, char** argv) {
                   "\"hardware\":%llu,\"cuda\":%llu,\"host\":%llu,\"roi\":%llu,\"vs_cpu_loader\":%.3f}\n",
                   roi ? "" : "_noroi", r, (unsigned long long)n, s, (unsigned long long)st.images_hardware,
                   (unsigned long long)st.images_cuda, (unsigned long long)st.images_host,
-                  (unsigned long long)st.images_roi, r / cpu_f32);
+                  (unsigned long long)st.images_roi, cpu_f32 > 0 ? r / cpu_f32 : 0.0);
       std::fflush(stdout);
     }
   } else {

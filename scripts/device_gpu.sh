@@ -4,7 +4,7 @@
 #
 # Run from the repo root on the GPU machine, with .deps/ carried along (made here by
 # scripts/device-deps.sh):
-#   bash scripts/device_gpu.sh [all|quick|build|test|sanitize|bench]   (default: all)
+#   bash scripts/device_gpu.sh [all|quick|build|test|sanitize|bench|profile]   (default: all)
 # quick = build + test + bench (no sanitizer): the default when called from
 # scripts/device_bench.sh, which passes BUILD (build dir), WORK ($WORK/imgs: its corpus)
 # and OUT.
@@ -58,7 +58,8 @@ gtests() {
   corpus || echo "device_gpu: no corpus; the corpus test will skip"
   SHARDKIT_CORPUS=$corpus $B/tests/test_gpu --durations yes > "$OUTDIR/gpu_tests.log" 2>&1
   local rc=$?
-  grep -E "warning:|SKIPPED|nvJPEG vs|FAILED|failed|passed|^[0-9.]+ s:" -A2 "$OUTDIR/gpu_tests.log" | head -80
+  grep -E "warning:|SKIPPED|nvJPEG vs|failed|passed|^[0-9.]+ s:" -A2 "$OUTDIR/gpu_tests.log" | head -80
+  grep -E "FAILED" -B3 -A10 "$OUTDIR/gpu_tests.log" | head -60
   return $rc
 }
 
@@ -86,7 +87,7 @@ sanitize() {
 
 corpus() {
   if [ ! -d "$corpus" ]; then
-    say "corpus (8000 images)"
+    say "corpus (16 x 500 images)"
     local py=python3 mk=""
     [ -x /usr/bin/python3 ] && /usr/bin/python3 -c "import PIL, numpy" 2>/dev/null && py=/usr/bin/python3
     for c in "${CORPUS_SCRIPT:-}" ../shared/corpus/make_corpus.py shared/corpus/make_corpus.py .corpus/make_corpus.py; do
@@ -101,8 +102,15 @@ corpus() {
     find "$(dirname "$mk")/sources" -maxdepth 1 -type f \( -iname '*.png' -o -iname '*.jpg' -o -iname '*.jpeg' \) \
       -exec cp {} "$tmp/sources/" \;
     rm -rf "$corpus.part"
-    $py "$tmp/make_corpus.py" "$corpus.part" --count 8000 > "$OUTDIR/gpu_corpus.log" 2>&1 \
-      || { echo "device_gpu: cannot make the corpus"; tail "$OUTDIR/gpu_corpus.log"; return 1; }
+    # 16 seeds x 500 images in parallel (one 8000-image run takes ~4 minutes there).
+    local k fail=0
+    for k in $(seq 0 15); do
+      $py "$tmp/make_corpus.py" "$corpus.part" --count 500 --seed "$k" > "$tmp/corpus.$k.log" 2>&1 &
+    done
+    for k in $(seq 0 15); do wait -n || fail=1; done
+    cat "$tmp"/corpus.*.log > "$OUTDIR/gpu_corpus.log"
+    [ "$fail" = 0 ] || { echo "device_gpu: cannot make the corpus"; tail "$OUTDIR/gpu_corpus.log"; return 1; }
+    echo "device_gpu: corpus $(find "$corpus.part" -type f | wc -l) images"
     mv "$corpus.part" "$corpus"
   fi
 }
@@ -163,8 +171,22 @@ for name, v, ok in goals:
 PY
 }
 
+# Where the GPU decode path's time goes (SHARDKIT_GPU_PROFILE=1), GPU decode modes only;
+# PROFILE_ARGS adds shardkit_gpu_bench arguments (e.g. "--threads 8"); HW_LOADS lists the
+# SHARDKIT_HW_LOAD values to run (default "1").
+profile() {
+  corpus || return 1
+  local l
+  for l in ${HW_LOADS:-1}; do
+    say "shardkit_gpu_bench --modes gpu, profiled, SHARDKIT_HW_LOAD=$l"
+    SHARDKIT_HW_LOAD=$l SHARDKIT_GPU_PROFILE=1 $B/lib/shardkit_gpu_bench "$corpus" --batch 256 --epochs 2 --modes gpu \
+      ${PROFILE_ARGS:-} 2>&1 | tee -a "$OUTDIR/gpu_profile.txt"
+  done
+}
+
 rc=0
 case "$stage" in
+  profile) build && profile || rc=1 ;;
   build) build || rc=1 ;;
   test) build && gtests || rc=1 ;;
   sanitize) build && sanitize || rc=1 ;;
@@ -181,7 +203,7 @@ case "$stage" in
     sanitize || rc=1
     bench || rc=1
     ;;
-  *) echo "usage: $0 [all|quick|build|test|sanitize|bench]"; exit 2 ;;
+  *) echo "usage: $0 [all|quick|build|test|sanitize|bench|profile]"; exit 2 ;;
 esac
 say "done rc=$rc"
 exit $rc

@@ -496,12 +496,18 @@ TEST_CASE("the copy of the next batch overlaps the consumer's kernel", "[gpu]") 
     g.consumer_stream = consumer;
     auto l = GpuLoader::Create(data, Opts(DType::kFloat32, Layout::kNCHW), g);
     REQUIRE(l.ok());
-    // A first pass over the epoch lets every buffer (ours and nvJPEG's) reach its size:
-    // growing one may wait for the whole device.
-    for (;;) {
-      auto b = (*l)->Next();
-      REQUIRE(b.ok());
-      if (b->end_of_epoch()) break;
+    // A first pass over the epochs measured below lets every buffer (ours and nvJPEG's,
+    // whose sizes depend on each epoch's crops and on which thread decodes what) reach
+    // its size: growing one may wait for the whole device. Twice, for the thread mapping.
+    for (int pass = 0; pass < 2; ++pass) {
+      for (uint64_t e = 1; e <= 4; ++e) {
+        (*l)->set_epoch(e);
+        for (;;) {
+          auto b = (*l)->Next();
+          REQUIRE(b.ok());
+          if (b->end_of_epoch()) break;
+        }
+      }
     }
     (*l)->set_epoch(0);
     void* step_done = nullptr;

@@ -73,6 +73,13 @@ struct GpuOptions {
   int host_threads = 0;                    // gpu decode: host threads (read, parse, CPU fallback); 0 = all
   bool roi_decode = true;                  // gpu decode: decode only the crop's region where nvJPEG allows
   bool hardware_decoder = true;            // gpu decode: use the hardware JPEG engines when present
+  // gpu decode: the share of the JPEGs the hardware engines could take that they do take;
+  // the rest are decoded by the host threads at the same time, so that both the engines
+  // and the CPU cores work. Which images go where is a function of the sample index only
+  // (never of timing). < 0: the default (kDefaultHardwareLoad; env SHARDKIT_HW_LOAD
+  // overrides it); 1: every image the engines accept.
+  double hardware_load = -1;
+  static constexpr double kDefaultHardwareLoad = 0.7;  // best of 1, 0.7, 0.65, 0.55 on an H200 (docs/gpu.md)
   // gpu decode, for tests: route every image through libjpeg-turbo on the host (the
   // resize, flip and normalisation still run on the GPU).
   bool force_cpu_decode = false;

@@ -5,6 +5,7 @@
 #include <tbb/blocked_range.h>
 #include <tbb/enumerable_thread_specific.h>
 #include <tbb/parallel_for.h>
+#include <tbb/task_group.h>
 #include <tbb/task_arena.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -436,6 +438,28 @@ struct DecodeImpl final : ProducerImpl {
 #endif
   Set sets[2];
   std::vector<uint64_t> order;
+  double hw_load = 1.0;  // GpuOptions::hardware_load, resolved
+
+  // SHARDKIT_GPU_PROFILE=1: where the producer's time goes, printed to stderr at
+  // destruction (host seconds per phase; GPU milliseconds of the hardware decode and the
+  // resize, from timing events read back when a set is reused).
+  struct Profile {
+    bool on = false;
+    uint64_t batches = 0;
+    double acquire = 0, wait_set = 0, phase1 = 0, handoff = 0, pack = 0, hw_call = 0, cuda_rows = 0, tail = 0;
+    double gpu_hw_ms = 0, gpu_resize_ms = 0;
+    cudaEvent_t ev[2][3] = {};
+    bool pending[2] = {false, false};
+  } prof;
+  using PClock = std::chrono::steady_clock;
+  static double Since(PClock::time_point t) { return std::chrono::duration<double>(PClock::now() - t).count(); }
+  void ProfileCollect(int si) {
+    if (!prof.on || !prof.pending[si]) return;
+    float a = 0, b = 0;
+    if (cudaEventElapsedTime(&a, prof.ev[si][0], prof.ev[si][1]) == cudaSuccess) prof.gpu_hw_ms += a;
+    if (cudaEventElapsedTime(&b, prof.ev[si][1], prof.ev[si][2]) == cudaSuccess) prof.gpu_resize_ms += b;
+    prof.pending[si] = false;
+  }
 
   std::vector<Status> skipped;  // guarded by mu
 
@@ -443,6 +467,21 @@ struct DecodeImpl final : ProducerImpl {
     Stop();
     SK_CUDA_IGNORE(cudaSetDevice(g.device));
     if (stream) SK_CUDA_IGNORE(cudaStreamSynchronize(stream));
+    if (prof.on && prof.batches) {
+      ProfileCollect(0);
+      ProfileCollect(1);
+      const double k = 1e3 / double(prof.batches);
+      std::fprintf(stderr,
+                   "gpu_profile: %llu batches, ms/batch producer: acquire %.2f wait_set %.2f phase1 %.2f handoff %.2f | "
+                   "submitter: pack+upload %.2f "
+                   "hw_call %.2f cuda_rows %.2f tail %.2f | gpu: hw_decode %.2f resize %.2f\n",
+                   (unsigned long long)prof.batches, prof.acquire * k, prof.wait_set * k, prof.phase1 * k, prof.handoff * k,
+                   prof.pack * k, prof.hw_call * k, prof.cuda_rows * k, prof.tail * k,
+                   prof.gpu_hw_ms / double(prof.batches), prof.gpu_resize_ms / double(prof.batches));
+      for (auto& e2 : prof.ev)
+        for (auto& e : e2)
+          if (e) SK_CUDA_IGNORE(cudaEventDestroy(e));
+    }
     for (auto& s : sets) {
       if (s.done) SK_CUDA_IGNORE(cudaEventSynchronize(s.done));
       if (s.host) SK_CUDA_IGNORE(cudaFreeHost(s.host));
@@ -468,7 +507,25 @@ struct DecodeImpl final : ProducerImpl {
     rrc = {o.scale_min, o.scale_max, o.ratio_min, o.ratio_max, o.flip_p};
     int threads = g.host_threads > 0 ? g.host_threads : (o.threads > 0 ? o.threads : tbb::info::default_concurrency());
     arena = std::make_unique<tbb::task_arena>(threads);
+    hw_load = g.hardware_load;
+    if (hw_load < 0) {
+      hw_load = GpuOptions::kDefaultHardwareLoad;
+      if (const char* v = std::getenv("SHARDKIT_HW_LOAD"); v && *v) {
+        char* endp = nullptr;
+        double x = std::strtod(v, &endp);
+        if (endp == v || *endp || !(x >= 0 && x <= 1))
+          return Status::Invalid(fmt::format("SHARDKIT_HW_LOAD='{}': expected a number in [0, 1]", v));
+        hw_load = x;
+      }
+    }
+    if (!(hw_load >= 0 && hw_load <= 1))
+      return Status::Invalid(fmt::format("GpuOptions::hardware_load {} is not in [0, 1]", g.hardware_load));
     SK_RETURN_IF_ERROR(InitCommon(RowElems() * DTypeSize(o.dtype) * o.batch_size, 0, false));
+    if (const char* pe = std::getenv("SHARDKIT_GPU_PROFILE"); pe && *pe && *pe != '0') {
+      prof.on = true;
+      for (auto& e2 : prof.ev)
+        for (auto& e : e2) SK_CUDA_RETURN(cudaEventCreate(&e));
+    }
     for (auto& s : sets) {
       s.rows.resize(o.batch_size);
       SK_CUDA_RETURN(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
@@ -503,32 +560,109 @@ struct DecodeImpl final : ProducerImpl {
     return Status::OK();
   }
 
-  void Produce(uint64_t e, uint64_t start) override {
-    for (uint64_t b = start; b < part.num_batches; ++b) {
-      int slot = ring->Acquire(&stop);
-      if (slot < 0) return;  // stopped
-      Set& set = sets[b % 2];
-      cudaError_t ce = cudaEventSynchronize(set.done);
-      QueueItem it;
-      if (ce != cudaSuccess) {
-        it.st = gpu::CudaError(ce, "cudaEventSynchronize(set)");
-      } else {
-        auto r = RunBatch(set, int(b % 2), e, b, slot, &it);
-        if (r.ok()) {
-          it.batch = std::move(r).value();
-        } else {
-          it.st = std::move(r).take_status();
-        }
-      }
-      if (!it.st.ok()) {
-        ring->Abandon(slot);
-        Push(std::move(it));
-        return;  // the error stays until set_epoch
-      }
-      Push(std::move(it));
-      if (stop.load()) return;
+  // Two threads per epoch, so that the host work of batch b+1 overlaps the GPU submission
+  // of batch b (nvjpegDecodeBatchedEx blocks its caller for most of the engines' time):
+  // - this one (the producer) acquires a ring slot, waits until the set's previous batch
+  //   is done on the GPU, and runs phase 1 (read, parse, plan, host decode) in the arena;
+  // - the submitter packs and uploads, decodes on the GPU (hardware batch on the
+  //   submitter, CUDA-backend rows at the same time in the arena), resizes, and pushes
+  //   the batch to the queue, in order.
+  // One batch is handed over at a time, and only once the submitter is idle: when the
+  // producer hands over b+1, the submitter is done with b's set on the host, so phase 1
+  // of b+2 (same set) never races with it.
+  struct Handoff {
+    std::mutex m;
+    std::condition_variable cv;
+    bool full = false, busy = false, quit = false, failed = false;
+    uint64_t b = 0;
+    int slot = -1;
+  };
+
+  void Submitter(Handoff& h, uint64_t e) {
+    if (cudaSetDevice(g.device) != cudaSuccess) {
+      std::lock_guard<std::mutex> lk(h.m);
+      h.failed = true;
     }
-    Push({Status::OK(), GpuLoaderAccess::End()});
+    for (;;) {
+      uint64_t b;
+      int slot;
+      {
+        std::unique_lock<std::mutex> lk(h.m);
+        h.cv.wait(lk, [&] { return h.full || h.quit; });
+        if (!h.full) return;
+        b = h.b;
+        slot = h.slot;
+        h.full = false;
+        h.busy = true;
+      }
+      QueueItem it;
+      auto r = FinishBatch(sets[b % 2], int(b % 2), e, b, slot, &it);
+      if (r.ok()) {
+        it.batch = std::move(r).value();
+      } else {
+        it.st = std::move(r).take_status();
+        ring->Abandon(slot);
+      }
+      const bool bad = !it.st.ok();
+      Push(std::move(it));
+      {
+        std::lock_guard<std::mutex> lk(h.m);
+        h.busy = false;
+        if (bad) h.failed = true;
+      }
+      h.cv.notify_all();
+    }
+  }
+
+  void Produce(uint64_t e, uint64_t start) override {
+    Handoff h;
+    std::thread sub([&] { Submitter(h, e); });
+    auto wait_idle = [&] {
+      std::unique_lock<std::mutex> lk(h.m);
+      h.cv.wait(lk, [&] { return !h.full && !h.busy; });
+      return !h.failed;
+    };
+    bool ok = true;
+    for (uint64_t b = start; b < part.num_batches && ok; ++b) {
+      auto t0 = PClock::now();
+      int slot = ring->Acquire(&stop);
+      if (slot < 0) break;  // stopped
+      Set& set = sets[b % 2];
+      auto t1 = PClock::now();
+      cudaError_t ce = cudaEventSynchronize(set.done);
+      if (prof.on) {
+        prof.acquire += std::chrono::duration<double>(t1 - t0).count();
+        prof.wait_set += Since(t1);
+        ProfileCollect(int(b % 2));
+        ++prof.batches;
+      }
+      Status st = ce == cudaSuccess ? PrepareBatch(set, e, b) : gpu::CudaError(ce, "cudaEventSynchronize(set)");
+      auto tw = PClock::now();
+      ok = wait_idle();  // the submitter is done with batch b-1 (and so with this set)
+      if (prof.on) prof.handoff += Since(tw);
+      if (!ok || !st.ok()) {
+        ring->Abandon(slot);
+        if (ok) Push({st, {}});  // after b-1, in order; the error stays until set_epoch
+        ok = false;
+        break;
+      }
+      {
+        std::lock_guard<std::mutex> lk(h.m);
+        h.b = b;
+        h.slot = slot;
+        h.full = true;
+      }
+      h.cv.notify_all();
+      if (stop.load()) break;
+    }
+    if (ok) ok = wait_idle();
+    {
+      std::lock_guard<std::mutex> lk(h.m);
+      h.quit = true;
+    }
+    h.cv.notify_all();
+    sub.join();
+    if (ok && !stop.load()) Push({Status::OK(), GpuLoaderAccess::End()});
   }
 
   // --- one batch ---
@@ -571,6 +705,10 @@ struct DecodeImpl final : ProducerImpl {
     if (!gpu::ParseJpegHeader(r.data, r.size, &h)) return false;
     gpu::JpegClass cls = gpu::Classify(h);
     if (cls == gpu::JpegClass::kHost) return false;
+    // The engines' share: a fixed function of the sample index (see hardware_load).
+    if (cls == gpu::JpegClass::kHardware && hw_load < 1.0 &&
+        double(pipeline::Mix64(index ^ 0x6877'6c6f'6164ull) >> 11) * 0x1.0p-53 >= hw_load)
+      return false;
     if (h.width > 32768 || h.height > 32768 || uint64_t(h.width) * h.height > 200'000'000ull) return false;
     pipeline::Augment aug = o.mode == AugmentMode::kTrain
                                 ? pipeline::TrainAugment(o.seed, e, index, h.width, h.height, rrc)
@@ -655,10 +793,12 @@ struct DecodeImpl final : ProducerImpl {
     return Status::OK();
   }
 
-  Result<DeviceBatch> RunBatch(Set& set, int set_index, uint64_t e, uint64_t b, int slot, QueueItem* counts) {
+  // Phase 1 of batch b into `set` (producer thread).
+  Status PrepareBatch(Set& set, uint64_t e, uint64_t b) {
     const uint64_t begin = b * o.batch_size;
     const uint64_t end = std::min<uint64_t>(begin + o.batch_size, order.size());
     const size_t count = size_t(end - begin);
+    auto tp = PClock::now();
     // Phase 1, parallel: read, parse headers, choose crops, host-decode what nvJPEG can't.
     arena->execute([&] {
       tbb::parallel_for(tbb::blocked_range<size_t>(0, count, 1), [&](const tbb::blocked_range<size_t>& rg) {
@@ -676,6 +816,16 @@ struct DecodeImpl final : ProducerImpl {
         }
       });
     });
+    if (stop.load()) return Status::Cancelled("loader stopped");
+    if (prof.on) prof.phase1 += Since(tp);
+    return Status::OK();
+  }
+
+  // The rest of batch b (submitter thread).
+  Result<DeviceBatch> FinishBatch(Set& set, int set_index, uint64_t e, uint64_t b, int slot, QueueItem* counts) {
+    const uint64_t begin = b * o.batch_size;
+    const uint64_t end = std::min<uint64_t>(begin + o.batch_size, order.size());
+    const size_t count = size_t(end - begin);
     if (stop.load()) return Status::Cancelled("loader stopped");
     // Rows kept (errors: kError fails the batch at the first one; kSkip drops and counts).
     std::vector<size_t> keep;
@@ -720,14 +870,21 @@ struct DecodeImpl final : ProducerImpl {
       keep.swap(keep2);
     }
     // The output: wait for the consumer to be done with the slot, then resize into it.
+    auto tt = PClock::now();
     auto& s = ring->slots[size_t(slot)];
     SK_CUDA_RETURN(cudaStreamWaitEvent(stream, s.released, 0));
+    if (prof.on) SK_CUDA_RETURN(cudaEventRecord(prof.ev[set_index][1], stream));
     const auto* descs = reinterpret_cast<const gpu::ResizeDesc*>(set.dev);
     const auto* blob = reinterpret_cast<const uint32_t*>(set.dev + Align(keep.size() * sizeof(gpu::ResizeDesc)));
     SK_RETURN_IF_ERROR(gpu::LaunchResize(descs, blob, int(keep.size()), o.output_height, o.output_width, o.dtype,
                                          o.layout, norm, s.out, stream));
     SK_CUDA_RETURN(cudaEventRecord(s.ready, stream));
+    if (prof.on) {
+      SK_CUDA_RETURN(cudaEventRecord(prof.ev[set_index][2], stream));
+      prof.pending[set_index] = true;
+    }
     SK_CUDA_RETURN(cudaEventRecord(set.done, stream));
+    if (prof.on) prof.tail += Since(tt);
 
     std::vector<int64_t> labels;
     std::vector<std::string> keys;
@@ -754,6 +911,7 @@ struct DecodeImpl final : ProducerImpl {
   // kCorrupt: nvJPEG refused something (the caller retries on the host).
   Status Launch(Set& set, int set_index, const std::vector<size_t>& keep) {
     const int ow = o.output_width, oh = o.output_height;
+    [[maybe_unused]] auto tl = PClock::now();
     const size_t desc_bytes = Align(keep.size() * sizeof(gpu::ResizeDesc));
     size_t words = 0, pix = 0, arena_bytes = 0;
     for (size_t i : keep) {
@@ -816,23 +974,39 @@ struct DecodeImpl final : ProducerImpl {
         if (r.route == 1) hw_items.push_back(&r.item);
         if (r.route == 2 || r.route == 3) cuda_rows.push_back(i);
       }
-      Status hst = nv->DecodeHardware(set_index, hw_items, stream);
-      if (!hst.ok()) return Status::Corrupt("nvJPEG hardware batch: " + hst.ToString());
+      if (prof.on) {
+        prof.pack += Since(tl);
+        SK_CUDA_RETURN(cudaEventRecord(prof.ev[set_index][0], stream));
+      }
+      // The CUDA-backend rows decode in the arena while this thread submits the hardware
+      // batch (which blocks it for most of the engines' time).
       std::atomic<bool> failed{false};
       std::string why;
       std::mutex why_mu;
-      arena->execute([&] {
-        tbb::parallel_for(size_t(0), cuda_rows.size(), [&](size_t k) {
-          int tid = tbb::this_task_arena::current_thread_index();
-          Status cst = nv->DecodeCuda(tid, set.rows[cuda_rows[k]].item);
-          if (!cst.ok()) {
-            failed.store(true);
-            std::lock_guard<std::mutex> lk(why_mu);
-            why = cst.ToString();
-          }
+      tbb::task_group tg;
+      auto tc = PClock::now();
+      if (!cuda_rows.empty()) {
+        arena->execute([&] {
+          tg.run([&] {
+            tbb::parallel_for(size_t(0), cuda_rows.size(), [&](size_t k) {
+              int tid = tbb::this_task_arena::current_thread_index();
+              Status cst = nv->DecodeCuda(tid, set.rows[cuda_rows[k]].item);
+              if (!cst.ok()) {
+                failed.store(true);
+                std::lock_guard<std::mutex> lk(why_mu);
+                why = cst.ToString();
+              }
+            });
+          });
         });
-      });
+      }
+      auto th = PClock::now();
+      Status hst = nv->DecodeHardware(set_index, hw_items, stream);
+      if (prof.on) prof.hw_call += Since(th);
+      arena->execute([&] { tg.wait(); });
+      if (!hst.ok()) return Status::Corrupt("nvJPEG hardware batch: " + hst.ToString());
       SK_RETURN_IF_ERROR(nv->Join(stream));
+      if (prof.on) prof.cuda_rows += Since(tc);
       if (failed.load()) return Status::Corrupt("nvJPEG CUDA decode: " + why);
     }
 #else

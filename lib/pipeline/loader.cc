@@ -12,11 +12,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <deque>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -211,8 +211,12 @@ struct Worker {
 
 struct Job {
   uint64_t batch = 0;
+  uint64_t epoch = 0;
   int slot = -1;
   bool done = false;
+  size_t rows_total = 0;              // rows to decode, fixed at submission
+  size_t next_row = 0;                // next row to claim (guarded by Impl::work_mu)
+  std::atomic<size_t> rows_done{0};   // rows decoded; the last one finishes the job
   std::vector<uint64_t> indices;
   std::vector<int64_t> labels;
   std::vector<std::string> keys;
@@ -282,7 +286,14 @@ struct Loader::Impl {
 
   // Guarded by pool->mu.
   std::map<uint64_t, std::shared_ptr<Job>> jobs;
-  int in_flight = 0;
+  int in_flight = 0;     // jobs submitted and not finished
+  int tasks_live = 0;    // worker tasks enqueued and not exited
+  // Jobs with rows nobody has claimed yet, oldest batch first (guarded by work_mu).
+  // Workers always take the next row of the oldest batch, so batches finish in order,
+  // one batch time apart, also right after set_epoch (no batch waits for all the
+  // batches in flight to progress together).
+  std::mutex work_mu;
+  std::deque<std::shared_ptr<Job>> active;
   std::atomic<bool> cancel{false};
 
   // Consumer-thread state.
@@ -315,9 +326,13 @@ struct Loader::Impl {
     StopReader();
     cancel.store(true);
     std::unique_lock<std::mutex> lk(pool->mu);
-    pool->cv.wait(lk, [&] { return in_flight == 0; });
+    pool->cv.wait(lk, [&] { return in_flight == 0 && tasks_live == 0; });
     for (auto& [b, job] : jobs) pool->state[size_t(job->slot)] = detail::BatchPool::kFree;
     jobs.clear();
+    {
+      std::lock_guard<std::mutex> wl(work_mu);
+      active.clear();  // every row was claimed (and cancelled) by now
+    }
     cancel.store(false);
   }
 
@@ -463,22 +478,58 @@ struct Loader::Impl {
         uint64_t end = std::min<uint64_t>(begin + o.batch_size, order.size());
         job->indices.assign(order.begin() + long(begin), order.begin() + long(end));
       }
+      job->epoch = epoch;
+      const size_t count = job->indices.size();
+      job->rows_total = count;
+      job->labels.assign(count, -1);
+      job->keys.assign(count, std::string());
+      job->row_status.assign(count, Status::OK());
       jobs[submitted] = job;
       ++submitted;
       ++in_flight;
-      uint64_t e = epoch;
-      std::shared_ptr<detail::BatchPool> p = pool;  // `this` may be gone once in_flight drops
-      SK_TSAN_RELEASE(job.get());
-      arena->enqueue([this, job, e, p] {
-        SK_TSAN_ACQUIRE(job.get());
-        RunJob(*job, e);
-        std::vector<Sample>().swap(job->samples);  // streamed: the encoded bytes are no longer needed
+      if (count == 0) {  // nothing to decode (not produced by the partition; kept safe)
+        FinishJob(*job);
+        job->done = true;
+        --in_flight;
+        continue;
+      }
+      {
+        std::lock_guard<std::mutex> wl(work_mu);
+        active.push_back(job);
+      }
+      // Enough workers for this batch; those that find no row left exit at once.
+      const size_t tasks = std::min(count, size_t(o.threads));
+      tasks_live += int(tasks);
+      std::shared_ptr<detail::BatchPool> p = pool;
+      for (size_t t = 0; t < tasks; ++t) arena->enqueue([this, p] { Work(p); });
+    }
+  }
+
+  // A worker task: decodes the next unclaimed row of the oldest batch until none is left.
+  // The Impl outlives it: Stop() (also in ~Impl) waits for tasks_live == 0.
+  void Work(const std::shared_ptr<detail::BatchPool>& p) {
+    for (;;) {
+      std::shared_ptr<Job> job;
+      size_t i = 0;
+      {
+        std::lock_guard<std::mutex> wl(work_mu);
+        while (!active.empty() && active.front()->next_row >= active.front()->rows_total) active.pop_front();
+        if (active.empty()) break;
+        job = active.front();
+        i = job->next_row++;
+      }
+      DecodeRow(*job, i);
+      if (job->rows_done.fetch_add(1, std::memory_order_acq_rel) + 1 == job->rows_total) {
+        FinishJob(*job);
         std::lock_guard<std::mutex> lk(p->mu);
         job->done = true;
         --in_flight;
         p->cv.notify_all();
-      });
+      }
     }
+    std::lock_guard<std::mutex> lk(p->mu);
+    --tasks_live;
+    p->cv.notify_all();
   }
 
   // `given`: the sample already read (streamed mode); null = Get(index) here.
@@ -516,37 +567,28 @@ struct Loader::Impl {
     return Status::OK();
   }
 
-  void RunJob(Job& job, uint64_t e) {
-    const size_t count = job.indices.size();
-    job.labels.assign(count, -1);
-    job.keys.assign(count, std::string());
-    job.row_status.assign(count, Status::OK());
-    uint8_t* base = static_cast<uint8_t*>(pool->buffers[size_t(job.slot)]);
-    SK_TSAN_RELEASE(&job);
-    try {
-      tbb::parallel_for(tbb::blocked_range<size_t>(0, count, 1), [&](const tbb::blocked_range<size_t>& r) {
-        SK_TSAN_ACQUIRE(&job);
-        for (size_t i = r.begin(); i != r.end(); ++i) {
-          if (cancel.load(std::memory_order_relaxed)) {
-            job.row_status[i] = Status::Cancelled("loader stopped");
-            continue;
-          }
-          try {
-            job.row_status[i] = DecodeOne(workers.local(), e, job.indices[i],
-                                          job.samples.empty() ? nullptr : &job.samples[i], base + i * row_bytes,
-                                          &job.labels[i], &job.keys[i]);
-          } catch (const std::exception& ex) {
-            job.row_status[i] = Status::Internal(fmt::format("exception while decoding: {}", ex.what()),
-                                                 Location{.index = int64_t(job.indices[i])});
-          }
-        }
-        SK_TSAN_RELEASE(&job.row_status);
-      });
-      SK_TSAN_ACQUIRE(&job.row_status);
-    } catch (const std::exception& ex) {
-      job.error = Status::Internal(fmt::format("exception in the loader: {}", ex.what()));
+  void DecodeRow(Job& job, size_t i) {
+    if (cancel.load(std::memory_order_relaxed)) {
+      job.row_status[i] = Status::Cancelled("loader stopped");
       return;
     }
+    uint8_t* base = static_cast<uint8_t*>(pool->buffers[size_t(job.slot)]);
+    try {
+      job.row_status[i] = DecodeOne(workers.local(), job.epoch, job.indices[i],
+                                    job.samples.empty() ? nullptr : &job.samples[i], base + i * row_bytes,
+                                    &job.labels[i], &job.keys[i]);
+    } catch (const std::exception& ex) {
+      job.row_status[i] = Status::Internal(fmt::format("exception while decoding: {}", ex.what()),
+                                           Location{.index = int64_t(job.indices[i])});
+    }
+    // Streamed: this row's encoded bytes are no longer needed (each row is one worker's).
+    if (!job.samples.empty()) job.samples[i] = Sample();
+  }
+
+  // After every row: the batch's error, or its rows compacted (kSkip).
+  void FinishJob(Job& job) {
+    const size_t count = job.indices.size();
+    uint8_t* base = static_cast<uint8_t*>(pool->buffers[size_t(job.slot)]);
     if (cancel.load()) {
       job.error = Status::Cancelled("loader stopped");
       return;
