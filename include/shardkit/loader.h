@@ -19,6 +19,11 @@
 // [0, N) that is a pure function of (seed, e); rank r of W takes positions r, r+W, ...
 // of it; the crop box and flip of a sample are a pure function of (seed, e, sample
 // index). Thread count, timing, resume and rank count never change them.
+// Streamed mode (LoaderOptions::stream, or a dataset without random access): the
+// shards are permuted by (seed, e), rank r reads the r-th contiguous 1/W of that
+// sequence (cut at sample granularity), through a shuffle buffer of `shuffle_buffer`
+// samples whose picks are a pure function of (seed, e, r, pick number); again the same
+// on every machine, whatever the thread count or timing.
 //
 // Threading: a Loader's methods are called from one thread at a time (the consumer).
 // Decoding runs on the loader's own TBB arena of `threads` threads. A Batch may be
@@ -27,7 +32,8 @@
 // Lifetime: a Batch owns one buffer of the loader's pool until it is destroyed or
 // Release()d; it may outlive the Loader (the pool's memory is freed when the Loader and
 // every Batch are gone). The pool has `prefetch` buffers, allocated once at Create():
-// memory is bounded by prefetch * batch bytes whatever the dataset size. The consumer
+// memory is bounded by prefetch * batch bytes whatever the dataset size. Streamed mode
+// also holds at most shuffle_buffer + (2 + prefetch) * batch_size encoded samples. The consumer
 // may hold up to prefetch - 1 batches while calling Next(); when it holds all of them,
 // Next() returns kInvalidArgument instead of waiting forever.
 // Destroying a Loader mid-epoch cancels the work in flight and returns promptly (after
@@ -112,6 +118,30 @@ struct LoaderOptions {
   std::string image_field;  // field to decode; empty = the sample's first image field
   bool pin_memory = false;  // ask for page-locked batch memory (needs `allocator`)
   std::shared_ptr<HostAllocator> allocator;  // null = DefaultHostAllocator()
+  // Streamed input: read each shard front to back (no random access) instead of a
+  // global permutation. Chosen automatically when the dataset has no random access;
+  // `stream = true` forces it. Needs the per-shard sample counts (wds: the manifest or
+  // the shards' index; others: DatasetInfo::num_samples); without them Create()
+  // counts the samples by reading every shard once.
+  bool stream = false;
+  // Streamed mode: samples held in the shuffle buffer (memory: this many encoded
+  // samples). 0 or 1 = no sample-level shuffle (shards are still permuted).
+  uint32_t shuffle_buffer = 8192;
+};
+
+// Streamed mode's position (see LoaderState::stream).
+struct StreamState {
+  struct Entry {
+    uint64_t shard = 0;   // shard index within the dataset
+    uint64_t offset = 0;  // position of the sample within its shard
+    std::string key;      // checked when the sample is re-read
+  };
+  // Where it was taken: it is used only by a restore to this same (epoch, batch).
+  uint64_t epoch = 0, next_batch = 0;
+  uint64_t emitted = 0;   // samples this rank handed out (or consumed) in the epoch
+  uint64_t segment = 0;   // the next sample to read: index into the rank's segments ...
+  uint64_t offset = 0;    // ... and its position within that segment's shard
+  std::vector<Entry> buffer;  // the shuffle buffer's contents, in buffer order
 };
 
 // The position of a loader, enough to continue in a new process.
@@ -122,7 +152,13 @@ struct LoaderState {
   uint64_t num_samples = 0;  // dataset size (checked on restore)
   int rank = 0, world_size = 1;
   uint32_t batch_size = 0;
-  // {"version":1,"seed":..,"epoch":..,"next_batch":..,...}
+  // Streamed mode: where the reader and shuffle buffer stand before batch next_batch.
+  // A streamed loader given a state without it (has_stream false), or with one taken at
+  // another (epoch, next_batch), replays the epoch's stream up to next_batch (reading,
+  // not decoding: slower, same batches) instead.
+  bool has_stream = false;
+  StreamState stream;
+  // {"version":1,"seed":..,"epoch":..,"next_batch":..,...,"stream":{...}}
   std::string ToJson() const;
   static Result<LoaderState> FromJson(std::string_view json);
 };
@@ -181,9 +217,12 @@ class Batch {
 
 class Loader {
  public:
-  // Opens `address` (shardkit::Open + NewRandomAccess). Fails with kUnsupported for a
-  // dataset without random access (streamed input is not implemented yet).
+  // Opens `address` (shardkit::Open). Reads it through NewRandomAccess, or streamed
+  // (NewReader per shard) when opts.stream is set or the dataset has no random access.
   static Result<std::unique_ptr<Loader>> Create(std::string_view address, const LoaderOptions& opts);
+  // Reads from an opened dataset (which the Loader then owns), as Create(address) does:
+  // random access unless opts.stream or NewRandomAccess() is kUnsupported.
+  static Result<std::unique_ptr<Loader>> Create(std::unique_ptr<Dataset> ds, const LoaderOptions& opts);
   // Reads from an existing random-access dataset; class names are unknown (empty).
   static Result<std::unique_ptr<Loader>> Create(std::shared_ptr<RandomAccess> data, const LoaderOptions& opts);
   ~Loader();
@@ -209,6 +248,18 @@ class Loader {
   // Under kSkip: the samples skipped so far in this epoch (Status naming each one).
   std::vector<Status> skipped() const;
 
+  // Streamed mode's counters for the current epoch (all zero in random-access mode).
+  struct StreamStats {
+    bool streaming = false;
+    uint64_t buffer_capacity = 0;  // shuffle_buffer (1 when not shuffling)
+    uint64_t max_buffered = 0;     // the most samples the shuffle buffer held
+    uint64_t samples_read = 0;     // samples read from shards (including skipped-over ones)
+    uint64_t shards_opened = 0;
+  };
+  // Safe to call between Next() calls (it waits for the reader thread's counters).
+  StreamStats stream_stats() const;
+  bool streaming() const;
+
   // The position: the batch that the next Next() returns.
   LoaderState save_state() const;
   // Continues from `s` (taken from a loader over the same dataset, seed, batch size,
@@ -218,6 +269,7 @@ class Loader {
  private:
   struct Impl;
   explicit Loader(std::unique_ptr<Impl> impl);
+  static Result<std::unique_ptr<Loader>> CreateStreamed(std::unique_ptr<Dataset> ds, const LoaderOptions& opts);
   std::unique_ptr<Impl> impl_;
 };
 

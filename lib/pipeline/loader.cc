@@ -5,6 +5,9 @@
 // order inside a batch never depends on timing). Up to `prefetch` batches exist at once
 // (in flight, ready, or held by the consumer): one pool slot each. Next() waits for the
 // batch it needs and tops up the submissions.
+// Streamed mode (no random access, or LoaderOptions::stream): one reader thread runs
+// pipeline::StreamReader (shard order, rank range, shuffle buffer) and queues each
+// batch's samples; a job then decodes the samples it was given instead of Get()ting them.
 #include "shardkit/loader.h"
 
 #include <algorithm>
@@ -32,6 +35,7 @@
 #include "decode/jpeg.h"
 #include "pipeline/plan.h"
 #include "pipeline/resize.h"
+#include "pipeline/stream.h"
 
 // Debian's TBB is not built with ThreadSanitizer, so TSan cannot see that a task
 // enqueued or forked by TBB happens after the code that spawned it. Tell it.
@@ -91,7 +95,15 @@ std::string LoaderState::ToJson() const {
                       {"epoch", epoch},        {"next_batch", next_batch},
                       {"num_samples", num_samples}, {"rank", rank},
                       {"world_size", world_size},   {"batch_size", batch_size}};
-  return j.dump();
+  if (has_stream) {
+    nlohmann::json buf = nlohmann::json::array();
+    for (const auto& e : stream.buffer) buf.push_back(nlohmann::json::array({e.shard, e.offset, e.key}));
+    j["stream"] = {{"epoch", stream.epoch}, {"next_batch", stream.next_batch}, {"emitted", stream.emitted}, {"segment", stream.segment}, {"offset", stream.offset},
+                   {"buffer", std::move(buf)}};
+  }
+  // A key that is not UTF-8 is written with U+FFFD in its place; restoring then reports
+  // the mismatch (naming the key) rather than yielding other samples.
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 Result<LoaderState> LoaderState::FromJson(std::string_view text) {
@@ -107,6 +119,18 @@ Result<LoaderState> LoaderState::FromJson(std::string_view text) {
     s.rank = j.at("rank").get<int>();
     s.world_size = j.at("world_size").get<int>();
     s.batch_size = j.at("batch_size").get<uint32_t>();
+    if (j.contains("stream")) {
+      const nlohmann::json& st = j.at("stream");
+      s.has_stream = true;
+      s.stream.epoch = st.at("epoch").get<uint64_t>();
+      s.stream.next_batch = st.at("next_batch").get<uint64_t>();
+      s.stream.emitted = st.at("emitted").get<uint64_t>();
+      s.stream.segment = st.at("segment").get<uint64_t>();
+      s.stream.offset = st.at("offset").get<uint64_t>();
+      for (const auto& e : st.at("buffer"))
+        s.stream.buffer.push_back(StreamState::Entry{e.at(0).get<uint64_t>(), e.at(1).get<uint64_t>(),
+                                                     e.at(2).get<std::string>()});
+    }
   } catch (const std::exception& e) {
     return Status::Invalid(fmt::format("bad loader state: {}", e.what()));
   }
@@ -200,7 +224,38 @@ struct Job {
   Status error;                 // first failure under kError, or kCancelled
   std::vector<Status> skipped;  // under kSkip
   size_t rows = 0;              // valid rows after compaction
+  // Streamed mode: the samples, read ahead by the reader thread (dropped once decoded),
+  // and the stream's position after them (the state before the next batch).
+  std::vector<Sample> samples;
+  pipeline::StreamPos post;
 };
+
+// Streamed mode: one batch's samples as the reader thread read them.
+struct StreamInput {
+  uint64_t batch = 0;
+  std::vector<Sample> samples;
+  std::vector<uint64_t> indices;
+  Status error;  // reading failed at this batch: the batch becomes this error
+  pipeline::StreamPos post;
+};
+
+pipeline::StreamPos ToPos(const StreamState& s) {
+  pipeline::StreamPos p;
+  p.emitted = s.emitted;
+  p.segment = s.segment;
+  p.offset = s.offset;
+  for (const auto& e : s.buffer) p.buffer.push_back(pipeline::BufferEntry{e.shard, e.offset, e.key});
+  return p;
+}
+
+StreamState FromPos(const pipeline::StreamPos& p) {
+  StreamState s;
+  s.emitted = p.emitted;
+  s.segment = p.segment;
+  s.offset = p.offset;
+  for (const auto& e : p.buffer) s.buffer.push_back(StreamState::Entry{e.shard, e.offset, e.key});
+  return s;
+}
 
 Result<int> EnvInt(const char* name, int dflt) {
   const char* v = std::getenv(name);
@@ -247,11 +302,28 @@ struct Loader::Impl {
   Status sticky;
   std::vector<Status> skipped;
 
+  // ---- Streamed mode (see pipeline/stream.h). The reader thread runs the
+  // StreamReader and queues up to kReadAhead batches of samples in `inputs`;
+  // SubmitLocked turns them into jobs. `inputs`, `stats` guarded by pool->mu.
+  static constexpr size_t kReadAhead = 2;
+  bool streaming = false;
+  std::unique_ptr<pipeline::StreamReader> stream;
+  std::thread reader;
+  std::atomic<bool> reader_stop{false};
+  std::deque<std::shared_ptr<StreamInput>> inputs;
+  Loader::StreamStats stats;
+  pipeline::StreamPos pos_next;  // consumer thread: the stream's position before batch `next`
+
   ~Impl() { Stop(); }
+
+  // Everything but the source: partition, output spec, buffer pool, thread arena
+  // (o validated and n set).
+  Status Init();
 
   // Cancels and waits for every job in flight; frees the slots of undelivered jobs.
   void Stop() {
     if (!pool) return;
+    StopReader();
     cancel.store(true);
     std::unique_lock<std::mutex> lk(pool->mu);
     pool->cv.wait(lk, [&] { return in_flight == 0 && tasks_live == 0; });
@@ -264,7 +336,99 @@ struct Loader::Impl {
     cancel.store(false);
   }
 
+  void StopReader() {
+    if (!reader.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lk(pool->mu);
+      reader_stop.store(true);
+    }
+    pool->cv.notify_all();
+    reader.join();
+    reader_stop.store(false);
+    std::lock_guard<std::mutex> lk(pool->mu);
+    inputs.clear();
+  }
+
+  // The reader thread: batches first_batch, first_batch + 1, ... of this rank's epoch.
+  void ReadLoop(uint64_t first_batch) {
+    for (uint64_t b = first_batch; b < part.num_batches; ++b) {
+      {
+        std::unique_lock<std::mutex> lk(pool->mu);
+        pool->cv.wait(lk, [&] { return reader_stop.load() || inputs.size() < kReadAhead; });
+        if (reader_stop.load()) return;
+      }
+      std::shared_ptr<StreamInput> in;
+      Status st;
+      try {
+        in = std::make_shared<StreamInput>();
+        in->batch = b;
+        const uint64_t begin = b * o.batch_size;
+        const size_t count = size_t(std::min<uint64_t>(o.batch_size, part.per_rank - begin));
+        in->samples.resize(count);
+        in->indices.resize(count);
+        for (size_t i = 0; i < count && st.ok(); ++i) {
+          if (reader_stop.load(std::memory_order_relaxed)) return;
+          st = stream->Next(&in->samples[i], &in->indices[i]);
+        }
+        if (st.ok()) in->post = stream->Position();
+      } catch (const std::exception& ex) {
+        st = Status::Internal(fmt::format("exception while reading the stream: {}", ex.what()));
+      }
+      if (!st.ok()) {
+        in = std::make_shared<StreamInput>();  // (small: no allocation of samples)
+        in->batch = b;
+        in->error = st;
+      }
+      {
+        std::lock_guard<std::mutex> lk(pool->mu);
+        inputs.push_back(in);
+        stats.max_buffered = stream->max_buffered();
+        stats.samples_read = stream->samples_read();
+        stats.shards_opened = stream->shards_opened();
+      }
+      pool->cv.notify_all();
+      if (!st.ok()) return;
+    }
+  }
+
+  // Streamed mode: positions the stream at batch `start` of epoch e (from `at`, or by
+  // replaying the stream from the epoch's start) and starts the reader thread.
+  Status StreamReset(uint64_t e, uint64_t start, const pipeline::StreamPos* at) {
+    Stop();
+    epoch = e;
+    sticky = Status::OK();
+    skipped.clear();
+    start = std::min(start, part.num_batches);
+    next = submitted = start;
+    Status st = stream->Start(e, uint32_t(o.rank), uint32_t(o.world_size), o.batch_size, o.drop_last, at);
+    if (st.ok() && !at) st = stream->Skip(std::min<uint64_t>(start * o.batch_size, part.per_rank));
+    {
+      std::lock_guard<std::mutex> lk(pool->mu);
+      stats.max_buffered = stream->max_buffered();
+      stats.samples_read = stream->samples_read();
+      stats.shards_opened = stream->shards_opened();
+    }
+    if (!st.ok()) {
+      sticky = st;
+      return st;
+    }
+    pos_next = stream->Position();
+    try {
+      reader = std::thread([this, start] { ReadLoop(start); });
+    } catch (const std::exception& ex) {
+      sticky = Status::Internal(fmt::format("cannot start the loader's reader thread: {}", ex.what()));
+      return sticky;
+    }
+    std::lock_guard<std::mutex> lk(pool->mu);
+    SubmitLocked();
+    return Status::OK();
+  }
+
   void Reset(uint64_t e, uint64_t start) {
+    if (streaming) {
+      (void)StreamReset(e, start, nullptr);  // an error is kept in `sticky` for Next()
+      return;
+    }
     Stop();
     epoch = e;
     std::vector<uint64_t> perm = pipeline::EpochPermutation(n, o.seed, e, o.shuffle);
@@ -285,13 +449,35 @@ struct Loader::Impl {
           break;
         }
       if (slot < 0) return;
+      std::shared_ptr<StreamInput> in;
+      if (streaming) {
+        if (inputs.empty()) return;  // the reader thread has not read it yet
+        in = std::move(inputs.front());
+        inputs.pop_front();
+        if (in->batch != submitted && in->error.ok())
+          in->error = Status::Internal(fmt::format("streamed batch {} arrived for batch {}", in->batch, submitted));
+        pool->cv.notify_all();  // room in the read-ahead queue
+      }
       pool->state[size_t(slot)] = detail::BatchPool::kLoader;
       auto job = std::make_shared<Job>();
       job->batch = submitted;
       job->slot = slot;
-      uint64_t begin = submitted * o.batch_size;
-      uint64_t end = std::min<uint64_t>(begin + o.batch_size, order.size());
-      job->indices.assign(order.begin() + long(begin), order.begin() + long(end));
+      if (in) {
+        job->indices = std::move(in->indices);
+        job->samples = std::move(in->samples);
+        job->post = std::move(in->post);
+        if (!in->error.ok()) {  // nothing to decode: the batch is the reading error
+          job->error = in->error;
+          job->done = true;
+          jobs[submitted] = job;
+          submitted = part.num_batches;  // nothing after it
+          return;
+        }
+      } else {
+        uint64_t begin = submitted * o.batch_size;
+        uint64_t end = std::min<uint64_t>(begin + o.batch_size, order.size());
+        job->indices.assign(order.begin() + long(begin), order.begin() + long(end));
+      }
       job->epoch = epoch;
       const size_t count = job->indices.size();
       job->rows_total = count;
@@ -346,11 +532,16 @@ struct Loader::Impl {
     p->cv.notify_all();
   }
 
-  Status DecodeOne(Worker& w, uint64_t e, uint64_t index, uint8_t* dst, int64_t* label, std::string* key) {
-    Sample& s = w.sample;
-    s.clear();
-    Status st = data->Get(index, &s);
-    if (!st.ok()) return st.At(Location{.index = int64_t(index)});
+  // `given`: the sample already read (streamed mode); null = Get(index) here.
+  Status DecodeOne(Worker& w, uint64_t e, uint64_t index, const Sample* given, uint8_t* dst, int64_t* label,
+                   std::string* key) {
+    Status st;
+    if (!given) {
+      w.sample.clear();
+      st = data->Get(index, &w.sample);
+      if (!st.ok()) return st.At(Location{.index = int64_t(index)});
+    }
+    const Sample& s = given ? *given : w.sample;
     *key = s.key;
     Location where{.key = s.key, .index = int64_t(index)};
     const Field* f = o.image_field.empty() ? s.image() : s.find(o.image_field);
@@ -383,12 +574,15 @@ struct Loader::Impl {
     }
     uint8_t* base = static_cast<uint8_t*>(pool->buffers[size_t(job.slot)]);
     try {
-      job.row_status[i] = DecodeOne(workers.local(), job.epoch, job.indices[i], base + i * row_bytes,
+      job.row_status[i] = DecodeOne(workers.local(), job.epoch, job.indices[i],
+                                    job.samples.empty() ? nullptr : &job.samples[i], base + i * row_bytes,
                                     &job.labels[i], &job.keys[i]);
     } catch (const std::exception& ex) {
       job.row_status[i] = Status::Internal(fmt::format("exception while decoding: {}", ex.what()),
                                            Location{.index = int64_t(job.indices[i])});
     }
+    // Streamed: this row's encoded bytes are no longer needed (each row is one worker's).
+    if (!job.samples.empty()) job.samples[i] = Sample();
   }
 
   // After every row: the batch's error, or its rows compacted (kSkip).
@@ -438,6 +632,17 @@ struct Loader::Impl {
       std::unique_lock<std::mutex> lk(p->mu);
       SubmitLocked();
       auto it = jobs.find(next);
+      // Streamed: a free buffer but no job yet means the reader thread is still reading
+      // the batch (it always delivers: samples or an error).
+      auto wait_for_reader = [&] {
+        while (it == jobs.end() && streaming &&
+               std::find(p->state.begin(), p->state.end(), int(detail::BatchPool::kFree)) != p->state.end()) {
+          p->cv.wait(lk);
+          SubmitLocked();
+          it = jobs.find(next);
+        }
+      };
+      wait_for_reader();
       if (it == jobs.end() && o.buffer_wait_ms > 0) {
         // Every buffer is held: wait for the consumer (another thread) to release one.
         auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(o.buffer_wait_ms);
@@ -450,6 +655,7 @@ struct Loader::Impl {
           SubmitLocked();
           it = jobs.find(next);
         }
+        wait_for_reader();  // a buffer came back, the batch is still being read
       }
       if (it == jobs.end())
         return Status::Invalid(fmt::format(
@@ -466,6 +672,7 @@ struct Loader::Impl {
         return sticky;
       }
       p->state[size_t(job->slot)] = detail::BatchPool::kConsumer;
+      if (streaming) pos_next = std::move(job->post);
       ++next;
       SubmitLocked();
     }
@@ -528,9 +735,16 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<RandomAccess> dat
   auto impl = std::make_unique<Impl>();
   impl->o = opts;
   SK_RETURN_IF_ERROR(Validate(impl->o));
-  const LoaderOptions& o = impl->o;
   impl->data = std::move(data);
   impl->n = impl->data->size();
+  SK_RETURN_IF_ERROR(impl->Init());
+  impl->Reset(0, 0);
+  return std::unique_ptr<Loader>(new Loader(std::move(impl)));
+}
+
+Status Loader::Impl::Init() {
+  Impl* impl = this;
+  const LoaderOptions& o = impl->o;
   impl->part = pipeline::PartitionEpoch(impl->n, uint32_t(o.world_size), o.batch_size, o.drop_last);
   impl->spec.width = o.output_width;
   impl->spec.height = o.output_height;
@@ -561,13 +775,77 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<RandomAccess> dat
     impl->control = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism,
                                                           size_t(o.threads) + 1);
   impl->arena = std::make_unique<tbb::task_arena>(o.threads, 0);
-  impl->Reset(0, 0);
+  return Status::OK();
+}
+
+// Streamed mode over `ds`: a wds dataset streams shard by shard (each shard opened as
+// its own "wds:" dataset, read front to back); any other format is one shard read
+// through ds->NewReader().
+Result<std::unique_ptr<Loader>> Loader::CreateStreamed(std::unique_ptr<Dataset> ds, const LoaderOptions& opts) {
+  auto impl = std::make_unique<Impl>();
+  impl->o = opts;
+  SK_RETURN_IF_ERROR(Validate(impl->o));
+  const DatasetInfo& info = ds->info();
+  std::vector<pipeline::StreamShard> shards;
+  pipeline::ShardOpener opener;
+  const Dataset* whole = ds.get();  // outlives the opener: both live in impl
+  if (info.format == "wds" && !info.shards.empty()) {
+    for (const auto& si : info.shards) shards.push_back(pipeline::StreamShard{si.path, si.samples, 0});
+    opener = [shards](uint64_t i) -> Result<pipeline::ShardReader> {
+      pipeline::ShardReader r;
+      SK_ASSIGN_OR_RETURN(r.dataset, Open("wds:" + shards[i].name));
+      SK_ASSIGN_OR_RETURN(r.reader, r.dataset->NewReader());
+      return r;
+    };
+  } else {
+    shards.push_back(pipeline::StreamShard{info.address, info.num_samples.value_or(0), 0});
+    opener = [whole](uint64_t) -> Result<pipeline::ShardReader> {
+      pipeline::ShardReader r;
+      SK_ASSIGN_OR_RETURN(r.reader, whole->NewReader());
+      return r;
+    };
+  }
+  // Without the dataset's count, count every shard by reading it once.
+  if (!info.num_samples) {
+    for (uint64_t i = 0; i < shards.size(); ++i) {
+      SK_ASSIGN_OR_RETURN(pipeline::ShardReader r, opener(i));
+      Sample s;
+      uint64_t c = 0;
+      for (;;) {
+        SK_ASSIGN_OR_RETURN(bool more, r.reader->Next(&s));
+        if (!more) break;
+        ++c;
+      }
+      shards[i].samples = c;
+    }
+  }
+  uint64_t n = 0;
+  for (auto& sh : shards) {
+    sh.first = n;
+    n += sh.samples;
+  }
+  impl->n = n;
+  impl->streaming = true;
+  impl->class_names = info.class_names;
+  SK_RETURN_IF_ERROR(impl->Init());
+  impl->stream = std::make_unique<pipeline::StreamReader>(std::move(shards), std::move(opener),
+                                                          impl->o.shuffle_buffer, impl->o.seed, impl->o.shuffle);
+  impl->dataset = std::move(ds);
+  SK_RETURN_IF_ERROR(impl->StreamReset(0, 0, nullptr));
   return std::unique_ptr<Loader>(new Loader(std::move(impl)));
 }
 
 Result<std::unique_ptr<Loader>> Loader::Create(std::string_view address, const LoaderOptions& opts) {
   SK_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, Open(address));
-  SK_ASSIGN_OR_RETURN(std::shared_ptr<RandomAccess> ra, ds->NewRandomAccess());
+  return Create(std::move(ds), opts);
+}
+
+Result<std::unique_ptr<Loader>> Loader::Create(std::unique_ptr<Dataset> ds, const LoaderOptions& opts) {
+  if (!ds) return Status::Invalid("no dataset");
+  if (opts.stream) return CreateStreamed(std::move(ds), opts);
+  Result<std::shared_ptr<RandomAccess>> rar = ds->NewRandomAccess();
+  if (!rar.ok() && rar.status().code() == Code::kUnsupported) return CreateStreamed(std::move(ds), opts);
+  SK_ASSIGN_OR_RETURN(std::shared_ptr<RandomAccess> ra, std::move(rar));
   std::vector<std::string> names = ds->info().class_names;
   SK_ASSIGN_OR_RETURN(std::unique_ptr<Loader> l, Create(std::move(ra), opts));
   l->impl_->class_names = std::move(names);
@@ -587,6 +865,16 @@ const LoaderOptions& Loader::options() const { return impl_->o; }
 const std::vector<std::string>& Loader::class_names() const { return impl_->class_names; }
 Result<Batch> Loader::Next() { return impl_->Next(impl_->pool); }
 std::vector<Status> Loader::skipped() const { return impl_->skipped; }
+bool Loader::streaming() const { return impl_->streaming; }
+
+Loader::StreamStats Loader::stream_stats() const {
+  if (!impl_->streaming) return {};
+  std::lock_guard<std::mutex> lk(impl_->pool->mu);
+  StreamStats s = impl_->stats;
+  s.streaming = true;
+  s.buffer_capacity = impl_->o.shuffle ? std::max<uint64_t>(impl_->o.shuffle_buffer, 1) : 1;
+  return s;
+}
 
 LoaderState Loader::save_state() const {
   LoaderState s;
@@ -597,6 +885,12 @@ LoaderState Loader::save_state() const {
   s.rank = impl_->o.rank;
   s.world_size = impl_->o.world_size;
   s.batch_size = impl_->o.batch_size;
+  if (impl_->streaming) {
+    s.has_stream = true;
+    s.stream = FromPos(impl_->pos_next);
+    s.stream.epoch = impl_->epoch;
+    s.stream.next_batch = impl_->next;
+  }
   return s;
 }
 
@@ -612,8 +906,22 @@ Status Loader::restore(const LoaderState& s) {
   if (s.next_batch > impl_->part.num_batches)
     return Status::Invalid(fmt::format("loader state is at batch {} of an epoch of {}", s.next_batch,
                                        impl_->part.num_batches));
-  impl_->Reset(s.epoch, s.next_batch);
-  return Status::OK();
+  if (!impl_->streaming) {
+    if (s.has_stream)
+      return Status::Invalid("loader state is from a streamed loader; this loader reads with random access");
+    impl_->Reset(s.epoch, s.next_batch);
+    return Status::OK();
+  }
+  // No position, or one from elsewhere (e.g. the GPU loader moving a saved state to
+  // another batch): replay the stream to next_batch.
+  if (!s.has_stream || s.stream.epoch != s.epoch || s.stream.next_batch != s.next_batch)
+    return impl_->StreamReset(s.epoch, s.next_batch, nullptr);
+  const uint64_t want = std::min<uint64_t>(s.next_batch * o.batch_size, impl_->part.per_rank);
+  if (s.stream.emitted != want)
+    return Status::Invalid(fmt::format("streamed loader state has {} samples handed out at batch {} (expected {})",
+                                       s.stream.emitted, s.next_batch, want));
+  pipeline::StreamPos at = ToPos(s.stream);
+  return impl_->StreamReset(s.epoch, s.next_batch, &at);
 }
 
 }  // namespace shardkit

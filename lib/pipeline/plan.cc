@@ -59,6 +59,52 @@ std::vector<uint64_t> RankIndices(const std::vector<uint64_t>& perm, uint32_t ra
   return out;
 }
 
+std::vector<uint64_t> ShardOrder(uint64_t num_shards, uint64_t seed, uint64_t epoch, bool shuffle) {
+  std::vector<uint64_t> p(num_shards);
+  for (uint64_t i = 0; i < num_shards; ++i) p[i] = i;
+  if (!shuffle || num_shards < 2) return p;
+  Stream s(seed, ShardStream(epoch));
+  for (uint64_t i = num_shards - 1; i > 0; --i) std::swap(p[i], p[s.UniformInt(i + 1)]);
+  return p;
+}
+
+std::vector<Segment> RankSegments(const std::vector<uint64_t>& shard_samples, const std::vector<uint64_t>& order,
+                                  uint32_t rank, uint32_t world, uint64_t batch_size, bool drop_last) {
+  std::vector<Segment> out;
+  uint64_t n = 0;
+  for (uint64_t c : shard_samples) n += c;
+  if (n == 0 || world == 0 || rank >= world) return out;
+  Partition part = PartitionEpoch(n, world, batch_size, drop_last);
+  // start[k]: position in S of the first sample of order[k].
+  std::vector<uint64_t> start(order.size() + 1, 0);
+  for (size_t k = 0; k < order.size(); ++k) start[k + 1] = start[k] + shard_samples[order[k]];
+  uint64_t pos = uint64_t(rank) * part.per_rank;
+  uint64_t left = part.per_rank;
+  while (left > 0) {
+    uint64_t p = pos % n;
+    // The shard (in order) holding position p: the last k with start[k] <= p and a
+    // non-empty shard.
+    size_t k = size_t(std::upper_bound(start.begin(), start.end(), p) - start.begin()) - 1;
+    uint64_t shard = order[k];
+    uint64_t begin = p - start[k];
+    uint64_t take = std::min(left, shard_samples[shard] - begin);
+    if (!out.empty() && out.back().shard == shard && out.back().end == begin) {
+      out.back().end += take;
+    } else {
+      out.push_back(Segment{shard, begin, begin + take});
+    }
+    pos += take;
+    left -= take;
+  }
+  return out;
+}
+
+uint64_t BufferPick(uint64_t seed, uint64_t epoch, uint64_t rank, uint64_t t, uint64_t size) {
+  if (size <= 1) return 0;
+  Stream s(seed, BufferStream(epoch, rank) ^ Mix64(t));
+  return s.UniformInt(size);
+}
+
 Augment TrainAugment(uint64_t seed, uint64_t epoch, uint64_t index, int width, int height,
                      const RrcParams& p) {
   Stream s(seed, SampleStream(epoch, index));

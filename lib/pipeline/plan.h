@@ -64,6 +64,43 @@ Partition PartitionEpoch(uint64_t n, uint32_t world, uint64_t batch_size, bool d
 std::vector<uint64_t> RankIndices(const std::vector<uint64_t>& perm, uint32_t rank, uint32_t world,
                                   uint64_t batch_size, bool drop_last);
 
+// ---- Streamed input (no random access, or LoaderOptions::stream) ----
+//
+// The epoch is a sequence of shards (their samples in stored order), permuted per epoch;
+// rank r of W reads one contiguous range of that sequence, cut at sample granularity
+// (shard boundaries need not line up with rank boundaries: a shard may be split between
+// two ranks, each reading its part), then passes it through a bounded shuffle buffer.
+
+inline uint64_t ShardStream(uint64_t epoch) { return Mix64(Mix64(epoch * 2 + 1) ^ 0x5a4d5a4d5a4dull); }
+inline uint64_t BufferStream(uint64_t epoch, uint64_t rank) {
+  return Mix64(Mix64(epoch * 2 + 2) ^ Mix64(rank ^ 0xb0ffe4b0ffe4ull));
+}
+
+// The order of the shards in epoch e: Fisher-Yates as EpochPermutation, on stream
+// (seed, ShardStream(e)); identity when !shuffle.
+std::vector<uint64_t> ShardOrder(uint64_t num_shards, uint64_t seed, uint64_t epoch, bool shuffle);
+
+// Samples [begin, end) of one shard, in stored order.
+struct Segment {
+  uint64_t shard = 0;
+  uint64_t begin = 0, end = 0;
+  bool operator==(const Segment& o) const { return shard == o.shard && begin == o.begin && end == o.end; }
+};
+
+// The segments rank r reads in an epoch. `shard_samples[i]` is shard i's sample count;
+// `order` the shard order (ShardOrder). The epoch's sequence S is the shards' samples
+// concatenated in `order` (N samples). With PartitionEpoch(N, world, batch, drop_last)'s
+// per_rank = P, rank r takes positions [r*P, (r+1)*P) of S, a position p >= N standing
+// for S[p mod N] (the pad repeats the first samples of the epoch, as in the
+// random-access plan). Empty segments are left out.
+std::vector<Segment> RankSegments(const std::vector<uint64_t>& shard_samples, const std::vector<uint64_t>& order,
+                                  uint32_t rank, uint32_t world, uint64_t batch_size, bool drop_last);
+
+// The shuffle buffer's t-th pick (t counts this rank's samples handed out in the epoch):
+// uniform in [0, size) from stream (seed, BufferStream(epoch, rank) ^ Mix64(t)), so
+// that each pick depends on t only, not on how many draws earlier picks rejected.
+uint64_t BufferPick(uint64_t seed, uint64_t epoch, uint64_t rank, uint64_t t, uint64_t size);
+
 // A crop box in source pixel coordinates (may be fractional in eval mode).
 struct CropBox {
   double x = 0, y = 0, w = 0, h = 0;
