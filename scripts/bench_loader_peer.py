@@ -23,7 +23,7 @@ def main():
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--size", type=int, default=224)
-        args = ap.parse_args()
+    args = ap.parse_args()
 
     import torch
     import torchvision
