@@ -567,7 +567,12 @@ class PipeShardCursor {
       if (!error_.ok()) return error_;
     }
     auto r = NextSample(out);
-    if (!r.ok()) error_ = r.status();
+    if (!r.ok()) {
+      error_ = r.status();
+    } else if (!*r && !exit_.ok()) {
+      error_ = exit_;  // the archive was whole, but the command failed: after the last sample, not instead of it
+      return error_;
+    }
     return r;
   }
 
@@ -606,7 +611,7 @@ class PipeShardCursor {
   }
 
   // Reads the next data member into pending_*; false after the end-of-archive
-  // blocks, the end of the output and a zero exit status.
+  // blocks and the end of the output, the command's exit status then in exit_.
   Result<bool> Pull() {
     if (done_) return false;
     for (;;) {
@@ -635,7 +640,7 @@ class PipeShardCursor {
                         false);
           SK_RETURN_IF_ERROR(ReadEnd());
           done_ = true;
-          SK_RETURN_IF_ERROR(child_.Finish());
+          exit_ = child_.Finish();
           return false;
         }
         uint64_t size = 0;
@@ -719,6 +724,7 @@ class PipeShardCursor {
   ChildStream child_;
   bool started_ = false;
   bool done_ = false;
+  Status exit_;   // the command's, once the archive has ended
   Status error_;
   bool have_pending_ = false;
   std::string pending_key_, pending_ext_;

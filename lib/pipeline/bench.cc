@@ -347,7 +347,9 @@ Status OpenTarget(Target& t, bool need_random) {
     auto ra = t.ds->NewRandomAccess();
     if (!ra.ok()) {
       Status s = std::move(ra).take_status();
-      return Status(s.code(), fmt::format("dataset '{}' ({}) has no random access: {}", t.address, t.format, s.message()),
+      return Status(s.code(), fmt::format("dataset '{}' ({}) has no random access, which random mode needs (measure it with "
+                                "--mode sequential): {}",
+                                t.address, t.format, s.message()),
                     s.where());
     }
     t.ra = std::move(ra).value();
