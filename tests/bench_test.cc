@@ -149,3 +149,69 @@ TEST_CASE("shardkit bench on the command line: table, JSON, plot, loader mode, e
                            "--loader", "--batch-size", "--step-ms"})
     CHECK(r.out.find(flag) != std::string::npos);
 }
+
+TEST_CASE("bench threads: more workers than reads per slice, one pool reused across passes", "[bench]") {
+  sk_test::TempDir d;
+  sk_test::MakeImageFolder(d / "imgs", 2, 4);
+  BenchOptions o;
+  o.threads = {3, 1, 3};  // a count given twice reuses its pool
+  o.samples = 7;          // 7 slices of one read: two of the three workers idle in each
+  auto r = RunBench({d / "imgs"}, o);
+  REQUIRE(r.ok());
+  int rows3 = 0;
+  for (const auto& row : r->rows) {
+    CHECK(row.latency.count == 7);
+    CHECK(row.samples_per_s > 0);
+    CHECK(row.bytes > 0);
+    rows3 += row.threads == 3;
+  }
+  CHECK(rows3 == 2 * (2 + 1 + 2));  // view, copy, floor, memory view and copy; twice
+}
+
+TEST_CASE("bench of a stream (pipe: shard): random mode fails clearly, sequential works", "[bench][pipe]") {
+  sk_test::TempDir d;
+  sk_test::MakeImageFolder(d / "imgs", 2, 5);
+  auto conv = sk_test::Cli("convert " + sk_test::Q(d / "imgs") + " " + sk_test::Q("wds:" + (d / "s-%06d.tar")));
+  REQUIRE(conv.exit_code == 0);
+  std::string addr = "pipe:cat " + (d / "s-000000.tar");
+  auto r = RunBench({addr}, BenchOptions{});
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == Code::kUnsupported);
+  CHECK(r.status().message().find(addr) != std::string::npos);
+  CHECK(r.status().message().find("no random access") != std::string::npos);
+  CHECK(r.status().message().find("--mode sequential") != std::string::npos);
+  BenchOptions o;
+  o.random = false;
+  o.sequential = true;
+  r = RunBench({addr}, o);  // size unknown up front: counted by one read of the stream
+  INFO(r.status().ToString());
+  REQUIRE(r.ok());
+  REQUIRE(r->rows.size() == 1);
+  CHECK(r->rows[0].mode == "sequential");
+  CHECK(r->rows[0].latency.count == 10);
+  CHECK(r->rows[0].bytes > 0);
+  o.samples = 25;  // wraps around: the command runs again
+  r = RunBench({addr, d / "s.manifest.json"}, o);
+  REQUIRE(r.ok());
+  REQUIRE(r->rows.size() == 2);
+  CHECK(r->rows[0].latency.count == 25);
+  CHECK(r->rows[0].bytes == r->rows[1].bytes);  // the same samples as the files
+  // A failing command is an error, not a short pass.
+  r = RunBench({"pipe:cat " + (d / "s-000000.tar") + "; exit 5"}, o);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().message().find("exit status 5") != std::string::npos);
+
+  auto cli = sk_test::Cli("bench " + sk_test::Q(addr));
+  CHECK(cli.exit_code == 1);
+  CHECK(cli.err.find("no random access") != std::string::npos);
+  CHECK(cli.err.find(addr) != std::string::npos);
+  cli = sk_test::Cli("bench " + sk_test::Q(addr) + " --mode both");
+  CHECK(cli.exit_code == 1);
+  cli = sk_test::Cli("bench " + sk_test::Q(addr) + " --mode sequential --json");
+  INFO(cli.err);
+  REQUIRE(cli.exit_code == 0);
+  auto j = nlohmann::json::parse(cli.out);
+  REQUIRE(j["rows"].size() == 1);
+  CHECK(j["rows"][0]["mode"] == "sequential");
+  CHECK(j["rows"][0]["samples"] == 10);
+}

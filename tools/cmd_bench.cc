@@ -88,7 +88,8 @@ RunFn SetupBench(CLI::App* sub) {
                           "  shardkit bench images/ out/train.manifest.json lmdb:train.lmdb train.h5\n"
                           "  shardkit bench train.lmdb --threads 1,2,4,8 --seconds 5 --plot bench.svg\n"
                           "  shardkit bench out/train.manifest.json --mode both --cold --json\n"
-                          "  shardkit bench out/train.manifest.json --loader --threads 1,2 --step-ms 50\n") +
+                          "  shardkit bench out/train.manifest.json --loader --threads 1,2 --step-ms 50\n"
+                          "  shardkit bench 'pipe:cat train-000000.tar' --mode sequential   (a stream: no random access)\n") +
               kExitHelp);
   return [f]() -> int {
     if (f->loader) {

@@ -8,7 +8,11 @@
 #include <archive.h>
 #include <archive_entry.h>
 #include <locale.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -372,6 +376,363 @@ void FillSample(const std::shared_ptr<io::MappedFile>& map, const SampleRef& ref
 }
 
 // ---------------------------------------------------------------------------
+// Streamed shards: `pipe:CMD`, a shard that is the standard output of a shell
+// command (as WebDataset's `pipe:` URLs). It is read once, in order, while the
+// command runs; nothing is mapped, so there is no random access.
+
+constexpr std::string_view kPipe = "pipe:";
+
+bool IsPipe(std::string_view path) { return path.substr(0, kPipe.size()) == kPipe; }
+
+// The command `/bin/sh -c CMD`, its standard output on a pipe. The child leads
+// a process group of its own, so that an early end (Close() before the end of
+// the output, or destruction) stops the commands it started too.
+class ChildStream {
+ public:
+  ChildStream(std::string address, int64_t shard) : address_(std::move(address)), shard_(shard) {}
+  ~ChildStream() { Close(); }
+  ChildStream(const ChildStream&) = delete;
+  ChildStream& operator=(const ChildStream&) = delete;
+
+  std::string_view command() const { return std::string_view(address_).substr(kPipe.size()); }
+  Location Where(int64_t offset = -1) const { return Location{.file = address_, .shard = shard_, .offset = offset}; }
+
+  Status Start() {
+    std::string cmd(command());
+    if (cmd.find_first_not_of(" \t") == std::string::npos)
+      return Status::Invalid("'pipe:' needs a command, e.g. 'pipe:cat shard.tar'", Where());
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) return Status::FromErrno(errno, "cannot create a pipe", Where());
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t attr;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawnattr_init(&attr);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);  // dup2 clears O_CLOEXEC
+    // Own process group; SIGPIPE at its default even when this process ignores it
+    // (Python does), so that a command writing to a closed pipe ends.
+    sigset_t def, none;
+    sigemptyset(&def);
+    sigaddset(&def, SIGPIPE);
+    sigemptyset(&none);
+    posix_spawnattr_setsigdefault(&attr, &def);
+    posix_spawnattr_setsigmask(&attr, &none);
+    posix_spawnattr_setpgroup(&attr, 0);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+    const char* argv[] = {"sh", "-c", cmd.c_str(), nullptr};
+    pid_t pid = -1;
+    int err = ::posix_spawn(&pid, "/bin/sh", &fa, &attr, const_cast<char* const*>(argv), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
+    ::close(fds[1]);
+    if (err != 0) {
+      ::close(fds[0]);
+      return Status::FromErrno(err, fmt::format("cannot start command '{}'", cmd), Where());
+    }
+    pid_ = pid;
+    fd_ = fds[0];
+    return Status::OK();
+  }
+
+  // Reads up to n bytes; 0 only at the end of the output.
+  Result<size_t> Read(uint8_t* p, size_t n) {
+    for (;;) {
+      ssize_t r = ::read(fd_, p, n);
+      if (r >= 0) {
+        pos_ += uint64_t(r);
+        return size_t(r);
+      }
+      if (errno != EINTR)
+        return Status::FromErrno(errno, fmt::format("cannot read the output of command '{}'", command()),
+                                 Where(int64_t(pos_)));
+    }
+  }
+  // Reads exactly n bytes; *got < n only at the end of the output.
+  Status ReadFull(uint8_t* p, size_t n, size_t* got) {
+    *got = 0;
+    while (*got < n) {
+      SK_ASSIGN_OR_RETURN(size_t r, Read(p + *got, n - *got));
+      if (r == 0) break;
+      *got += r;
+    }
+    return Status::OK();
+  }
+  uint64_t pos() const { return pos_; }
+
+  // After the end of the output: waits for the command; an error unless it exited with status 0.
+  Status Finish() {
+    if (pid_ < 0) return exit_;
+    ::close(fd_);
+    fd_ = -1;
+    int st = 0;
+    pid_t r;
+    while ((r = ::waitpid(pid_, &st, 0)) < 0 && errno == EINTR) {
+    }
+    pid_t pg = pid_;
+    pid_ = -1;
+    ::kill(-pg, SIGKILL);  // whatever it left running in its group (usually nothing: ESRCH)
+    if (r < 0) {
+      exit_ = Status::FromErrno(errno, fmt::format("cannot wait for command '{}'", command()), Where());
+    } else if (WIFEXITED(st) && WEXITSTATUS(st) != 0) {
+      exit_ = Status::IOError(fmt::format("command '{}' failed with exit status {} after {} bytes of output",
+                                          command(), WEXITSTATUS(st), pos_),
+                              Where());
+    } else if (WIFSIGNALED(st)) {
+      exit_ = Status::IOError(fmt::format("command '{}' was killed by signal {} ({}) after {} bytes of output",
+                                          command(), WTERMSIG(st), strsignal(WTERMSIG(st)), pos_),
+                              Where());
+    }
+    return exit_;
+  }
+
+  // Stops the command if it still runs (SIGTERM to its group, SIGKILL after
+  // 200 ms) and reaps it. Never blocks longer than that.
+  void Close() {
+    if (fd_ >= 0) ::close(fd_), fd_ = -1;
+    if (pid_ < 0) return;
+    ::kill(-pid_, SIGTERM);
+    int st = 0;
+    for (int i = 0; i < 200; ++i) {
+      pid_t r = ::waitpid(pid_, &st, WNOHANG);
+      if (r == pid_ || (r < 0 && errno != EINTR)) break;
+      if (i == 199) {
+        ::kill(-pid_, SIGKILL);
+        while (::waitpid(pid_, &st, 0) < 0 && errno == EINTR) {
+        }
+        break;
+      }
+      ::usleep(1000);
+    }
+    ::kill(-pid_, SIGKILL);
+    pid_ = -1;
+  }
+
+ private:
+  std::string address_;
+  int64_t shard_;
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  uint64_t pos_ = 0;
+  Status exit_;
+};
+
+// The header checksum of a tar block (the field counted as spaces), checked as
+// unsigned or signed bytes, as tar writers differ.
+bool TarChecksumOk(const uint8_t* h) {
+  uint64_t stored = 0;
+  if (!tar::ParseNumber(h + 148, 8, &stored)) return false;
+  uint64_t usum = 0;
+  int64_t ssum = 0;
+  for (size_t i = 0; i < tar::kBlock; ++i) {
+    uint8_t c = (i >= 148 && i < 156) ? ' ' : h[i];
+    usum += c;
+    ssum += int8_t(c);
+  }
+  return stored == usum || int64_t(stored) == ssum;
+}
+
+// The "size" record of a pax extended header, if any (the scanner checks the
+// whole header again later).
+bool PaxSize(const uint8_t* p, size_t n, uint64_t* size) {
+  size_t pos = 0;
+  bool found = false;
+  while (pos < n) {
+    size_t len = 0, i = pos;
+    while (i < n && p[i] >= '0' && p[i] <= '9' && len < (1u << 20)) len = len * 10 + (p[i++] - '0');
+    if (len == 0 || pos + len > n || i >= n || p[i] != ' ') return found;
+    std::string_view rec(reinterpret_cast<const char*>(p) + i + 1, pos + len - i - 1);
+    if (rec.substr(0, 5) == "size=") {
+      uint64_t v = 0;
+      auto [q, ec] = std::from_chars(rec.data() + 5, rec.data() + rec.size(), v);
+      if (ec == std::errc() && q == rec.data() + rec.size() - 1 && *q == '\n') *size = v, found = true;
+    }
+    pos += len;
+  }
+  return found;
+}
+
+// The samples of one streamed shard, in order: members are read one at a time
+// (with their extended headers) into a buffer of their own, which the tar
+// scanner then checks exactly as it checks a mapped shard; the fields of a
+// sample are views into those buffers. Memory: one sample plus one member.
+class PipeShardCursor {
+ public:
+  PipeShardCursor(std::string address, int64_t shard) : address_(address), shard_(shard), child_(address, shard) {}
+
+  // Starts the command on the first call. An error is sticky: every later call returns it again.
+  Result<bool> Next(Sample* out) {
+    if (!error_.ok()) return error_;
+    if (!started_) {
+      started_ = true;
+      error_ = child_.Start();
+      if (!error_.ok()) return error_;
+    }
+    auto r = NextSample(out);
+    if (!r.ok()) {
+      error_ = r.status();
+    } else if (!*r && !exit_.ok()) {
+      error_ = exit_;  // the archive was whole, but the command failed: after the last sample, not instead of it
+      return error_;
+    }
+    return r;
+  }
+
+ private:
+  Result<bool> NextSample(Sample* out) {
+    if (!have_pending_) {
+      SK_ASSIGN_OR_RETURN(bool more, Pull());
+      if (!more) return false;
+    }
+    out->clear();
+    out->key = std::move(pending_key_);
+    out->set(pending_ext_, std::move(pending_data_));
+    have_pending_ = false;
+    for (;;) {
+      SK_ASSIGN_OR_RETURN(bool more, Pull());
+      if (!more || pending_key_ != out->key) return true;
+      for (const auto& f : out->fields)
+        if (f.ext == pending_ext_)
+          return Status::Corrupt(fmt::format("field '{}' appears twice in sample '{}'", f.ext, out->key),
+                                 Location{.file = address_, .shard = shard_, .offset = int64_t(pending_header_),
+                                          .key = out->key});
+      out->set(pending_ext_, std::move(pending_data_));
+      have_pending_ = false;
+    }
+  }
+
+  // A failure of the stream: when the output has ended, the command's exit
+  // status is the first cause (`cat missing.tar` writes nothing and fails).
+  Status Fail(Status s, bool output_ended) {
+    if (output_ended) {
+      Status exit = child_.Finish();
+      if (!exit.ok()) return exit;
+    }
+    s.At(child_.Where());
+    return s;
+  }
+
+  // Reads the next data member into pending_*; false after the end-of-archive
+  // blocks and the end of the output, the command's exit status then in exit_.
+  Result<bool> Pull() {
+    if (done_) return false;
+    for (;;) {
+      const uint64_t start = child_.pos();
+      auto buf = std::make_shared<std::vector<uint8_t>>();
+      bool have_pax_size = false;
+      uint64_t pax_size = 0;
+      for (;;) {  // extended headers, then the member's own header and data
+        size_t at = buf->size(), got = 0;
+        buf->resize(at + tar::kBlock);
+        uint8_t* h = buf->data() + at;
+        SK_RETURN_IF_ERROR(child_.ReadFull(h, tar::kBlock, &got));
+        if (got < tar::kBlock) {
+          if (child_.pos() == 0)
+            return Fail(Status::Corrupt(fmt::format("command '{}' wrote nothing: not a tar archive",
+                                                    child_.command())),
+                        true);
+          return Fail(Status::Corrupt(got == 0 ? "missing end-of-archive blocks (truncated shard?)"
+                                               : fmt::format("truncated tar header: {} bytes, 512 needed", got),
+                                      Location{.offset = int64_t(child_.pos() - got)}),
+                      true);
+        }
+        if (std::all_of(h, h + tar::kBlock, [](uint8_t c) { return c == 0; })) {
+          if (at > 0)
+            return Fail(Status::Corrupt("extended header not followed by a member", Location{.offset = int64_t(start)}),
+                        false);
+          SK_RETURN_IF_ERROR(ReadEnd());
+          done_ = true;
+          exit_ = child_.Finish();
+          return false;
+        }
+        uint64_t size = 0;
+        if (!TarChecksumOk(h) || !tar::ParseNumber(h + 124, 12, &size))
+          return Fail(Status::Corrupt(fmt::format("bad tar header (the output of command '{}' is not a tar "
+                                                  "archive, or is damaged)",
+                                                  child_.command()),
+                                      Location{.offset = int64_t(child_.pos() - tar::kBlock)}),
+                      false);
+        char type = char(h[156]);
+        if (have_pax_size && type != 'x' && type != 'g') size = pax_size;
+        uint64_t padded = (size + tar::kBlock - 1) / tar::kBlock * tar::kBlock;
+        // Read as the bytes come: memory follows what the command wrote, never a size it declared.
+        uint64_t want = padded;
+        while (want > 0) {
+          size_t chunk = size_t(std::min<uint64_t>(want, 1 << 20));
+          size_t old = buf->size();
+          buf->resize(old + chunk);
+          SK_RETURN_IF_ERROR(child_.ReadFull(buf->data() + old, chunk, &got));
+          if (got < chunk)
+            return Fail(Status::Corrupt(fmt::format("member declares {} bytes but the output ends after {} "
+                                                    "(truncated?)",
+                                                    size, padded - want + got),
+                                        Location{.offset = int64_t(start + at)}),
+                        true);
+          want -= chunk;
+        }
+        if (type == 'x') {
+          uint64_t v = 0;
+          if (PaxSize(buf->data() + at + tar::kBlock, size_t(size), &v)) have_pax_size = true, pax_size = v;
+          continue;
+        }
+        if (type == 'g' || type == 'L' || type == 'K') continue;
+        break;
+      }
+      // The whole member, closed by two zero blocks: the scanner's checks apply unchanged.
+      buf->resize(buf->size() + 2 * tar::kBlock, 0);
+      tar::Scanner scan(buf->data(), buf->size(), address_);
+      tar::Member m;
+      auto r = scan.Next(&m);
+      if (!r.ok() || !*r) {
+        Status s = r.ok() ? Status::Internal("member vanished") : std::move(r).take_status();
+        if (s.where().offset >= 0) s.where().offset += int64_t(start);
+        return Fail(std::move(s), false);
+      }
+      const uint64_t data_offset = m.data_offset;
+      m.header_offset += start;
+      std::string key, ext;
+      SK_ASSIGN_OR_RETURN(NameKind kind, Classify(m, address_, shard_, &key, &ext));
+      if (kind == NameKind::kSkip) continue;
+      pending_key_ = std::move(key);
+      pending_ext_ = std::move(ext);
+      pending_header_ = m.header_offset;
+      pending_data_ = Bytes(std::shared_ptr<const void>(buf), buf->data() + data_offset, m.size);
+      have_pending_ = true;
+      return true;
+    }
+  }
+
+  // After a zero block: a second zero block or the end of the output ends the
+  // archive; after that, only zero bytes may follow (blocking-factor padding).
+  Status ReadEnd() {
+    std::vector<uint8_t> b(64 << 10);
+    for (bool first = true;; first = false) {
+      size_t got = 0;
+      SK_RETURN_IF_ERROR(child_.ReadFull(b.data(), first ? tar::kBlock : b.size(), &got));
+      if (got == 0) return Status::OK();
+      const uint64_t at = child_.pos() - got;
+      for (size_t i = 0; i < got; ++i) {
+        if (!b[i]) continue;
+        if (first && got == tar::kBlock)
+          return Status::Corrupt("a lone zero block inside the archive (damaged or concatenated tar)",
+                                 child_.Where(int64_t(at)));
+        return Status::Corrupt("trailing garbage after the end-of-archive blocks", child_.Where(int64_t(at + i)));
+      }
+    }
+  }
+
+  std::string address_;
+  int64_t shard_;
+  ChildStream child_;
+  bool started_ = false;
+  bool done_ = false;
+  Status exit_;   // the command's, once the archive has ended
+  Status error_;
+  bool have_pending_ = false;
+  std::string pending_key_, pending_ext_;
+  Bytes pending_data_;
+  uint64_t pending_header_ = 0;
+};
+
+// ---------------------------------------------------------------------------
 // Reading.
 
 class WdsReader : public SampleReader {
@@ -380,8 +741,19 @@ class WdsReader : public SampleReader {
 
   Result<bool> Next(Sample* out) override {
     for (;;) {
+      if (pipe_) {
+        SK_ASSIGN_OR_RETURN(bool more, pipe_->Next(out));
+        if (more) return true;
+        pipe_.reset();  // the command has exited with status 0
+        continue;
+      }
       if (!cursor_) {
         if (next_ >= paths_.size()) return false;
+        if (IsPipe(paths_[next_])) {
+          pipe_ = std::make_unique<PipeShardCursor>(paths_[next_], int64_t(next_));
+          ++next_;
+          continue;
+        }
         SK_ASSIGN_OR_RETURN(map_, MapShard(paths_[next_], int64_t(next_)));
         cursor_ = std::make_unique<SampleCursor>(*map_, int64_t(next_));
         ++next_;
@@ -403,6 +775,7 @@ class WdsReader : public SampleReader {
   size_t next_ = 0;
   std::shared_ptr<io::MappedFile> map_;
   std::unique_ptr<SampleCursor> cursor_;
+  std::unique_ptr<PipeShardCursor> pipe_;  // a `pipe:` shard being read; destroying it stops the command
 };
 
 class WdsRandomAccess : public RandomAccess {
@@ -444,6 +817,14 @@ class WdsDataset : public Dataset {
   }
 
   Result<std::shared_ptr<RandomAccess>> NewRandomAccess() const override {
+    for (size_t i = 0; i < paths_.size(); ++i)
+      if (IsPipe(paths_[i]))
+        return Status::Unsupported(
+            fmt::format("'{}' is a stream (the output of a command), readable in order only: it has no random "
+                        "access by index; read it sequentially, or convert it to a format with random access "
+                        "first (e.g. `shardkit convert '{}' out.lmdb`)",
+                        paths_[i], info_.address),
+            Location{.file = paths_[i], .shard = int64_t(i)});
     std::vector<WdsRandomAccess::Shard> shards;
     for (size_t i = 0; i < paths_.size(); ++i) {
       WdsRandomAccess::Shard s;
@@ -463,6 +844,8 @@ class WdsDataset : public Dataset {
   // has one; an error when only some have, or one disagrees with its shard.
   Result<std::vector<uint64_t>> RecordedChecksums() const override {
     std::vector<uint64_t> all;
+    for (const auto& p : paths_)
+      if (IsPipe(p)) return all;  // a streamed shard's sidecar cannot be fetched
     size_t with = 0;
     for (size_t i = 0; i < paths_.size(); ++i) {
       std::string sp = wds::SumsPath(paths_[i]);
@@ -584,7 +967,17 @@ Result<std::unique_ptr<Dataset>> OpenWds(const std::string& path, const OpenOpti
   ds->indexes_.resize(paths.size());
   std::set<std::string> exts;
   uint64_t samples = 0, skipped = 0;
+  size_t pipes = 0;
   for (size_t i = 0; i < paths.size(); ++i) {
+    if (IsPipe(paths[i])) {
+      // Not run here: a command may be a download, and runs once per reader.
+      if (paths[i].find_first_not_of(" \t", kPipe.size()) == std::string::npos)
+        return Status::Invalid("'pipe:' needs a command, e.g. 'pipe:cat shard.tar'",
+                               Location{.file = paths[i], .shard = int64_t(i)});
+      info.shards.push_back(ShardInfo{paths[i], 0, 0, ""});
+      ++pipes;
+      continue;
+    }
     SK_ASSIGN_OR_RETURN(uint64_t size, FileSize(paths[i], int64_t(i)));
     (void)size;
     SK_ASSIGN_OR_RETURN(auto map, MapShard(paths[i], int64_t(i)));
@@ -595,8 +988,13 @@ Result<std::unique_ptr<Dataset>> OpenWds(const std::string& path, const OpenOpti
     info.shards.push_back(ShardInfo{paths[i], idx->samples.size(), idx->file_size, ""});
     info.total_bytes += idx->file_size;
   }
-  info.num_samples = samples;
-  info.fields.assign(exts.begin(), exts.end());
+  if (pipes == 0) {
+    info.num_samples = samples;
+    info.fields.assign(exts.begin(), exts.end());
+  } else {
+    // Sample count and fields are known only once the streams have been read.
+    info.extra["access"] = "sequential: pipe: shards are streamed from a command, with no random access";
+  }
   if (skipped) info.extra["skipped_members"] = std::to_string(skipped);
   return std::unique_ptr<Dataset>(std::move(ds));
 }
@@ -1134,7 +1532,8 @@ class WdsWriter : public SampleWriter {
 Format WdsFormat() {
   return Format{
       .name = "wds",
-      .description = "WebDataset tar shards (read: x.tar, x-{000..009}.tar, a.tar::b.tar, x.manifest.json; "
+      .description = "WebDataset tar shards (read: x.tar, x-{000..009}.tar, a.tar::b.tar, x.manifest.json, 'pipe:CMD' "
+                     "(streamed, in order only); "
                      "write: out/x-%06d.tar)",
       .bid_read = [](const std::string& path) -> int {
         std::string p = paths::Lower(path);
@@ -1143,10 +1542,10 @@ Format WdsFormat() {
           auto r = paths::ExpandBraces(path);
           if (!r.ok() || r->empty()) return 0;
           for (const auto& e : *r)
-            if (!EndsWith(paths::Lower(e), ".tar")) return 0;
+            if (!EndsWith(paths::Lower(e), ".tar") && !IsPipe(e)) return 0;
           return 90;
         }
-        return EndsWith(p, ".tar") ? 90 : 0;
+        return EndsWith(p, ".tar") || IsPipe(path) ? 90 : 0;
       },
       .bid_write = [](const std::string& path) -> int {
         return EndsWith(paths::Lower(path), ".tar") && paths::CheckShardPattern(path).ok() ? 90 : 0;

@@ -13,7 +13,9 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -73,7 +75,21 @@ struct Target {
   std::shared_ptr<RandomAccess> ra;
   std::unique_ptr<SampleReader> seq;
   std::vector<std::string> files;  // for --cold
+  bool warm = false;               // read once in full already (to count a stream)
 };
+
+// Reads up to `limit` samples of t in order with a reader of its own; returns how many there were.
+Result<uint64_t> CountSamples(Target& t, uint64_t limit = UINT64_MAX) {
+  SK_ASSIGN_OR_RETURN(auto rd, t.ds->NewReader());
+  Sample s;
+  uint64_t k = 0;
+  for (; k < limit; ++k) {
+    auto more = rd->Next(&s);
+    if (!more.ok()) return std::move(more).take_status().At(Location{.file = t.address});
+    if (!*more) break;
+  }
+  return k;
+}
 
 std::vector<std::string> CollectFiles(const std::string& address, const DatasetInfo& info) {
   std::set<std::string> out;
@@ -130,97 +146,170 @@ struct Accum {
 enum class Mode { kView, kCopy, kSeq };
 const char* ModeName(Mode m) { return m == Mode::kView ? "random-view" : m == Mode::kCopy ? "random-copy" : "sequential"; }
 
-// Reads order[lo, hi) with `threads` threads through `ra`; appends to acc.
-Status RandomPass(const RandomAccess& ra, const std::vector<uint64_t>& order, size_t lo, size_t hi, int threads,
-                  bool copy, Accum* acc) {
-  std::vector<std::vector<float>> lat(static_cast<size_t>(threads));
-  std::vector<uint64_t> bytes(size_t(threads), 0);
-  std::vector<Status> errs(static_cast<size_t>(threads));
+// A fixed set of worker threads, started once per thread count and reused by
+// every slice of every pass with that count, so that thread start-up (tens of
+// microseconds, as long as hundreds of sub-microsecond views) stays out of the
+// figures. Run(job) releases all workers together: they meet at a start gate,
+// so that none starts reading while another is still waking up; each calls
+// job(t) once; Run returns when every one has returned.
+//
+// Thread safety: Run() is called by one thread at a time (the bench's own).
+class WorkerPool {
+ public:
+  explicit WorkerPool(int n) : n_(n) {
+    threads_.reserve(size_t(n));
+    for (int t = 0; t < n; ++t) threads_.emplace_back([this, t] { Loop(t); });
+  }
+  ~WorkerPool() {
+    stop_.store(true, std::memory_order_release);
+    gen_.fetch_add(1, std::memory_order_acq_rel);
+    gen_.notify_all();
+    for (auto& th : threads_) th.join();
+  }
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+
+  int size() const { return n_; }
+
+  void Run(const std::function<void(int)>& job) {
+    job_ = &job;
+    remaining_.store(n_, std::memory_order_relaxed);
+    gen_.fetch_add(1, std::memory_order_acq_rel);  // publishes job_
+    gen_.notify_all();
+    for (int r; (r = remaining_.load(std::memory_order_acquire)) != 0;) remaining_.wait(r);
+    job_ = nullptr;
+  }
+
+ private:
+  void Loop(int t) {
+    uint64_t seen = 0;
+    for (;;) {
+      gen_.wait(seen, std::memory_order_acquire);  // sleeps (futex) between slices
+      seen = gen_.load(std::memory_order_acquire);
+      if (stop_.load(std::memory_order_acquire)) return;
+      StartGate();
+      (*job_)(t);
+      if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) remaining_.notify_one();
+    }
+  }
+  // Waits until all n workers have arrived: a short spin (yielding, for more
+  // threads than cores), not a futex, whose wake-up would skew the starts.
+  void StartGate() {
+    uint64_t g = gate_gen_.load(std::memory_order_acquire);
+    if (arrived_.fetch_add(1, std::memory_order_acq_rel) + 1 == n_) {
+      arrived_.store(0, std::memory_order_relaxed);
+      gate_gen_.fetch_add(1, std::memory_order_release);
+      return;
+    }
+    for (int spins = 0; gate_gen_.load(std::memory_order_acquire) == g; ++spins)
+      if (spins > 64) std::this_thread::yield();
+  }
+
+  const int n_;
+  std::vector<std::thread> threads_;
+  const std::function<void(int)>* job_ = nullptr;
+  std::atomic<uint64_t> gen_{0};
+  std::atomic<int> remaining_{0};
+  std::atomic<int> arrived_{0};
+  std::atomic<uint64_t> gate_gen_{0};
+  std::atomic<bool> stop_{false};
+};
+
+// One timed slice [lo, hi) of a pass, split in contiguous parts over the pool's
+// workers. make(t, a) builds worker t's reader (its buffers; untimed), whose
+// calls read(k, &bytes) are timed one by one. The slice's wall time is the span
+// from the first worker's start to the last one's end, taken inside the workers
+// (the release and the join stay out); CPU time is the process's over the slice.
+template <class MakeReader>
+Status TimedSlice(WorkerPool& pool, size_t lo, size_t hi, const MakeReader& make, Accum* acc) {
+  const size_t threads = size_t(pool.size());
+  struct alignas(64) Slot {
+    std::vector<float> lat;
+    uint64_t bytes = 0;
+    Clock::time_point t0, t1;
+    Status err;
+  };
+  std::vector<Slot> slots(threads);
   double cpu0 = CpuSeconds();
-  auto t0 = Clock::now();
-  auto work = [&](int t) {
-    size_t n = hi - lo, a = lo + n * size_t(t) / size_t(threads), b = lo + n * size_t(t + 1) / size_t(threads);
-    std::vector<uint8_t> buf;
-    Sample s;
-    auto& L = lat[size_t(t)];
-    L.reserve(b - a);
+  pool.Run([&](int t) {
+    Slot& slot = slots[size_t(t)];
+    const size_t n = hi - lo, a = lo + n * size_t(t) / threads, b = lo + n * size_t(t + 1) / threads;
+    slot.lat.reserve(b - a);
+    auto read = make(t, a);
+    uint64_t bytes = 0;
+    slot.t0 = Clock::now();
     for (size_t k = a; k < b; ++k) {
+      uint64_t nb = 0;
       auto r0 = Clock::now();
-      Status st = ra.Get(order[k], &s);
+      Status st = read(k, &nb);
+      auto r1 = Clock::now();
       if (!st.ok()) {
-        errs[size_t(t)] = st.At(Location{.index = int64_t(order[k])});
-        return;
+        slot.err = std::move(st);
+        break;
       }
-      uint64_t nb = s.bytes();
+      slot.lat.push_back(float(std::chrono::duration<double, std::micro>(r1 - r0).count()));
+      bytes += nb;
+    }
+    slot.t1 = Clock::now();
+    slot.bytes = bytes;
+  });
+  acc->cpu += CpuSeconds() - cpu0;
+  std::optional<Clock::time_point> first, last;
+  for (const auto& s : slots) {
+    if (!s.err.ok()) return s.err;
+    if (s.lat.empty()) continue;
+    if (!first || s.t0 < *first) first = s.t0;
+    if (!last || s.t1 > *last) last = s.t1;
+  }
+  if (first) acc->wall += std::chrono::duration<double>(*last - *first).count();
+  for (auto& s : slots) {
+    acc->lat_us.insert(acc->lat_us.end(), s.lat.begin(), s.lat.end());
+    acc->bytes += s.bytes;
+    acc->samples += s.lat.size();
+  }
+  return Status::OK();
+}
+
+// Reads order[lo, hi) through `ra` on the pool's workers (random-view; with
+// copy, random-copy: every field copied into the worker's own buffer).
+Status RandomPass(WorkerPool& pool, const RandomAccess& ra, const std::vector<uint64_t>& order, size_t lo, size_t hi,
+                  bool copy, Accum* acc) {
+  auto make = [&](int, size_t) {
+    return [&ra, &order, copy, buf = std::vector<uint8_t>(), s = Sample()](size_t k, uint64_t* nb) mutable -> Status {
+      Status st = ra.Get(order[k], &s);
+      if (!st.ok()) return st.At(Location{.index = int64_t(order[k])});
+      *nb = s.bytes();
       if (copy) {
-        if (buf.size() < nb) buf.resize(nb);
+        if (buf.size() < *nb) buf.resize(*nb);
         size_t off = 0;
         for (const auto& f : s.fields) {
           if (f.data.size()) std::memcpy(buf.data() + off, f.data.data(), f.data.size());
           off += f.data.size();
         }
       }
-      auto r1 = Clock::now();
-      L.push_back(float(std::chrono::duration<double, std::micro>(r1 - r0).count()));
-      bytes[size_t(t)] += nb;
-    }
+      return Status::OK();
+    };
   };
-  if (threads == 1) {
-    work(0);
-  } else {
-    std::vector<std::thread> th;
-    for (int t = 0; t < threads; ++t) th.emplace_back(work, t);
-    for (auto& x : th) x.join();
-  }
-  acc->wall += std::chrono::duration<double>(Clock::now() - t0).count();
-  acc->cpu += CpuSeconds() - cpu0;
-  for (auto& e : errs)
-    if (!e.ok()) return e;
-  for (int t = 0; t < threads; ++t) {
-    acc->lat_us.insert(acc->lat_us.end(), lat[size_t(t)].begin(), lat[size_t(t)].end());
-    acc->bytes += bytes[size_t(t)];
-    acc->samples += lat[size_t(t)].size();
-  }
-  return Status::OK();
+  return TimedSlice(pool, lo, hi, make, acc);
 }
 
-// The memcpy floor: copies of the same sizes from a buffer larger than the caches.
-void FloorPass(const std::vector<uint64_t>& sizes, size_t lo, size_t hi, int threads, const std::vector<uint8_t>& src,
-               Accum* acc) {
-  std::vector<std::vector<float>> lat(static_cast<size_t>(threads));
-  std::vector<uint64_t> bytes(size_t(threads), 0);
-  double cpu0 = CpuSeconds();
-  auto t0 = Clock::now();
-  auto work = [&](int t) {
-    size_t n = hi - lo, a = lo + n * size_t(t) / size_t(threads), b = lo + n * size_t(t + 1) / size_t(threads);
-    std::vector<uint8_t> dst(1 << 20);
+// The memcpy floor: copies of the same sizes from a buffer larger than the
+// caches, each worker walking it from its own starting point.
+void FloorPass(WorkerPool& pool, const std::vector<uint64_t>& sizes, size_t lo, size_t hi,
+               const std::vector<uint8_t>& src, Accum* acc) {
+  auto make = [&](int t, size_t a) {
     uint64_t off = (uint64_t(t) * 7919 * 4096 + a * 104729) % src.size();
-    for (size_t k = a; k < b; ++k) {
-      uint64_t nb = std::min<uint64_t>(sizes[k], src.size());
-      if (dst.size() < nb) dst.resize(nb);
-      if (off + nb > src.size()) off = 0;
-      auto r0 = Clock::now();
-      std::memcpy(dst.data(), src.data() + off, nb);
-      auto r1 = Clock::now();
-      off = (off + nb + 4096) % src.size();
-      lat[size_t(t)].push_back(float(std::chrono::duration<double, std::micro>(r1 - r0).count()));
-      bytes[size_t(t)] += nb;
-    }
+    return [&sizes, &src, off, dst = std::vector<uint8_t>(1 << 20)](size_t k, uint64_t* nb) mutable -> Status {
+      *nb = std::min<uint64_t>(sizes[k], src.size());
+      if (dst.size() < *nb) dst.resize(*nb);
+      if (off + *nb > src.size()) off = 0;
+      std::memcpy(dst.data(), src.data() + off, *nb);
+      off = (off + *nb + 4096) % src.size();
+      return Status::OK();
+    };
   };
-  if (threads == 1) {
-    work(0);
-  } else {
-    std::vector<std::thread> th;
-    for (int t = 0; t < threads; ++t) th.emplace_back(work, t);
-    for (auto& x : th) x.join();
-  }
-  acc->wall += std::chrono::duration<double>(Clock::now() - t0).count();
-  acc->cpu += CpuSeconds() - cpu0;
-  for (int t = 0; t < threads; ++t) {
-    acc->lat_us.insert(acc->lat_us.end(), lat[size_t(t)].begin(), lat[size_t(t)].end());
-    acc->bytes += bytes[size_t(t)];
-    acc->samples += lat[size_t(t)].size();
-  }
+  Status st = TimedSlice(pool, lo, hi, make, acc);
+  (void)st;  // a memcpy does not fail
 }
 
 Status SeqPass(Target& tg, uint64_t n, Accum* acc) {
@@ -258,7 +347,9 @@ Status OpenTarget(Target& t, bool need_random) {
     auto ra = t.ds->NewRandomAccess();
     if (!ra.ok()) {
       Status s = std::move(ra).take_status();
-      return Status(s.code(), fmt::format("dataset '{}' ({}) has no random access: {}", t.address, t.format, s.message()),
+      return Status(s.code(), fmt::format("dataset '{}' ({}) has no random access, which random mode needs (measure it with "
+                                "--mode sequential): {}",
+                                t.address, t.format, s.message()),
                     s.where());
     }
     t.ra = std::move(ra).value();
@@ -338,6 +429,12 @@ Result<BenchReport> RunBench(const std::vector<std::string>& addresses, const Be
     SK_RETURN_IF_ERROR(OpenTarget(targets[i], opts.random));
     targets[i].files = CollectFiles(addresses[i], targets[i].ds->info());
     uint64_t n = opts.random ? targets[i].ra->size() : targets[i].ds->info().num_samples.value_or(UINT64_MAX);
+    if (n == UINT64_MAX && !opts.samples && opts.seconds <= 0) {
+      // A stream of unknown length (pipe: shards): read it once to size the passes; this is its warm-up too.
+      say(fmt::format("counting the samples of {}", addresses[i]));
+      SK_ASSIGN_OR_RETURN(n, CountSamples(targets[i]));
+      targets[i].warm = true;
+    }
     if (n == 0) return Status::Invalid("dataset is empty", Location{.file = addresses[i]});
     min_size = std::min(min_size, n);
   }
@@ -389,6 +486,9 @@ Result<BenchReport> RunBench(const std::vector<std::string>& addresses, const Be
           for (const auto& f : s.fields)
             for (size_t k = 0; k < f.data.size(); k += 4096) sink = sink + f.data.data()[k];
         }
+      } else if (t.files.empty()) {
+        // Nothing on disk to touch (a stream): read the samples the first slices will read.
+        if (!t.warm) SK_RETURN_IF_ERROR(CountSamples(t, n).status());
       } else {
         std::vector<char> buf(1 << 20);
         for (const auto& f : t.files) {
@@ -402,6 +502,13 @@ Result<BenchReport> RunBench(const std::vector<std::string>& addresses, const Be
     }
   }
 
+  // One worker pool per thread count, started when first needed and kept for the run.
+  std::map<int, std::unique_ptr<WorkerPool>> pools;
+  auto pool = [&](int th) -> WorkerPool& {
+    auto& p = pools[th];
+    if (!p) p = std::make_unique<WorkerPool>(th);
+    return *p;
+  };
   auto slice_bounds = [&](int k) { return std::pair<size_t, size_t>(n * size_t(k) / size_t(slices), n * size_t(k + 1) / size_t(slices)); };
   std::vector<Mode> modes;
   if (opts.random) modes = {Mode::kView, Mode::kCopy};
@@ -428,7 +535,7 @@ Result<BenchReport> RunBench(const std::vector<std::string>& addresses, const Be
           if (m == Mode::kSeq) {
             SK_RETURN_IF_ERROR(SeqPass(t, hi - lo, &acc[i]).At(Location{.file = t.address}));
           } else {
-            SK_RETURN_IF_ERROR(RandomPass(*t.ra, order, lo, hi, used_threads, m == Mode::kCopy, &acc[i])
+            SK_RETURN_IF_ERROR(RandomPass(pool(used_threads), *t.ra, order, lo, hi, m == Mode::kCopy, &acc[i])
                                    .At(Location{.file = t.address}));
           }
         }
@@ -472,7 +579,7 @@ Result<BenchReport> RunBench(const std::vector<std::string>& addresses, const Be
       Accum a;
       for (int k = 0; k < slices; ++k) {
         auto [lo, hi] = slice_bounds(k);
-        FloorPass(sizes, lo, hi, th, src, &a);
+        FloorPass(pool(th), sizes, lo, hi, src, &a);
       }
       std::vector<float> cdf = a.lat_us;
       report.rows.push_back(MakeRow("floor:memcpy", "memcpy", Mode::kCopy, th, a, false));
@@ -495,12 +602,19 @@ Result<BenchReport> RunBench(const std::vector<std::string>& addresses, const Be
       }
       MemoryAccess ma(std::move(mem));
       std::string name = "memory:" + t0.address;
+      // Warm-up, as for the datasets: one untimed read of every sample, through the
+      // workers (the copies were just made by this thread, after the floor's memcpy
+      // had flushed the caches; without it the first timed pass pays for that).
+      {
+        Accum warm;
+        SK_RETURN_IF_ERROR(RandomPass(pool(threads.front()), ma, order, 0, order.size(), false, &warm));
+      }
       for (Mode m : {Mode::kView, Mode::kCopy}) {
         for (int th : threads) {
           Accum a;
           for (int k = 0; k < slices; ++k) {
             auto [lo, hi] = slice_bounds(k);
-            SK_RETURN_IF_ERROR(RandomPass(ma, order, lo, hi, th, m == Mode::kCopy, &a));
+            SK_RETURN_IF_ERROR(RandomPass(pool(th), ma, order, lo, hi, m == Mode::kCopy, &a));
           }
           std::vector<float> cdf = a.lat_us;
           report.rows.push_back(MakeRow(name, "memory", m, th, a, false));
