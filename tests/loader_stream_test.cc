@@ -17,6 +17,7 @@
 
 using namespace shardkit;
 using sk_test::MakeJpeg;
+using sk_test::Fnv;
 
 namespace {
 
@@ -99,12 +100,6 @@ LoaderOptions StreamOpts() {
   o.stream = true;
   o.shuffle_buffer = 6;
   return o;
-}
-
-uint64_t Fnv(const void* p, size_t n, uint64_t h = 1469598103934665603ull) {
-  auto* b = static_cast<const uint8_t*>(p);
-  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
-  return h;
 }
 
 struct Seen {

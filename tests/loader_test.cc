@@ -15,6 +15,7 @@
 using namespace shardkit;
 using sk_test::JpegKind;
 using sk_test::MakeJpeg;
+using sk_test::Fnv;
 
 namespace {
 
@@ -57,12 +58,6 @@ LoaderOptions SmallOpts() {
   o.threads = 2;
   o.seed = 17;
   return o;
-}
-
-uint64_t Fnv(const void* p, size_t n, uint64_t h = 1469598103934665603ull) {
-  auto* b = static_cast<const uint8_t*>(p);
-  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
-  return h;
 }
 
 struct Seen {

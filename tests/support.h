@@ -1,6 +1,7 @@
 // Shared test fixtures: temporary directories, generated images, running the CLI.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -44,5 +45,12 @@ RunResult Run(const std::string& cmdline);
 RunResult Cli(const std::string& args);
 // Shell-quotes one argument.
 std::string Q(const std::string& s);
+
+// FNV-1a over n bytes (continuing from h): a cheap fingerprint of pixels in tests.
+inline uint64_t Fnv(const void* p, size_t n, uint64_t h = 1469598103934665603ull) {
+  auto* b = static_cast<const uint8_t*>(p);
+  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
 
 }  // namespace sk_test
