@@ -21,13 +21,20 @@ uint64_t Stream::UniformInt(uint64_t n) {
   return uint64_t(m >> 64);
 }
 
-std::vector<uint64_t> EpochPermutation(uint64_t n, uint64_t seed, uint64_t epoch, bool shuffle) {
+namespace {
+// 0..n-1, shuffled by Fisher-Yates with draws from Stream(seed, stream) when `shuffle`.
+std::vector<uint64_t> Shuffled(uint64_t n, uint64_t seed, uint64_t stream, bool shuffle) {
   std::vector<uint64_t> p(n);
   for (uint64_t i = 0; i < n; ++i) p[i] = i;
   if (!shuffle || n < 2) return p;
-  Stream s(seed, PermutationStream(epoch));
+  Stream s(seed, stream);
   for (uint64_t i = n - 1; i > 0; --i) std::swap(p[i], p[s.UniformInt(i + 1)]);
   return p;
+}
+}  // namespace
+
+std::vector<uint64_t> EpochPermutation(uint64_t n, uint64_t seed, uint64_t epoch, bool shuffle) {
+  return Shuffled(n, seed, PermutationStream(epoch), shuffle);
 }
 
 Partition PartitionEpoch(uint64_t n, uint32_t world, uint64_t batch_size, bool drop_last) {
@@ -60,12 +67,7 @@ std::vector<uint64_t> RankIndices(const std::vector<uint64_t>& perm, uint32_t ra
 }
 
 std::vector<uint64_t> ShardOrder(uint64_t num_shards, uint64_t seed, uint64_t epoch, bool shuffle) {
-  std::vector<uint64_t> p(num_shards);
-  for (uint64_t i = 0; i < num_shards; ++i) p[i] = i;
-  if (!shuffle || num_shards < 2) return p;
-  Stream s(seed, ShardStream(epoch));
-  for (uint64_t i = num_shards - 1; i > 0; --i) std::swap(p[i], p[s.UniformInt(i + 1)]);
-  return p;
+  return Shuffled(num_shards, seed, ShardStream(epoch), shuffle);
 }
 
 std::vector<Segment> RankSegments(const std::vector<uint64_t>& shard_samples, const std::vector<uint64_t>& order,
