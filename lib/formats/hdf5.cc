@@ -522,6 +522,191 @@ class Hdf5Writer : public SampleWriter {
 };
 
 // ---------------------------------------------------------------------------
+// Variable-length elements are bounded before libhdf5 allocates for them.
+//
+// On disk a vlen element (string or sequence) is a descriptor: uint32 length
+// (in base elements), the address of a global heap collection, uint32 object
+// index. libhdf5 1.10 converts one (H5T__conv_vlen) by trusting the length:
+// it allocates and zeroes length x base-size bytes, then copies the heap
+// object, whatever its real size, into that buffer (H5HG_read). So a 10 KB
+// file declaring a 3.5 GB string makes it allocate 3.5 GB, and an object
+// larger than its declared length would overrun the buffer. No public call
+// exposes the descriptors before that happens (H5Dvlen_get_buf_size and a
+// custom H5Pset_vlen_mem_manager allocator both run after the conversion has
+// allocated), so shardkit registers its own soft conversion function for
+// vlen -> vlen. While a VlenCheck is active, it checks each descriptor of the
+// batch against the mapped file (length x base size within the file and
+// within what is left of the read's budget; the heap collection inside the
+// file, with the object present and exactly that size), then hands the batch
+// to the library's own function, found with H5Tfind before registering.
+// Without an active VlenCheck (writes) it only forwards. Lock held throughout.
+
+struct VlenCheck;
+VlenCheck*& ActiveVlenCheck() {
+  static VlenCheck* v = nullptr;
+  return v;
+}
+H5T_conv_t& LibraryVlenConv() {
+  static H5T_conv_t f = nullptr;
+  return f;
+}
+
+// Reads an unsigned little-endian integer of n (<= 8) bytes.
+uint64_t Le(const uint8_t* p, size_t n) {
+  uint64_t v = 0;
+  for (size_t i = n; i-- > 0;) v = (v << 8) | p[i];
+  return v;
+}
+
+struct VlenCheck {
+  const uint8_t* file = nullptr;  // the whole file, mapped
+  uint64_t size = 0;
+  uint64_t base = 0;              // HDF5 addresses are relative to the user block's end
+  size_t sizeof_size = 8;
+  uint64_t budget = 0;            // bytes the whole read may still produce
+  uint64_t next_index = 0;        // dataset index of the next element checked
+  std::string what;               // "a variable-length string" / "... sequence"
+  std::string refusal;            // set when an element is refused
+  int64_t refused_index = -1;
+  // Parsed heap collections: address -> object sizes by index (~0: absent).
+  std::map<uint64_t, std::vector<uint64_t>> heaps;
+
+  VlenCheck(const uint8_t* f, uint64_t n, uint64_t b, size_t ss, uint64_t first_index)
+      : file(f), size(n), base(b), sizeof_size(ss), budget(n), next_index(first_index) {
+    ActiveVlenCheck() = this;
+  }
+  ~VlenCheck() { ActiveVlenCheck() = nullptr; }
+  VlenCheck(const VlenCheck&) = delete;
+  VlenCheck& operator=(const VlenCheck&) = delete;
+
+  // The object sizes of the collection at addr (absolute), or nullptr with
+  // refusal set.
+  const std::vector<uint64_t>* Heap(uint64_t addr) {
+    auto it = heaps.find(addr);
+    if (it != heaps.end()) return &it->second;
+    const size_t hdr = 8 + sizeof_size;  // "GCOL", version, 3 reserved, collection size
+    if (addr > size || size - addr < hdr) {
+      refusal = fmt::format("its heap collection at {} lies outside the file", addr);
+      return nullptr;
+    }
+    const uint8_t* p = file + addr;
+    if (std::memcmp(p, "GCOL", 4) != 0 || p[4] != 1) {
+      refusal = fmt::format("no global heap collection at {}", addr);
+      return nullptr;
+    }
+    uint64_t csize = Le(p + 8, sizeof_size);
+    if (csize < hdr || csize > size - addr) {
+      refusal = fmt::format("the heap collection at {} declares {} bytes, past the end of the file", addr, csize);
+      return nullptr;
+    }
+    std::vector<uint64_t> objs;
+    const size_t ohdr = 8 + sizeof_size;  // index, refcount, reserved, object size
+    uint64_t off = hdr;
+    while (off + ohdr <= csize) {
+      uint64_t idx = Le(p + off, 2);
+      uint64_t osize = Le(p + off + 8, sizeof_size);
+      if (idx == 0) {  // free space (its size includes its header)
+        if (osize < ohdr || osize > csize - off) break;
+        off += osize;
+        continue;
+      }
+      if (osize > csize - off - ohdr) break;  // runs past the collection: not trusted
+      if (objs.size() <= idx) objs.resize(idx + 1, ~uint64_t(0));
+      objs[idx] = osize;
+      off += ohdr + ((osize + 7) & ~uint64_t(7));
+    }
+    return &heaps.emplace(addr, std::move(objs)).first->second;
+  }
+
+  // Checks n on-disk descriptors of elem bytes each; false with refusal set.
+  bool Check(const uint8_t* buf, size_t n, size_t stride, size_t elem, size_t base_size) {
+    if (elem < 10 || elem > 16) {
+      refusal = fmt::format("unexpected descriptor size {}", elem);
+      return false;
+    }
+    size_t sizeof_addr = elem - 8;
+    for (size_t i = 0; i < n; ++i, ++next_index) {
+      const uint8_t* d = buf + i * stride;
+      uint64_t len = Le(d, 4);
+      if (len == 0) continue;  // empty: libhdf5 reads nothing
+      uint64_t bytes = len * base_size;
+      uint64_t addr = Le(d + 4, sizeof_addr);
+      uint64_t idx = Le(d + 4 + sizeof_addr, 4);
+      refused_index = int64_t(next_index);
+      if (bytes > size) {
+        refusal = fmt::format("declares {} of {} bytes in a file of {} bytes", what, bytes, size);
+        return false;
+      }
+      if (bytes > budget) {
+        refusal = fmt::format("declares {} of {} bytes, more than the file holds with the elements before it "
+                              "({} bytes)",
+                              what, bytes, size);
+        return false;
+      }
+      if (addr == 0 || addr > size - base) {
+        refusal = fmt::format("declares {} of {} bytes at heap address {}, outside the file", what, bytes, addr);
+        return false;
+      }
+      const std::vector<uint64_t>* objs = Heap(base + addr);
+      if (!objs) return false;
+      if (idx >= objs->size() || (*objs)[idx] == ~uint64_t(0)) {
+        refusal = fmt::format("points to heap object {} at {}, which does not exist", idx, base + addr);
+        return false;
+      }
+      if ((*objs)[idx] != bytes) {
+        refusal = fmt::format("declares {} of {} bytes but its heap object holds {}", what, bytes, (*objs)[idx]);
+        return false;
+      }
+      budget -= bytes;
+    }
+    refused_index = -1;
+    return true;
+  }
+};
+
+herr_t GuardedVlenConv(hid_t src, hid_t dst, H5T_cdata_t* cdata, size_t nelmts, size_t buf_stride,
+                       size_t bkg_stride, void* buf, void* bkg, hid_t dxpl) {
+  VlenCheck* check = ActiveVlenCheck();
+  if (check && cdata->command == H5T_CONV_CONV && nelmts > 0 && buf) {
+    size_t elem = H5Tget_size(src);
+    size_t base_size = 1;
+    if (H5Tget_class(src) != H5T_STRING) {
+      hid_t super = H5Tget_super(src);
+      base_size = super >= 0 ? H5Tget_size(super) : 0;
+      if (super >= 0) H5Tclose(super);
+    }
+    check->what = H5Tget_class(src) == H5T_STRING ? "a variable-length string"
+                                                  : "a variable-length sequence";
+    if (base_size == 0 || !check->Check(static_cast<const uint8_t*>(buf), nelmts, buf_stride ? buf_stride : elem,
+                                        elem, base_size)) {
+      if (check->refusal.empty()) check->refusal = "cannot size its base type";
+      H5Epush2(H5E_DEFAULT, __FILE__, __func__, __LINE__, H5E_ERR_CLS, H5E_DATATYPE, H5E_BADVALUE, "%s",
+               check->refusal.c_str());
+      return -1;
+    }
+  }
+  return LibraryVlenConv()(src, dst, cdata, nelmts, buf_stride, bkg_stride, buf, bkg, dxpl);
+}
+
+// Registers GuardedVlenConv once. Lock held.
+Status InstallVlenGuard(const std::string& path) {
+  static bool installed = false;
+  if (installed) return Status::OK();
+  Hid a(H5Tvlen_create(H5T_NATIVE_UINT8), H5Tclose), b(H5Tvlen_create(H5T_NATIVE_UINT16), H5Tclose);
+  H5T_cdata_t* cdata = nullptr;
+  H5T_conv_t lib = a.ok() && b.ok() ? H5Tfind(a.get(), b.get(), &cdata) : nullptr;
+  if (!lib)
+    return Status::Internal("cannot find libhdf5's variable-length conversion: " + H5Message(),
+                            Location{.file = path});
+  LibraryVlenConv() = lib;  // before registering: H5Tregister initialises existing paths through it
+  if (H5Tregister(H5T_PERS_SOFT, "shardkit_vlen_guard", a.get(), a.get(), GuardedVlenConv) < 0)
+    return Status::Internal("cannot install the check on variable-length elements: " + H5Message(),
+                            Location{.file = path});
+  installed = true;
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------------------
 // Reader.
 
 struct Payload {
@@ -576,8 +761,29 @@ class Hdf5Data {
     return Status::OK();
   }
 
+  // Checks the vlen descriptors of the next read (see VlenCheck). Lock held.
+  VlenCheck NewVlenCheck(uint64_t first_index) const {
+    return VlenCheck(map_->data(), map_->size(), userblock_, sizeof_size_, first_index);
+  }
+  // The error for a failed vlen read: the check's refusal, else HDF5's message.
+  Status VlenReadError(const std::string& name, const VlenCheck& check, int64_t index) const {
+    if (check.refusal.empty()) {
+      Location at{.file = path_};
+      if (index >= 0) at.index = index;
+      return Status::Corrupt(fmt::format("dataset '{}': cannot read: {}", name, H5Message()), at);
+    }
+    H5Eclear2(H5E_DEFAULT);
+    Location at{.file = path_};
+    if (check.refused_index >= 0) at.index = check.refused_index;
+    return Status::Corrupt(fmt::format("dataset '{}': element {} {}: refused before reading", name,
+                                       check.refused_index, check.refusal),
+                           at);
+  }
+
   std::string path_;
   uint64_t file_size_ = 0;
+  uint64_t userblock_ = 0;    // HDF5 addresses are relative to its end
+  size_t sizeof_size_ = 8;    // bytes of a length in the file's metadata
   bool shardkit_ = false;
   // Our layout.
   std::string key_blob_;
@@ -685,7 +891,12 @@ Result<std::vector<std::string>> Hdf5Data::ReadStrings(hid_t obj, bool is_attr, 
     H5Tset_size(mt.get(), H5T_VARIABLE);
     H5Tset_cset(mt.get(), H5Tget_cset(type.get()));
     std::vector<char*> ptrs(size_t(count), nullptr);
-    if (read(mt.get(), ptrs.data()) < 0) return Corrupt(name, "cannot read: " + H5Message());
+    VlenCheck check = NewVlenCheck(0);
+    if (read(mt.get(), ptrs.data()) < 0) {
+      Status st = VlenReadError(name, check, -1);
+      H5Dvlen_reclaim(mt.get(), space.get(), H5P_DEFAULT, ptrs.data());  // what was read before the failure
+      return st;
+    }
     for (size_t i = 0; i < ptrs.size(); ++i)
       if (ptrs[i]) out[i] = ptrs[i];
     H5Dvlen_reclaim(mt.get(), space.get(), H5P_DEFAULT, ptrs.data());
@@ -719,7 +930,13 @@ Status Hdf5Data::Open(const std::string& path, const OpenOptions& opts) {
   info.total_bytes = uint64_t(st.st_size);
   file_size_ = uint64_t(st.st_size);
 
+  // Mapped before libhdf5 reads anything: the vlen check reads heap
+  // collections through it, and our layout's payloads are read from it.
+  SK_ASSIGN_OR_RETURN(map_, io::MappedFile::Open(path));
+  if (map_->size() < file_size_) file_size_ = map_->size();
+
   H5Lock lock;
+  SK_RETURN_IF_ERROR(InstallVlenGuard(path));
   Hid fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   H5Pset_elink_cb(fapl.get(), RefuseElink, nullptr);
   H5Pset_fclose_degree(fapl.get(), H5F_CLOSE_STRONG);
@@ -730,6 +947,16 @@ Status Hdf5Data::Open(const std::string& path, const OpenOptions& opts) {
   if (!file.ok())
     return Status::Corrupt(fmt::format("cannot open as HDF5 (truncated or not HDF5?): {}", H5Message()),
                            Location{.file = path});
+  {
+    Hid fcpl(H5Fget_create_plist(file.get()), H5Pclose);
+    hsize_t ub = 0;
+    size_t sa = 8, ss = 8;
+    if (!fcpl.ok() || H5Pget_userblock(fcpl.get(), &ub) < 0 || H5Pget_sizes(fcpl.get(), &sa, &ss) < 0 || ss < 2 ||
+        ss > 8)
+      return Status::Corrupt("cannot read the file's creation properties: " + H5Message(), Location{.file = path});
+    userblock_ = ub;
+    sizeof_size_ = ss;
+  }
   SK_ASSIGN_OR_RETURN(LinkList root, ListLinks(file.get(), "/", path));
   auto has = [&](const char* name) {
     for (auto& [n, t] : root.links)
@@ -863,7 +1090,6 @@ Status Hdf5Data::OpenShardkit(hid_t file, uint64_t file_size) {
     info.fields.push_back("cls");
   std::sort(info.fields.begin(), info.fields.end());
   std::sort(payloads_.begin(), payloads_.end(), [](const Payload& a, const Payload& b) { return a.ext < b.ext; });
-  SK_ASSIGN_OR_RETURN(map_, io::MappedFile::Open(path_));
   if (map_->size() < file_size)
     return Status::Corrupt("file shrank while opening", Location{.file = path_});
   return Status::OK();
@@ -950,14 +1176,22 @@ Status Hdf5Data::GetTp(uint64_t i, Sample* out) const {
     Bytes b;
     if (f.kind == TpField::kVlenU8) {
       hvl_t v{0, nullptr};
-      if (H5Dread(f.dset.get(), f.mtype.get(), mspace.get(), fspace.get(), H5P_DEFAULT, &v) < 0)
-        return Status::Corrupt(fmt::format("dataset '{}': cannot read element: {}", f.name, H5Message()), at);
+      VlenCheck check = NewVlenCheck(i);
+      if (H5Dread(f.dset.get(), f.mtype.get(), mspace.get(), fspace.get(), H5P_DEFAULT, &v) < 0) {
+        Status st = VlenReadError(f.name, check, int64_t(i));
+        H5Dvlen_reclaim(f.mtype.get(), mspace.get(), H5P_DEFAULT, &v);
+        return st;
+      }
       b = Bytes::Copy(v.p, v.len);
       H5Dvlen_reclaim(f.mtype.get(), mspace.get(), H5P_DEFAULT, &v);
     } else if (f.kind == TpField::kVlenStr) {
       char* p = nullptr;
-      if (H5Dread(f.dset.get(), f.mtype.get(), mspace.get(), fspace.get(), H5P_DEFAULT, &p) < 0)
-        return Status::Corrupt(fmt::format("dataset '{}': cannot read element: {}", f.name, H5Message()), at);
+      VlenCheck check = NewVlenCheck(i);
+      if (H5Dread(f.dset.get(), f.mtype.get(), mspace.get(), fspace.get(), H5P_DEFAULT, &p) < 0) {
+        Status st = VlenReadError(f.name, check, int64_t(i));
+        H5Dvlen_reclaim(f.mtype.get(), mspace.get(), H5P_DEFAULT, &p);
+        return st;
+      }
       if (p) b = Bytes::Copy(std::string_view(p));
       H5Dvlen_reclaim(f.mtype.get(), mspace.get(), H5P_DEFAULT, &p);
     } else {
