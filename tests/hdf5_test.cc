@@ -318,6 +318,109 @@ for name, iname, lname in (('tp.h5', 'images', 'labels'), ('tg.h5', 'images', 't
   CHECK(missing.status().message().find("'nope'") != std::string::npos);
 }
 
+TEST_CASE("hdf5 variable-length elements are checked before libhdf5 allocates (fuzz finding)", "[hdf5]") {
+  // fuzz/known/: 10 KB whose `keys` declares a 3.5 GB string. libhdf5 alone
+  // allocates and zeroes 3.5 GB before failing; under a 1 GiB address-space
+  // limit shardkit must refuse it quickly, naming the file and the dataset.
+  std::string known = std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/known/hdf5-vlen-string-3.5GB-alloc.h5";
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = Run(fmt::format("ulimit -v 1048576 && exec {} info {}", Q(SHARDKIT_CLI), Q(known)));
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("hdf5-vlen-string-3.5GB-alloc.h5") != std::string::npos);
+  CHECK(r.err.find("dataset 'keys': element 0 declares a variable-length string of 3556638720 bytes") !=
+        std::string::npos);
+  CHECK(r.err.find("refused before reading") != std::string::npos);
+  CHECK(secs < 10);
+
+  // Crafted copies of a good file: descriptors patched in place (h5py finds
+  // the contiguous datasets' addresses; the attribute's descriptors are found
+  // by the heap address and length they hold).
+  TempDir dir;
+  auto samples = MakeSamples(5);
+  WriteOptions wo;
+  wo.class_names = {"cat", std::string(4660, 'x')};  // 4660 = 0x1234: easy to find
+  WriteH5(dir / "good.h5", samples, wo);
+  std::vector<std::string> imgs;
+  for (int i = 0; i < 3; ++i) imgs.push_back(MakeJpeg(9, 7, uint32_t(i)));
+  for (int i = 0; i < 3; ++i) WriteFile(dir / fmt::format("i{}.bin", i), imgs[i]);
+  r = Py(dir, R"(
+import sys, struct, shutil, h5py, numpy as np
+d = sys.argv[1]
+def patch(name, off, data):
+    with open(d + '/' + name, 'r+b') as f:
+        f.seek(off); f.write(data)
+with h5py.File(d + '/good.h5', 'r') as f:
+    keys = f['keys'].id.get_offset()
+raw = open(d + '/good.h5', 'rb').read()
+gcols = [i for i in range(len(raw)) if raw.startswith(b'GCOL', i)]
+attr = [i for g in gcols for i in [raw.find(struct.pack('<IQ', 4660, g))] if i >= 0]
+assert len(attr) == 1, attr
+for name in ('huge-key.h5', 'short-key.h5', 'huge-class.h5', 'no-object.h5'):
+    shutil.copy(d + '/good.h5', d + '/' + name)
+patch('huge-key.h5', keys + 16 * 3, struct.pack('<I', 0xD4000000))   # key 3: 3.5 GB
+patch('short-key.h5', keys + 16 * 2, struct.pack('<I', 1))           # key 2: shorter than its object
+patch('huge-class.h5', attr[0], struct.pack('<I', 0xF0000000))       # class 1: 4 GB
+patch('no-object.h5', keys + 16 + 4 + 8, struct.pack('<I', 999))     # key 1: object 999
+imgs = [np.frombuffer(open(d + '/i%d.bin' % i, 'rb').read(), dtype=np.uint8) for i in range(3)]
+with h5py.File(d + '/tp.h5', 'w') as f:
+    ds = f.create_dataset('images', (3,), dtype=h5py.vlen_dtype(np.uint8))
+    for i, a in enumerate(imgs): ds[i] = a
+    f['labels'] = np.array([0, 1, 2], dtype=np.int32)
+    off = ds.id.get_offset()
+patch('tp.h5', off + 16 * 2, struct.pack('<I', 0xFFFFFFF0))          # image 2: 4 GB
+)",
+         Q(dir.path()));
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+
+  REQUIRE(Open(dir / "good.h5").ok());
+  CHECK((*Open(dir / "good.h5"))->info().class_names == wo.class_names);
+  struct Case {
+    const char* file;
+    const char* message;
+    int64_t index;
+  };
+  for (const Case& c : {
+           Case{"huge-key.h5", "dataset 'keys': element 3 declares a variable-length string of 3556769792 bytes", 3},
+           Case{"short-key.h5", "dataset 'keys': element 2 declares a variable-length string of 1 bytes but its "
+                                "heap object holds 11",
+                2},
+           Case{"no-object.h5", "dataset 'keys': element 1 points to heap object 999", 1},
+           Case{"huge-class.h5", "'class_names (attribute)': element 1 declares a variable-length string of "
+                                 "4026531840 bytes",
+                -1},
+       }) {
+    INFO(c.file);
+    auto ds = Open(dir / c.file);
+    REQUIRE_FALSE(ds.ok());
+    CHECK(ds.status().code() == Code::kCorrupt);
+    CHECK(ds.status().where().file == dir / c.file);
+    CHECK(ds.status().where().index == c.index);
+    CHECK(ds.status().message().find(c.message) != std::string::npos);
+    CHECK(ds.status().message().find("refused before reading") != std::string::npos);
+  }
+  // Third-party layout: elements are read one by one, so the good ones still read.
+  auto ds = Open(dir / "tp.h5");
+  REQUIRE(ds.ok());
+  auto ra = (*ds)->NewRandomAccess();
+  REQUIRE(ra.ok());
+  Sample s;
+  for (uint64_t i = 0; i < 2; ++i) {
+    REQUIRE((*ra)->Get(i, &s).ok());
+    CHECK(s.find("jpg")->data.str() == imgs[i]);
+  }
+  Status st = (*ra)->Get(2, &s);
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.code() == Code::kCorrupt);
+  CHECK(st.where().index == 2);
+  CHECK(st.message().find("dataset 'images': element 2 declares a variable-length sequence of 4294967280 bytes") !=
+        std::string::npos);
+  REQUIRE((*ra)->Get(0, &s).ok());  // and the handle still works
+  CHECK(s.find("jpg")->data.str() == imgs[0]);
+}
+
 TEST_CASE("hdf5 truncated file is an error naming the file", "[hdf5]") {
   TempDir dir;
   WriteH5(dir / "t.h5", MakeSamples(50));

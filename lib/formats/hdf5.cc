@@ -766,7 +766,8 @@ class Hdf5Data {
     return VlenCheck(map_->data(), map_->size(), userblock_, sizeof_size_, first_index);
   }
   // The error for a failed vlen read: the check's refusal, else HDF5's message.
-  Status VlenReadError(const std::string& name, const VlenCheck& check, int64_t index) const {
+  // index: the sample read, or -1; is_sample: the dataset's elements are samples.
+  Status VlenReadError(const std::string& name, const VlenCheck& check, int64_t index, bool is_sample = true) const {
     if (check.refusal.empty()) {
       Location at{.file = path_};
       if (index >= 0) at.index = index;
@@ -774,7 +775,7 @@ class Hdf5Data {
     }
     H5Eclear2(H5E_DEFAULT);
     Location at{.file = path_};
-    if (check.refused_index >= 0) at.index = check.refused_index;
+    if (check.refused_index >= 0 && is_sample) at.index = check.refused_index;
     return Status::Corrupt(fmt::format("dataset '{}': element {} {}: refused before reading", name,
                                        check.refused_index, check.refusal),
                            at);
@@ -893,7 +894,7 @@ Result<std::vector<std::string>> Hdf5Data::ReadStrings(hid_t obj, bool is_attr, 
     std::vector<char*> ptrs(size_t(count), nullptr);
     VlenCheck check = NewVlenCheck(0);
     if (read(mt.get(), ptrs.data()) < 0) {
-      Status st = VlenReadError(name, check, -1);
+      Status st = VlenReadError(name, check, -1, !is_attr);
       H5Dvlen_reclaim(mt.get(), space.get(), H5P_DEFAULT, ptrs.data());  // what was read before the failure
       return st;
     }
