@@ -8,10 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS="${1:-60}"
 BUILD="${2:-build-fuzz}"
-# fuzz_hdf5 is left out of the default list while its known finding is open: a
-# 10 KB file makes libhdf5 allocate and touch 3.5 GB for one vlen string
-# (fuzz/known/, docs/reliability.md). Run it with FUZZ_TARGETS=hdf5.
-TARGETS="${FUZZ_TARGETS:-tar dali_index lmdb_record lmdb_env jpeg}"
+TARGETS="${FUZZ_TARGETS:-tar dali_index lmdb_record lmdb_env jpeg hdf5}"
 # clang and libFuzzer's runtime are needed by this script only: installed here
 # (as root, or through sudo) rather than by scripts/install-deps.sh.
 need=()

@@ -319,16 +319,17 @@ for name, iname, lname in (('tp.h5', 'images', 'labels'), ('tg.h5', 'images', 't
 }
 
 TEST_CASE("hdf5 variable-length elements are checked before libhdf5 allocates (fuzz finding)", "[hdf5]") {
-  // fuzz/known/: 10 KB whose `keys` declares a 3.5 GB string. libhdf5 alone
+  // The fuzz finding (now a seed in fuzz/corpus/hdf5/): 10 KB whose `keys`
+  // declares a 3.5 GB string. libhdf5 alone
   // allocates and zeroes 3.5 GB before failing; under a 1 GiB address-space
   // limit shardkit must refuse it quickly, naming the file and the dataset.
-  std::string known = std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/known/hdf5-vlen-string-3.5GB-alloc.h5";
+  std::string known = std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/corpus/hdf5/regression-vlen-string-3.5GB.h5";
   auto t0 = std::chrono::steady_clock::now();
   auto r = Run(fmt::format("ulimit -v 1048576 && exec {} info {}", Q(SHARDKIT_CLI), Q(known)));
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   INFO(r.err);
   CHECK(r.exit_code == 1);
-  CHECK(r.err.find("hdf5-vlen-string-3.5GB-alloc.h5") != std::string::npos);
+  CHECK(r.err.find("regression-vlen-string-3.5GB.h5") != std::string::npos);
   CHECK(r.err.find("dataset 'keys': element 0 declares a variable-length string of 3556638720 bytes") !=
         std::string::npos);
   CHECK(r.err.find("refused before reading") != std::string::npos);
