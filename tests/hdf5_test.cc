@@ -227,6 +227,66 @@ with h5py.File(d + '/p.h5', 'r') as f:
   CHECK(r.out.find("version 1") != std::string::npos);
 }
 
+TEST_CASE("hdf5 payloads written in place: large fields, a field sample 0 lacks, h5py and h5dump read them",
+          "[hdf5]") {
+  // Sample 0 holds only a small `txt`, so `txt` is the field written straight
+  // into the output; `bin` (first seen in sample 1, ~1.2 MB in all) goes
+  // through a spill file; `npy` is large from sample 0 on but is not the
+  // first sample's largest. Payloads are random bytes, so a misplaced range shows.
+  TempDir dir;
+  std::vector<Sample> samples;
+  uint64_t state = 0x9E3779B97F4A7C15ull;
+  auto rnd = [&](size_t n) {
+    std::string b(n, '\0');
+    for (auto& c : b) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      c = char(state >> 56);
+    }
+    return b;
+  };
+  for (int i = 0; i < 300; ++i) {
+    Sample s;
+    s.key = fmt::format("k/{:05d}", i);
+    s.set("txt", Bytes::Take(rnd(i == 0 ? 3 : 700 + i)));
+    if (i > 0) s.set("bin", Bytes::Take(rnd(4000 + 7 * i)));
+    if (i % 2 == 0) s.set("npy", Bytes::Take(rnd(i == 0 ? 1 : 2 + i)));
+    s.set_label(i % 4);
+    samples.push_back(std::move(s));
+  }
+  WriteH5(dir / "big.h5", samples);
+  auto ds = Open(dir / "big.h5");
+  REQUIRE(ds.ok());
+  auto ra = (*ds)->NewRandomAccess();
+  REQUIRE(ra.ok());
+  for (uint64_t i = 0; i < samples.size(); ++i) {
+    Sample got;
+    REQUIRE((*ra)->Get(i, &got).ok());
+    CheckSame(got, samples[i]);
+  }
+  for (size_t i = 0; i < samples.size(); ++i)
+    for (const char* ext : {"txt", "bin", "npy"})
+      if (const Field* f = samples[i].find(ext)) WriteFile(dir / fmt::format("{}{}", ext, i), f->data.str());
+  auto r = Py(dir, R"(
+import sys, os, h5py
+d = sys.argv[1]
+with h5py.File(d + '/big.h5', 'r') as f:
+    for ext in ('txt', 'bin', 'npy'):
+        data, offs = f['fields/%s/data' % ext], f['fields/%s/offsets' % ext][:]
+        for i in range(len(f['keys'])):
+            p = d + '/%s%d' % (ext, i)
+            want = open(p, 'rb').read() if os.path.exists(p) else b''
+            assert data[offs[i]:offs[i + 1]].tobytes() == want, (ext, i)
+    print('txt at', f['fields/txt/data'].id.get_offset())
+)",
+         Q(dir.path()));
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("txt at 65536") != std::string::npos);  // where the writer put the bytes: nothing was moved
+  auto dump = Run(fmt::format("h5dump -d /fields/bin/data -s 0 -c 4 {}", Q(dir / "big.h5")));
+  CHECK(dump.exit_code == 0);
+  CHECK(Listing(dir.path()).size() == 1 + 300 + 299 + 150 + 1);  // big.h5, the sources, script.py: no temporary
+}
+
 TEST_CASE("hdf5 reads the images/labels layout written by h5py, and field maps", "[hdf5]") {
   TempDir dir;
   std::vector<std::string> imgs;
