@@ -394,6 +394,14 @@ TEST_CASE("hdf5 variable-length elements are checked before libhdf5 allocates (f
         std::string::npos);
   CHECK(r.err.find("refused before reading") != std::string::npos);
   CHECK(secs < 10);
+  // The second finding: an `images` element whose heap collection holds a
+  // free-space record of 0 bytes, on which libhdf5's parser loops forever.
+  std::string loop = std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/corpus/hdf5/regression-heap-free-space-0.h5";
+  r = Run(fmt::format("timeout 20 {} info {}", Q(SHARDKIT_CLI), Q(loop)));
+  INFO(r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("dataset 'images': element 0 points to a damaged heap collection at 2080 (free space of 0 "
+                   "bytes at 2400)") != std::string::npos);
 
   // Crafted copies of a good file: descriptors patched in place (h5py finds
   // the contiguous datasets' addresses; the attribute's descriptors are found

@@ -679,31 +679,45 @@ struct VlenCheck {
     if (it != heaps.end()) return &it->second;
     const size_t hdr = 8 + sizeof_size;  // "GCOL", version, 3 reserved, collection size
     if (addr > size || size - addr < hdr) {
-      refusal = fmt::format("its heap collection at {} lies outside the file", addr);
+      refusal = fmt::format("points to a heap collection at {}, outside the file", addr);
       return nullptr;
     }
     const uint8_t* p = file + addr;
     if (std::memcmp(p, "GCOL", 4) != 0 || p[4] != 1) {
-      refusal = fmt::format("no global heap collection at {}", addr);
+      refusal = fmt::format("points to {}, where there is no global heap collection", addr);
       return nullptr;
     }
     uint64_t csize = Le(p + 8, sizeof_size);
     if (csize < hdr || csize > size - addr) {
-      refusal = fmt::format("the heap collection at {} declares {} bytes, past the end of the file", addr, csize);
+      refusal = fmt::format("points to a heap collection at {} of {} bytes, past the end of the file", addr, csize);
       return nullptr;
     }
+    // libhdf5 parses the whole collection when it loads it (whichever object
+    // is wanted), stepping over each record by its declared size: a
+    // free-space record of 0 bytes makes it loop forever, one that runs past
+    // the collection makes it read past its buffer. The walk below is the
+    // same; a collection it does not find clean is refused as a whole.
     std::vector<uint64_t> objs;
-    const size_t ohdr = 8 + sizeof_size;  // index, refcount, reserved, object size
+    const uint64_t ohdr = 8 + sizeof_size;  // index, refcount, reserved, object size
     uint64_t off = hdr;
-    while (off + ohdr <= csize) {
+    while (off < csize && csize - off >= ohdr) {  // a shorter tail is free space
       uint64_t idx = Le(p + off, 2);
       uint64_t osize = Le(p + off + 8, sizeof_size);
-      if (idx == 0) {  // free space (its size includes its header)
-        if (osize < ohdr || osize > csize - off) break;
+      uint64_t room = csize - off;
+      if (idx == 0) {  // free space; its size counts its header
+        if (osize < ohdr || osize > room) {
+          refusal = fmt::format("points to a damaged heap collection at {} (free space of {} bytes at {})", addr, osize,
+                                addr + off);
+          return nullptr;
+        }
         off += osize;
         continue;
       }
-      if (osize > csize - off - ohdr) break;  // runs past the collection: not trusted
+      if (osize > room - ohdr) {
+        refusal = fmt::format("points to a damaged heap collection at {} (object {} of {} bytes at {} runs past its end)",
+                              addr, idx, osize, addr + off);
+        return nullptr;
+      }
       if (objs.size() <= idx) objs.resize(idx + 1, ~uint64_t(0));
       objs[idx] = osize;
       off += ohdr + ((osize + 7) & ~uint64_t(7));
