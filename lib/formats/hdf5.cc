@@ -782,10 +782,16 @@ herr_t GuardedVlenConv(hid_t src, hid_t dst, H5T_cdata_t* cdata, size_t nelmts, 
       base_size = super >= 0 ? H5Tget_size(super) : 0;
       if (super >= 0) H5Tclose(super);
     }
-    check->what = H5Tget_class(src) == H5T_STRING ? "a variable-length string"
-                                                  : "a variable-length sequence";
-    if (base_size == 0 || !check->Check(static_cast<const uint8_t*>(buf), nelmts, buf_stride ? buf_stride : elem,
-                                        elem, base_size)) {
+    bool is_string = H5Tget_class(src) == H5T_STRING;
+    bool ok = false;
+    try {  // called from C: nothing may be thrown through libhdf5
+      check->what = is_string ? "a variable-length string" : "a variable-length sequence";
+      ok = base_size > 0 && check->Check(static_cast<const uint8_t*>(buf), nelmts, buf_stride ? buf_stride : elem,
+                                         elem, base_size);
+    } catch (const std::exception& e) {
+      check->refusal = std::string("cannot check it: ") + e.what();
+    }
+    if (!ok) {
       if (check->refusal.empty()) check->refusal = "cannot size its base type";
       H5Epush2(H5E_DEFAULT, __FILE__, __func__, __LINE__, H5E_ERR_CLS, H5E_DATATYPE, H5E_BADVALUE, "%s",
                check->refusal.c_str());
