@@ -670,7 +670,7 @@ TEST_CASE("hdf5 format detection", "[hdf5]") {
 
 // Write throughput against cp -r and tar cf of the same folder. Not run by
 // default: `test_hdf5 "[.bench]"`. SK_BENCH_PX sets the image side (default
-// 128), SK_BENCH_DIR where to work; SHARDKIT_HDF5_COPY=h5dwrite compares copy modes.
+// 128), SK_BENCH_DIR where to work. scripts/bench_convert.sh is the main benchmark.
 TEST_CASE("hdf5 write throughput", "[.bench]") {
   const char* root_env = std::getenv("SK_BENCH_DIR");
   const char* px_env = std::getenv("SK_BENCH_PX");

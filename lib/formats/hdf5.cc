@@ -15,11 +15,19 @@
 // range in an mmap of the whole file. Third-party files (vlen `images`) go
 // through HDF5, under the mutex, one element at a time.
 //
-// Writing: payloads are streamed into unlinked per-field spill files beside the
-// output (same file system, so copy_file_range can share blocks); Finish()
-// creates the HDF5 file under a temporary name with contiguous datasets of the
-// now known sizes (allocated early, never filled), closes it, copies each spill
-// into its dataset's byte range, fsyncs and renames.
+// Writing: the output is created at the first sample, unnamed (O_TMPFILE;
+// else `.NAME.tmp-PID`), as an HDF5 file holding only its root group. The
+// payloads of one field (the largest of the first sample) are then written
+// straight into it at kDirectAt, past its end; other fields stream into
+// unlinked spill files. Finish() reopens the file through libhdf5, creates
+// that field's `data` dataset first (contiguous, allocated early, never
+// filled; the file's alignment puts it exactly at kDirectAt), then everything
+// else, closes it, copies the spill files into their datasets, fsyncs, links
+// the file under its temporary name and renames it into place.
+//
+// Reading guards: every variable-length element libhdf5 converts for us is
+// checked against the file first (VlenCheck), because libhdf5 1.10 allocates
+// whatever length a descriptor declares.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
