@@ -413,6 +413,15 @@ TEST_CASE("hdf5 variable-length elements are checked before libhdf5 allocates (f
   CHECK(r.err.find("dataset 'images': element 0 points to a damaged heap collection at 2080 (free space of 0 "
                    "bytes at 2400)") != std::string::npos);
 
+  // The third: an integer `labels` type declared 4 GB wide, for which
+  // libhdf5 would allocate a 4 GB conversion buffer.
+  std::string wide = std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/corpus/hdf5/regression-int-type-4GB.h5";
+  r = Run(fmt::format("{}exec {} info {}", limit, Q(SHARDKIT_CLI), Q(wide)));
+  INFO(r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("dataset 'labels': expected integers of at most 8 bytes, found 4294836232 bytes") !=
+        std::string::npos);
+
   // Crafted copies of a good file: descriptors patched in place (h5py finds
   // the contiguous datasets' addresses; the attribute's descriptors are found
   // by the heap address and length they hold).

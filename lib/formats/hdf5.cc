@@ -985,6 +985,10 @@ Status Hdf5Data::ReadInts(hid_t d, const std::string& name, uint64_t expect, boo
   Hid type(H5Dget_type(d), H5Tclose);
   if (H5Tget_class(type.get()) != H5T_INTEGER)
     return Corrupt(name, "expected an integer type (labels, offsets and checksums are integers)");
+  // libhdf5 sizes its conversion buffer by the file type: an integer type
+  // declared 4 GB wide would make it allocate 4 GB.
+  if (size_t sz = H5Tget_size(type.get()); sz == 0 || sz > 8)
+    return Corrupt(name, fmt::format("expected integers of at most 8 bytes, found {} bytes", sz));
   SK_ASSIGN_OR_RETURN(uint64_t len, Length1D(d, name, path_));
   if (len != expect) return Corrupt(name, fmt::format("holds {} elements, expected {}", len, expect));
   if (len > 0 && H5Dread(d, is_unsigned ? H5T_NATIVE_UINT64 : H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT,
@@ -1024,6 +1028,8 @@ Result<std::vector<std::string>> Hdf5Data::ReadStrings(hid_t obj, bool is_attr, 
     H5Dvlen_reclaim(mt.get(), space.get(), H5P_DEFAULT, ptrs.data());
   } else {
     size_t sz = H5Tget_size(type.get());
+    if (sz == 0 || sz > file_size_ || uint64_t(count) > 64 * file_size_ / sz)
+      return Corrupt(name, fmt::format("declares {} strings of {} bytes in a file of {} bytes", count, sz, file_size_));
     H5Tset_size(mt.get(), sz);
     H5Tset_strpad(mt.get(), H5T_STR_NULLPAD);
     H5Tset_cset(mt.get(), H5Tget_cset(type.get()));
@@ -1124,7 +1130,8 @@ Status Hdf5Data::OpenShardkit(hid_t file, uint64_t file_size) {
     Hid a(H5Aopen(file, "shardkit_format_version", H5P_DEFAULT), H5Aclose);
     Hid t(H5Aget_type(a.get()), H5Tclose);
     int32_t v = 0;
-    if (H5Tget_class(t.get()) != H5T_INTEGER || H5Aread(a.get(), H5T_NATIVE_INT32, &v) < 0)
+    if (H5Tget_class(t.get()) != H5T_INTEGER || H5Tget_size(t.get()) > 8 ||
+        H5Aread(a.get(), H5T_NATIVE_INT32, &v) < 0)
       return Status::Corrupt("attribute 'shardkit_format_version' is not an integer", Location{.file = path_});
     if (v > kFormatVersion)
       return Status::Unsupported(
@@ -1255,6 +1262,9 @@ Status Hdf5Data::OpenMapped(hid_t file, const std::map<std::string, std::string>
       } else {
         f.kind = TpField::kFixedStr;
         f.fixed_size = H5Tget_size(type.get());
+        if (f.fixed_size == 0 || f.fixed_size > file_size_)
+          return Corrupt(name, fmt::format("declares strings of {} bytes in a file of {} bytes", f.fixed_size,
+                                           file_size_));
         H5Tset_size(f.mtype.get(), f.fixed_size);
         H5Tset_strpad(f.mtype.get(), H5T_STR_NULLPAD);
       }
