@@ -422,6 +422,15 @@ TEST_CASE("hdf5 variable-length elements are checked before libhdf5 allocates (f
   CHECK(r.err.find("dataset 'labels': expected integers of at most 8 bytes, found 4294836232 bytes") !=
         std::string::npos);
 
+  // The fourth: a `keys` string type whose base (character) type the file
+  // declares far wider than 1 byte; libhdf5 sizes by length x base size.
+  std::string chars = std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/corpus/hdf5/regression-vlen-string-wide-base.h5";
+  r = Run(fmt::format("{}exec {} info {}", limit, Q(SHARDKIT_CLI), Q(chars)));
+  INFO(r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("dataset 'keys': element 0 declares a variable-length string of 2466250755 bytes in a file of "
+                   "10913 bytes: refused before reading") != std::string::npos);
+
   // Crafted copies of a good file: descriptors patched in place (h5py finds
   // the contiguous datasets' addresses; the attribute's descriptors are found
   // by the heap address and length they hold).

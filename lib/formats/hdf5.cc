@@ -784,12 +784,11 @@ herr_t GuardedVlenConv(hid_t src, hid_t dst, H5T_cdata_t* cdata, size_t nelmts, 
   VlenCheck* check = ActiveVlenCheck();
   if (check && cdata->command == H5T_CONV_CONV && nelmts > 0 && buf) {
     size_t elem = H5Tget_size(src);
-    size_t base_size = 1;
-    if (H5Tget_class(src) != H5T_STRING) {
-      hid_t super = H5Tget_super(src);
-      base_size = super >= 0 ? H5Tget_size(super) : 0;
-      if (super >= 0) H5Tclose(super);
-    }
+    // The base type comes from the file, for strings too (normally 1-byte
+    // characters): libhdf5 sizes its buffer as length x base size.
+    hid_t super = H5Tget_super(src);
+    size_t base_size = super >= 0 ? H5Tget_size(super) : 0;
+    if (super >= 0) H5Tclose(super);
     bool is_string = H5Tget_class(src) == H5T_STRING;
     bool ok = false;
     try {  // called from C: nothing may be thrown through libhdf5
