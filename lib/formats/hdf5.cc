@@ -805,6 +805,10 @@ herr_t GuardedVlenConv(hid_t src, hid_t dst, H5T_cdata_t* cdata, size_t nelmts, 
       return -1;
     }
   }
+  // libhdf5 1.10.8's own conversion functions take no trailing transfer
+  // property list (H5Tfind hands them out as H5T_conv_t all the same); the
+  // extra last argument lies on the stack, where the callee never looks and
+  // the caller removes it (x86-64 and AArch64 calling conventions).
   return LibraryVlenConv()(src, dst, cdata, nelmts, buf_stride, bkg_stride, buf, bkg, dxpl);
 }
 
