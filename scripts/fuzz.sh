@@ -46,7 +46,7 @@ upstream_crash() {
   grep -q "ERROR: AddressSanitizer: \(heap\|stack\|global\)-buffer-overflow\|ERROR: AddressSanitizer: SEGV" "$1" ||
     return 1
   local frame
-  frame="$(grep -E '^ +#[0-9]+ ' "$1" | grep -v -E '__interceptor_|__asan_|__sanitizer|libclang_rt|in (malloc|calloc|realloc|free|mem(cpy|move|set))' |
+  frame="$(grep -E '^ +#[0-9]+ ' "$1" | grep -v -E '__interceptor_|__asan_|__sanitizer|libclang_rt|in (malloc|calloc|realloc|free|mem(cpy|move|set)) |in __mem[a-z_0-9]+ ' |
     head -1)"
   [[ "$frame" =~ $2 ]]
 }

@@ -431,6 +431,15 @@ TEST_CASE("hdf5 variable-length elements are checked before libhdf5 allocates (f
   CHECK(r.err.find("dataset 'keys': element 0 declares a variable-length string of 2466250755 bytes in a file of "
                    "10913 bytes: refused before reading") != std::string::npos);
 
+  // The fifth: a compact `keys` of 3 elements whose object header holds no
+  // data; libhdf5 1.10 copied from the missing buffer (SIGSEGV).
+  std::string compact = std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/corpus/hdf5/regression-compact-keys-no-data.h5";
+  r = Run(fmt::format("{}exec {} info {}", limit, Q(SHARDKIT_CLI), Q(compact)));
+  INFO(r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("dataset 'keys': compact dataset of 3 elements of 16 bytes holds only 0 bytes") !=
+        std::string::npos);
+
   // Crafted copies of a good file: descriptors patched in place (h5py finds
   // the contiguous datasets' addresses; the attribute's descriptors are found
   // by the heap address and length they hold).
@@ -461,6 +470,13 @@ patch('short-key.h5', keys + 16 * 2, struct.pack('<I', 1))           # key 2: sh
 patch('huge-class.h5', attr[0], struct.pack('<I', 0xF0000000))       # class 1: 4 GB
 patch('no-object.h5', keys + 16 + 4 + 8, struct.pack('<I', 999))     # key 1: object 999
 imgs = [np.frombuffer(open(d + '/i%d.bin' % i, 'rb').read(), dtype=np.uint8) for i in range(3)]
+with h5py.File(d + '/compact.h5', 'w') as f:  # a good file with compact datasets
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE); dcpl.set_layout(h5py.h5d.COMPACT)
+    sp = h5py.h5s.create_simple((3,))
+    h5py.h5d.create(f.id, b'images', h5py.h5t.vlen_create(h5py.h5t.NATIVE_UINT8), sp, dcpl=dcpl)
+    h5py.h5d.create(f.id, b'labels', h5py.h5t.STD_I32LE, sp, dcpl=dcpl)
+    for i, a in enumerate(imgs): f['images'][i] = a
+    f['labels'][:] = [0, 1, 2]
 with h5py.File(d + '/tp.h5', 'w') as f:
     ds = f.create_dataset('images', (3,), dtype=h5py.vlen_dtype(np.uint8))
     for i, a in enumerate(imgs): ds[i] = a
@@ -497,6 +513,16 @@ patch('tp.h5', off + 16 * 2, struct.pack('<I', 0xFFFFFFF0))          # image 2: 
     CHECK(ds.status().where().index == c.index);
     CHECK(ds.status().message().find(c.message) != std::string::npos);
     CHECK(ds.status().message().find("refused before reading") != std::string::npos);
+  }
+  {
+    auto c = Open(dir / "compact.h5");
+    REQUIRE(c.ok());
+    auto cra = (*c)->NewRandomAccess();
+    REQUIRE(cra.ok());
+    Sample cs;
+    REQUIRE((*cra)->Get(2, &cs).ok());
+    CHECK(cs.find("jpg")->data.str() == imgs[2]);
+    CHECK(cs.label() == 2);
   }
   // Third-party layout: elements are read one by one, so the good ones still read.
   auto ds = Open(dir / "tp.h5");
