@@ -440,6 +440,15 @@ TEST_CASE("hdf5 variable-length elements are checked before libhdf5 allocates (f
   CHECK(r.err.find("dataset 'keys': compact dataset of 3 elements of 16 bytes holds only 0 bytes") !=
         std::string::npos);
 
+  // The sixth: the root group's object header continues in a chunk of 3.5 GB
+  // far past the end of the file; libhdf5 allocated it before checking.
+  std::string cont = std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/corpus/hdf5/regression-ohdr-continuation-3.5GB.h5";
+  r = Run(fmt::format("{}exec {} info {}", limit, Q(SHARDKIT_CLI), Q(cont)));
+  INFO(r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("root group: object header at 96 continues at 7133701809754866464 with 3489690476 bytes, past "
+                   "the end of the file") != std::string::npos);
+
   // Crafted copies of a good file: descriptors patched in place (h5py finds
   // the contiguous datasets' addresses; the attribute's descriptors are found
   // by the heap address and length they hold).

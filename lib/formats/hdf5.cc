@@ -873,6 +873,9 @@ class Hdf5Data {
     return Status::Corrupt(fmt::format("dataset '{}': {}", dataset, what), Location{.file = path_});
   }
   Result<Hid> OpenDataset(hid_t parent, const std::string& name, const std::string& full) const;
+  Status CheckHeaderAt(uint64_t addr, const std::string& what, size_t sa, size_t ss) const;
+  Status CheckLinkTarget(hid_t parent, const std::string& name, const std::string& full) const;
+  Status CheckRootHeader();
   Status ReadInts(hid_t d, const std::string& name, uint64_t expect, bool is_unsigned, void* out) const;
   Result<std::vector<std::string>> ReadStrings(hid_t obj, bool is_attr, const std::string& name) const;
   Status GetTp(uint64_t i, Sample* out) const;
@@ -955,7 +958,115 @@ Result<LinkList> ListLinks(hid_t group, const std::string& gname, const std::str
   return l;
 }
 
+// libhdf5 1.10 allocates an object header's first chunk with the size its
+// prefix declares before checking it against the file (fuzz finding: 3.5 GB
+// for the root group). Every header shardkit makes libhdf5 load is checked
+// here first: a version 1 or 2 prefix whose first chunk lies inside the file.
+Status Hdf5Data::CheckHeaderAt(uint64_t addr, const std::string& what, size_t sa, size_t ss) const {
+  const uint8_t* f = map_->data();
+  uint64_t size = map_->size();
+  auto bad = [&](std::string why) {
+    return Status::Corrupt(fmt::format("{}: object header at {} {}", what, addr, why),
+                           Location{.file = path_, .offset = int64_t(std::min<uint64_t>(addr, INT64_MAX))});
+  };
+  if (addr >= size || size - addr < 16) return bad("lies outside the file");
+  const uint8_t* p = f + addr;
+  uint64_t left = size - addr, chunk = 0, prefix = 0;
+  if (p[0] == 1) {  // version 1: version, reserved, messages (2), refcount (4), chunk size (4), padding (4)
+    chunk = Le(p + 8, 4);
+    prefix = 16;
+  } else if (std::memcmp(p, "OHDR", 4) == 0 && p[4] == 2) {
+    uint8_t flags = p[5];
+    prefix = 6 + ((flags & 0x20) ? 16 : 0) + ((flags & 0x10) ? 4 : 0);
+    size_t width = size_t(1) << (flags & 3);
+    if (left < prefix + width) return bad("is cut off by the end of the file");
+    chunk = Le(p + prefix, width);
+    prefix += width + 4;  // and the checksum after the chunk
+  } else {
+    return bad("is not an object header");
+  }
+  if (chunk > left || prefix > left - chunk)
+    return bad(fmt::format("declares {} bytes, past the end of the file ({} bytes)", chunk, size));
+  // Continuation messages (type 0x10: address, length) name further chunks,
+  // which libhdf5 also allocates by their declared length: walk them all.
+  bool v1 = p[0] == 1;
+  uint8_t hflags = v1 ? 0 : p[5];
+  struct Chunk {
+    uint64_t begin, end;  // absolute byte range of its messages
+  };
+  std::vector<Chunk> todo{{addr + (v1 ? 16 : prefix - 4), addr + (v1 ? 16 : prefix - 4) + chunk}};
+  const size_t mh = v1 ? 8 : 4 + ((hflags & 0x04) ? 2 : 0);  // message header
+  for (size_t k = 0; k < todo.size() && k < 4096; ++k) {
+    for (uint64_t q = todo[k].begin; q + mh <= todo[k].end;) {
+      const uint8_t* m = f + q;
+      uint64_t type = v1 ? Le(m, 2) : m[0];
+      uint64_t msize = v1 ? Le(m + 2, 2) : Le(m + 1, 2);
+      if (msize > todo[k].end - q - mh) break;  // libhdf5 refuses the header itself
+      if (type == 0x10 && msize >= sa + ss) {
+        uint64_t caddr = userblock_ + Le(m + mh, sa), clen = Le(m + mh + sa, ss);
+        if (caddr >= size || clen > size - caddr)
+          return bad(fmt::format("continues at {} with {} bytes, past the end of the file ({} bytes)", caddr, clen,
+                                 size));
+        if (v1) todo.push_back({caddr, caddr + clen});
+        else if (clen >= 8 && std::memcmp(f + caddr, "OCHK", 4) == 0) todo.push_back({caddr + 4, caddr + clen - 4});
+      }
+      q += mh + msize;
+    }
+  }
+  return Status::OK();
+}
+
+// Checks the header a hard link points to before libhdf5 loads it. Lock held.
+Status Hdf5Data::CheckLinkTarget(hid_t parent, const std::string& name, const std::string& full) const {
+  H5L_info_t li;
+  if (H5Lget_info(parent, name.c_str(), &li, H5P_DEFAULT) < 0)
+    return Corrupt(full, "cannot open: " + H5Message());
+  if (li.type != H5L_TYPE_HARD) return Status::OK();  // soft: resolved through checked groups
+  return CheckHeaderAt(userblock_ + li.u.address, fmt::format("'{}'", full), sizeof_addr_, sizeof_size_);
+}
+
+// The root group's header, found through the superblock, before H5Fopen.
+Status Hdf5Data::CheckRootHeader() {
+  const uint8_t* f = map_->data();
+  uint64_t size = map_->size();
+  for (uint64_t at = 0; at < size && size - at >= 8; at = at == 0 ? 512 : at * 2) {
+    if (std::memcmp(f + at, kSignature, 8) != 0) continue;
+    if (size - at < 48) return Status::OK();  // libhdf5 refuses it
+    const uint8_t* sb = f + at;
+    uint8_t version = sb[8];
+    uint64_t root = 0, eof = 0;
+    size_t sa = 8, ss = 8;
+    if (version <= 1) {
+      sa = sb[13], ss = sb[14];
+      if (sa < 2 || sa > 8 || ss < 2 || ss > 8) return Status::OK();  // libhdf5 refuses it
+      uint64_t off = (version == 0 ? 24 : 28) + 4 * sa + ss;
+      if (size - at < off + sa) return Status::OK();
+      root = Le(sb + off, sa);
+      eof = Le(sb + (version == 0 ? 24 : 28) + 2 * sa, sa);
+    } else {
+      sa = sb[9], ss = sb[10];
+      if (sa < 2 || sa > 8 || ss < 2 || ss > 8) return Status::OK();
+      uint64_t off = 12 + 3 * sa;
+      if (size - at < off + sa) return Status::OK();
+      root = Le(sb + off, sa);
+      eof = Le(sb + 12 + 2 * sa, sa);
+    }
+    if (eof > size - at)  // what libhdf5 would say, before anything past the end misleads the checks below
+      return Status::Corrupt(fmt::format("truncated file: the superblock says {} bytes, the file has {}", at + eof,
+                                         size),
+                             Location{.file = path_});
+    if (root >= size - at)
+      return Status::Corrupt(fmt::format("the root group's object header at {} lies outside the file", root),
+                             Location{.file = path_});
+    // The user block ends where the superblock starts; addresses count from there.
+    userblock_ = at;
+    return CheckHeaderAt(at + root, "root group", sa, ss);
+  }
+  return Status::OK();  // no signature: libhdf5 refuses the file
+}
+
 Result<Hid> Hdf5Data::OpenDataset(hid_t parent, const std::string& name, const std::string& full) const {
+  SK_RETURN_IF_ERROR(CheckLinkTarget(parent, name, full));
   H5O_info_t oi;
   if (H5Oget_info_by_name(parent, name.c_str(), &oi, H5P_DEFAULT) < 0)
     return Corrupt(full, "cannot open: " + H5Message());
@@ -1090,6 +1201,7 @@ Status Hdf5Data::Open(const std::string& path, const OpenOptions& opts) {
   // Readers open files that no writer holds (writers rename into place), so
   // skip flock: it fails on some network and read-only file systems.
   H5Pset_file_locking(fapl.get(), false, true);
+  SK_RETURN_IF_ERROR(CheckRootHeader());
   Hid file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
   if (!file.ok())
     return Status::Corrupt(fmt::format("cannot open as HDF5 (truncated or not HDF5?): {}", H5Message()),
@@ -1189,12 +1301,14 @@ Status Hdf5Data::OpenShardkit(hid_t file, uint64_t file_size) {
     info.extra["checksums"] = "per-sample xxh3 in dataset 'checksums'";
     checksums = std::move(sums);
   }
+  SK_RETURN_IF_ERROR(CheckLinkTarget(file, "fields", "fields"));
   Hid fields(H5Gopen2(file, "fields", H5P_DEFAULT), H5Gclose);
   if (!fields.ok()) return Status::Corrupt("'fields' is not a group: " + H5Message(), Location{.file = path_});
   SK_ASSIGN_OR_RETURN(LinkList exts, ListLinks(fields.get(), "/fields", path_));
   bool any_label = std::any_of(labels_.begin(), labels_.end(), [](int64_t l) { return l >= 0; });
   for (auto& [ext, type] : exts.links) {
     std::string gname = "fields/" + ext;
+    SK_RETURN_IF_ERROR(CheckLinkTarget(fields.get(), ext, gname));
     Hid g(H5Gopen2(fields.get(), ext.c_str(), H5P_DEFAULT), H5Gclose);
     if (!g.ok()) return Status::Corrupt(fmt::format("'{}' is not a group", gname), Location{.file = path_});
     SK_ASSIGN_OR_RETURN(LinkList inner, ListLinks(g.get(), "/" + gname, path_));
