@@ -1139,6 +1139,12 @@ Result<std::vector<std::string>> Hdf5Data::ReadStrings(hid_t obj, bool is_attr, 
   SK_RETURN_IF_ERROR(CheckCount(name, uint64_t(count)));
   std::vector<std::string> out(static_cast<size_t>(count));
   if (count == 0) return out;
+  if (is_attr) {  // libhdf5 1.10 copies count x element bytes from the attribute's buffer unchecked
+    uint64_t elem = H5Tis_variable_str(type.get()) > 0 ? 8 + sizeof_addr_ : H5Tget_size(type.get());
+    uint64_t have = H5Aget_storage_size(obj);
+    if (elem == 0 || uint64_t(count) > have / elem)
+      return Corrupt(name, fmt::format("holds {} bytes for {} elements of {} bytes", have, count, elem));
+  }
   auto read = [&](hid_t mt, void* buf) {
     return is_attr ? H5Aread(obj, mt, buf) : H5Dread(obj, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf);
   };
@@ -1263,7 +1269,7 @@ Status Hdf5Data::OpenShardkit(hid_t file, uint64_t file_size) {
     Hid t(H5Aget_type(a.get()), H5Tclose);
     int32_t v = 0;
     if (H5Tget_class(t.get()) != H5T_INTEGER || H5Tget_size(t.get()) > 8 ||
-        H5Aread(a.get(), H5T_NATIVE_INT32, &v) < 0)
+        H5Aget_storage_size(a.get()) < H5Tget_size(t.get()) || H5Aread(a.get(), H5T_NATIVE_INT32, &v) < 0)
       return Status::Corrupt("attribute 'shardkit_format_version' is not an integer", Location{.file = path_});
     if (v > kFormatVersion)
       return Status::Unsupported(
