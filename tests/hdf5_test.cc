@@ -449,6 +449,14 @@ TEST_CASE("hdf5 variable-length elements are checked before libhdf5 allocates (f
   CHECK(r.err.find("root group: object header at 96 continues at 7133701809754866464 with 3489690476 bytes, past "
                    "the end of the file") != std::string::npos);
 
+  // The seventh: a `class_names` attribute whose stored data is shorter than
+  // its elements; libhdf5's H5Aread copied past it.
+  std::string attr = std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/corpus/hdf5/regression-attr-short-buffer.h5";
+  r = Run(fmt::format("{}exec {} info {}", limit, Q(SHARDKIT_CLI), Q(attr)));
+  INFO(r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("'class_names (attribute)': holds 30 bytes for 2 elements of 16 bytes") != std::string::npos);
+
   // Crafted copies of a good file: descriptors patched in place (h5py finds
   // the contiguous datasets' addresses; the attribute's descriptors are found
   // by the heap address and length they hold).
