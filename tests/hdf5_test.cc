@@ -379,7 +379,7 @@ for name, iname, lname in (('tp.h5', 'images', 'labels'), ('tg.h5', 'images', 't
   CHECK(missing.status().message().find("'nope'") != std::string::npos);
 }
 
-TEST_CASE("hdf5 variable-length elements are checked before libhdf5 allocates (fuzz finding)", "[hdf5]") {
+TEST_CASE("hdf5 hostile files (fuzz findings) are refused before libhdf5 allocates or reads for them", "[hdf5]") {
   // The fuzz finding (now a seed in fuzz/corpus/hdf5/): 10 KB whose `keys`
   // declares a 3.5 GB string. libhdf5 alone allocates and zeroes 3.5 GB
   // before failing; shardkit must refuse it quickly, naming the file and the
