@@ -457,6 +457,14 @@ TEST_CASE("hdf5 hostile files (fuzz findings) are refused before libhdf5 allocat
   CHECK(r.exit_code == 1);
   CHECK(r.err.find("'class_names (attribute)': holds 30 bytes for 2 elements of 16 bytes") != std::string::npos);
 
+  // The eighth: an `images` element of length 0 that still names a (damaged)
+  // heap collection: libhdf5 reads it anyway, and hung.
+  std::string empty = std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/corpus/hdf5/regression-heap-empty-element.h5";
+  r = Run(fmt::format("timeout 20 {} info {}", Q(SHARDKIT_CLI), Q(empty)));
+  INFO(r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("dataset 'images': element 0 points to a damaged heap collection at 2080") != std::string::npos);
+
   // Crafted copies of a good file: descriptors patched in place (h5py finds
   // the contiguous datasets' addresses; the attribute's descriptors are found
   // by the heap address and length they hold).

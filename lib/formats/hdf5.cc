@@ -743,10 +743,12 @@ struct VlenCheck {
     for (size_t i = 0; i < n; ++i, ++next_index) {
       const uint8_t* d = buf + i * stride;
       uint64_t len = Le(d, 4);
-      if (len == 0) continue;  // empty: libhdf5 reads nothing
       uint64_t bytes = len * base_size;
       uint64_t addr = Le(d + 4, sizeof_addr);
       uint64_t idx = Le(d + 4 + sizeof_addr, 4);
+      // Address 0 is a null element: libhdf5 reads nothing. Any other address
+      // is read, even for length 0 (fuzz finding: a hang in a damaged heap).
+      if (len == 0 && addr == 0) continue;
       refused_index = int64_t(next_index);
       if (bytes > size) {
         refusal = fmt::format("declares {} of {} bytes in a file of {} bytes", what, bytes, size);
