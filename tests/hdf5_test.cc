@@ -465,6 +465,16 @@ TEST_CASE("hdf5 hostile files (fuzz findings) are refused before libhdf5 allocat
   CHECK(r.exit_code == 1);
   CHECK(r.err.find("dataset 'images': element 0 points to a damaged heap collection at 2080") != std::string::npos);
 
+  // The ninth: a continuation message declaring 0 bytes, whose address and
+  // length libhdf5 decodes from the bytes after it all the same (4 GB).
+  std::string shortcont =
+      std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/corpus/hdf5/regression-ohdr-short-continuation.h5";
+  r = Run(fmt::format("{}exec {} info {}", limit, Q(SHARDKIT_CLI), Q(shortcont)));
+  INFO(r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("'images': object header at 1400 continues at 4194304 with 4295491589 bytes") !=
+        std::string::npos);
+
   // Crafted copies of a good file: descriptors patched in place (h5py finds
   // the contiguous datasets' addresses; the attribute's descriptors are found
   // by the heap address and length they hold).

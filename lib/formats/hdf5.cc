@@ -1004,7 +1004,8 @@ Status Hdf5Data::CheckHeaderAt(uint64_t addr, const std::string& what, size_t sa
       uint64_t type = v1 ? Le(m, 2) : m[0];
       uint64_t msize = v1 ? Le(m + 2, 2) : Le(m + 1, 2);
       if (msize > todo[k].end - q - mh) break;  // libhdf5 refuses the header itself
-      if (type == 0x10 && msize >= sa + ss) {
+      if (type == 0x10) {  // libhdf5 decodes address and length whatever size the message declares
+        if (size - (q + mh) < sa + ss) return bad("has a continuation message cut off by the end of the file");
         uint64_t caddr = userblock_ + Le(m + mh, sa), clen = Le(m + mh + sa, ss);
         if (caddr >= size || clen > size - caddr)
           return bad(fmt::format("continues at {} with {} bytes, past the end of the file ({} bytes)", caddr, clen,
