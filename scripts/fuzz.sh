@@ -39,11 +39,13 @@ cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER="$CC
 cmake --build "$BUILD" -j "$(nproc)" --target $(for t in $TARGETS; do printf 'fuzz_%s ' "$t"; done)
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:allocator_may_return_null=1"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:abort_on_error=1"
-# upstream_crash LOG REGEX: true when LOG holds an AddressSanitizer error (not a
-# leak, timeout or OOM) whose innermost frame outside the sanitizer runtime is in a
+# upstream_crash LOG REGEX: true when LOG holds an AddressSanitizer invalid read
+# (not a SEGV, write, leak, timeout or OOM) whose innermost frame outside the sanitizer runtime is in a
 # library matching REGEX, i.e. a bug of that (uninstrumented) library itself.
 upstream_crash() {
-  grep -q "ERROR: AddressSanitizer: " "$1" || return 1  # not LeakSanitizer, nor libFuzzer's timeout or OOM
+  # Reads out of bounds or of freed memory only: a SEGV or a bad write crashes
+  # shardkit too, so it fails the run whoever is at fault.
+  grep -q "ERROR: AddressSanitizer: [a-z-]*\(overflow\|use-after-free\)" "$1" && grep -q "^READ of size" "$1" || return 1
   local frame
   frame="$(grep -E '^ +#[0-9]+ ' "$1" | grep -v -E '__interceptor_|__asan_|__sanitizer|libclang_rt|in (malloc|calloc|realloc|free|mem(cpy|move|set)) |in __mem[a-z_0-9]+ ' |
     head -1)"
@@ -62,7 +64,7 @@ for t in $TARGETS; do
   [ -f "fuzz/$t.lsan" ] && lsan=(env "ASAN_OPTIONS=$ASAN_OPTIONS:fast_unwind_on_malloc=0"
                                  "LSAN_OPTIONS=suppressions=$PWD/fuzz/$t.lsan:print_suppressions=0")
   # fuzz/<target>.upstream: a regex naming an uninstrumented library (e.g.
-  # libhdf5). A memory error whose innermost frame lies there is a bug of that
+  # libhdf5). An invalid read whose innermost frame lies there is a bug of that
   # library, not of shardkit: its input goes to $findings/upstream/, the count
   # is reported, and fuzzing goes on for the rest of the time. Anything else
   # (shardkit frames, leaks, timeouts, OOMs) fails the run as before.
