@@ -475,6 +475,15 @@ TEST_CASE("hdf5 hostile files (fuzz findings) are refused before libhdf5 allocat
   CHECK(r.err.find("'images': object header at 1400 continues at 4194304 with 4295491589 bytes") !=
         std::string::npos);
 
+  // The tenth: an old-style root group whose symbol-table message names no
+  // local heap; libhdf5 1.10 crashed (SIGSEGV) listing it.
+  std::string heap = std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/corpus/hdf5/regression-local-heap-segv.h5";
+  r = Run(fmt::format("timeout 20 {} info {}", Q(SHARDKIT_CLI), Q(heap)));
+  INFO(r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("root group: object header at 96 names a local heap at 18446744073709551615 that is not one") !=
+        std::string::npos);
+
   // Crafted copies of a good file: descriptors patched in place (h5py finds
   // the contiguous datasets' addresses; the attribute's descriptors are found
   // by the heap address and length they hold).

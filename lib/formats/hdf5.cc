@@ -1004,6 +1004,17 @@ Status Hdf5Data::CheckHeaderAt(uint64_t addr, const std::string& what, size_t sa
       uint64_t type = v1 ? Le(m, 2) : m[0];
       uint64_t msize = v1 ? Le(m + 2, 2) : Le(m + 1, 2);
       if (msize > todo[k].end - q - mh) break;  // libhdf5 refuses the header itself
+      if (type == 0x11) {  // symbol table: v1 B-tree and local heap of an old-style group
+        if (size - (q + mh) < 2 * sa) return bad("has a symbol-table message cut off by the end of the file");
+        uint64_t heap = userblock_ + Le(m + mh + sa, sa), hlen = 8 + 2 * ss + sa;
+        if (heap >= size || size - heap < hlen || std::memcmp(f + heap, "HEAP", 4) != 0 || f[heap + 4] != 0)
+          return bad(fmt::format("names a local heap at {} that is not one", heap));
+        uint64_t dsize = Le(f + heap + 8, ss), daddr = userblock_ + Le(f + heap + 8 + 2 * ss, sa);
+        bool overlaps = daddr < heap + hlen && heap < daddr + dsize;
+        if (daddr >= size || dsize > size - daddr || overlaps)
+          return bad(fmt::format("names a local heap at {} whose data ({} bytes at {}) {}", heap, dsize, daddr,
+                                 overlaps ? "overlaps its header" : "lies past the end of the file"));
+      }
       if (type == 0x10) {  // libhdf5 decodes address and length whatever size the message declares
         if (size - (q + mh) < sa + ss) return bad("has a continuation message cut off by the end of the file");
         uint64_t caddr = userblock_ + Le(m + mh, sa), clen = Le(m + mh + sa, ss);
