@@ -386,7 +386,14 @@ TEST_CASE("hdf5 hostile files (fuzz findings) are refused before libhdf5 allocat
   // dataset, under a 1 GiB address-space limit (not with ASan, whose shadow
   // memory needs more) and with a peak RSS far below the 3.5 GB.
   std::string known = std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/corpus/hdf5/regression-vlen-string-3.5GB.h5";
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__)  // GCC
+#define SK_TEST_ASAN 1
+#elif defined(__has_feature)  // clang
+#if __has_feature(address_sanitizer)
+#define SK_TEST_ASAN 1
+#endif
+#endif
+#ifdef SK_TEST_ASAN
   const char* limit = "";
 #else
   const char* limit = "ulimit -v 1048576 && ";
