@@ -58,11 +58,10 @@ for t in $TARGETS; do
   mkdir -p "$corpus" "$findings"
   dict=()
   [ -f "fuzz/$t.dict" ] && dict=(-dict="fuzz/$t.dict")
-  # fuzz/<target>.lsan: leaks of an uninstrumented library to ignore, matched by
-  # function name, which needs full malloc stacks (slower).
+  # fuzz/<target>.lsan: LeakSanitizer suppressions for leaks of an
+  # uninstrumented library (see the file for what they hide).
   lsan=()
-  [ -f "fuzz/$t.lsan" ] && lsan=(env "ASAN_OPTIONS=$ASAN_OPTIONS:fast_unwind_on_malloc=0"
-                                 "LSAN_OPTIONS=suppressions=$PWD/fuzz/$t.lsan:print_suppressions=0")
+  [ -f "fuzz/$t.lsan" ] && lsan=(env "LSAN_OPTIONS=suppressions=$PWD/fuzz/$t.lsan:print_suppressions=0")
   # fuzz/<target>.upstream: a regex naming an uninstrumented library (e.g.
   # libhdf5). An invalid read whose innermost frame lies there is a bug of that
   # library, not of shardkit: its input goes to $findings/upstream/, the count
