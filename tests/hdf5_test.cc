@@ -2,6 +2,7 @@
 // (h5dump, h5py) on what shardkit writes, third-party layouts, bad input.
 #include <catch2/catch.hpp>
 
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -227,6 +228,66 @@ with h5py.File(d + '/p.h5', 'r') as f:
   CHECK(r.out.find("version 1") != std::string::npos);
 }
 
+TEST_CASE("hdf5 payloads written in place: large fields, a field sample 0 lacks, h5py and h5dump read them",
+          "[hdf5]") {
+  // Sample 0 holds only a small `txt`, so `txt` is the field written straight
+  // into the output; `bin` (first seen in sample 1, ~1.2 MB in all) goes
+  // through a spill file; `npy` is large from sample 0 on but is not the
+  // first sample's largest. Payloads are random bytes, so a misplaced range shows.
+  TempDir dir;
+  std::vector<Sample> samples;
+  uint64_t state = 0x9E3779B97F4A7C15ull;
+  auto rnd = [&](size_t n) {
+    std::string b(n, '\0');
+    for (auto& c : b) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      c = char(state >> 56);
+    }
+    return b;
+  };
+  for (int i = 0; i < 300; ++i) {
+    Sample s;
+    s.key = fmt::format("k/{:05d}", i);
+    s.set("txt", Bytes::Take(rnd(i == 0 ? 3 : 700 + i)));
+    if (i > 0) s.set("bin", Bytes::Take(rnd(4000 + 7 * i)));
+    if (i % 2 == 0) s.set("npy", Bytes::Take(rnd(i == 0 ? 1 : 2 + i)));
+    s.set_label(i % 4);
+    samples.push_back(std::move(s));
+  }
+  WriteH5(dir / "big.h5", samples);
+  auto ds = Open(dir / "big.h5");
+  REQUIRE(ds.ok());
+  auto ra = (*ds)->NewRandomAccess();
+  REQUIRE(ra.ok());
+  for (uint64_t i = 0; i < samples.size(); ++i) {
+    Sample got;
+    REQUIRE((*ra)->Get(i, &got).ok());
+    CheckSame(got, samples[i]);
+  }
+  for (size_t i = 0; i < samples.size(); ++i)
+    for (const char* ext : {"txt", "bin", "npy"})
+      if (const Field* f = samples[i].find(ext)) WriteFile(dir / fmt::format("{}{}", ext, i), f->data.str());
+  auto r = Py(dir, R"(
+import sys, os, h5py
+d = sys.argv[1]
+with h5py.File(d + '/big.h5', 'r') as f:
+    for ext in ('txt', 'bin', 'npy'):
+        data, offs = f['fields/%s/data' % ext], f['fields/%s/offsets' % ext][:]
+        for i in range(len(f['keys'])):
+            p = d + '/%s%d' % (ext, i)
+            want = open(p, 'rb').read() if os.path.exists(p) else b''
+            assert data[offs[i]:offs[i + 1]].tobytes() == want, (ext, i)
+    print('txt at', f['fields/txt/data'].id.get_offset())
+)",
+         Q(dir.path()));
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("txt at 65536") != std::string::npos);  // where the writer put the bytes: nothing was moved
+  auto dump = Run(fmt::format("h5dump -d /fields/bin/data -s 0 -c 4 {}", Q(dir / "big.h5")));
+  CHECK(dump.exit_code == 0);
+  CHECK(Listing(dir.path()).size() == 1 + 300 + 299 + 150 + 1);  // big.h5, the sources, script.py: no temporary
+}
+
 TEST_CASE("hdf5 reads the images/labels layout written by h5py, and field maps", "[hdf5]") {
   TempDir dir;
   std::vector<std::string> imgs;
@@ -316,6 +377,222 @@ for name, iname, lname in (('tp.h5', 'images', 'labels'), ('tg.h5', 'images', 't
   auto missing = Open(dir / "mapped.h5", o);
   REQUIRE_FALSE(missing.ok());
   CHECK(missing.status().message().find("'nope'") != std::string::npos);
+}
+
+TEST_CASE("hdf5 hostile files (fuzz findings) are refused before libhdf5 allocates or reads for them", "[hdf5]") {
+  // The fuzz finding (now a seed in fuzz/corpus/hdf5/): 10 KB whose `keys`
+  // declares a 3.5 GB string. libhdf5 alone allocates and zeroes 3.5 GB
+  // before failing; shardkit must refuse it quickly, naming the file and the
+  // dataset, under a 1 GiB address-space limit (not with ASan, whose shadow
+  // memory needs more) and with a peak RSS far below the 3.5 GB.
+  std::string known = std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/corpus/hdf5/regression-vlen-string-3.5GB.h5";
+#if defined(__SANITIZE_ADDRESS__)  // GCC
+#define SK_TEST_ASAN 1
+#elif defined(__has_feature)  // clang
+#if __has_feature(address_sanitizer)
+#define SK_TEST_ASAN 1
+#endif
+#endif
+#ifdef SK_TEST_ASAN
+  const char* limit = "";
+#else
+  const char* limit = "ulimit -v 1048576 && ";
+#endif
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = Run(fmt::format("{}exec {} info {}", limit, Q(SHARDKIT_CLI), Q(known)));
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  struct rusage ru {};
+  getrusage(RUSAGE_CHILDREN, &ru);  // the largest child so far: this one (each test case runs in its own process)
+  CHECK(ru.ru_maxrss < 512 * 1024);  // KiB
+  INFO(r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("regression-vlen-string-3.5GB.h5") != std::string::npos);
+  CHECK(r.err.find("dataset 'keys': element 0 declares a variable-length string of 3556638720 bytes") !=
+        std::string::npos);
+  CHECK(r.err.find("refused before reading") != std::string::npos);
+  CHECK(secs < 10);
+  // The second finding: an `images` element whose heap collection holds a
+  // free-space record of 0 bytes, on which libhdf5's parser loops forever.
+  std::string loop = std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/corpus/hdf5/regression-heap-free-space-0.h5";
+  r = Run(fmt::format("timeout 20 {} info {}", Q(SHARDKIT_CLI), Q(loop)));
+  INFO(r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("dataset 'images': element 0 points to a damaged heap collection at 2080 (free space of 0 "
+                   "bytes at 2400)") != std::string::npos);
+
+  // The third: an integer `labels` type declared 4 GB wide, for which
+  // libhdf5 would allocate a 4 GB conversion buffer.
+  std::string wide = std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/corpus/hdf5/regression-int-type-4GB.h5";
+  r = Run(fmt::format("{}exec {} info {}", limit, Q(SHARDKIT_CLI), Q(wide)));
+  INFO(r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("dataset 'labels': expected integers of at most 8 bytes, found 4294836232 bytes") !=
+        std::string::npos);
+
+  // The fourth: a `keys` string type whose base (character) type the file
+  // declares far wider than 1 byte; libhdf5 sizes by length x base size.
+  std::string chars = std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/corpus/hdf5/regression-vlen-string-wide-base.h5";
+  r = Run(fmt::format("{}exec {} info {}", limit, Q(SHARDKIT_CLI), Q(chars)));
+  INFO(r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("dataset 'keys': element 0 declares a variable-length string of 2466250755 bytes in a file of "
+                   "10913 bytes: refused before reading") != std::string::npos);
+
+  // The fifth: a compact `keys` of 3 elements whose object header holds no
+  // data; libhdf5 1.10 copied from the missing buffer (SIGSEGV).
+  std::string compact = std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/corpus/hdf5/regression-compact-keys-no-data.h5";
+  r = Run(fmt::format("{}exec {} info {}", limit, Q(SHARDKIT_CLI), Q(compact)));
+  INFO(r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("dataset 'keys': compact dataset of 3 elements of 16 bytes holds only 0 bytes") !=
+        std::string::npos);
+
+  // The sixth: the root group's object header continues in a chunk of 3.5 GB
+  // far past the end of the file; libhdf5 allocated it before checking.
+  std::string cont = std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/corpus/hdf5/regression-ohdr-continuation-3.5GB.h5";
+  r = Run(fmt::format("{}exec {} info {}", limit, Q(SHARDKIT_CLI), Q(cont)));
+  INFO(r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("root group: object header at 96 continues at 7133701809754866464 with 3489690476 bytes, past "
+                   "the end of the file") != std::string::npos);
+
+  // The seventh: a `class_names` attribute whose stored data is shorter than
+  // its elements; libhdf5's H5Aread copied past it.
+  std::string attr = std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/corpus/hdf5/regression-attr-short-buffer.h5";
+  r = Run(fmt::format("{}exec {} info {}", limit, Q(SHARDKIT_CLI), Q(attr)));
+  INFO(r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("'class_names (attribute)': holds 30 bytes for 2 elements of 16 bytes") != std::string::npos);
+
+  // The eighth: an `images` element of length 0 that still names a (damaged)
+  // heap collection: libhdf5 reads it anyway, and hung.
+  std::string empty = std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/corpus/hdf5/regression-heap-empty-element.h5";
+  r = Run(fmt::format("timeout 20 {} info {}", Q(SHARDKIT_CLI), Q(empty)));
+  INFO(r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("dataset 'images': element 0 points to a damaged heap collection at 2080") != std::string::npos);
+
+  // The ninth: a continuation message declaring 0 bytes, whose address and
+  // length libhdf5 decodes from the bytes after it all the same (4 GB).
+  std::string shortcont =
+      std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/corpus/hdf5/regression-ohdr-short-continuation.h5";
+  r = Run(fmt::format("{}exec {} info {}", limit, Q(SHARDKIT_CLI), Q(shortcont)));
+  INFO(r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("'images': object header at 1400 continues at 4194304 with 4295491589 bytes") !=
+        std::string::npos);
+
+  // The tenth: an old-style root group whose symbol-table message names no
+  // local heap; libhdf5 1.10 crashed (SIGSEGV) listing it.
+  std::string heap = std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/corpus/hdf5/regression-local-heap-segv.h5";
+  r = Run(fmt::format("timeout 20 {} info {}", Q(SHARDKIT_CLI), Q(heap)));
+  INFO(r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("root group: object header at 96 names a local heap at 18446744073709551615 that is not one") !=
+        std::string::npos);
+
+  // Crafted copies of a good file: descriptors patched in place (h5py finds
+  // the contiguous datasets' addresses; the attribute's descriptors are found
+  // by the heap address and length they hold).
+  TempDir dir;
+  auto samples = MakeSamples(5);
+  WriteOptions wo;
+  wo.class_names = {"cat", std::string(4660, 'x')};  // 4660 = 0x1234: easy to find
+  WriteH5(dir / "good.h5", samples, wo);
+  std::vector<std::string> imgs;
+  for (int i = 0; i < 3; ++i) imgs.push_back(MakeJpeg(9, 7, uint32_t(i)));
+  for (int i = 0; i < 3; ++i) WriteFile(dir / fmt::format("i{}.bin", i), imgs[i]);
+  r = Py(dir, R"(
+import sys, struct, shutil, h5py, numpy as np
+d = sys.argv[1]
+def patch(name, off, data):
+    with open(d + '/' + name, 'r+b') as f:
+        f.seek(off); f.write(data)
+with h5py.File(d + '/good.h5', 'r') as f:
+    keys = f['keys'].id.get_offset()
+raw = open(d + '/good.h5', 'rb').read()
+gcols = [i for i in range(len(raw)) if raw.startswith(b'GCOL', i)]
+attr = [i for g in gcols for i in [raw.find(struct.pack('<IQ', 4660, g))] if i >= 0]
+assert len(attr) == 1, attr
+for name in ('huge-key.h5', 'short-key.h5', 'huge-class.h5', 'no-object.h5'):
+    shutil.copy(d + '/good.h5', d + '/' + name)
+patch('huge-key.h5', keys + 16 * 3, struct.pack('<I', 0xD4000000))   # key 3: 3.5 GB
+patch('short-key.h5', keys + 16 * 2, struct.pack('<I', 1))           # key 2: shorter than its object
+patch('huge-class.h5', attr[0], struct.pack('<I', 0xF0000000))       # class 1: 4 GB
+patch('no-object.h5', keys + 16 + 4 + 8, struct.pack('<I', 999))     # key 1: object 999
+imgs = [np.frombuffer(open(d + '/i%d.bin' % i, 'rb').read(), dtype=np.uint8) for i in range(3)]
+with h5py.File(d + '/compact.h5', 'w') as f:  # a good file with compact datasets
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE); dcpl.set_layout(h5py.h5d.COMPACT)
+    sp = h5py.h5s.create_simple((3,))
+    h5py.h5d.create(f.id, b'images', h5py.h5t.vlen_create(h5py.h5t.NATIVE_UINT8), sp, dcpl=dcpl)
+    h5py.h5d.create(f.id, b'labels', h5py.h5t.STD_I32LE, sp, dcpl=dcpl)
+    for i, a in enumerate(imgs): f['images'][i] = a
+    f['labels'][:] = [0, 1, 2]
+with h5py.File(d + '/tp.h5', 'w') as f:
+    ds = f.create_dataset('images', (3,), dtype=h5py.vlen_dtype(np.uint8))
+    for i, a in enumerate(imgs): ds[i] = a
+    f['labels'] = np.array([0, 1, 2], dtype=np.int32)
+    off = ds.id.get_offset()
+patch('tp.h5', off + 16 * 2, struct.pack('<I', 0xFFFFFFF0))          # image 2: 4 GB
+)",
+         Q(dir.path()));
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+
+  REQUIRE(Open(dir / "good.h5").ok());
+  CHECK((*Open(dir / "good.h5"))->info().class_names == wo.class_names);
+  struct Case {
+    const char* file;
+    const char* message;
+    int64_t index;
+  };
+  for (const Case& c : {
+           Case{"huge-key.h5", "dataset 'keys': element 3 declares a variable-length string of 3556769792 bytes", 3},
+           Case{"short-key.h5", "dataset 'keys': element 2 declares a variable-length string of 1 bytes but its "
+                                "heap object holds 11",
+                2},
+           Case{"no-object.h5", "dataset 'keys': element 1 points to heap object 999", 1},
+           Case{"huge-class.h5", "'class_names (attribute)': element 1 declares a variable-length string of "
+                                 "4026531840 bytes",
+                -1},
+       }) {
+    INFO(c.file);
+    auto ds = Open(dir / c.file);
+    REQUIRE_FALSE(ds.ok());
+    CHECK(ds.status().code() == Code::kCorrupt);
+    CHECK(ds.status().where().file == dir / c.file);
+    CHECK(ds.status().where().index == c.index);
+    CHECK(ds.status().message().find(c.message) != std::string::npos);
+    CHECK(ds.status().message().find("refused before reading") != std::string::npos);
+  }
+  {
+    auto c = Open(dir / "compact.h5");
+    REQUIRE(c.ok());
+    auto cra = (*c)->NewRandomAccess();
+    REQUIRE(cra.ok());
+    Sample cs;
+    REQUIRE((*cra)->Get(2, &cs).ok());
+    CHECK(cs.find("jpg")->data.str() == imgs[2]);
+    CHECK(cs.label() == 2);
+  }
+  // Third-party layout: elements are read one by one, so the good ones still read.
+  auto ds = Open(dir / "tp.h5");
+  REQUIRE(ds.ok());
+  auto ra = (*ds)->NewRandomAccess();
+  REQUIRE(ra.ok());
+  Sample s;
+  for (uint64_t i = 0; i < 2; ++i) {
+    REQUIRE((*ra)->Get(i, &s).ok());
+    CHECK(s.find("jpg")->data.str() == imgs[i]);
+  }
+  Status st = (*ra)->Get(2, &s);
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.code() == Code::kCorrupt);
+  CHECK(st.where().index == 2);
+  CHECK(st.message().find("dataset 'images': element 2 declares a variable-length sequence of 4294967280 bytes") !=
+        std::string::npos);
+  REQUIRE((*ra)->Get(0, &s).ok());  // and the handle still works
+  CHECK(s.find("jpg")->data.str() == imgs[0]);
 }
 
 TEST_CASE("hdf5 truncated file is an error naming the file", "[hdf5]") {
@@ -488,7 +765,7 @@ TEST_CASE("hdf5 format detection", "[hdf5]") {
 
 // Write throughput against cp -r and tar cf of the same folder. Not run by
 // default: `test_hdf5 "[.bench]"`. SK_BENCH_PX sets the image side (default
-// 128), SK_BENCH_DIR where to work; SHARDKIT_HDF5_COPY=h5dwrite compares copy modes.
+// 128), SK_BENCH_DIR where to work. scripts/bench_convert.sh is the main benchmark.
 TEST_CASE("hdf5 write throughput", "[.bench]") {
   const char* root_env = std::getenv("SK_BENCH_DIR");
   const char* px_env = std::getenv("SK_BENCH_PX");

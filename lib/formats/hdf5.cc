@@ -15,11 +15,19 @@
 // range in an mmap of the whole file. Third-party files (vlen `images`) go
 // through HDF5, under the mutex, one element at a time.
 //
-// Writing: payloads are streamed into unlinked per-field spill files beside the
-// output (same file system, so copy_file_range can share blocks); Finish()
-// creates the HDF5 file under a temporary name with contiguous datasets of the
-// now known sizes (allocated early, never filled), closes it, copies each spill
-// into its dataset's byte range, fsyncs and renames.
+// Writing: the output is created at the first sample, unnamed (O_TMPFILE;
+// else `.NAME.tmp-PID`), as an HDF5 file holding only its root group. The
+// payloads of one field (the largest of the first sample) are then written
+// straight into it at kDirectAt, past its end; other fields stream into
+// unlinked spill files. Finish() reopens the file through libhdf5, creates
+// that field's `data` dataset first (contiguous, allocated early, never
+// filled; the file's alignment puts it exactly at kDirectAt), then everything
+// else, closes it, copies the spill files into their datasets, fsyncs, links
+// the file under its temporary name and renames it into place.
+//
+// Reading guards: every variable-length element libhdf5 converts for us is
+// checked against the file first (VlenCheck), because libhdf5 1.10 allocates
+// whatever length a descriptor declares.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -155,23 +163,61 @@ bool HasExt(const std::string& path, std::initializer_list<const char*> exts) {
 // ---------------------------------------------------------------------------
 // Writer.
 
+// Where the payloads of the direct field start in the output file, and the
+// alignment libhdf5 is told to give every allocation of at least that size:
+// the direct field's `data` dataset, created first when the file is reopened
+// at Finish() (with only a few KB of metadata below it), then lands exactly
+// here. Holes left by the alignment are never written (sparse).
+constexpr uint64_t kDirectAt = 64 << 10;
+
+// One payload field being written: its bytes go either straight into the
+// output file at kDirectAt (the direct field) or into an unlinked spill file.
 struct SpillField {
   std::string ext;
-  int fd = -1;
+  bool direct = false;
+  int fd = -1;                     // spill file (not for the direct field)
   std::string buf;
   uint64_t size = 0;               // bytes appended so far (written + buffered)
+  uint64_t flushed = 0;            // bytes written out
   std::vector<uint64_t> offsets;   // N+1 once every sample is written
   ~SpillField() {
     if (fd >= 0) ::close(fd);
   }
 };
 
-// Where the spill bytes go: copy_file_range/pwrite at the dataset's file
-// address after H5Fclose (default), or H5Dwrite in blocks (for comparison;
-// SHARDKIT_HDF5_COPY=h5dwrite).
-bool UseH5Dwrite() {
-  const char* v = std::getenv("SHARDKIT_HDF5_COPY");
-  return v && std::string_view(v) == "h5dwrite";
+// File access properties of the writer: the alignment above. Lock held.
+Hid WriterFapl() {
+  Hid fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  H5Pset_alignment(fapl.get(), kDirectAt, kDirectAt);
+  return fapl;
+}
+
+Status WriteAll(int fd, const char* p, size_t len, uint64_t off, const std::string& what, const Location& at) {
+  while (len > 0) {
+    ssize_t w = ::pwrite(fd, p, len, off_t(off));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      Location l = at;
+      l.offset = int64_t(off);
+      return Status::FromErrno(w < 0 ? errno : EIO, what, l);
+    }
+    p += w;
+    off += uint64_t(w);
+    len -= size_t(w);
+  }
+  return Status::OK();
+}
+
+Status ReadAll(int fd, char* p, size_t len, uint64_t off, const std::string& what, const Location& at) {
+  while (len > 0) {
+    ssize_t r = ::pread(fd, p, len, off_t(off));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return Status::FromErrno(r < 0 ? errno : EIO, what, at);
+    p += r;
+    off += uint64_t(r);
+    len -= size_t(r);
+  }
+  return Status::OK();
 }
 
 class Hdf5Writer : public SampleWriter {
@@ -180,6 +226,7 @@ class Hdf5Writer : public SampleWriter {
     key_end_.push_back(0);
   }
   ~Hdf5Writer() override {
+    if (fd_ >= 0) ::close(fd_);
     if (!temp_.empty() && !finished_) ::unlink(temp_.c_str());
   }
 
@@ -197,6 +244,8 @@ class Hdf5Writer : public SampleWriter {
     auto r = DoFinish();
     if (!r.ok()) {
       failed_ = r.status();
+      if (fd_ >= 0) ::close(fd_);
+      fd_ = -1;
       if (!temp_.empty()) ::unlink(temp_.c_str());
       temp_.clear();
     }
@@ -206,10 +255,42 @@ class Hdf5Writer : public SampleWriter {
  private:
   uint64_t n() const { return labels_.size(); }
 
+  // Creates the output file, unnamed (O_TMPFILE) where the file system allows
+  // it, else as `.NAME.tmp-PID`, as an HDF5 file with only its root group.
+  // Payloads are then written at kDirectAt, beyond its end; libhdf5 reopens it
+  // through h5name_ at Finish().
+  Status Start() {
+    std::string dir = io::DirName(path_);
+    auto base = std::filesystem::path(path_).filename().string();
+    H5Lock lock;
+    Hid fapl = WriterFapl();
+    int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0666);
+    if (fd >= 0) {
+      h5name_ = fmt::format("/proc/self/fd/{}", fd);
+      Hid f(H5Fcreate(h5name_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
+      if (f.ok() && f.close() >= 0) {
+        fd_ = fd;
+        return Status::OK();
+      }
+      H5Eclear2(H5E_DEFAULT);
+      ::close(fd);  // no /proc, or libhdf5 cannot reopen it: use a name
+    }
+    temp_ = fmt::format("{}/.{}.tmp-{}", dir, base, ::getpid());
+    h5name_ = temp_;
+    ::unlink(temp_.c_str());
+    Hid f(H5Fcreate(h5name_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
+    if (!f.ok() || f.close() < 0)
+      return Status::IOError(fmt::format("cannot create HDF5 file: {}", H5Message()), Location{.file = temp_});
+    fd_ = ::open(temp_.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd_ < 0) return Status::FromErrno(errno, "cannot open temporary file", Location{.file = temp_});
+    return Status::OK();
+  }
+
   Status DoWrite(const Sample& s) {
     Location at{.file = path_, .key = s.key, .index = int64_t(n())};
     if (s.key.empty()) return Status::Invalid("empty sample key", at);
     if (s.key.find('\0') != std::string::npos) return Status::Invalid("sample key holds a NUL byte", at);
+    if (fd_ < 0) SK_RETURN_IF_ERROR(Start());
     int64_t label = -1;
     bool cls_in_labels = false;
     if (const Field* c = s.find("cls")) {
@@ -226,6 +307,14 @@ class Hdf5Writer : public SampleWriter {
       if (f.ext.empty() || f.ext.find('/') != std::string::npos || f.ext.find('\0') != std::string::npos ||
           f.ext == "." || f.ext == "..")
         return Status::Invalid(fmt::format("field extension '{}' cannot name an HDF5 group", f.ext), at);
+      // The direct field: the largest payload of the first sample that has one.
+      if (direct_ext_.empty() || (n() == 0 && spills_.empty() && f.data.size() > direct_size0_)) {
+        direct_ext_ = f.ext;
+        direct_size0_ = f.data.size();
+      }
+    }
+    for (const auto& f : s.fields) {
+      if (f.ext == "cls" && cls_in_labels) continue;
       SK_ASSIGN_OR_RETURN(SpillField * sf, GetSpill(f.ext));
       SK_RETURN_IF_ERROR(Append(sf, f.data.data(), f.data.size()));
     }
@@ -243,13 +332,17 @@ class Hdf5Writer : public SampleWriter {
     auto sf = std::make_unique<SpillField>();
     sf->ext = ext;
     sf->offsets.assign(n() + 1, 0);  // earlier samples lack this field: empty ranges
-    std::string dir = io::DirName(path_);
-    auto base = std::filesystem::path(path_).filename().string();
-    std::string spill = fmt::format("{}/.{}.spill-{}-{}", dir, base, ::getpid(), spills_.size());
-    sf->fd = ::open(spill.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (sf->fd < 0) return Status::FromErrno(errno, "cannot create spill file", Location{.file = spill});
-    ::unlink(spill.c_str());  // anonymous from now on: nothing is left behind on a crash
     sf->buf.reserve(kSpillBuf);
+    if (ext == direct_ext_) {
+      sf->direct = true;
+    } else {
+      std::string dir = io::DirName(path_);
+      auto base = std::filesystem::path(path_).filename().string();
+      std::string spill = fmt::format("{}/.{}.spill-{}-{}", dir, base, ::getpid(), spills_.size());
+      sf->fd = ::open(spill.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+      if (sf->fd < 0) return Status::FromErrno(errno, "cannot create spill file", Location{.file = spill});
+      ::unlink(spill.c_str());  // anonymous from now on: nothing is left behind on a crash
+    }
     SpillField* p = sf.get();
     spills_.emplace(ext, std::move(sf));
     return p;
@@ -257,6 +350,12 @@ class Hdf5Writer : public SampleWriter {
 
   Status FlushSpill(SpillField* sf, const char* p, size_t len) {
     SK_RETURN_IF_ERROR(io::CheckFault(path_, "write"));
+    if (sf->direct) {
+      SK_RETURN_IF_ERROR(WriteAll(fd_, p, len, kDirectAt + sf->flushed,
+                                  fmt::format("write of field '{}' failed", sf->ext), Location{.file = path_}));
+      sf->flushed += len;
+      return Status::OK();
+    }
     while (len > 0) {
       ssize_t w = ::write(sf->fd, p, len);
       if (w < 0) {
@@ -266,6 +365,7 @@ class Hdf5Writer : public SampleWriter {
       }
       p += w;
       len -= size_t(w);
+      sf->flushed += uint64_t(w);
     }
     return Status::OK();
   }
@@ -283,6 +383,7 @@ class Hdf5Writer : public SampleWriter {
   }
 
   Result<WriteSummary> DoFinish() {
+    if (fd_ < 0) SK_RETURN_IF_ERROR(Start());  // no sample at all
     for (auto& [ext, sf] : spills_) {
       SK_RETURN_IF_ERROR(FlushSpill(sf.get(), sf->buf.data(), sf->buf.size()));
       sf->buf.clear();
@@ -292,24 +393,24 @@ class Hdf5Writer : public SampleWriter {
       return Status::Exists("output exists (pass --overwrite to replace it)", Location{.file = path_});
     std::string dir = io::DirName(path_);
     auto base = std::filesystem::path(path_).filename().string();
-    temp_ = fmt::format("{}/.{}.tmp-{}", dir, base, ::getpid());
-    ::unlink(temp_.c_str());
 
     std::map<std::string, haddr_t> addrs;
     SK_RETURN_IF_ERROR(WriteHdf5(&addrs));
-    if (!UseH5Dwrite()) SK_RETURN_IF_ERROR(CopySpills(addrs));
+    SK_RETURN_IF_ERROR(CopySpills(addrs));
 
     SK_RETURN_IF_ERROR(io::CheckFault(path_, "fsync"));
-    int fd = ::open(temp_.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return Status::FromErrno(errno, "cannot reopen temporary file", Location{.file = temp_});
     struct stat st{};
-    ::fstat(fd, &st);
-    if (::fsync(fd) != 0) {
-      int e = errno;
-      ::close(fd);
-      return Status::FromErrno(e, "fsync failed", Location{.file = path_});
+    ::fstat(fd_, &st);
+    if (::fsync(fd_) != 0) return Status::FromErrno(errno, "fsync failed", Location{.file = path_});
+    if (temp_.empty()) {  // unnamed: give it the temporary name, then rename as usual
+      std::string t = fmt::format("{}/.{}.tmp-{}", dir, base, ::getpid());
+      ::unlink(t.c_str());
+      if (::linkat(AT_FDCWD, h5name_.c_str(), AT_FDCWD, t.c_str(), AT_SYMLINK_FOLLOW) != 0)
+        return Status::FromErrno(errno, "cannot name the temporary file", Location{.file = t});
+      temp_ = t;
     }
-    ::close(fd);
+    ::close(fd_);
+    fd_ = -1;
     if (!opts_.overwrite && io::Exists(path_))
       return Status::Exists("output appeared while writing (pass --overwrite to replace it)", Location{.file = path_});
     if (::rename(temp_.c_str(), path_.c_str()) != 0)
@@ -326,15 +427,73 @@ class Hdf5Writer : public SampleWriter {
     return sum;
   }
 
-  // Creates the HDF5 file at temp_ and, with SHARDKIT_HDF5_COPY=h5dwrite, fills
-  // the payload datasets through HDF5. Returns each payload dataset's address.
+  // Creates a contiguous uint8 dataset of `size` bytes whose space is
+  // reserved now and never written by libhdf5; returns its file address
+  // (HADDR_UNDEF when size is 0). Lock held.
+  Result<haddr_t> CreateDataDataset(hid_t group, const std::string& ext, uint64_t size) {
+    Hid dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+    H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS);
+    H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY);
+    H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
+    hsize_t dims[1] = {size};
+    Hid space(H5Screate_simple(1, dims, nullptr), H5Sclose);
+    Hid d(H5Dcreate2(group, "data", H5T_STD_U8LE, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT), H5Dclose);
+    if (!d.ok())
+      return Status::IOError(fmt::format("cannot create dataset 'fields/{}/data': {}", ext, H5Message()),
+                             Location{.file = path_});
+    if (size == 0) return HADDR_UNDEF;
+    haddr_t a = H5Dget_offset(d.get());
+    if (a == HADDR_UNDEF)
+      return Status::IOError(fmt::format("dataset 'fields/{}/data' has no file address", ext), Location{.file = path_});
+    return a;
+  }
+
+  // Moves len bytes of the output file from `from` to `to` (ranges may overlap).
+  Status MoveRange(uint64_t from, uint64_t to, uint64_t len) {
+    std::string buf(std::min<uint64_t>(kCopyBlock, len), '\0');
+    Location at{.file = path_};
+    for (uint64_t done = 0; done < len;) {
+      size_t n = size_t(std::min<uint64_t>(buf.size(), len - done));
+      uint64_t off = to < from ? done : len - done - n;  // front to back when moving down, else back to front
+      SK_RETURN_IF_ERROR(ReadAll(fd_, buf.data(), n, from + off, "read of the output file failed", at));
+      SK_RETURN_IF_ERROR(WriteAll(fd_, buf.data(), n, to + off, "write failed", at));
+      done += n;
+    }
+    return Status::OK();
+  }
+
+  // Reopens the file made by Start() and creates every object; the direct
+  // field's data dataset first, so that it lands on the bytes already written
+  // at kDirectAt (if libhdf5 puts it elsewhere, the bytes are moved there at
+  // once, before anything else is allocated). Returns the address of every
+  // other field's data dataset, for CopySpills after the file is closed.
   Status WriteHdf5(std::map<std::string, haddr_t>* addrs) {
     H5Lock lock;
     Location at{.file = path_};
     auto fail = [&](std::string what) { return Status::IOError(fmt::format("{}: {}", what, H5Message()), at); };
-    Hid file(H5Fcreate(temp_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
-    if (!file.ok()) return fail("cannot create HDF5 file");
+    Hid fapl = WriterFapl();
+    Hid file(H5Fopen(h5name_.c_str(), H5F_ACC_RDWR, fapl.get()), H5Fclose);
+    if (!file.ok()) return fail("cannot reopen the HDF5 file being written");
     const hsize_t N = n();
+
+    Hid fields(H5Gcreate2(file.get(), "fields", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+    if (!fields.ok()) return fail("cannot create group 'fields'");
+    std::map<std::string, Hid> groups;
+    auto group = [&](const std::string& ext) -> Result<hid_t> {
+      auto it = groups.find(ext);
+      if (it != groups.end()) return it->second.get();
+      Hid g(H5Gcreate2(fields.get(), ext.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+      if (!g.ok()) return fail(fmt::format("cannot create group 'fields/{}'", ext));
+      hid_t id = g.get();
+      groups.emplace(ext, std::move(g));
+      return id;
+    };
+    if (auto it = spills_.find(direct_ext_); it != spills_.end()) {
+      SpillField* sf = it->second.get();
+      SK_ASSIGN_OR_RETURN(hid_t g, group(sf->ext));
+      SK_ASSIGN_OR_RETURN(haddr_t a, CreateDataDataset(g, sf->ext, sf->size));
+      if (sf->size > 0 && a != kDirectAt) SK_RETURN_IF_ERROR(MoveRange(kDirectAt, a, sf->size));
+    }
 
     // Attributes on the root group.
     {
@@ -388,28 +547,14 @@ class Hdf5Writer : public SampleWriter {
     SK_RETURN_IF_ERROR(
         WriteDataset(file.get(), "checksums", H5T_STD_U64LE, H5T_NATIVE_UINT64, N, checksums_.data(), at));
 
-    Hid fields(H5Gcreate2(file.get(), "fields", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
-    if (!fields.ok()) return fail("cannot create group 'fields'");
     for (auto& [ext, sf] : spills_) {
-      Hid g(H5Gcreate2(fields.get(), ext.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
-      if (!g.ok()) return fail(fmt::format("cannot create group 'fields/{}'", ext));
-      SK_RETURN_IF_ERROR(
-          WriteDataset(g.get(), "offsets", H5T_STD_U64LE, H5T_NATIVE_UINT64, N + 1, sf->offsets.data(), at));
-      Hid dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
-      H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS);
-      H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY);
-      H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
-      hsize_t dims[1] = {sf->size};
-      Hid space(H5Screate_simple(1, dims, nullptr), H5Sclose);
-      Hid d(H5Dcreate2(g.get(), "data", H5T_STD_U8LE, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT), H5Dclose);
-      if (!d.ok()) return fail(fmt::format("cannot create dataset 'fields/{}/data'", ext));
-      if (sf->size > 0) {
-        haddr_t a = H5Dget_offset(d.get());
-        if (a == HADDR_UNDEF) return fail(fmt::format("dataset 'fields/{}/data' has no file address", ext));
-        (*addrs)[ext] = a;
-        if (UseH5Dwrite()) SK_RETURN_IF_ERROR(CopyWithH5Dwrite(sf.get(), d.get(), space.get()));
-      }
+      SK_ASSIGN_OR_RETURN(hid_t g, group(ext));
+      SK_RETURN_IF_ERROR(WriteDataset(g, "offsets", H5T_STD_U64LE, H5T_NATIVE_UINT64, N + 1, sf->offsets.data(), at));
+      if (sf->direct) continue;
+      SK_ASSIGN_OR_RETURN(haddr_t a, CreateDataDataset(g, ext, sf->size));
+      if (sf->size > 0) (*addrs)[ext] = a;
     }
+    groups.clear();
     fields.reset();
     if (file.close() < 0) return fail("cannot close HDF5 file");
     return Status::OK();
@@ -425,54 +570,19 @@ class Hdf5Writer : public SampleWriter {
     return Status::OK();
   }
 
-  Status ReadSpill(SpillField* sf, uint64_t off, char* buf, size_t len) {
-    while (len > 0) {
-      ssize_t r = ::pread(sf->fd, buf, len, off_t(off));
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0)
-        return Status::FromErrno(r < 0 ? errno : EIO, fmt::format("read of the spill file of '{}' failed", sf->ext),
-                                 Location{.file = path_});
-      buf += r;
-      off += uint64_t(r);
-      len -= size_t(r);
-    }
-    return Status::OK();
-  }
-
-  // Lock held.
-  Status CopyWithH5Dwrite(SpillField* sf, hid_t dset, hid_t fspace) {
-    std::string buf(kCopyBlock, '\0');
-    for (uint64_t off = 0; off < sf->size; off += kCopyBlock) {
-      hsize_t len = std::min<uint64_t>(kCopyBlock, sf->size - off);
-      SK_RETURN_IF_ERROR(ReadSpill(sf, off, buf.data(), len));
-      hsize_t start[1] = {off}, count[1] = {len};
-      H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, nullptr, count, nullptr);
-      Hid mspace(H5Screate_simple(1, count, nullptr), H5Sclose);
-      SK_RETURN_IF_ERROR(io::CheckFault(path_, "write"));
-      if (H5Dwrite(dset, H5T_NATIVE_UINT8, mspace.get(), fspace, H5P_DEFAULT, buf.data()) < 0)
-        return Status::IOError(fmt::format("cannot write dataset 'fields/{}/data': {}", sf->ext, H5Message()),
-                               Location{.file = path_, .offset = int64_t(off)});
-    }
-    return Status::OK();
-  }
-
   // Copies each spill file into its dataset's byte range of the closed file.
   Status CopySpills(const std::map<std::string, haddr_t>& addrs) {
-    int out = ::open(temp_.c_str(), O_WRONLY | O_CLOEXEC);
-    if (out < 0) return Status::FromErrno(errno, "cannot reopen temporary file", Location{.file = temp_});
-    Status st;
     std::string buf;
     for (auto& [ext, a] : addrs) {
       SpillField* sf = spills_.at(ext).get();
-      st = io::CheckFault(path_, "write");
-      if (!st.ok()) break;
+      SK_RETURN_IF_ERROR(io::CheckFault(path_, "write"));
       uint64_t done = 0;
       bool use_cfr = true;
-      while (done < sf->size && st.ok()) {
+      while (done < sf->size) {
         size_t len = size_t(std::min<uint64_t>(kCopyBlock * 8, sf->size - done));
         if (use_cfr) {
           loff_t in_off = loff_t(done), out_off = loff_t(a + done);
-          ssize_t c = ::copy_file_range(sf->fd, &in_off, out, &out_off, len, 0);
+          ssize_t c = ::copy_file_range(sf->fd, &in_off, fd_, &out_off, len, 0);
           if (c > 0) {
             done += uint64_t(c);
             continue;
@@ -482,36 +592,27 @@ class Hdf5Writer : public SampleWriter {
             use_cfr = false;
             continue;
           }
-          st = Status::FromErrno(c < 0 ? errno : EIO, fmt::format("copy of field '{}' failed", ext),
-                                 Location{.file = path_, .offset = int64_t(a + done)});
-          break;
+          return Status::FromErrno(c < 0 ? errno : EIO, fmt::format("copy of field '{}' failed", ext),
+                                   Location{.file = path_, .offset = int64_t(a + done)});
         }
         len = std::min(len, kCopyBlock);
         buf.resize(kCopyBlock);
-        st = ReadSpill(sf, done, buf.data(), len);
-        if (!st.ok()) break;
-        const char* p = buf.data();
-        size_t left = len;
-        while (left > 0) {
-          ssize_t w = ::pwrite(out, p, left, off_t(a + done + (len - left)));
-          if (w < 0 && errno == EINTR) continue;
-          if (w < 0) {
-            st = Status::FromErrno(errno, "write failed", Location{.file = path_, .offset = int64_t(a + done)});
-            break;
-          }
-          p += w;
-          left -= size_t(w);
-        }
+        SK_RETURN_IF_ERROR(ReadAll(sf->fd, buf.data(), len, done,
+                                   fmt::format("read of the spill file of '{}' failed", ext), Location{.file = path_}));
+        SK_RETURN_IF_ERROR(WriteAll(fd_, buf.data(), len, a + done, "write failed", Location{.file = path_}));
         done += len;
       }
-      if (!st.ok()) break;
     }
-    ::close(out);
-    return st;
+    return Status::OK();
   }
 
-  std::string path_, temp_;
+  std::string path_;
+  std::string temp_;    // the output's temporary name, once it has one
+  std::string h5name_;  // the name libhdf5 opens the output by
+  int fd_ = -1;         // the output file
   WriteOptions opts_;
+  std::string direct_ext_;
+  size_t direct_size0_ = 0;
   std::string key_blob_;
   std::vector<uint64_t> key_end_;
   std::vector<int64_t> labels_;
@@ -520,6 +621,216 @@ class Hdf5Writer : public SampleWriter {
   Status failed_;
   bool finished_ = false;
 };
+
+// ---------------------------------------------------------------------------
+// Variable-length elements are bounded before libhdf5 allocates for them.
+//
+// On disk a vlen element (string or sequence) is a descriptor: uint32 length
+// (in base elements), the address of a global heap collection, uint32 object
+// index. libhdf5 1.10 converts one (H5T__conv_vlen) by trusting the length:
+// it allocates and zeroes length x base-size bytes, then copies the heap
+// object, whatever its real size, into that buffer (H5HG_read). So a 10 KB
+// file declaring a 3.5 GB string makes it allocate 3.5 GB, and an object
+// larger than its declared length would overrun the buffer. No public call
+// exposes the descriptors before that happens (H5Dvlen_get_buf_size and a
+// custom H5Pset_vlen_mem_manager allocator both run after the conversion has
+// allocated), so shardkit registers its own soft conversion function for
+// vlen -> vlen. While a VlenCheck is active, it checks each descriptor of the
+// batch against the mapped file (length x base size within the file and
+// within what is left of the read's budget; the heap collection inside the
+// file, with the object present and exactly that size), then hands the batch
+// to the library's own function, found with H5Tfind before registering.
+// Without an active VlenCheck (writes) it only forwards. Lock held throughout.
+
+struct VlenCheck;
+VlenCheck*& ActiveVlenCheck() {
+  static VlenCheck* v = nullptr;
+  return v;
+}
+H5T_conv_t& LibraryVlenConv() {
+  static H5T_conv_t f = nullptr;
+  return f;
+}
+
+// Reads an unsigned little-endian integer of n (<= 8) bytes.
+uint64_t Le(const uint8_t* p, size_t n) {
+  uint64_t v = 0;
+  for (size_t i = n; i-- > 0;) v = (v << 8) | p[i];
+  return v;
+}
+
+struct VlenCheck {
+  const uint8_t* file = nullptr;  // the whole file, mapped
+  uint64_t size = 0;
+  uint64_t base = 0;              // HDF5 addresses are relative to the user block's end
+  size_t sizeof_size = 8;
+  uint64_t budget = 0;            // bytes the whole read may still produce
+  uint64_t next_index = 0;        // dataset index of the next element checked
+  std::string what;               // "a variable-length string" / "... sequence"
+  std::string refusal;            // set when an element is refused
+  int64_t refused_index = -1;
+  // Parsed heap collections: address -> object sizes by index (~0: absent).
+  std::map<uint64_t, std::vector<uint64_t>> heaps;
+
+  VlenCheck(const uint8_t* f, uint64_t n, uint64_t b, size_t ss, uint64_t first_index)
+      : file(f), size(n), base(b), sizeof_size(ss), budget(n), next_index(first_index) {
+    ActiveVlenCheck() = this;
+  }
+  ~VlenCheck() { ActiveVlenCheck() = nullptr; }
+  VlenCheck(const VlenCheck&) = delete;
+  VlenCheck& operator=(const VlenCheck&) = delete;
+
+  // The object sizes of the collection at addr (absolute), or nullptr with
+  // refusal set.
+  const std::vector<uint64_t>* Heap(uint64_t addr) {
+    auto it = heaps.find(addr);
+    if (it != heaps.end()) return &it->second;
+    const size_t hdr = 8 + sizeof_size;  // "GCOL", version, 3 reserved, collection size
+    if (addr > size || size - addr < hdr) {
+      refusal = fmt::format("points to a heap collection at {}, outside the file", addr);
+      return nullptr;
+    }
+    const uint8_t* p = file + addr;
+    if (std::memcmp(p, "GCOL", 4) != 0 || p[4] != 1) {
+      refusal = fmt::format("points to {}, where there is no global heap collection", addr);
+      return nullptr;
+    }
+    uint64_t csize = Le(p + 8, sizeof_size);
+    if (csize < hdr || csize > size - addr) {
+      refusal = fmt::format("points to a heap collection at {} of {} bytes, past the end of the file", addr, csize);
+      return nullptr;
+    }
+    // libhdf5 parses the whole collection when it loads it (whichever object
+    // is wanted), stepping over each record by its declared size: a
+    // free-space record of 0 bytes makes it loop forever, one that runs past
+    // the collection makes it read past its buffer. The walk below is the
+    // same; a collection it does not find clean is refused as a whole.
+    std::vector<uint64_t> objs;
+    const uint64_t ohdr = 8 + sizeof_size;  // index, refcount, reserved, object size
+    uint64_t off = hdr;
+    while (off < csize && csize - off >= ohdr) {  // a shorter tail is free space
+      uint64_t idx = Le(p + off, 2);
+      uint64_t osize = Le(p + off + 8, sizeof_size);
+      uint64_t room = csize - off;
+      if (idx == 0) {  // free space; its size counts its header
+        if (osize < ohdr || osize > room) {
+          refusal = fmt::format("points to a damaged heap collection at {} (free space of {} bytes at {})", addr, osize,
+                                addr + off);
+          return nullptr;
+        }
+        off += osize;
+        continue;
+      }
+      if (osize > room - ohdr) {
+        refusal = fmt::format("points to a damaged heap collection at {} (object {} of {} bytes at {} runs past its end)",
+                              addr, idx, osize, addr + off);
+        return nullptr;
+      }
+      if (objs.size() <= idx) objs.resize(idx + 1, ~uint64_t(0));
+      objs[idx] = osize;
+      off += ohdr + ((osize + 7) & ~uint64_t(7));
+    }
+    return &heaps.emplace(addr, std::move(objs)).first->second;
+  }
+
+  // Checks n on-disk descriptors of elem bytes each; false with refusal set.
+  bool Check(const uint8_t* buf, size_t n, size_t stride, size_t elem, size_t base_size) {
+    if (elem < 10 || elem > 16) {
+      refusal = fmt::format("unexpected descriptor size {}", elem);
+      return false;
+    }
+    size_t sizeof_addr = elem - 8;
+    for (size_t i = 0; i < n; ++i, ++next_index) {
+      const uint8_t* d = buf + i * stride;
+      uint64_t len = Le(d, 4);
+      uint64_t bytes = len * base_size;
+      uint64_t addr = Le(d + 4, sizeof_addr);
+      uint64_t idx = Le(d + 4 + sizeof_addr, 4);
+      // Address 0 is a null element: libhdf5 reads nothing. Any other address
+      // is read, even for length 0 (fuzz finding: a hang in a damaged heap).
+      if (len == 0 && addr == 0) continue;
+      refused_index = int64_t(next_index);
+      if (bytes > size) {
+        refusal = fmt::format("declares {} of {} bytes in a file of {} bytes", what, bytes, size);
+        return false;
+      }
+      if (bytes > budget) {
+        refusal = fmt::format("declares {} of {} bytes, more than the file holds with the elements before it "
+                              "({} bytes)",
+                              what, bytes, size);
+        return false;
+      }
+      if (addr == 0 || addr > size - base) {
+        refusal = fmt::format("declares {} of {} bytes at heap address {}, outside the file", what, bytes, addr);
+        return false;
+      }
+      const std::vector<uint64_t>* objs = Heap(base + addr);
+      if (!objs) return false;
+      if (idx >= objs->size() || (*objs)[idx] == ~uint64_t(0)) {
+        refusal = fmt::format("points to heap object {} at {}, which does not exist", idx, base + addr);
+        return false;
+      }
+      if ((*objs)[idx] != bytes) {
+        refusal = fmt::format("declares {} of {} bytes but its heap object holds {}", what, bytes, (*objs)[idx]);
+        return false;
+      }
+      budget -= bytes;
+    }
+    refused_index = -1;
+    return true;
+  }
+};
+
+herr_t GuardedVlenConv(hid_t src, hid_t dst, H5T_cdata_t* cdata, size_t nelmts, size_t buf_stride,
+                       size_t bkg_stride, void* buf, void* bkg, hid_t dxpl) {
+  VlenCheck* check = ActiveVlenCheck();
+  if (check && cdata->command == H5T_CONV_CONV && nelmts > 0 && buf) {
+    size_t elem = H5Tget_size(src);
+    // The base type comes from the file, for strings too (normally 1-byte
+    // characters): libhdf5 sizes its buffer as length x base size.
+    hid_t super = H5Tget_super(src);
+    size_t base_size = super >= 0 ? H5Tget_size(super) : 0;
+    if (super >= 0) H5Tclose(super);
+    bool is_string = H5Tget_class(src) == H5T_STRING;
+    bool ok = false;
+    try {  // called from C: nothing may be thrown through libhdf5
+      check->what = is_string ? "a variable-length string" : "a variable-length sequence";
+      ok = base_size > 0 && check->Check(static_cast<const uint8_t*>(buf), nelmts, buf_stride ? buf_stride : elem,
+                                         elem, base_size);
+    } catch (const std::exception& e) {
+      check->refusal = std::string("cannot check it: ") + e.what();
+    }
+    if (!ok) {
+      if (check->refusal.empty()) check->refusal = "cannot size its base type";
+      H5Epush2(H5E_DEFAULT, __FILE__, __func__, __LINE__, H5E_ERR_CLS, H5E_DATATYPE, H5E_BADVALUE, "%s",
+               check->refusal.c_str());
+      return -1;
+    }
+  }
+  // libhdf5 1.10.8's own conversion functions take no trailing transfer
+  // property list (H5Tfind hands them out as H5T_conv_t all the same); the
+  // extra last argument lies on the stack, where the callee never looks and
+  // the caller removes it (x86-64 and AArch64 calling conventions).
+  return LibraryVlenConv()(src, dst, cdata, nelmts, buf_stride, bkg_stride, buf, bkg, dxpl);
+}
+
+// Registers GuardedVlenConv once. Lock held.
+Status InstallVlenGuard(const std::string& path) {
+  static bool installed = false;
+  if (installed) return Status::OK();
+  Hid a(H5Tvlen_create(H5T_NATIVE_UINT8), H5Tclose), b(H5Tvlen_create(H5T_NATIVE_UINT16), H5Tclose);
+  H5T_cdata_t* cdata = nullptr;
+  H5T_conv_t lib = a.ok() && b.ok() ? H5Tfind(a.get(), b.get(), &cdata) : nullptr;
+  if (!lib)
+    return Status::Internal("cannot find libhdf5's variable-length conversion: " + H5Message(),
+                            Location{.file = path});
+  LibraryVlenConv() = lib;  // before registering: H5Tregister initialises existing paths through it
+  if (H5Tregister(H5T_PERS_SOFT, "shardkit_vlen_guard", a.get(), a.get(), GuardedVlenConv) < 0)
+    return Status::Internal("cannot install the check on variable-length elements: " + H5Message(),
+                            Location{.file = path});
+  installed = true;
+  return Status::OK();
+}
 
 // ---------------------------------------------------------------------------
 // Reader.
@@ -564,6 +875,9 @@ class Hdf5Data {
     return Status::Corrupt(fmt::format("dataset '{}': {}", dataset, what), Location{.file = path_});
   }
   Result<Hid> OpenDataset(hid_t parent, const std::string& name, const std::string& full) const;
+  Status CheckHeaderAt(uint64_t addr, const std::string& what, size_t sa, size_t ss) const;
+  Status CheckLinkTarget(hid_t parent, const std::string& name, const std::string& full) const;
+  Status CheckRootHeader();
   Status ReadInts(hid_t d, const std::string& name, uint64_t expect, bool is_unsigned, void* out) const;
   Result<std::vector<std::string>> ReadStrings(hid_t obj, bool is_attr, const std::string& name) const;
   Status GetTp(uint64_t i, Sample* out) const;
@@ -576,8 +890,31 @@ class Hdf5Data {
     return Status::OK();
   }
 
+  // Checks the vlen descriptors of the next read (see VlenCheck). Lock held.
+  VlenCheck NewVlenCheck(uint64_t first_index) const {
+    return VlenCheck(map_->data(), map_->size(), userblock_, sizeof_size_, first_index);
+  }
+  // The error for a failed vlen read: the check's refusal, else HDF5's message.
+  // index: the sample read, or -1; is_sample: the dataset's elements are samples.
+  Status VlenReadError(const std::string& name, const VlenCheck& check, int64_t index, bool is_sample = true) const {
+    if (check.refusal.empty()) {
+      Location at{.file = path_};
+      if (index >= 0) at.index = index;
+      return Status::Corrupt(fmt::format("dataset '{}': cannot read: {}", name, H5Message()), at);
+    }
+    H5Eclear2(H5E_DEFAULT);
+    Location at{.file = path_};
+    if (check.refused_index >= 0 && is_sample) at.index = check.refused_index;
+    return Status::Corrupt(fmt::format("dataset '{}': element {} {}: refused before reading", name,
+                                       check.refused_index, check.refusal),
+                           at);
+  }
+
   std::string path_;
   uint64_t file_size_ = 0;
+  uint64_t userblock_ = 0;    // HDF5 addresses are relative to its end
+  size_t sizeof_size_ = 8;    // bytes of a length in the file's metadata
+  size_t sizeof_addr_ = 8;    // bytes of an address in the file's metadata
   bool shardkit_ = false;
   // Our layout.
   std::string key_blob_;
@@ -623,7 +960,127 @@ Result<LinkList> ListLinks(hid_t group, const std::string& gname, const std::str
   return l;
 }
 
+// libhdf5 1.10 allocates an object header's first chunk with the size its
+// prefix declares before checking it against the file (fuzz finding: 3.5 GB
+// for the root group). Every header shardkit makes libhdf5 load is checked
+// here first: a version 1 or 2 prefix whose first chunk lies inside the file.
+Status Hdf5Data::CheckHeaderAt(uint64_t addr, const std::string& what, size_t sa, size_t ss) const {
+  const uint8_t* f = map_->data();
+  uint64_t size = map_->size();
+  auto bad = [&](std::string why) {
+    return Status::Corrupt(fmt::format("{}: object header at {} {}", what, addr, why),
+                           Location{.file = path_, .offset = int64_t(std::min<uint64_t>(addr, INT64_MAX))});
+  };
+  if (addr >= size || size - addr < 16) return bad("lies outside the file");
+  const uint8_t* p = f + addr;
+  uint64_t left = size - addr, chunk = 0, prefix = 0;
+  if (p[0] == 1) {  // version 1: version, reserved, messages (2), refcount (4), chunk size (4), padding (4)
+    chunk = Le(p + 8, 4);
+    prefix = 16;
+  } else if (std::memcmp(p, "OHDR", 4) == 0 && p[4] == 2) {
+    uint8_t flags = p[5];
+    prefix = 6 + ((flags & 0x20) ? 16 : 0) + ((flags & 0x10) ? 4 : 0);
+    size_t width = size_t(1) << (flags & 3);
+    if (left < prefix + width) return bad("is cut off by the end of the file");
+    chunk = Le(p + prefix, width);
+    prefix += width + 4;  // and the checksum after the chunk
+  } else {
+    return bad("is not an object header");
+  }
+  if (chunk > left || prefix > left - chunk)
+    return bad(fmt::format("declares {} bytes, past the end of the file ({} bytes)", chunk, size));
+  // Continuation messages (type 0x10: address, length) name further chunks,
+  // which libhdf5 also allocates by their declared length: walk them all.
+  bool v1 = p[0] == 1;
+  uint8_t hflags = v1 ? 0 : p[5];
+  struct Chunk {
+    uint64_t begin, end;  // absolute byte range of its messages
+  };
+  std::vector<Chunk> todo{{addr + (v1 ? 16 : prefix - 4), addr + (v1 ? 16 : prefix - 4) + chunk}};
+  const size_t mh = v1 ? 8 : 4 + ((hflags & 0x04) ? 2 : 0);  // message header
+  for (size_t k = 0; k < todo.size() && k < 4096; ++k) {
+    for (uint64_t q = todo[k].begin; q + mh <= todo[k].end;) {
+      const uint8_t* m = f + q;
+      uint64_t type = v1 ? Le(m, 2) : m[0];
+      uint64_t msize = v1 ? Le(m + 2, 2) : Le(m + 1, 2);
+      if (msize > todo[k].end - q - mh) break;  // libhdf5 refuses the header itself
+      if (type == 0x11) {  // symbol table: v1 B-tree and local heap of an old-style group
+        if (size - (q + mh) < 2 * sa) return bad("has a symbol-table message cut off by the end of the file");
+        uint64_t heap = userblock_ + Le(m + mh + sa, sa), hlen = 8 + 2 * ss + sa;
+        if (heap >= size || size - heap < hlen || std::memcmp(f + heap, "HEAP", 4) != 0 || f[heap + 4] != 0)
+          return bad(fmt::format("names a local heap at {} that is not one", heap));
+        uint64_t dsize = Le(f + heap + 8, ss), daddr = userblock_ + Le(f + heap + 8 + 2 * ss, sa);
+        bool overlaps = daddr < heap + hlen && heap < daddr + dsize;
+        if (daddr >= size || dsize > size - daddr || overlaps)
+          return bad(fmt::format("names a local heap at {} whose data ({} bytes at {}) {}", heap, dsize, daddr,
+                                 overlaps ? "overlaps its header" : "lies past the end of the file"));
+      }
+      if (type == 0x10) {  // libhdf5 decodes address and length whatever size the message declares
+        if (size - (q + mh) < sa + ss) return bad("has a continuation message cut off by the end of the file");
+        uint64_t caddr = userblock_ + Le(m + mh, sa), clen = Le(m + mh + sa, ss);
+        if (caddr >= size || clen > size - caddr)
+          return bad(fmt::format("continues at {} with {} bytes, past the end of the file ({} bytes)", caddr, clen,
+                                 size));
+        if (v1) todo.push_back({caddr, caddr + clen});
+        else if (clen >= 8 && std::memcmp(f + caddr, "OCHK", 4) == 0) todo.push_back({caddr + 4, caddr + clen - 4});
+      }
+      q += mh + msize;
+    }
+  }
+  return Status::OK();
+}
+
+// Checks the header a hard link points to before libhdf5 loads it. Lock held.
+Status Hdf5Data::CheckLinkTarget(hid_t parent, const std::string& name, const std::string& full) const {
+  H5L_info_t li;
+  if (H5Lget_info(parent, name.c_str(), &li, H5P_DEFAULT) < 0)
+    return Corrupt(full, "cannot open: " + H5Message());
+  if (li.type != H5L_TYPE_HARD) return Status::OK();  // soft: resolved through checked groups
+  return CheckHeaderAt(userblock_ + li.u.address, fmt::format("'{}'", full), sizeof_addr_, sizeof_size_);
+}
+
+// The root group's header, found through the superblock, before H5Fopen.
+Status Hdf5Data::CheckRootHeader() {
+  const uint8_t* f = map_->data();
+  uint64_t size = map_->size();
+  for (uint64_t at = 0; at < size && size - at >= 8; at = at == 0 ? 512 : at * 2) {
+    if (std::memcmp(f + at, kSignature, 8) != 0) continue;
+    if (size - at < 48) return Status::OK();  // libhdf5 refuses it
+    const uint8_t* sb = f + at;
+    uint8_t version = sb[8];
+    uint64_t root = 0, eof = 0;
+    size_t sa = 8, ss = 8;
+    if (version <= 1) {
+      sa = sb[13], ss = sb[14];
+      if (sa < 2 || sa > 8 || ss < 2 || ss > 8) return Status::OK();  // libhdf5 refuses it
+      uint64_t off = (version == 0 ? 24 : 28) + 4 * sa + ss;
+      if (size - at < off + sa) return Status::OK();
+      root = Le(sb + off, sa);
+      eof = Le(sb + (version == 0 ? 24 : 28) + 2 * sa, sa);
+    } else {
+      sa = sb[9], ss = sb[10];
+      if (sa < 2 || sa > 8 || ss < 2 || ss > 8) return Status::OK();
+      uint64_t off = 12 + 3 * sa;
+      if (size - at < off + sa) return Status::OK();
+      root = Le(sb + off, sa);
+      eof = Le(sb + 12 + 2 * sa, sa);
+    }
+    if (eof > size - at)  // what libhdf5 would say, before anything past the end misleads the checks below
+      return Status::Corrupt(fmt::format("truncated file: the superblock says {} bytes, the file has {}", at + eof,
+                                         size),
+                             Location{.file = path_});
+    if (root >= size - at)
+      return Status::Corrupt(fmt::format("the root group's object header at {} lies outside the file", root),
+                             Location{.file = path_});
+    // The user block ends where the superblock starts; addresses count from there.
+    userblock_ = at;
+    return CheckHeaderAt(at + root, "root group", sa, ss);
+  }
+  return Status::OK();  // no signature: libhdf5 refuses the file
+}
+
 Result<Hid> Hdf5Data::OpenDataset(hid_t parent, const std::string& name, const std::string& full) const {
+  SK_RETURN_IF_ERROR(CheckLinkTarget(parent, name, full));
   H5O_info_t oi;
   if (H5Oget_info_by_name(parent, name.c_str(), &oi, H5P_DEFAULT) < 0)
     return Corrupt(full, "cannot open: " + H5Message());
@@ -638,6 +1095,21 @@ Result<Hid> Hdf5Data::OpenDataset(hid_t parent, const std::string& name, const s
   if (dcpl.ok() && H5Pget_layout(dcpl.get()) == H5D_VIRTUAL)
     return Status::Unsupported(fmt::format("dataset '{}' is a virtual dataset: refused", full),
                                Location{.file = path_});
+  // A compact dataset keeps its elements in its object header; libhdf5 1.10
+  // does not check that they are all there and copies from a missing buffer
+  // (fuzz finding: a crash on a compact `keys` of 3 elements and 0 bytes).
+  if (dcpl.ok() && H5Pget_layout(dcpl.get()) == H5D_COMPACT) {
+    Hid type(H5Dget_type(d.get()), H5Tclose);
+    Hid space(H5Dget_space(d.get()), H5Sclose);
+    hssize_t npoints = space.ok() ? H5Sget_simple_extent_npoints(space.get()) : -1;
+    H5T_class_t cls = type.ok() ? H5Tget_class(type.get()) : H5T_NO_CLASS;
+    bool vlen = cls == H5T_VLEN || (cls == H5T_STRING && H5Tis_variable_str(type.get()) > 0);
+    uint64_t elem = vlen ? 8 + sizeof_addr_ : (type.ok() ? H5Tget_size(type.get()) : 0);  // on-disk element size
+    uint64_t have = H5Dget_storage_size(d.get());
+    if (npoints < 0 || elem == 0 || uint64_t(npoints) > have / elem)
+      return Corrupt(full, fmt::format("compact dataset of {} elements of {} bytes holds only {} bytes", npoints,
+                                       elem, have));
+  }
   return d;
 }
 
@@ -657,6 +1129,10 @@ Status Hdf5Data::ReadInts(hid_t d, const std::string& name, uint64_t expect, boo
   Hid type(H5Dget_type(d), H5Tclose);
   if (H5Tget_class(type.get()) != H5T_INTEGER)
     return Corrupt(name, "expected an integer type (labels, offsets and checksums are integers)");
+  // libhdf5 sizes its conversion buffer by the file type: an integer type
+  // declared 4 GB wide would make it allocate 4 GB.
+  if (size_t sz = H5Tget_size(type.get()); sz == 0 || sz > 8)
+    return Corrupt(name, fmt::format("expected integers of at most 8 bytes, found {} bytes", sz));
   SK_ASSIGN_OR_RETURN(uint64_t len, Length1D(d, name, path_));
   if (len != expect) return Corrupt(name, fmt::format("holds {} elements, expected {}", len, expect));
   if (len > 0 && H5Dread(d, is_unsigned ? H5T_NATIVE_UINT64 : H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT,
@@ -677,6 +1153,12 @@ Result<std::vector<std::string>> Hdf5Data::ReadStrings(hid_t obj, bool is_attr, 
   SK_RETURN_IF_ERROR(CheckCount(name, uint64_t(count)));
   std::vector<std::string> out(static_cast<size_t>(count));
   if (count == 0) return out;
+  if (is_attr) {  // libhdf5 1.10 copies count x element bytes from the attribute's buffer unchecked
+    uint64_t elem = H5Tis_variable_str(type.get()) > 0 ? 8 + sizeof_addr_ : H5Tget_size(type.get());
+    uint64_t have = H5Aget_storage_size(obj);
+    if (elem == 0 || uint64_t(count) > have / elem)
+      return Corrupt(name, fmt::format("holds {} bytes for {} elements of {} bytes", have, count, elem));
+  }
   auto read = [&](hid_t mt, void* buf) {
     return is_attr ? H5Aread(obj, mt, buf) : H5Dread(obj, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf);
   };
@@ -685,12 +1167,19 @@ Result<std::vector<std::string>> Hdf5Data::ReadStrings(hid_t obj, bool is_attr, 
     H5Tset_size(mt.get(), H5T_VARIABLE);
     H5Tset_cset(mt.get(), H5Tget_cset(type.get()));
     std::vector<char*> ptrs(size_t(count), nullptr);
-    if (read(mt.get(), ptrs.data()) < 0) return Corrupt(name, "cannot read: " + H5Message());
+    VlenCheck check = NewVlenCheck(0);
+    if (read(mt.get(), ptrs.data()) < 0) {
+      Status st = VlenReadError(name, check, -1, !is_attr);
+      H5Dvlen_reclaim(mt.get(), space.get(), H5P_DEFAULT, ptrs.data());  // what was read before the failure
+      return st;
+    }
     for (size_t i = 0; i < ptrs.size(); ++i)
       if (ptrs[i]) out[i] = ptrs[i];
     H5Dvlen_reclaim(mt.get(), space.get(), H5P_DEFAULT, ptrs.data());
   } else {
     size_t sz = H5Tget_size(type.get());
+    if (sz == 0 || sz > file_size_ || uint64_t(count) > 64 * file_size_ / sz)
+      return Corrupt(name, fmt::format("declares {} strings of {} bytes in a file of {} bytes", count, sz, file_size_));
     H5Tset_size(mt.get(), sz);
     H5Tset_strpad(mt.get(), H5T_STR_NULLPAD);
     H5Tset_cset(mt.get(), H5Tget_cset(type.get()));
@@ -719,17 +1208,35 @@ Status Hdf5Data::Open(const std::string& path, const OpenOptions& opts) {
   info.total_bytes = uint64_t(st.st_size);
   file_size_ = uint64_t(st.st_size);
 
+  // Mapped before libhdf5 reads anything: the vlen check reads heap
+  // collections through it, and our layout's payloads are read from it.
+  SK_ASSIGN_OR_RETURN(map_, io::MappedFile::Open(path));
+  if (map_->size() < file_size_) file_size_ = map_->size();
+
   H5Lock lock;
+  SK_RETURN_IF_ERROR(InstallVlenGuard(path));
   Hid fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   H5Pset_elink_cb(fapl.get(), RefuseElink, nullptr);
   H5Pset_fclose_degree(fapl.get(), H5F_CLOSE_STRONG);
   // Readers open files that no writer holds (writers rename into place), so
   // skip flock: it fails on some network and read-only file systems.
   H5Pset_file_locking(fapl.get(), false, true);
+  SK_RETURN_IF_ERROR(CheckRootHeader());
   Hid file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
   if (!file.ok())
     return Status::Corrupt(fmt::format("cannot open as HDF5 (truncated or not HDF5?): {}", H5Message()),
                            Location{.file = path});
+  {
+    Hid fcpl(H5Fget_create_plist(file.get()), H5Pclose);
+    hsize_t ub = 0;
+    size_t sa = 8, ss = 8;
+    if (!fcpl.ok() || H5Pget_userblock(fcpl.get(), &ub) < 0 || H5Pget_sizes(fcpl.get(), &sa, &ss) < 0 || ss < 2 ||
+        ss > 8 || sa < 2 || sa > 8)
+      return Status::Corrupt("cannot read the file's creation properties: " + H5Message(), Location{.file = path});
+    userblock_ = ub;
+    sizeof_size_ = ss;
+    sizeof_addr_ = sa;
+  }
   SK_ASSIGN_OR_RETURN(LinkList root, ListLinks(file.get(), "/", path));
   auto has = [&](const char* name) {
     for (auto& [n, t] : root.links)
@@ -775,7 +1282,8 @@ Status Hdf5Data::OpenShardkit(hid_t file, uint64_t file_size) {
     Hid a(H5Aopen(file, "shardkit_format_version", H5P_DEFAULT), H5Aclose);
     Hid t(H5Aget_type(a.get()), H5Tclose);
     int32_t v = 0;
-    if (H5Tget_class(t.get()) != H5T_INTEGER || H5Aread(a.get(), H5T_NATIVE_INT32, &v) < 0)
+    if (H5Tget_class(t.get()) != H5T_INTEGER || H5Tget_size(t.get()) > 8 ||
+        H5Aget_storage_size(a.get()) < H5Tget_size(t.get()) || H5Aread(a.get(), H5T_NATIVE_INT32, &v) < 0)
       return Status::Corrupt("attribute 'shardkit_format_version' is not an integer", Location{.file = path_});
     if (v > kFormatVersion)
       return Status::Unsupported(
@@ -813,12 +1321,14 @@ Status Hdf5Data::OpenShardkit(hid_t file, uint64_t file_size) {
     info.extra["checksums"] = "per-sample xxh3 in dataset 'checksums'";
     checksums = std::move(sums);
   }
+  SK_RETURN_IF_ERROR(CheckLinkTarget(file, "fields", "fields"));
   Hid fields(H5Gopen2(file, "fields", H5P_DEFAULT), H5Gclose);
   if (!fields.ok()) return Status::Corrupt("'fields' is not a group: " + H5Message(), Location{.file = path_});
   SK_ASSIGN_OR_RETURN(LinkList exts, ListLinks(fields.get(), "/fields", path_));
   bool any_label = std::any_of(labels_.begin(), labels_.end(), [](int64_t l) { return l >= 0; });
   for (auto& [ext, type] : exts.links) {
     std::string gname = "fields/" + ext;
+    SK_RETURN_IF_ERROR(CheckLinkTarget(fields.get(), ext, gname));
     Hid g(H5Gopen2(fields.get(), ext.c_str(), H5P_DEFAULT), H5Gclose);
     if (!g.ok()) return Status::Corrupt(fmt::format("'{}' is not a group", gname), Location{.file = path_});
     SK_ASSIGN_OR_RETURN(LinkList inner, ListLinks(g.get(), "/" + gname, path_));
@@ -863,7 +1373,6 @@ Status Hdf5Data::OpenShardkit(hid_t file, uint64_t file_size) {
     info.fields.push_back("cls");
   std::sort(info.fields.begin(), info.fields.end());
   std::sort(payloads_.begin(), payloads_.end(), [](const Payload& a, const Payload& b) { return a.ext < b.ext; });
-  SK_ASSIGN_OR_RETURN(map_, io::MappedFile::Open(path_));
   if (map_->size() < file_size)
     return Status::Corrupt("file shrank while opening", Location{.file = path_});
   return Status::OK();
@@ -907,6 +1416,9 @@ Status Hdf5Data::OpenMapped(hid_t file, const std::map<std::string, std::string>
       } else {
         f.kind = TpField::kFixedStr;
         f.fixed_size = H5Tget_size(type.get());
+        if (f.fixed_size == 0 || f.fixed_size > file_size_)
+          return Corrupt(name, fmt::format("declares strings of {} bytes in a file of {} bytes", f.fixed_size,
+                                           file_size_));
         H5Tset_size(f.mtype.get(), f.fixed_size);
         H5Tset_strpad(f.mtype.get(), H5T_STR_NULLPAD);
       }
@@ -950,14 +1462,22 @@ Status Hdf5Data::GetTp(uint64_t i, Sample* out) const {
     Bytes b;
     if (f.kind == TpField::kVlenU8) {
       hvl_t v{0, nullptr};
-      if (H5Dread(f.dset.get(), f.mtype.get(), mspace.get(), fspace.get(), H5P_DEFAULT, &v) < 0)
-        return Status::Corrupt(fmt::format("dataset '{}': cannot read element: {}", f.name, H5Message()), at);
+      VlenCheck check = NewVlenCheck(i);
+      if (H5Dread(f.dset.get(), f.mtype.get(), mspace.get(), fspace.get(), H5P_DEFAULT, &v) < 0) {
+        Status st = VlenReadError(f.name, check, int64_t(i));
+        H5Dvlen_reclaim(f.mtype.get(), mspace.get(), H5P_DEFAULT, &v);
+        return st;
+      }
       b = Bytes::Copy(v.p, v.len);
       H5Dvlen_reclaim(f.mtype.get(), mspace.get(), H5P_DEFAULT, &v);
     } else if (f.kind == TpField::kVlenStr) {
       char* p = nullptr;
-      if (H5Dread(f.dset.get(), f.mtype.get(), mspace.get(), fspace.get(), H5P_DEFAULT, &p) < 0)
-        return Status::Corrupt(fmt::format("dataset '{}': cannot read element: {}", f.name, H5Message()), at);
+      VlenCheck check = NewVlenCheck(i);
+      if (H5Dread(f.dset.get(), f.mtype.get(), mspace.get(), fspace.get(), H5P_DEFAULT, &p) < 0) {
+        Status st = VlenReadError(f.name, check, int64_t(i));
+        H5Dvlen_reclaim(f.mtype.get(), mspace.get(), H5P_DEFAULT, &p);
+        return st;
+      }
       if (p) b = Bytes::Copy(std::string_view(p));
       H5Dvlen_reclaim(f.mtype.get(), mspace.get(), H5P_DEFAULT, &p);
     } else {
