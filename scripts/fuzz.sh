@@ -47,8 +47,11 @@ upstream_crash() {
   # shardkit too, so it fails the run whoever is at fault.
   grep -q "ERROR: AddressSanitizer: [a-z-]*\(overflow\|use-after-free\)" "$1" && grep -q "^READ of size" "$1" || return 1
   local frame
+  # Skipped: the sanitizer's own frames, and frames of the fuzz binary without a source
+  # location (its libc interceptors: memcpy, strdup, strlen, ...; shardkit's and the
+  # harness's frames carry a file:line).
   frame="$(grep -E '^ +#[0-9]+ ' "$1" | grep -v -E '__interceptor_|__asan_|__sanitizer|libclang_rt|in (malloc|calloc|realloc|free|mem(cpy|move|set)) |in __mem[a-z_0-9]+ ' |
-    head -1)"
+    grep -v -E ' in [A-Za-z_0-9]+ \([^ ]*/fuzz_[a-z_0-9]+\+0x[0-9a-f]+\)' | head -1)"
   [[ "$frame" =~ $2 ]]
 }
 status=0
