@@ -37,18 +37,6 @@
 #include "pipeline/resize.h"
 #include "pipeline/stream.h"
 
-// Debian's TBB is not built with ThreadSanitizer, so TSan cannot see that a task
-// enqueued or forked by TBB happens after the code that spawned it. Tell it.
-#if defined(__SANITIZE_THREAD__)
-extern "C" void __tsan_acquire(void* addr);
-extern "C" void __tsan_release(void* addr);
-#define SK_TSAN_ACQUIRE(p) __tsan_acquire((void*)(p))
-#define SK_TSAN_RELEASE(p) __tsan_release((void*)(p))
-#else
-#define SK_TSAN_ACQUIRE(p) ((void)0)
-#define SK_TSAN_RELEASE(p) ((void)0)
-#endif
-
 namespace shardkit {
 
 const char* DTypeName(DType d) {
