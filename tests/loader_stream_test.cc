@@ -13,11 +13,14 @@
 #include "pipeline/plan.h"
 #include "shardkit/loader.h"
 #include "shardkit/shardkit.h"
+#include "loader_support.h"
 #include "support.h"
 
 using namespace shardkit;
 using sk_test::MakeJpeg;
-using sk_test::Fnv;
+using sk_test::Drain;
+using sk_test::OneBatch;
+using sk_test::Seen;
 
 namespace {
 
@@ -100,38 +103,6 @@ LoaderOptions StreamOpts() {
   o.stream = true;
   o.shuffle_buffer = 6;
   return o;
-}
-
-struct Seen {
-  std::vector<std::string> keys;
-  std::vector<uint64_t> indices;
-  std::vector<int64_t> labels;
-  std::vector<uint64_t> rows;  // hash of each row's pixels
-  bool operator==(const Seen& o) const {
-    return keys == o.keys && indices == o.indices && labels == o.labels && rows == o.rows;
-  }
-};
-
-Seen OneBatch(const Batch& b) {
-  Seen s;
-  s.keys = b.keys();
-  s.indices = b.indices();
-  s.labels = b.labels();
-  const size_t row = b.size() ? b.bytes() / b.size() : 0;
-  for (size_t i = 0; i < b.size(); ++i) s.rows.push_back(Fnv(static_cast<const uint8_t*>(b.data()) + i * row, row));
-  return s;
-}
-
-std::vector<Seen> Drain(Loader& l) {
-  std::vector<Seen> out;
-  for (;;) {
-    auto r = l.Next();
-    INFO(r.status().ToString());
-    REQUIRE(r.ok());
-    if (r->end_of_epoch()) break;
-    out.push_back(OneBatch(*r));
-  }
-  return out;
 }
 
 std::unique_ptr<Loader> MustCreate(const std::string& address, const LoaderOptions& o) {

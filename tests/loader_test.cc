@@ -10,12 +10,15 @@
 
 #include "shardkit/loader.h"
 #include "shardkit/shardkit.h"
+#include "loader_support.h"
 #include "support.h"
 
 using namespace shardkit;
 using sk_test::JpegKind;
 using sk_test::MakeJpeg;
-using sk_test::Fnv;
+using sk_test::Drain;
+using sk_test::OneBatch;
+using sk_test::Seen;
 
 namespace {
 
@@ -58,38 +61,6 @@ LoaderOptions SmallOpts() {
   o.threads = 2;
   o.seed = 17;
   return o;
-}
-
-struct Seen {
-  std::vector<std::string> keys;
-  std::vector<uint64_t> indices;
-  std::vector<int64_t> labels;
-  uint64_t pixels = 0;  // hash of the pixel bytes
-  bool operator==(const Seen& o) const {
-    return keys == o.keys && indices == o.indices && labels == o.labels && pixels == o.pixels;
-  }
-};
-
-Seen OneBatch(Batch& b) {
-  Seen s;
-  s.keys = b.keys();
-  s.indices = b.indices();
-  s.labels = b.labels();
-  s.pixels = Fnv(b.data(), b.bytes());
-  return s;
-}
-
-// Runs the rest of the current epoch.
-std::vector<Seen> Drain(Loader& l) {
-  std::vector<Seen> out;
-  for (;;) {
-    auto r = l.Next();
-    INFO(r.status().ToString());
-    REQUIRE(r.ok());
-    if (r->end_of_epoch()) break;
-    out.push_back(OneBatch(*r));
-  }
-  return out;
 }
 
 std::unique_ptr<Loader> MustCreate(std::shared_ptr<RandomAccess> d, const LoaderOptions& o) {
@@ -469,6 +440,6 @@ TEST_CASE("Create(address) reads WebDataset shards through their index", "[loade
   for (size_t b = 0; b < from_tar.size(); ++b) {
     CHECK(from_tar[b].keys == from_mem[b].keys);
     CHECK(from_tar[b].labels == from_mem[b].labels);
-    CHECK(from_tar[b].pixels == from_mem[b].pixels);
+    CHECK(from_tar[b].rows == from_mem[b].rows);
   }
 }

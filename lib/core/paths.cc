@@ -149,6 +149,13 @@ std::string ChecksumString(uint64_t h) { return fmt::format("xxh3:{:016x}", h); 
 
 uint64_t Hash(const void* data, size_t size) { return XXH3_64bits(data, size); }
 
+void AddSampleToDigest(XXH3_state_t* st, std::string_view key, uint64_t sample_sum) {
+  uint64_t len = key.size();
+  XXH3_64bits_update(st, &sample_sum, sizeof sample_sum);
+  XXH3_64bits_update(st, &len, sizeof len);
+  XXH3_64bits_update(st, key.data(), key.size());
+}
+
 Result<uint64_t> HashFile(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Status::FromErrno(errno, "cannot open", Location{.file = path});

@@ -6,6 +6,8 @@
 #include <string_view>
 #include <vector>
 
+#include <xxhash.h>
+
 #include "shardkit/status.h"
 
 namespace shardkit::paths {
@@ -32,6 +34,9 @@ std::string ChecksumString(uint64_t h);
 // XXH3-64 of a whole file, streamed.
 Result<uint64_t> HashFile(const std::string& path);
 uint64_t Hash(const void* data, size_t size);
+// The resume journals' running digest of committed samples: each sample's checksum,
+// key length and key fed to an XXH3 state (wds per shard, LMDB per environment).
+void AddSampleToDigest(XXH3_state_t* st, std::string_view key, uint64_t sample_sum);
 
 // Lowercases ASCII.
 std::string Lower(std::string_view s);

@@ -1265,13 +1265,6 @@ class LmdbWriter : public SampleWriter {
                   st.where());
   }
 
-  static void AddToDigest(XXH3_state_t* st, const Sample& s, uint64_t sum) {
-    uint64_t len = s.key.size();
-    XXH3_64bits_update(st, &sum, sizeof sum);
-    XXH3_64bits_update(st, &len, sizeof len);
-    XXH3_64bits_update(st, s.key.data(), s.key.size());
-  }
-
   json JournalOptions() const {
     json o;
     o["layout"] = layout_ == Layout::kShardkit ? "shardkit" : "caffe";
@@ -1427,7 +1420,7 @@ class LmdbWriter : public SampleWriter {
                                          paths::ChecksumString(resume_sums_[skipped_])),
                              Location{.file = temp_, .key = s.key, .index = int64_t(skipped_)});
     }
-    AddToDigest(digest_, s, sum);
+    paths::AddSampleToDigest(digest_, s.key, sum);
     ++skipped_;
     ++count_;
     ++committed_;
@@ -1537,7 +1530,7 @@ class LmdbWriter : public SampleWriter {
                        Location{.file = temp_, .key = s.key, .index = int64_t(count_)});
     }
     ++count_;
-    AddToDigest(digest_, s, p.checksum);
+    paths::AddSampleToDigest(digest_, s.key, p.checksum);
     payload_bytes_ += s.bytes();
     batch_bytes_ += s.bytes();
     for (const auto& f : s.fields) fields_.insert(f.ext);

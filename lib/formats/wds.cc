@@ -1174,7 +1174,7 @@ class WdsWriter : public SampleWriter {
       fields_.insert(f->ext);
     }
     idx_lines_.push_back(idx_.size());
-    AddToDigest(digest_, key, sample_sum);
+    paths::AddSampleToDigest(digest_, key, sample_sum);
     sums_.push_back(sample_sum);
     prev_key_ = key;
     ++shard_samples_;
@@ -1245,17 +1245,10 @@ class WdsWriter : public SampleWriter {
     return s;
   }
 
-  static void AddToDigest(XXH3_state_t* st, const std::string& key, uint64_t sample_sum) {
-    uint64_t len = key.size();
-    XXH3_64bits_update(st, &sample_sum, sizeof sample_sum);
-    XXH3_64bits_update(st, &len, sizeof len);
-    XXH3_64bits_update(st, key.data(), key.size());
-  }
-
   // A sample the resumed write had committed: checked against the journal's
   // digest of its shard, then dropped.
   Status Skip(const std::string& key, uint64_t sample_sum, const Location& where) {
-    AddToDigest(digest_, key, sample_sum);
+    paths::AddSampleToDigest(digest_, key, sample_sum);
     ++total_samples_;
     ++skip_in_shard_;
     const Resumed& r = resumed_[skip_shard_];
@@ -1514,7 +1507,7 @@ class WdsWriter : public SampleWriter {
   // Resumable writes.
   struct Resumed {
     uint64_t samples = 0;
-    uint64_t digest = 0;  // of the shard's samples (AddToDigest)
+    uint64_t digest = 0;  // of the shard's samples (paths::AddSampleToDigest)
   };
   std::string journal_;
   bool keep_state_ = false;             // leave committed shards + journal when destroyed unfinished

@@ -579,7 +579,12 @@ struct DecodeImpl final : ProducerImpl {
   };
 
   void Submitter(Handoff& h, uint64_t e) {
-    if (cudaSetDevice(g.device) != cudaSuccess) {
+    // Without its device the submitter reports once, then gives back every slot it is
+    // handed until the producer sees `failed` (it may already have handed one over).
+    bool dead = false;
+    if (cudaError_t ce = cudaSetDevice(g.device); ce != cudaSuccess) {
+      dead = true;
+      Push({gpu::CudaError(ce, "cudaSetDevice (GPU loader submitter)"), {}});
       std::lock_guard<std::mutex> lk(h.m);
       h.failed = true;
     }
@@ -594,6 +599,15 @@ struct DecodeImpl final : ProducerImpl {
         slot = h.slot;
         h.full = false;
         h.busy = true;
+      }
+      if (dead) {
+        ring->Abandon(slot);
+        {
+          std::lock_guard<std::mutex> lk(h.m);
+          h.busy = false;
+        }
+        h.cv.notify_all();
+        continue;
       }
       QueueItem it;
       auto r = FinishBatch(sets[b % 2], int(b % 2), e, b, slot, &it);
