@@ -1,9 +1,12 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <set>
+#include <thread>
 
 #include "core/file.h"
 #include "core/paths.h"
+#include "core/per_thread.h"
 #include "shardkit/shardkit.h"
 #include "support.h"
 
@@ -129,4 +132,52 @@ TEST_CASE("Unknown addresses give a clear error", "[core]") {
   CHECK(r.status().message().find("/nonexistent/thing.xyz") != std::string::npos);
   auto names = FormatNames();
   CHECK(names == std::vector<std::string>{"folder", "wds", "lmdb", "hdf5"});
+}
+
+// core::PerThread (the per-thread owner of zero-copy views): one slot per thread,
+// the same slot on every call of that thread, a slot of an exited thread reused,
+// and views that outlive the object keep their target alive, never longer.
+TEST_CASE("PerThreadViewOwner: a control block per thread, reused, released with the views", "[core]") {
+  auto target = std::make_shared<int>(42);
+  std::weak_ptr<int> watch = target;
+  std::shared_ptr<const void> kept;
+  {
+    core::PerThreadViewOwner owner(target);
+    target.reset();  // the owner keeps it
+    std::shared_ptr<const void> a = owner.Owner(), b = owner.Owner();
+    CHECK(a.get() != nullptr);
+    CHECK(!a.owner_before(b));  // same control block on one thread
+    CHECK(!b.owner_before(a));
+    CHECK(owner.slots() == 1);
+    std::shared_ptr<const void> other;
+    std::thread([&] { other = owner.Owner(); }).join();
+    CHECK((a.owner_before(other) || other.owner_before(a)));  // another thread: another block
+    CHECK(owner.slots() == 2);
+    // That thread exited: the next new thread reuses its slot instead of making one.
+    std::shared_ptr<const void> third;
+    std::thread([&] { third = owner.Owner(); }).join();
+    CHECK(owner.slots() == 2);
+    CHECK(!third.owner_before(other));
+    CHECK(!other.owner_before(third));
+    // 8 threads at once get 8 different blocks.
+    std::vector<std::shared_ptr<const void>> got(8);
+    std::vector<std::thread> ts;
+    std::atomic<int> ready{0};
+    for (int t = 0; t < 8; ++t)
+      ts.emplace_back([&, t] {
+        got[t] = owner.Owner();
+        ready.fetch_add(1);
+        while (ready.load() < 8) std::this_thread::yield();  // all alive together
+      });
+    for (auto& t : ts) t.join();
+    for (int i = 0; i < 8; ++i)
+      for (int j = i + 1; j < 8; ++j) CHECK((got[i].owner_before(got[j]) || got[j].owner_before(got[i])));
+    CHECK(owner.slots() == 9);  // main + the reused one + 7 new
+    kept = a;
+    CHECK(!watch.expired());
+  }
+  // The object is gone; a view's owner still keeps the target alive.
+  CHECK(!watch.expired());
+  kept.reset();
+  CHECK(watch.expired());
 }

@@ -48,6 +48,7 @@
 
 #include "core/file.h"
 #include "core/paths.h"
+#include "core/per_thread.h"
 #include "formats/registry.h"
 
 namespace shardkit::formats {
@@ -930,6 +931,7 @@ class Hdf5Data {
   std::vector<int64_t> labels_;
   std::vector<Payload> payloads_;
   std::shared_ptr<io::MappedFile> map_;
+  std::unique_ptr<core::PerThreadViewOwner> view_owner_;  // owner of Get()'s views (core/per_thread.h)
   // Third-party layout (the HDF5 file stays open).
   Hid file_;
   std::vector<TpField> tp_;
@@ -1220,6 +1222,7 @@ Status Hdf5Data::Open(const std::string& path, const OpenOptions& opts) {
   // collections through it, and our layout's payloads are read from it.
   SK_ASSIGN_OR_RETURN(map_, io::MappedFile::Open(path));
   if (map_->size() < file_size_) file_size_ = map_->size();
+  view_owner_ = std::make_unique<core::PerThreadViewOwner>(map_);
 
   H5Lock lock;
   SK_RETURN_IF_ERROR(InstallVlenGuard(path));
@@ -1513,7 +1516,7 @@ Status Hdf5Data::Get(uint64_t i, Sample* out) const {
   out->clear();
   out->key.assign(key_blob_, key_end_[i], key_end_[i + 1] - key_end_[i]);
   const uint8_t* base = map_->data();
-  std::shared_ptr<const void> owner = map_;
+  std::shared_ptr<const void> owner = view_owner_->Owner();
   for (const auto& p : payloads_) {
     uint64_t b = p.offsets[i], e = p.offsets[i + 1];
     if (e > b) out->fields.push_back(Field{p.ext, Bytes(owner, base + p.addr + b, size_t(e - b))});

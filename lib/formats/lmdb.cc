@@ -49,6 +49,7 @@
 
 #include "core/file.h"
 #include "core/paths.h"
+#include "core/per_thread.h"
 #include "formats/caffe.pb.h"
 #include "formats/registry.h"
 
@@ -735,10 +736,8 @@ class LmdbReader : public SampleReader {
 // Random access: one read transaction per thread, no lock on the hot path.
 //
 // Each thread that calls Get() on an LmdbRandomAccess gets a ReadSlot of its
-// own: a read transaction from the Env's pool, used by that thread only. The
-// thread finds it in a thread_local list keyed by the LmdbRandomAccess's id;
-// only the first Get() of a thread (and a thread's exit) takes the object's
-// mutex. The slot is the owner of the views Get() hands out, so their
+// own (core::PerThread): a read transaction from the Env's pool, used by that
+// thread only. The slot is the owner of the views Get() hands out, so their
 // reference counts live in a per-thread control block instead of one shared by
 // every thread. A slot's transaction is never reset or renewed: the views of
 // earlier Get()s stay valid, from one snapshot, for as long as they are held.
@@ -751,31 +750,14 @@ struct ReadSlot {
   ~ReadSlot() { env->Release(txn); }
   std::shared_ptr<Env> env;
   MDB_txn* txn;
-  std::atomic<bool> thread_gone{false};  // its thread exited: free for another one
 };
-
-// This thread's slots, one per LmdbRandomAccess it has read from.
-struct ThreadSlots {
-  struct Entry {
-    uint64_t owner_id;
-    std::weak_ptr<ReadSlot> slot;
-  };
-  std::vector<Entry> entries;
-  ~ThreadSlots() {
-    for (auto& e : entries)
-      if (auto s = e.slot.lock()) s->thread_gone.store(true, std::memory_order_release);
-  }
-};
-
-std::atomic<uint64_t> g_next_access_id{1};
 
 class LmdbRandomAccess : public RandomAccess {
  public:
   LmdbRandomAccess(std::shared_ptr<Env> env, Layout layout, uint64_t count,
                    std::shared_ptr<const std::vector<std::string>> keys,
                    std::shared_ptr<const std::vector<uint64_t>> sums)
-      : env_(std::move(env)), layout_(layout), count_(count), keys_(std::move(keys)), sums_(std::move(sums)),
-        id_(g_next_access_id.fetch_add(1)) {}
+      : env_(std::move(env)), layout_(layout), count_(count), keys_(std::move(keys)), sums_(std::move(sums)) {}
   uint64_t size() const override { return count_; }
 
   Status Get(uint64_t index, Sample* out) const override {
@@ -809,32 +791,10 @@ class LmdbRandomAccess : public RandomAccess {
 
  private:
   Result<std::shared_ptr<ReadSlot>> ThisThreadsSlot() const {
-    thread_local ThreadSlots mine;
-    for (auto& e : mine.entries)
-      if (e.owner_id == id_) {
-        // Alive: slots_ holds it as long as this object lives.
-        if (auto s = e.slot.lock()) return s;
-        break;
-      }
-    std::shared_ptr<ReadSlot> s;
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      for (auto& x : slots_)
-        if (x->thread_gone.load(std::memory_order_acquire)) {
-          x->thread_gone.store(false, std::memory_order_relaxed);
-          s = x;
-          break;
-        }
-      if (!s) {
-        SK_ASSIGN_OR_RETURN(MDB_txn * txn, env_->Acquire());
-        s = std::make_shared<ReadSlot>(env_, txn);
-        slots_.push_back(s);
-      }
-    }
-    // Forget slots of objects that are gone, and this object's old entry.
-    std::erase_if(mine.entries, [&](const ThreadSlots::Entry& e) { return e.owner_id == id_ || e.slot.expired(); });
-    mine.entries.push_back({id_, s});
-    return s;
+    return slots_.Get([&]() -> Result<std::shared_ptr<ReadSlot>> {
+      SK_ASSIGN_OR_RETURN(MDB_txn * txn, env_->Acquire());
+      return std::make_shared<ReadSlot>(env_, txn);
+    });
   }
 
   std::shared_ptr<Env> env_;
@@ -842,9 +802,7 @@ class LmdbRandomAccess : public RandomAccess {
   uint64_t count_;
   std::shared_ptr<const std::vector<std::string>> keys_;
   std::shared_ptr<const std::vector<uint64_t>> sums_;
-  const uint64_t id_;  // never reused, unlike an address
-  mutable std::mutex mu_;
-  mutable std::vector<std::shared_ptr<ReadSlot>> slots_;  // one per thread that has called Get()
+  core::PerThread<ReadSlot> slots_;  // one per thread that has called Get()
 };
 
 class LmdbDataset : public Dataset {

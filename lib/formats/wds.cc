@@ -29,6 +29,7 @@
 
 #include "core/file.h"
 #include "core/paths.h"
+#include "core/per_thread.h"
 #include "formats/registry.h"
 #include "formats/tar.h"
 #include "formats/wds_index.h"
@@ -368,11 +369,12 @@ Result<ShardIndex> LoadIdx(const std::string& idx_path, const io::MappedFile& ma
   return idx;
 }
 
-void FillSample(const std::shared_ptr<io::MappedFile>& map, const SampleRef& ref, Sample* out) {
+// `owner` keeps `map` alive (the map itself, or a per-thread owner of it).
+void FillSample(const io::MappedFile& map, const std::shared_ptr<const void>& owner, const SampleRef& ref,
+                Sample* out) {
   out->clear();
   out->key = ref.key;
-  std::shared_ptr<const void> owner = map;
-  for (const auto& f : ref.fields) out->set(f.ext, Bytes(owner, map->data() + f.offset, f.size));
+  for (const auto& f : ref.fields) out->set(f.ext, Bytes(owner, map.data() + f.offset, f.size));
 }
 
 // ---------------------------------------------------------------------------
@@ -765,7 +767,7 @@ class WdsReader : public SampleReader {
         map_.reset();
         continue;
       }
-      FillSample(map_, ref, out);
+      FillSample(*map_, map_, ref, out);
       return true;
     }
   }
@@ -785,8 +787,9 @@ class WdsRandomAccess : public RandomAccess {
     std::shared_ptr<const ShardIndex> index;
     uint64_t first = 0;  // global index of its first sample
   };
-  explicit WdsRandomAccess(std::vector<Shard> shards) : shards_(std::move(shards)) {
-    for (auto& s : shards_) {
+  explicit WdsRandomAccess(std::vector<Shard> shards)
+      : shards_(std::make_shared<std::vector<Shard>>(std::move(shards))), owner_(shards_) {
+    for (auto& s : *shards_) {
       s.first = total_;
       total_ += s.index->samples.size();
     }
@@ -796,15 +799,18 @@ class WdsRandomAccess : public RandomAccess {
     if (i >= total_)
       return Status::Invalid(fmt::format("sample index {} out of range (dataset has {})", i, total_),
                              Location{.index = int64_t(i)});
-    auto it = std::upper_bound(shards_.begin(), shards_.end(), i,
+    auto it = std::upper_bound(shards_->begin(), shards_->end(), i,
                                [](uint64_t v, const Shard& s) { return v < s.first; });
     const Shard& s = *(it - 1);
-    FillSample(s.map, s.index->samples[i - s.first], out);
+    // The views' owner keeps every shard's mapping alive, through a control block of this
+    // thread's own (lib/core/per_thread.h).
+    FillSample(*s.map, owner_.Owner(), s.index->samples[i - s.first], out);
     return Status::OK();
   }
 
  private:
-  std::vector<Shard> shards_;
+  std::shared_ptr<std::vector<Shard>> shards_;
+  core::PerThreadViewOwner owner_;
   uint64_t total_ = 0;
 };
 
