@@ -4,8 +4,9 @@
 #
 # Run from the repo root on the GPU machine, with .deps/ carried along (made here by
 # scripts/device-deps.sh):
-#   bash scripts/device_gpu.sh [all|quick|build|test|sanitize|bench|profile|loader|final]   (default: all)
-# loader = the CPU reader vs the DataLoader (issue 6); final = build + test + loader.
+#   bash scripts/device_gpu.sh [all|quick|build|test|sanitize|bench|profile|loader|final|read]   (default: all)
+# loader = the CPU reader vs the DataLoader (issue 6); final = build + test + loader;
+# read = `shardkit bench` random reads at 1..16 threads, warm and cold (issue 5).
 # quick = build + test + bench (no sanitizer): the default when called from
 # scripts/device_bench.sh, which passes BUILD (build dir), WORK ($WORK/imgs: its corpus)
 # and OUT.
@@ -205,8 +206,46 @@ loaderbench() {
   grep -E "images/s" "$OUTDIR/peer.txt" | tail -1
 }
 
+# Random-read latency and throughput (issue 5) on the corpus in its four formats: warm at
+# 1..16 threads (views and copies, with the memcpy and in-memory floors), then cold.
+readbench() {
+  corpus || return 1
+  say "build shardkit_cli"
+  cmake --build "$B" -j"$J" --target shardkit_cli > "$OUTDIR/read_build.log" 2>&1 \
+    || { grep -E "error" -A5 "$OUTDIR/read_build.log" | head -40; return 1; }
+  local S=$B/tools/shardkit R n
+  R=$(dirname "$corpus")/read
+  mkdir -p "$R"
+  [ -f "$R/w/t.manifest.json" ] || $S convert "$corpus" "wds:$R/w/t-%06d.tar" --shard-size 64MB > /dev/null || return 1
+  [ -d "$R/t.lmdb" ] || $S convert "$corpus" "lmdb:$R/t.lmdb" > /dev/null || return 1
+  [ -f "$R/t.h5" ] || $S convert "$corpus" "$R/t.h5" > /dev/null || return 1
+  n=$(find "$corpus" -type f | wc -l)
+  local DS=("$corpus" "$R/w/t.manifest.json" "$R/t.lmdb" "$R/t.h5")
+  say "shardkit bench, warm, 1..16 threads ($n samples)"
+  $S bench "${DS[@]}" --threads 1,2,4,8,16 --samples "$n" --json > "$OUTDIR/read_warm.json" 2> "$OUTDIR/read_warm.err" || return 1
+  say "shardkit bench, cold, 1 and 16 threads"
+  $S bench "${DS[@]}" --cold --threads 1,16 --samples 4000 --no-floor > "$OUTDIR/read_cold.txt" 2>&1 || return 1
+  python3 - "$OUTDIR/read_warm.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+rate, p50 = {}, {}
+for row in r["rows"]:
+    k = (row["dataset"].split("/")[-1], row["mode"])
+    rate[k + (row["threads"],)] = row["samples_per_s"]
+    if row["threads"] == 1: p50[k] = row["latency_us"]["p50"]
+ths = sorted({t for (_, _, t) in rate})
+print(f"{'dataset':24s} {'mode':12s} {'p50@1 us':>9s} " + " ".join(f"{'eff@'+str(t):>8s}" for t in ths if t > 1) + f" {'samples/s@'+str(ths[-1]):>14s}")
+for k in sorted(p50):
+    one = rate.get(k + (1,))
+    effs = " ".join(f"{rate[k + (t,)] / (t * one):8.2f}" if one and k + (t,) in rate else f"{'-':>8s}" for t in ths if t > 1)
+    print(f"{k[0]:24s} {k[1]:12s} {p50[k]:9.2f} {effs} {rate.get(k + (ths[-1],), 0):14.0f}")
+PY
+  grep -E "random-(view|copy) +(1|16) " "$OUTDIR/read_cold.txt" | head -20
+}
+
 rc=0
 case "$stage" in
+  read) build && readbench || rc=1 ;;
   loader) build && loaderbench || rc=1 ;;
   final)
     build || exit 1
@@ -230,7 +269,7 @@ case "$stage" in
     sanitize || rc=1
     bench || rc=1
     ;;
-  *) echo "usage: $0 [all|quick|build|test|sanitize|bench|profile|loader|final]"; exit 2 ;;
+  *) echo "usage: $0 [all|quick|build|test|sanitize|bench|profile|loader|final|read]"; exit 2 ;;
 esac
 say "done rc=$rc"
 exit $rc
