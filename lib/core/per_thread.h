@@ -12,7 +12,8 @@
 // takes the object's mutex (to make a slot, or to reuse one whose thread has
 // exited). The object holds its slots; the thread_local list holds weak
 // references, so a slot lives while its object or any view of it does, never
-// longer. Thread safety: Get() may be called from any number of threads; the
+// longer. A Slot should be alignas(64): slots made one after another would
+// otherwise put two threads' reference counts in one cache line. Thread safety: Get() may be called from any number of threads; the
 // object must outlive the calls (not the slots it returned).
 #pragma once
 
@@ -105,8 +106,10 @@ class PerThread {
 };
 
 // A slot that only keeps `target` alive: the per-thread owner of zero-copy views
-// into a mapping (see above).
-struct ViewOwner {
+// into a mapping (see above). Cache-line aligned, so that the reference counts of
+// two threads' slots (in the control block that make_shared puts before the slot)
+// never share a line.
+struct alignas(64) ViewOwner {
   explicit ViewOwner(std::shared_ptr<const void> t) : target(std::move(t)) {}
   std::shared_ptr<const void> target;
 };

@@ -744,8 +744,9 @@ class LmdbReader : public SampleReader {
 // The slot gives its transaction back to the Env's pool when the
 // LmdbRandomAccess and every view of the slot are gone; a slot whose thread
 // exited goes to the next new thread (MDB_NOTLS lets a read transaction move
-// between threads that do not use it at the same time).
-struct ReadSlot {
+// between threads that do not use it at the same time). Cache-line aligned (see
+// core/per_thread.h).
+struct alignas(64) ReadSlot {
   ReadSlot(std::shared_ptr<Env> e, MDB_txn* t) : env(std::move(e)), txn(t) {}
   ~ReadSlot() { env->Release(txn); }
   std::shared_ptr<Env> env;
