@@ -232,7 +232,8 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 rate, p50 = {}, {}
 for row in r["rows"]:
-    k = (row["dataset"].split("/")[-1], row["mode"])
+    d = row["dataset"]
+    k = (("memory:" if d.startswith("memory:") else "") + d.split("/")[-1], row["mode"])
     rate[k + (row["threads"],)] = row["samples_per_s"]
     if row["threads"] == 1: p50[k] = row["latency_us"]["p50"]
 ths = sorted({t for (_, _, t) in rate})
