@@ -703,3 +703,67 @@ TEST_CASE("destroying a loader while it prefetches the next epoch returns prompt
     CHECK(s < 0.5);
   }
 }
+
+// Not a test (hidden, run by hand): the consumer's wait at epoch starts with and without
+// the prefetch, for a consumer slower than the loader (its step is 1.5x the loader's
+// time per batch, as in shardkit_gpu_bench's copy_path run).
+//   build/tests/test_loader "[.prefetch-bench]"   (SK_BENCH_THREADS, default 2)
+TEST_CASE("bench: wait at epoch starts with and without the prefetch", "[.prefetch-bench]") {
+  using Clock = std::chrono::steady_clock;
+  auto data = MakeData(384, 320);  // 320-384 x 312-360 JPEGs
+  LoaderOptions o = SmallOpts();
+  o.batch_size = 32;
+  o.output_width = o.output_height = 224;
+  o.prefetch = 4;
+  const char* th = std::getenv("SK_BENCH_THREADS");
+  o.threads = th ? std::atoi(th) : 2;
+  const int epochs = 4;
+  // The loader's time per batch, consumer doing nothing.
+  double batch_s = 0;
+  {
+    o.prefetch_next_epoch = false;
+    auto l = MustCreate(data, o);
+    Drain(*l);
+    l->set_epoch(1);
+    auto t0 = Clock::now();
+    auto n = Drain(*l).size();
+    batch_s = std::chrono::duration<double>(Clock::now() - t0).count() / double(n);
+  }
+  const auto step = std::chrono::duration<double>(1.5 * batch_s);
+  for (int round = 0; round < 3; ++round) {
+    for (bool prefetch : {false, true}) {
+      o.prefetch_next_epoch = prefetch;
+      auto l = MustCreate(data, o);
+      double start_wait = 0, steady_wait = 0, first = 0;
+      uint64_t batches = 0;
+      Clock::time_point t0;
+      for (int e = 0; e < epochs; ++e) {
+        l->set_epoch(uint64_t(e));
+        for (uint64_t k = 0;; ++k) {
+          auto tn = Clock::now();
+          auto b = l->Next();
+          const double w = std::chrono::duration<double>(Clock::now() - tn).count();
+          REQUIRE(b.ok());
+          if (b->end_of_epoch()) break;
+          if (e == 0 && k == 0) {  // warm-up: not counted
+            first = w;
+            t0 = Clock::now();
+          } else {
+            (k == 0 ? start_wait : steady_wait) += w;
+            ++batches;
+          }
+          std::this_thread::sleep_for(step);  // the consumer's step
+        }
+      }
+      const double total = std::chrono::duration<double>(Clock::now() - t0).count();
+      std::printf("{\"prefetch_next_epoch\":%s,\"threads\":%d,\"loader_batch_ms\":%.1f,\"consumer_step_ms\":%.1f,"
+                  "\"batches\":%llu,\"seconds\":%.2f,\"first_batch_ms\":%.1f,\"wait_epoch_start_ms\":%.2f,"
+                  "\"wait_epoch_start_pct\":%.2f,\"wait_steady_pct\":%.2f,\"adopted\":%llu}\n",
+                  prefetch ? "true" : "false", o.threads, batch_s * 1e3, step.count() * 1e3,
+                  (unsigned long long)batches, total, first * 1e3, start_wait / (epochs - 1) * 1e3,
+                  100 * start_wait / total, 100 * steady_wait / total,
+                  (unsigned long long)l->prefetch_stats().adopted);
+      std::fflush(stdout);
+    }
+  }
+}
