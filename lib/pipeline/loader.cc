@@ -10,8 +10,9 @@
 // batch's samples; a job then decodes the samples it was given instead of Get()ting them.
 // Between epochs (LoaderOptions::prefetch_next_epoch): once every batch of the current
 // epoch e is submitted, free slots take batches of epoch e + 1 (`Impl::ahead`: its plan
-// computed by an arena task, or, streamed, read by the reader thread once it finished
-// e). set_epoch(e + 1) adopts them as they are; anything else cancels and drops them.
+// computed by a worker between two rows, or, streamed, read by the reader thread once it
+// finished e). set_epoch(e + 1) adopts them as they are; anything else cancels and drops
+// them. See docs/loader.md, "Between epochs".
 #include "shardkit/loader.h"
 
 #include <algorithm>
@@ -310,8 +311,8 @@ struct Loader::Impl {
 
   // ---- The next epoch, started before set_epoch (guarded by pool->mu). Its batches are
   // submitted only once every batch of the current epoch is (so they never take a slot
-  // the current epoch needs), by the consumer's SubmitLocked, the planning task, or the
-  // reader thread (SubmitAheadLocked).
+  // the current epoch needs), by the consumer's SubmitLocked, the worker that computed
+  // the plan, or the reader thread (SubmitAheadLocked).
   struct Ahead {
     bool on = false;       // an epoch is being prefetched
     uint64_t epoch = 0;    // always the current epoch + 1
