@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <set>
@@ -83,7 +84,7 @@ class StreamOnly : public Dataset {
   Result<std::shared_ptr<RandomAccess>> NewRandomAccess() const override {
     return Status::Unsupported("streamed only");
   }
-  mutable int opened = 0;
+  mutable std::atomic<int> opened{0};  // (NewReader runs on the loader's reader thread)
   int delay_ms = 0;  // per sample read
 
  private:
@@ -385,7 +386,7 @@ TEST_CASE("streamed loader: chosen by itself for a dataset without random access
   auto& l = *r;
   CHECK(l->streaming());
   CHECK(l->num_samples() == 13);  // counted by one pass
-  CHECK(raw->opened >= 1);
+  CHECK(raw->opened.load() >= 1);
   auto ep = Drain(*l);
   CHECK(ep.size() == 4);
   auto keys = AllKeys(ep);

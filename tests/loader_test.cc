@@ -707,7 +707,8 @@ TEST_CASE("destroying a loader while it prefetches the next epoch returns prompt
 // Not a test (hidden, run by hand): the consumer's wait at epoch starts with and without
 // the prefetch, for a consumer slower than the loader (its step is 1.5x the loader's
 // time per batch, as in shardkit_gpu_bench's copy_path run).
-//   build/tests/test_loader "[.prefetch-bench]"   (SK_BENCH_THREADS, default 2)
+//   build/tests/test_loader "[.prefetch-bench]"   (SK_BENCH_THREADS, default 2;
+//   SK_BENCH_STEP, default 1.5: the consumer's step as a multiple of the batch time)
 TEST_CASE("bench: wait at epoch starts with and without the prefetch", "[.prefetch-bench]") {
   using Clock = std::chrono::steady_clock;
   auto data = MakeData(384, 320);  // 320-384 x 312-360 JPEGs
@@ -729,7 +730,8 @@ TEST_CASE("bench: wait at epoch starts with and without the prefetch", "[.prefet
     auto n = Drain(*l).size();
     batch_s = std::chrono::duration<double>(Clock::now() - t0).count() / double(n);
   }
-  const auto step = std::chrono::duration<double>(1.5 * batch_s);
+  const char* f = std::getenv("SK_BENCH_STEP");  // the consumer's step / the loader's batch time
+  const auto step = std::chrono::duration<double>((f ? std::atof(f) : 1.5) * batch_s);
   for (int round = 0; round < 3; ++round) {
     for (bool prefetch : {false, true}) {
       o.prefetch_next_epoch = prefetch;
