@@ -753,7 +753,9 @@ TEST_CASE("bench: wait at epoch starts with and without the prefetch", "[.prefet
           } else {
             (k == 0 ? start_wait : steady_wait) += w;
             ++batches;
-            if (w > 1e-3 && std::getenv("SK_BENCH_VERBOSE")) std::printf("  wait e%d #%llu %.1f ms\n", e, (unsigned long long)k, w * 1e3);
+            if (w > 1e-3 && std::getenv("SK_BENCH_VERBOSE"))
+              std::printf("  wait e%d #%llu %.1f ms, batch %s\n", e, (unsigned long long)k, w * 1e3,
+                          l->prefetch_stats().last_next_waited ? "still decoding" : "was ready");
           }
           std::this_thread::sleep_for(step);  // the consumer's step
         }
