@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <set>
@@ -83,7 +84,7 @@ class StreamOnly : public Dataset {
   Result<std::shared_ptr<RandomAccess>> NewRandomAccess() const override {
     return Status::Unsupported("streamed only");
   }
-  mutable int opened = 0;
+  mutable std::atomic<int> opened{0};  // (NewReader runs on the loader's reader thread)
   int delay_ms = 0;  // per sample read
 
  private:
@@ -385,7 +386,7 @@ TEST_CASE("streamed loader: chosen by itself for a dataset without random access
   auto& l = *r;
   CHECK(l->streaming());
   CHECK(l->num_samples() == 13);  // counted by one pass
-  CHECK(raw->opened >= 1);
+  CHECK(raw->opened.load() >= 1);
   auto ep = Drain(*l);
   CHECK(ep.size() == 4);
   auto keys = AllKeys(ep);
@@ -504,4 +505,179 @@ TEST_CASE("streamed loader: destroying it mid-epoch with a slow stream returns p
   l->reset();
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   CHECK(s < 0.5);
+}
+
+// ---- Prefetching across epochs (LoaderOptions::prefetch_next_epoch) ----
+
+namespace {
+
+std::vector<sk_test::Step> EpochSteps(uint64_t nb) {
+  using S = sk_test::Step;
+  return {S{'E', 0}, S{'D'}, S{'W'}, S{'E', 1}, S{'D'}, S{'E', 2}, S{'N', 1}, S{'E', 3},
+          S{'N', nb ? nb - 1 : 0}, S{'W'}, S{'E', 4}, S{'D'}, S{'W'}, S{'E', 6}, S{'D'}, S{'W'},
+          S{'E', 6}, S{'N', 1}, S{'S'}, S{'D'}, S{'W'}, S{'R'}, S{'D'}, S{'W'}, S{'S'}, S{'E', 7},
+          S{'N', 1}, S{'R'}, S{'N', 1}, S{'W'}, S{'E', 7}, S{'D'}, S{'W'}, S{'E', 8}, S{'D'}};
+}
+
+std::vector<Seen> FreshEpoch(const std::string& addr, LoaderOptions o, uint64_t epoch) {
+  o.prefetch_next_epoch = false;
+  auto l = MustCreate(addr, o);
+  l->set_epoch(epoch);
+  return Drain(*l);
+}
+
+}  // namespace
+
+TEST_CASE("streamed loader: prefetching the next epoch changes nothing the consumer sees", "[loader][stream][prefetch]") {
+  sk_test::TempDir tmp;
+  auto samples = MakeSamples(45);
+  std::string addr = WriteShards(tmp, samples, 7);
+  struct Cfg {
+    int world, rank;
+    bool drop_last;
+    uint32_t buffer;
+    int prefetch;
+  };
+  const Cfg cfgs[] = {
+      {1, 0, false, 6, 4},   // 12 batches, the last of 1
+      {3, 1, false, 5, 2},   // 15 per rank, a shard split between ranks
+      {3, 2, true, 0, 3},    // no sample shuffle, drop_last: 3 full batches
+      {2, 0, false, 64, 1},  // a buffer larger than the rank's range, one pool buffer
+  };
+  for (const Cfg& c : cfgs) {
+    LoaderOptions o = StreamOpts();
+    o.world_size = c.world;
+    o.rank = c.rank;
+    o.drop_last = c.drop_last;
+    o.shuffle_buffer = c.buffer;
+    o.prefetch = c.prefetch;
+    o.prefetch_next_epoch = false;
+    auto off = MustCreate(addr, o);
+    o.prefetch_next_epoch = true;
+    auto on = MustCreate(addr, o);
+    auto steps = EpochSteps(on->num_batches());
+    auto want = sk_test::Script(*off, steps);
+    auto got = sk_test::Script(*on, steps);
+    INFO("rank " << c.rank << "/" << c.world << " buffer " << c.buffer << " prefetch " << c.prefetch);
+    REQUIRE(got.size() == want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      INFO("log line " << i);
+      CHECK(got[i] == want[i]);
+    }
+    CHECK(off->prefetch_stats().speculated == 0);
+    CHECK(on->prefetch_stats().adopted > 0);
+  }
+  // Decode errors (kError: named, in their own epoch; kSkip: counted in it).
+  auto bad = samples;
+  bad[6].set("jpg", Bytes::Copy(std::string("\xff\xd8\xff\xe0 not a jpeg", 15)));
+  bad[30].set("jpg", Bytes::Copy(std::string("nothing")));
+  for (auto policy : {DecodeErrorPolicy::kError, DecodeErrorPolicy::kSkip}) {
+    LoaderOptions o = StreamOpts();
+    o.on_error = policy;
+    o.prefetch_next_epoch = false;
+    auto off = Loader::Create(std::make_unique<StreamOnly>(bad, 45), o);
+    o.prefetch_next_epoch = true;
+    auto on = Loader::Create(std::make_unique<StreamOnly>(bad, 45), o);
+    REQUIRE(off.ok());
+    REQUIRE(on.ok());
+    auto steps = EpochSteps((*on)->num_batches());
+    auto want = sk_test::Script(**off, steps);
+    auto got = sk_test::Script(**on, steps);
+    INFO("policy " << int(policy));
+    REQUIRE(got.size() == want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      INFO("log line " << i);
+      CHECK(got[i] == want[i]);
+    }
+    // (kError: every epoch fails early here; nothing is submitted after an error)
+    if (policy == DecodeErrorPolicy::kSkip) CHECK((*on)->prefetch_stats().adopted > 0);
+  }
+}
+
+TEST_CASE("streamed loader: after a slow consumer the first Next() of epoch e + 1 does not wait",
+          "[loader][stream][prefetch]") {
+  sk_test::TempDir tmp;
+  auto samples = MakeSamples(45);
+  std::string addr = WriteShards(tmp, samples, 7);
+  LoaderOptions o = StreamOpts();  // 12 batches of 4
+  o.prefetch = 3;
+  auto l = MustCreate(addr, o);
+  auto e0 = Drain(*l);
+  auto s0 = l->stream_stats();
+  REQUIRE(sk_test::WaitAhead(*l, 3));  // every buffer holds a batch of epoch 1, no more
+  CHECK(l->prefetch_stats().speculated == 3);
+  // The current epoch's counters and state are still epoch 0's.
+  auto s = l->stream_stats();
+  CHECK(s.samples_read == 45);
+  CHECK(s.samples_read == s0.samples_read);
+  CHECK(s.max_buffered == s0.max_buffered);
+  CHECK(s.max_buffered <= 6);
+  CHECK(l->save_state().epoch == 0);
+  CHECK(l->save_state().stream.epoch == 0);
+  CHECK(l->save_state().next_batch == 12);
+  l->set_epoch(1);
+  auto r = l->Next();
+  REQUIRE(r.ok());
+  CHECK(!l->prefetch_stats().last_next_waited);
+  CHECK(l->prefetch_stats().adopted == 3);
+  std::vector<Seen> e1{OneBatch(*r)};
+  r->Release();
+  for (auto& b : Drain(*l)) e1.push_back(b);
+  CHECK(e1 == FreshEpoch(addr, o, 1));
+  CHECK(l->stream_stats().samples_read == 45);  // epoch 1's reads, counted once
+  CHECK(l->stream_stats().max_buffered <= 6);
+  CHECK(e0 == FreshEpoch(addr, o, 0));
+}
+
+TEST_CASE("streamed loader: set_epoch to another epoch, or restore(), drops the prefetched batches",
+          "[loader][stream][prefetch]") {
+  sk_test::TempDir tmp;
+  auto samples = MakeSamples(30);
+  std::string addr = WriteShards(tmp, samples, 7);
+  LoaderOptions o = StreamOpts();
+  o.prefetch = 3;
+  auto l = MustCreate(addr, o);
+  Drain(*l);
+  REQUIRE(sk_test::WaitAhead(*l, 1));
+  l->set_epoch(5);
+  CHECK(l->prefetch_stats().discarded >= 1);
+  CHECK(l->prefetch_stats().adopted == 0);
+  CHECK(Drain(*l) == FreshEpoch(addr, o, 5));
+  REQUIRE(sk_test::WaitAhead(*l, 1));
+  // Resume in the middle of epoch 6 from a state of an uninterrupted run.
+  auto ref = MustCreate(addr, o);
+  ref->set_epoch(6);
+  REQUIRE(ref->Next().ok());
+  REQUIRE(ref->Next().ok());
+  LoaderState st = ref->save_state();
+  auto rest = Drain(*ref);
+  const uint64_t before = l->prefetch_stats().discarded;
+  REQUIRE(l->restore(st).ok());
+  CHECK(l->prefetch_stats().discarded > before);
+  CHECK(l->prefetch_stats().adopted == 0);
+  CHECK(Drain(*l) == rest);
+  // Epoch 7 after that resumed epoch 6: prefetched, adopted, the same batches.
+  REQUIRE(sk_test::WaitAhead(*l, 1));
+  l->set_epoch(7);
+  CHECK(l->prefetch_stats().adopted >= 1);
+  CHECK(Drain(*l) == FreshEpoch(addr, o, 7));
+}
+
+TEST_CASE("streamed loader: destroying it while it prefetches the next epoch returns promptly",
+          "[loader][stream][prefetch]") {
+  for (int how = 0; how < 2; ++how) {
+    auto ds = std::make_unique<StreamOnly>(MakeSamples(12), 12);
+    ds->delay_ms = 20;  // per sample read: the reader is busy with epoch 1 after epoch 0
+    LoaderOptions o = StreamOpts();
+    o.shuffle_buffer = 8;
+    auto l = Loader::Create(std::move(ds), o);
+    REQUIRE(l.ok());
+    Drain(**l);
+    auto t0 = std::chrono::steady_clock::now();
+    if (how == 0) l->reset();
+    else (*l)->set_epoch(3);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    INFO("took " << s << " s");
+    CHECK(s < 0.5);
+  }
 }

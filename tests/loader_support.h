@@ -2,8 +2,10 @@
 // labels and a fingerprint of each row's pixels. Include after catch2.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "shardkit/loader.h"
@@ -42,6 +44,92 @@ inline std::vector<Seen> Drain(shardkit::Loader& l) {
     out.push_back(OneBatch(*r));
   }
   return out;
+}
+
+// One line naming everything a consumer observes of a batch (for call-sequence logs).
+inline std::string Describe(const shardkit::Batch& b) {
+  Seen s = OneBatch(b);
+  std::string out = "batch e" + std::to_string(b.epoch()) + " #" + std::to_string(b.index()) + ":";
+  for (size_t i = 0; i < s.keys.size(); ++i)
+    out += " " + s.keys[i] + "/" + std::to_string(s.indices[i]) + "/" + std::to_string(s.labels[i]) + "/" +
+           std::to_string(s.rows[i]);
+  return out;
+}
+
+// A call sequence for the loader: 'E' set_epoch(arg); 'N' arg Next() calls; 'D' Next()
+// until the end of the epoch (or an error); 'S' save_state(); 'R' restore(the saved
+// state); 'W' wait (no assertion) until a batch of the next epoch is decoded ahead and
+// none is still decoding, or 100 ms if none is (only with prefetch_next_epoch: lets the
+// prefetch run as a slow consumer would).
+struct Step {
+  char op;
+  uint64_t arg = 0;
+};
+
+// Runs `steps` and logs every observable: each Next()'s batch, end marker or error,
+// save_state() after each call, skipped() and stream_stats() after each 'D'.
+inline std::vector<std::string> Script(shardkit::Loader& l, const std::vector<Step>& steps) {
+  std::vector<std::string> log;
+  shardkit::LoaderState saved = l.save_state();
+  auto next = [&]() -> bool {  // false at the end of the epoch or an error
+    auto r = l.Next();
+    bool more = false;
+    if (!r.ok()) log.push_back("error: " + r.status().ToString());
+    else if (r->end_of_epoch()) log.push_back("end e" + std::to_string(r->epoch()) + " #" + std::to_string(r->index()));
+    else {
+      log.push_back(Describe(*r));
+      more = true;
+    }
+    log.push_back("state " + l.save_state().ToJson());
+    return more;
+  };
+  for (const Step& s : steps) {
+    switch (s.op) {
+      case 'E': l.set_epoch(s.arg); log.push_back("set_epoch " + std::to_string(s.arg)); break;
+      case 'N':
+        for (uint64_t i = 0; i < s.arg; ++i) next();
+        break;
+      case 'D': {
+        while (next()) {
+        }
+        const bool ended = log[log.size() - 2].rfind("end ", 0) == 0;  // (not an error)
+        for (const auto& st : l.skipped()) log.push_back("skipped " + st.ToString());
+        // Streamed counters once the epoch is complete (after an error they depend on
+        // how far the reader thread had read ahead, with or without the prefetch).
+        if (ended) {
+          auto ss = l.stream_stats();
+          log.push_back("stream " + std::to_string(ss.max_buffered) + " " + std::to_string(ss.samples_read) + " " +
+                        std::to_string(ss.shards_opened));
+        }
+        break;
+      }
+      case 'S': saved = l.save_state(); break;
+      case 'R': log.push_back("restore " + l.restore(saved).ToString()); break;
+      case 'W':
+        if (l.options().prefetch_next_epoch) {
+          const auto t0 = std::chrono::steady_clock::now();
+          for (;;) {
+            auto ps = l.prefetch_stats();
+            const auto waited = std::chrono::steady_clock::now() - t0;
+            if (ps.decoding_ahead == 0 && (ps.ready_ahead > 0 || waited > std::chrono::milliseconds(100))) break;
+            if (waited > std::chrono::seconds(10)) break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));
+          }
+        }
+        break;
+    }
+  }
+  return log;
+}
+
+// Waits (up to 20 s) until `count` batches of the next epoch are decoded ahead.
+inline bool WaitAhead(const shardkit::Loader& l, uint64_t count) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (l.prefetch_stats().ready_ahead < count) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
 }
 
 }  // namespace sk_test

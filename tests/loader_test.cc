@@ -443,3 +443,332 @@ TEST_CASE("Create(address) reads WebDataset shards through their index", "[loade
     CHECK(from_tar[b].rows == from_mem[b].rows);
   }
 }
+
+// ---- Prefetching across epochs (LoaderOptions::prefetch_next_epoch) ----
+
+namespace {
+
+// The call sequence every configuration below runs, with and without the prefetch:
+// successive epochs, set_epoch(e + 1) mid-epoch (also right before the end), the same
+// epoch again, a non-successor epoch, save/restore mid-epoch and at the end of an epoch.
+std::vector<sk_test::Step> EpochSteps(uint64_t nb) {
+  using S = sk_test::Step;
+  return {S{'E', 0}, S{'D'}, S{'W'}, S{'E', 1}, S{'D'}, S{'E', 2}, S{'N', 1}, S{'E', 3},
+          S{'N', nb ? nb - 1 : 0}, S{'W'}, S{'E', 4}, S{'D'}, S{'W'}, S{'E', 6}, S{'D'}, S{'W'},
+          S{'E', 6}, S{'N', 1}, S{'S'}, S{'D'}, S{'W'}, S{'R'}, S{'D'}, S{'W'}, S{'S'}, S{'E', 7},
+          S{'N', 1}, S{'R'}, S{'N', 1}, S{'W'}, S{'E', 7}, S{'D'}, S{'W'}, S{'E', 8}, S{'D'}};
+}
+
+std::vector<Seen> Fresh(std::shared_ptr<RandomAccess> data, LoaderOptions o, uint64_t epoch, uint64_t from = 0) {
+  o.prefetch_next_epoch = false;
+  auto l = MustCreate(std::move(data), o);
+  if (from == 0) {
+    l->set_epoch(epoch);
+  } else {
+    LoaderState s = l->save_state();
+    s.epoch = epoch;
+    s.next_batch = from;
+    REQUIRE(l->restore(s).ok());
+  }
+  return Drain(*l);
+}
+
+}  // namespace
+
+TEST_CASE("prefetching the next epoch changes nothing the consumer sees, whatever the calls", "[loader][prefetch]") {
+  struct Cfg {
+    uint64_t seed;
+    int world, rank;
+    bool drop_last;
+    uint32_t batch;
+    int prefetch, threads;
+  };
+  const Cfg cfgs[] = {
+      {17, 1, 0, false, 8, 4, 2},  // 6 batches, the last partial
+      {3, 3, 1, false, 4, 2, 2},   // 15 per rank: 4 batches, the last of 3
+      {5, 2, 1, true, 8, 3, 1},    // 22 per rank, drop_last: 2 full batches
+      {9, 1, 0, false, 16, 1, 2},  // one buffer
+      {11, 1, 0, false, 8, 7, 3},  // more buffers than batches: prefetched from Create()
+  };
+  auto clean = MakeData(45, 24);
+  auto corrupt = MakeData(45, 24);
+  std::string jpeg = MakeJpeg(40, 40, 77);
+  corrupt->samples[13].set("jpg", Bytes::Copy(jpeg.substr(0, jpeg.size() / 2)));
+  corrupt->samples[40].set("jpg", Bytes::Copy(std::string("not an image")));
+  for (const Cfg& c : cfgs) {
+    for (int variant = 0; variant < 3; ++variant) {  // clean; corrupt + kError; corrupt + kSkip
+      LoaderOptions o = SmallOpts();
+      o.seed = c.seed;
+      o.world_size = c.world;
+      o.rank = c.rank;
+      o.drop_last = c.drop_last;
+      o.batch_size = c.batch;
+      o.prefetch = c.prefetch;
+      o.threads = c.threads;
+      o.on_error = variant == 2 ? DecodeErrorPolicy::kSkip : DecodeErrorPolicy::kError;
+      auto data = variant == 0 ? clean : corrupt;
+      o.prefetch_next_epoch = false;
+      auto off = MustCreate(data, o);
+      o.prefetch_next_epoch = true;
+      auto on = MustCreate(data, o);
+      auto steps = EpochSteps(on->num_batches());
+      auto want = sk_test::Script(*off, steps);
+      auto got = sk_test::Script(*on, steps);
+      INFO("seed " << c.seed << " rank " << c.rank << "/" << c.world << " variant " << variant);
+      REQUIRE(got.size() == want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        INFO("log line " << i);
+        CHECK(got[i] == want[i]);
+      }
+      CHECK(off->prefetch_stats().speculated == 0);
+      // The prefetch did run and was used (with kError here every epoch of rank 0 of 1
+      // fails early: after an error nothing more is submitted, as before).
+      if (variant != 1) CHECK(on->prefetch_stats().adopted > 0);
+    }
+  }
+}
+
+TEST_CASE("after a slow consumer, the first Next() of epoch e + 1 does not wait", "[loader][prefetch]") {
+  auto data = MakeData(40, 24);
+  LoaderOptions o = SmallOpts();  // batch 8: 5 batches
+  o.prefetch = 3;
+  auto l = MustCreate(data, o);
+  l->set_epoch(0);
+  auto e0 = Drain(*l);
+  // The consumer takes its time: every buffer goes to epoch 1, and no more than that.
+  REQUIRE(sk_test::WaitAhead(*l, 3));
+  auto st = l->prefetch_stats();
+  CHECK(st.speculated == 3);
+  CHECK(st.ready_ahead == 3);
+  // A state saved now still names the end of epoch 0.
+  CHECK(l->save_state().epoch == 0);
+  CHECK(l->save_state().next_batch == 5);
+  l->set_epoch(1);
+  auto r = l->Next();
+  REQUIRE(r.ok());
+  st = l->prefetch_stats();
+  CHECK(!st.last_next_waited);
+  CHECK(st.adopted == 3);
+  CHECK(st.discarded == 0);
+  CHECK(r->epoch() == 1);
+  CHECK(r->index() == 0);
+  std::vector<Seen> e1{OneBatch(*r)};
+  r->Release();
+  for (auto& b : Drain(*l)) e1.push_back(b);
+  CHECK(e1 == Fresh(data, o, 1));
+  CHECK(e0 == Fresh(data, o, 0));
+
+  // Without the prefetch the workers idle until set_epoch: the first batch is decoded
+  // after it (a source of 50 ms per sample: 200 ms per batch on 2 threads).
+  auto slow = MakeData(16, 24);
+  slow->delay_ms = 50;
+  o.prefetch_next_epoch = false;
+  auto m = MustCreate(slow, o);
+  Drain(*m);
+  m->set_epoch(1);
+  REQUIRE(m->Next().ok());
+  CHECK(m->prefetch_stats().last_next_waited);
+  CHECK(m->prefetch_stats().speculated == 0);
+}
+
+TEST_CASE("set_epoch to another epoch, or restore(), drops the prefetched batches", "[loader][prefetch]") {
+  auto data = MakeData(30, 24);
+  LoaderOptions o = SmallOpts();  // batch 8: 4 batches, the last of 6
+  o.prefetch = 3;
+  auto l = MustCreate(data, o);
+  Drain(*l);
+  REQUIRE(sk_test::WaitAhead(*l, 1));  // epoch 1 is ready
+  l->set_epoch(5);
+  CHECK(l->prefetch_stats().discarded == 3);
+  CHECK(l->prefetch_stats().adopted == 0);
+  CHECK(Drain(*l) == Fresh(data, o, 5));  // exactly a fresh loader's epoch 5
+  REQUIRE(sk_test::WaitAhead(*l, 1));  // epoch 6 is ready
+  // restore() drops it even when it names that very epoch.
+  LoaderState s = l->save_state();
+  s.epoch = 6;
+  s.next_batch = 0;
+  REQUIRE(l->restore(s).ok());
+  CHECK(l->prefetch_stats().discarded == 6);
+  CHECK(l->prefetch_stats().adopted == 0);
+  CHECK(Drain(*l) == Fresh(data, o, 6));
+  REQUIRE(sk_test::WaitAhead(*l, 1));
+  s.epoch = 7;
+  s.next_batch = 2;
+  REQUIRE(l->restore(s).ok());
+  CHECK(Drain(*l) == Fresh(data, o, 7, 2));
+  // The same epoch again drops it too.
+  REQUIRE(sk_test::WaitAhead(*l, 1));
+  l->set_epoch(7);
+  CHECK(l->prefetch_stats().adopted == 0);
+  CHECK(Drain(*l) == Fresh(data, o, 7));
+  // A state saved at the end of an epoch, restored in a new loader, then set_epoch(e + 1).
+  auto n = MustCreate(data, o);
+  REQUIRE(n->restore(l->save_state()).ok());
+  CHECK(n->Next()->end_of_epoch());
+  REQUIRE(sk_test::WaitAhead(*n, 1));
+  n->set_epoch(8);
+  CHECK(n->prefetch_stats().adopted >= 1);
+  CHECK(Drain(*n) == Fresh(data, o, 8));
+}
+
+TEST_CASE("a decode error of the next epoch is reported in that epoch, at its batch", "[loader][prefetch]") {
+  auto data = MakeData(30, 24);
+  std::string jpeg = MakeJpeg(40, 40, 5);
+  data->samples[25].set("jpg", Bytes::Copy(jpeg.substr(0, jpeg.size() / 3)));  // in the last batch
+  LoaderOptions o = SmallOpts();
+  o.shuffle = false;  // the same order every epoch: batches 0-2 fine, batch 3 holds sample 25
+  o.prefetch = 4;
+  SECTION("error") {
+    auto l = MustCreate(data, o);
+    for (uint64_t e = 0; e < 3; ++e) {
+      if (e > 0) {
+        REQUIRE(sk_test::WaitAhead(*l, 3));  // epoch e's batches 0-2 prefetched (3 fails)
+        l->set_epoch(e);
+      }
+      for (int b = 0; b < 3; ++b) {
+        auto r = l->Next();
+        REQUIRE(r.ok());
+        CHECK(r->epoch() == e);
+      }
+      auto r = l->Next();
+      REQUIRE(!r.ok());
+      CHECK(r.status().where().key == "c4/img0025");
+      CHECK(l->save_state().epoch == e);
+      CHECK(l->save_state().next_batch == 3);
+    }
+    CHECK(l->prefetch_stats().adopted >= 6);
+  }
+  SECTION("skip") {
+    o.on_error = DecodeErrorPolicy::kSkip;
+    auto l = MustCreate(data, o);
+    for (uint64_t e = 0; e < 3; ++e) {
+      if (e > 0) {
+        REQUIRE(sk_test::WaitAhead(*l, 4));
+        l->set_epoch(e);
+        CHECK(l->skipped().empty());  // the prefetched batch 3 has not been handed out
+      }
+      auto got = Drain(*l);
+      REQUIRE(got.size() == 4);
+      CHECK(got[3].indices.size() == 5);
+      auto sk = l->skipped();
+      REQUIRE(sk.size() == 1);  // this epoch's, once
+      CHECK(sk[0].where().key == "c4/img0025");
+    }
+  }
+}
+
+TEST_CASE("holding batches across set_epoch(e + 1) behaves as without the prefetch", "[loader][prefetch]") {
+  auto data = MakeData(40, 24);
+  for (bool prefetch : {false, true}) {
+    LoaderOptions o = SmallOpts();
+    o.prefetch = 3;
+    o.prefetch_next_epoch = prefetch;
+    auto l = MustCreate(data, o);
+    std::vector<Batch> held;
+    for (;;) {
+      auto r = l->Next();
+      REQUIRE(r.ok());
+      if (r->end_of_epoch()) break;
+      held.push_back(std::move(r).value());
+      if (held.size() > 2) held.erase(held.begin());  // holds the last two
+    }
+    l->set_epoch(1);
+    auto first = l->Next();  // the one free buffer
+    REQUIRE(first.ok());
+    CHECK(first->index() == 0);
+    auto r = l->Next();  // every buffer is held
+    INFO("prefetch " << prefetch);
+    CHECK(r.status().code() == Code::kInvalidArgument);
+    held.clear();
+    first->Release();
+    l->set_epoch(1);
+    CHECK(Drain(*l) == Fresh(data, o, 1));
+  }
+}
+
+TEST_CASE("destroying a loader while it prefetches the next epoch returns promptly", "[loader][prefetch]") {
+  for (int how = 0; how < 2; ++how) {
+    auto data = MakeData(24, 24);
+    data->delay_ms = 20;  // 3 batches of 8: 80 ms a batch on 2 threads
+    LoaderOptions o = SmallOpts();
+    o.prefetch = 6;  // epoch 1 starts at Create() already
+    auto l = MustCreate(data, o);
+    Drain(*l);
+    CHECK(l->prefetch_stats().speculated >= 3);
+    auto t0 = std::chrono::steady_clock::now();
+    if (how == 0) l.reset();
+    else l->set_epoch(4);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    INFO("took " << s << " s");
+    CHECK(s < 0.5);
+  }
+}
+
+// Not a test (hidden, run by hand): the consumer's wait at epoch starts with and without
+// the prefetch, for a consumer slower than the loader (its step is 1.5x the loader's
+// time per batch, as in shardkit_gpu_bench's copy_path run).
+//   build/tests/test_loader "[.prefetch-bench]"   (SK_BENCH_THREADS, default 2;
+//   SK_BENCH_STEP, default 1.5: the consumer's step as a multiple of the batch time)
+TEST_CASE("bench: wait at epoch starts with and without the prefetch", "[.prefetch-bench]") {
+  using Clock = std::chrono::steady_clock;
+  auto data = MakeData(384, 320);  // 320-384 x 312-360 JPEGs
+  LoaderOptions o = SmallOpts();
+  o.batch_size = 32;
+  o.output_width = o.output_height = 224;
+  o.prefetch = 4;
+  const char* th = std::getenv("SK_BENCH_THREADS");
+  o.threads = th ? std::atoi(th) : 2;
+  const int epochs = 4;
+  // The loader's time per batch, consumer doing nothing.
+  double batch_s = 0;
+  {
+    o.prefetch_next_epoch = false;
+    auto l = MustCreate(data, o);
+    Drain(*l);
+    l->set_epoch(1);
+    auto t0 = Clock::now();
+    auto n = Drain(*l).size();
+    batch_s = std::chrono::duration<double>(Clock::now() - t0).count() / double(n);
+  }
+  const char* f = std::getenv("SK_BENCH_STEP");  // the consumer's step / the loader's batch time
+  const auto step = std::chrono::duration<double>((f ? std::atof(f) : 1.5) * batch_s);
+  for (int round = 0; round < 3; ++round) {
+    for (bool prefetch : {false, true}) {
+      o.prefetch_next_epoch = prefetch;
+      auto l = MustCreate(data, o);
+      double start_wait = 0, steady_wait = 0, first = 0;
+      uint64_t batches = 0;
+      Clock::time_point t0;
+      for (int e = 0; e < epochs; ++e) {
+        l->set_epoch(uint64_t(e));
+        for (uint64_t k = 0;; ++k) {
+          auto tn = Clock::now();
+          auto b = l->Next();
+          const double w = std::chrono::duration<double>(Clock::now() - tn).count();
+          REQUIRE(b.ok());
+          if (b->end_of_epoch()) break;
+          if (e == 0 && k == 0) {  // warm-up: not counted
+            first = w;
+            t0 = Clock::now();
+          } else {
+            (k == 0 ? start_wait : steady_wait) += w;
+            ++batches;
+            if (w > 1e-3 && std::getenv("SK_BENCH_VERBOSE"))
+              std::printf("  wait e%d #%llu %.1f ms, batch %s\n", e, (unsigned long long)k, w * 1e3,
+                          l->prefetch_stats().last_next_waited ? "still decoding" : "was ready");
+          }
+          std::this_thread::sleep_for(step);  // the consumer's step
+        }
+      }
+      const double total = std::chrono::duration<double>(Clock::now() - t0).count();
+      std::printf("{\"prefetch_next_epoch\":%s,\"threads\":%d,\"loader_batch_ms\":%.1f,\"consumer_step_ms\":%.1f,"
+                  "\"batches\":%llu,\"seconds\":%.2f,\"first_batch_ms\":%.1f,\"wait_epoch_start_ms\":%.2f,"
+                  "\"wait_epoch_start_pct\":%.2f,\"wait_steady_pct\":%.2f,\"adopted\":%llu}\n",
+                  prefetch ? "true" : "false", o.threads, batch_s * 1e3, step.count() * 1e3,
+                  (unsigned long long)batches, total, first * 1e3, start_wait / (epochs - 1) * 1e3,
+                  100 * start_wait / total, 100 * steady_wait / total,
+                  (unsigned long long)l->prefetch_stats().adopted);
+      std::fflush(stdout);
+    }
+  }
+}

@@ -38,6 +38,10 @@
 // Next() returns kInvalidArgument instead of waiting forever.
 // Destroying a Loader mid-epoch cancels the work in flight and returns promptly (after
 // at most the sample each thread is decoding).
+// Between epochs (LoaderOptions::prefetch_next_epoch): when the last batches of epoch e
+// are submitted, free pool buffers (the same `prefetch`, nothing more) go to epoch
+// e + 1's first batches; set_epoch(e + 1) keeps them, any other set_epoch or restore()
+// drops them. Results (batches, errors, save_state) are identical with or without it.
 #pragma once
 
 #include <cstddef>
@@ -127,6 +131,14 @@ struct LoaderOptions {
   // Streamed mode: samples held in the shuffle buffer (memory: this many encoded
   // samples). 0 or 1 = no sample-level shuffle (shards are still permuted).
   uint32_t shuffle_buffer = 8192;
+  // Between epochs: once every batch of epoch e has been submitted (the last `prefetch`
+  // batches are in flight or ready), free pool buffers start on epoch e + 1's batches,
+  // whose plan is already known. set_epoch(e + 1) then keeps them, so its first Next()
+  // does not wait a batch time; set_epoch(anything else) or restore() drops them. The
+  // batches are the same either way (docs/loader.md, "Between epochs"). false = the
+  // workers idle from the end of an epoch until set_epoch (wasted work saved when the
+  // next epoch is not e + 1, e.g. an evaluation loader re-run at the same epoch).
+  bool prefetch_next_epoch = true;
 };
 
 // Streamed mode's position (see LoaderState::stream).
@@ -259,6 +271,20 @@ class Loader {
   // Safe to call between Next() calls (it waits for the reader thread's counters).
   StreamStats stream_stats() const;
   bool streaming() const;
+
+  // Prefetching across epochs (LoaderOptions::prefetch_next_epoch): counters since
+  // Create(), for tests and benchmarks. Safe to call between Next() calls.
+  struct PrefetchStats {
+    uint64_t speculated = 0;   // batches of a next epoch submitted before its set_epoch
+    uint64_t adopted = 0;      // of those, kept by set_epoch(e + 1)
+    uint64_t discarded = 0;    // of those, dropped (set_epoch(other), restore, destruction)
+    uint64_t ready_ahead = 0;  // now: batches of the next epoch decoded and waiting
+    uint64_t decoding_ahead = 0;  // now: batches of the next epoch still being decoded
+    uint64_t next_calls = 0;   // Next() calls that returned a batch (or its error)
+    uint64_t next_waited = 0;  // of those, the calls whose batch was not decoded yet
+    bool last_next_waited = false;  // the latest of those calls waited
+  };
+  PrefetchStats prefetch_stats() const;
 
   // The position: the batch that the next Next() returns.
   LoaderState save_state() const;

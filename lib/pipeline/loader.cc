@@ -8,6 +8,11 @@
 // Streamed mode (no random access, or LoaderOptions::stream): one reader thread runs
 // pipeline::StreamReader (shard order, rank range, shuffle buffer) and queues each
 // batch's samples; a job then decodes the samples it was given instead of Get()ting them.
+// Between epochs (LoaderOptions::prefetch_next_epoch): once every batch of the current
+// epoch e is submitted, free slots take batches of epoch e + 1 (`Impl::ahead`: its plan
+// computed by a worker between two rows, or, streamed, read by the reader thread once it
+// finished e). set_epoch(e + 1) adopts them as they are; anything else cancels and drops
+// them. See docs/loader.md, "Between epochs".
 #include "shardkit/loader.h"
 
 #include <algorithm>
@@ -202,6 +207,7 @@ struct Job {
   uint64_t epoch = 0;
   int slot = -1;
   bool done = false;
+  std::atomic<bool> cancelled{false};  // dropped (set_epoch adopting the next epoch): rows stop
   size_t rows_total = 0;              // rows to decode, fixed at submission
   size_t next_row = 0;                // next row to claim (guarded by Impl::work_mu)
   std::atomic<size_t> rows_done{0};   // rows decoded; the last one finishes the job
@@ -220,6 +226,7 @@ struct Job {
 
 // Streamed mode: one batch's samples as the reader thread read them.
 struct StreamInput {
+  uint64_t epoch = 0;
   uint64_t batch = 0;
   std::vector<Sample> samples;
   std::vector<uint64_t> indices;
@@ -302,21 +309,47 @@ struct Loader::Impl {
   Loader::StreamStats stats;
   pipeline::StreamPos pos_next;  // consumer thread: the stream's position before batch `next`
 
+  // ---- The next epoch, started before set_epoch (guarded by pool->mu). Its batches are
+  // submitted only once every batch of the current epoch is (so they never take a slot
+  // the current epoch needs), by the consumer's SubmitLocked, the worker that computed
+  // the plan, or the reader thread (SubmitAheadLocked).
+  struct Ahead {
+    bool on = false;       // an epoch is being prefetched
+    uint64_t epoch = 0;    // always the current epoch + 1
+    bool planned = false;  // random access: `order` is computed
+    bool failed = false;   // streamed: its StreamReader::Start failed (set_epoch redoes it)
+    std::vector<uint64_t> order;
+    uint64_t submitted = 0;
+    std::map<uint64_t, std::shared_ptr<Job>> jobs;
+    pipeline::StreamPos start;  // streamed: the stream's position before its batch 0
+    Loader::StreamStats stats;  // streamed: the reader's counters for that epoch
+  };
+  Ahead ahead;
+  uint64_t ahead_gen = 0;       // bumped whenever `ahead` is dropped or adopted
+  std::atomic<bool> plan_pending{false};  // random access: `ahead`'s order is to be computed
+  Loader::PrefetchStats pstats;  // guarded by pool->mu
+
   ~Impl() { Stop(); }
 
   // Everything but the source: partition, output spec, buffer pool, thread arena
   // (o validated and n set).
   Status Init();
 
-  // Cancels and waits for every job in flight; frees the slots of undelivered jobs.
+  // Cancels and waits for every job in flight (the next epoch's too); frees the slots
+  // of undelivered jobs and drops the prefetched next epoch.
   void Stop() {
     if (!pool) return;
     StopReader();
     cancel.store(true);
     std::unique_lock<std::mutex> lk(pool->mu);
+    ++ahead_gen;       // a plan being computed is dropped ...
+    ahead.on = false;  // ... and nothing more is planned or submitted for the next epoch
     pool->cv.wait(lk, [&] { return in_flight == 0 && tasks_live == 0; });
     for (auto& [b, job] : jobs) pool->state[size_t(job->slot)] = detail::BatchPool::kFree;
     jobs.clear();
+    for (auto& [b, job] : ahead.jobs) pool->state[size_t(job->slot)] = detail::BatchPool::kFree;
+    pstats.discarded += ahead.jobs.size();
+    ahead = Ahead{};
     {
       std::lock_guard<std::mutex> wl(work_mu);
       active.clear();  // every row was claimed (and cancelled) by now
@@ -337,25 +370,71 @@ struct Loader::Impl {
     inputs.clear();
   }
 
-  // The reader thread: batches first_batch, first_batch + 1, ... of this rank's epoch.
-  void ReadLoop(uint64_t first_batch) {
+  // The reader thread: batches first_batch, first_batch + 1, ... of epoch e (the
+  // stream was started at it); then, with prefetch_next_epoch, epoch e + 1 from its
+  // start, and so on, each once the one before is the consumer's epoch.
+  void ReadLoop(uint64_t e, uint64_t first_batch) {
+    for (;;) {
+      if (!ReadEpoch(e, first_batch)) return;
+      if (!o.prefetch_next_epoch || part.num_batches == 0 || e == UINT64_MAX) return;
+      {
+        std::unique_lock<std::mutex> lk(pool->mu);
+        // e may itself be a prefetched epoch: go on only once set_epoch(e) adopted it.
+        pool->cv.wait(lk, [&] { return reader_stop.load() || epoch == e; });
+        if (reader_stop.load()) return;
+      }
+      Status st;
+      try {
+        st = stream->Start(e + 1, uint32_t(o.rank), uint32_t(o.world_size), o.batch_size, o.drop_last, nullptr);
+      } catch (const std::exception& ex) {
+        st = Status::Internal(fmt::format("exception while starting the stream: {}", ex.what()));
+      }
+      {
+        std::lock_guard<std::mutex> lk(pool->mu);
+        if (reader_stop.load()) return;
+        ahead = Ahead{};
+        ahead.on = true;
+        ahead.epoch = e + 1;
+        if (!st.ok()) {
+          ahead.failed = true;  // set_epoch(e + 1) starts it again (and reports the error)
+          return;
+        }
+        ahead.start = stream->Position();
+        CountersLocked(&ahead.stats);
+      }
+      ++e;
+      first_batch = 0;
+    }
+  }
+
+  // Copies the StreamReader's counters (reader thread, or consumer with the reader stopped).
+  void CountersLocked(Loader::StreamStats* to) const {
+    to->max_buffered = stream->max_buffered();
+    to->samples_read = stream->samples_read();
+    to->shards_opened = stream->shards_opened();
+  }
+
+  // Reads batches first_batch.. of epoch e into `inputs`. False when stopped or after a
+  // reading error (queued as that batch).
+  bool ReadEpoch(uint64_t e, uint64_t first_batch) {
     for (uint64_t b = first_batch; b < part.num_batches; ++b) {
       {
         std::unique_lock<std::mutex> lk(pool->mu);
         pool->cv.wait(lk, [&] { return reader_stop.load() || inputs.size() < kReadAhead; });
-        if (reader_stop.load()) return;
+        if (reader_stop.load()) return false;
       }
       std::shared_ptr<StreamInput> in;
       Status st;
       try {
         in = std::make_shared<StreamInput>();
+        in->epoch = e;
         in->batch = b;
         const uint64_t begin = b * o.batch_size;
         const size_t count = size_t(std::min<uint64_t>(o.batch_size, part.per_rank - begin));
         in->samples.resize(count);
         in->indices.resize(count);
         for (size_t i = 0; i < count && st.ok(); ++i) {
-          if (reader_stop.load(std::memory_order_relaxed)) return;
+          if (reader_stop.load(std::memory_order_relaxed)) return false;
           st = stream->Next(&in->samples[i], &in->indices[i]);
         }
         if (st.ok()) in->post = stream->Position();
@@ -364,19 +443,21 @@ struct Loader::Impl {
       }
       if (!st.ok()) {
         in = std::make_shared<StreamInput>();  // (small: no allocation of samples)
+        in->epoch = e;
         in->batch = b;
         in->error = st;
       }
       {
         std::lock_guard<std::mutex> lk(pool->mu);
         inputs.push_back(in);
-        stats.max_buffered = stream->max_buffered();
-        stats.samples_read = stream->samples_read();
-        stats.shards_opened = stream->shards_opened();
+        // The consumer's counters are its epoch's; a prefetched epoch's wait in `ahead`.
+        CountersLocked(e == epoch ? &stats : &ahead.stats);
+        if (e != epoch) SubmitAheadLocked();  // decode it now, not at the consumer's next call
       }
       pool->cv.notify_all();
-      if (!st.ok()) return;
+      if (!st.ok()) return false;
     }
+    return true;
   }
 
   // Streamed mode: positions the stream at batch `start` of epoch e (from `at`, or by
@@ -392,9 +473,7 @@ struct Loader::Impl {
     if (st.ok() && !at) st = stream->Skip(std::min<uint64_t>(start * o.batch_size, part.per_rank));
     {
       std::lock_guard<std::mutex> lk(pool->mu);
-      stats.max_buffered = stream->max_buffered();
-      stats.samples_read = stream->samples_read();
-      stats.shards_opened = stream->shards_opened();
+      CountersLocked(&stats);
     }
     if (!st.ok()) {
       sticky = st;
@@ -402,7 +481,7 @@ struct Loader::Impl {
     }
     pos_next = stream->Position();
     try {
-      reader = std::thread([this, start] { ReadLoop(start); });
+      reader = std::thread([this, e, start] { ReadLoop(e, start); });
     } catch (const std::exception& ex) {
       sticky = Status::Internal(fmt::format("cannot start the loader's reader thread: {}", ex.what()));
       return sticky;
@@ -412,7 +491,9 @@ struct Loader::Impl {
     return Status::OK();
   }
 
-  void Reset(uint64_t e, uint64_t start) {
+  // `adopt` (set_epoch): batch 0 of the prefetched next epoch keeps what was prefetched.
+  void Reset(uint64_t e, uint64_t start, bool adopt = false) {
+    if (adopt && start == 0 && Adopt(e)) return;
     if (streaming) {
       (void)StreamReset(e, start, nullptr);  // an error is kept in `sticky` for Next()
       return;
@@ -428,28 +509,133 @@ struct Loader::Impl {
     SubmitLocked();
   }
 
+  // set_epoch(e) where e is the prefetched epoch: what is left of the current epoch is
+  // cancelled (each worker stops after its sample) and freed; the prefetched batches
+  // become the epoch's first ones, and the reader thread (streamed) goes on reading it.
+  bool Adopt(uint64_t e) {
+    std::unique_lock<std::mutex> lk(pool->mu);
+    if (!ahead.on || ahead.epoch != e || ahead.failed || (!streaming && !ahead.planned)) return false;
+    for (auto& [b, job] : jobs) job->cancelled.store(true);
+    pool->cv.wait(lk, [&] {
+      for (auto& [b, job] : jobs)
+        if (!job->done) return false;
+      return true;
+    });
+    for (auto& [b, job] : jobs) pool->state[size_t(job->slot)] = detail::BatchPool::kFree;
+    jobs.clear();
+    if (streaming) {  // the current epoch's batches read and not yet submitted
+      while (!inputs.empty() && inputs.front()->epoch != e) inputs.pop_front();
+      pos_next = std::move(ahead.start);
+      stats = ahead.stats;
+    }
+    epoch = e;  // (the reader thread waits for this before it reads epoch e + 1)
+    order = std::move(ahead.order);
+    jobs = std::move(ahead.jobs);
+    submitted = ahead.submitted;
+    pstats.adopted += jobs.size();
+    ahead = Ahead{};
+    ++ahead_gen;
+    next = 0;
+    sticky = Status::OK();
+    skipped.clear();
+    SubmitLocked();
+    lk.unlock();
+    pool->cv.notify_all();
+    return true;
+  }
+
+  int FreeSlotLocked() const {
+    for (size_t i = 0; i < pool->state.size(); ++i)
+      if (pool->state[i] == detail::BatchPool::kFree) return int(i);
+    return -1;
+  }
+
+  // Consumer thread: the current epoch's batches while slots are free; once all are
+  // submitted, the next epoch's (planned first, in random-access mode).
   void SubmitLocked() {
-    while (submitted < part.num_batches) {
-      int slot = -1;
-      for (size_t i = 0; i < pool->state.size(); ++i)
-        if (pool->state[i] == detail::BatchPool::kFree) {
-          slot = int(i);
-          break;
-        }
-      if (slot < 0) return;
+    if (!SubmitEpochLocked(epoch, order, submitted, jobs, false)) return;
+    if (!o.prefetch_next_epoch || part.num_batches == 0 || epoch == UINT64_MAX) return;
+    if (!streaming && !ahead.on) PlanAheadLocked();
+    SubmitAheadLocked();
+  }
+
+  // Any thread holding pool->mu, once every batch of the current epoch is submitted
+  // (guaranteed by whoever started `ahead`; dropping or adopting it bumps ahead_gen).
+  void SubmitAheadLocked() {
+    if (!ahead.on || ahead.failed || (!streaming && !ahead.planned)) return;
+    SubmitEpochLocked(ahead.epoch, ahead.order, ahead.submitted, ahead.jobs, true);
+  }
+
+  // Random access: asks for epoch + 1's order (a permutation of the dataset:
+  // milliseconds for a million samples), computed off the consumer's thread by the first
+  // worker to finish a row (Work), or by this task when no worker is running.
+  void PlanAheadLocked() {
+    ahead = Ahead{};
+    ahead.on = true;
+    ahead.epoch = epoch + 1;
+    plan_pending.store(true);
+    ++tasks_live;  // Stop() waits for it like for a worker
+    std::shared_ptr<detail::BatchPool> p = pool;
+    arena->enqueue([this, p] {
+      PlanIfPending(p);
+      std::lock_guard<std::mutex> lk(p->mu);
+      --tasks_live;
+      p->cv.notify_all();
+    });
+  }
+
+  // A worker or the planning task: computes `ahead`'s order if asked, then submits
+  // its first batches into the free slots.
+  void PlanIfPending(const std::shared_ptr<detail::BatchPool>& p) {
+    if (!plan_pending.load(std::memory_order_relaxed) || !plan_pending.exchange(false)) return;
+    uint64_t gen = 0, e = 0;
+    {
+      std::lock_guard<std::mutex> lk(p->mu);
+      if (!ahead.on || ahead.planned) return;
+      gen = ahead_gen;
+      e = ahead.epoch;
+    }
+    std::vector<uint64_t> ord;
+    try {
+      ord = pipeline::RankIndices(pipeline::EpochPermutation(n, o.seed, e, o.shuffle), uint32_t(o.rank),
+                                  uint32_t(o.world_size), o.batch_size, o.drop_last);
+    } catch (const std::exception&) {
+      return;  // (out of memory) no prefetch: set_epoch plans it again and reports
+    }
+    std::lock_guard<std::mutex> lk(p->mu);
+    if (gen == ahead_gen && ahead.on && ahead.epoch == e) {
+      ahead.order = std::move(ord);
+      ahead.planned = true;
+      SubmitAheadLocked();
+    }
+  }
+
+  // Submits batches `sub`.. of epoch e (order `ord`; streamed: from `inputs`) into
+  // `js` while a slot (and, streamed, the batch's samples) is there. True once every
+  // batch of the epoch is submitted.
+  bool SubmitEpochLocked(uint64_t e, const std::vector<uint64_t>& ord, uint64_t& sub,
+                         std::map<uint64_t, std::shared_ptr<Job>>& js, bool speculative) {
+    while (sub < part.num_batches) {
+      const int slot = FreeSlotLocked();
+      if (slot < 0) return false;
       std::shared_ptr<StreamInput> in;
       if (streaming) {
-        if (inputs.empty()) return;  // the reader thread has not read it yet
+        if (inputs.empty()) return false;  // the reader thread has not read it yet
+        // The current epoch's inputs come first; the next epoch's wait for them.
+        if (speculative && inputs.front()->epoch != e) return false;
         in = std::move(inputs.front());
         inputs.pop_front();
-        if (in->batch != submitted && in->error.ok())
-          in->error = Status::Internal(fmt::format("streamed batch {} arrived for batch {}", in->batch, submitted));
+        if ((in->epoch != e || in->batch != sub) && in->error.ok())
+          in->error = Status::Internal(fmt::format("streamed batch {} of epoch {} arrived for batch {} of epoch {}",
+                                                   in->batch, in->epoch, sub, e));
         pool->cv.notify_all();  // room in the read-ahead queue
       }
       pool->state[size_t(slot)] = detail::BatchPool::kLoader;
       auto job = std::make_shared<Job>();
-      job->batch = submitted;
+      job->batch = sub;
+      job->epoch = e;
       job->slot = slot;
+      if (speculative) ++pstats.speculated;
       if (in) {
         job->indices = std::move(in->indices);
         job->samples = std::move(in->samples);
@@ -457,23 +643,22 @@ struct Loader::Impl {
         if (!in->error.ok()) {  // nothing to decode: the batch is the reading error
           job->error = in->error;
           job->done = true;
-          jobs[submitted] = job;
-          submitted = part.num_batches;  // nothing after it
-          return;
+          js[sub] = job;
+          sub = part.num_batches;  // nothing after it
+          return true;
         }
       } else {
-        uint64_t begin = submitted * o.batch_size;
-        uint64_t end = std::min<uint64_t>(begin + o.batch_size, order.size());
-        job->indices.assign(order.begin() + long(begin), order.begin() + long(end));
+        uint64_t begin = sub * o.batch_size;
+        uint64_t end = std::min<uint64_t>(begin + o.batch_size, ord.size());
+        job->indices.assign(ord.begin() + long(begin), ord.begin() + long(end));
       }
-      job->epoch = epoch;
       const size_t count = job->indices.size();
       job->rows_total = count;
       job->labels.assign(count, -1);
       job->keys.assign(count, std::string());
       job->row_status.assign(count, Status::OK());
-      jobs[submitted] = job;
-      ++submitted;
+      js[sub] = job;
+      ++sub;
       ++in_flight;
       if (count == 0) {  // nothing to decode (not produced by the partition; kept safe)
         FinishJob(*job);
@@ -491,12 +676,14 @@ struct Loader::Impl {
       std::shared_ptr<detail::BatchPool> p = pool;
       for (size_t t = 0; t < tasks; ++t) arena->enqueue([this, p] { Work(p); });
     }
+    return true;
   }
 
   // A worker task: decodes the next unclaimed row of the oldest batch until none is left.
   // The Impl outlives it: Stop() (also in ~Impl) waits for tasks_live == 0.
   void Work(const std::shared_ptr<detail::BatchPool>& p) {
     for (;;) {
+      PlanIfPending(p);
       std::shared_ptr<Job> job;
       size_t i = 0;
       {
@@ -556,7 +743,7 @@ struct Loader::Impl {
   }
 
   void DecodeRow(Job& job, size_t i) {
-    if (cancel.load(std::memory_order_relaxed)) {
+    if (cancel.load(std::memory_order_relaxed) || job.cancelled.load(std::memory_order_relaxed)) {
       job.row_status[i] = Status::Cancelled("loader stopped");
       return;
     }
@@ -577,7 +764,7 @@ struct Loader::Impl {
   void FinishJob(Job& job) {
     const size_t count = job.indices.size();
     uint8_t* base = static_cast<uint8_t*>(pool->buffers[size_t(job.slot)]);
-    if (cancel.load()) {
+    if (cancel.load() || job.cancelled.load()) {
       job.error = Status::Cancelled("loader stopped");
       return;
     }
@@ -610,6 +797,11 @@ struct Loader::Impl {
     if (!sticky.ok()) return sticky;
     Batch b;
     if (next >= part.num_batches) {
+      {
+        // Buffers released since the last call go to the next epoch's batches.
+        std::lock_guard<std::mutex> lk(p->mu);
+        SubmitLocked();
+      }
       b.end_ = true;
       b.epoch_ = epoch;
       b.index_ = next;
@@ -651,6 +843,9 @@ struct Loader::Impl {
             "(or raise prefetch)", p->buffers.size(),
             o.buffer_wait_ms > 0 ? fmt::format(" (waited {} ms for one)", o.buffer_wait_ms) : ""));
       job = it->second;
+      ++pstats.next_calls;
+      pstats.last_next_waited = !job->done;
+      if (!job->done) ++pstats.next_waited;
       p->cv.wait(lk, [&] { return job->done; });
       jobs.erase(it);
       if (!job->error.ok()) {
@@ -843,7 +1038,7 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::unique_ptr<Dataset> ds, cons
   return l;
 }
 
-void Loader::set_epoch(uint64_t e) { impl_->Reset(e, 0); }
+void Loader::set_epoch(uint64_t e) { impl_->Reset(e, 0, /*adopt=*/true); }
 uint64_t Loader::epoch() const { return impl_->epoch; }
 uint64_t Loader::num_batches() const { return impl_->part.num_batches; }
 uint64_t Loader::num_samples() const { return impl_->n; }
@@ -854,6 +1049,16 @@ const std::vector<std::string>& Loader::class_names() const { return impl_->clas
 Result<Batch> Loader::Next() { return impl_->Next(impl_->pool); }
 std::vector<Status> Loader::skipped() const { return impl_->skipped; }
 bool Loader::streaming() const { return impl_->streaming; }
+
+Loader::PrefetchStats Loader::prefetch_stats() const {
+  std::lock_guard<std::mutex> lk(impl_->pool->mu);
+  PrefetchStats s = impl_->pstats;
+  for (auto& [b, job] : impl_->ahead.jobs) {
+    s.ready_ahead += job->done && job->error.ok();
+    s.decoding_ahead += !job->done;
+  }
+  return s;
+}
 
 Loader::StreamStats Loader::stream_stats() const {
   if (!impl_->streaming) return {};
