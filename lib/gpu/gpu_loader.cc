@@ -330,6 +330,17 @@ struct CopyImpl final : ProducerImpl {
     return Status::OK();
   }
 
+  // Waits for every copy in flight and returns those host batches to the CPU loader.
+  Status ReapAll() {
+    while (!pending.empty()) {
+      cudaError_t q = cudaEventSynchronize(pending.front().copied);
+      if (q != cudaSuccess) return gpu::CudaError(q, "cudaEventSynchronize(copy)");
+      free_events.push_back(pending.front().copied);
+      pending.pop_front();
+    }
+    return Status::OK();
+  }
+
   void Produce(uint64_t, uint64_t) override {
     for (;;) {
       int slot = ring->Acquire(&stop);
@@ -351,6 +362,14 @@ struct CopyImpl final : ProducerImpl {
       Batch hb = std::move(r).value();
       if (hb.end_of_epoch()) {
         ring->Abandon(slot);
+        // Give every host batch back to the CPU loader once its copy is done, so that
+        // its whole pool can prefetch the next epoch (LoaderOptions::prefetch_next_epoch)
+        // while the consumer finishes this one.
+        if (Status rs = ReapAll(); !rs.ok()) {
+          it.st = std::move(rs);
+          Push(std::move(it));
+          return;
+        }
         it.batch = GpuLoaderAccess::End();
         Push(std::move(it));
         return;
