@@ -1064,10 +1064,10 @@ std::string Hdf5Data::SymbolTableProblem(uint64_t btree_rel, uint64_t heap_rel, 
   if (heap >= size || size - heap < hlen || std::memcmp(f + heap, "HEAP", 4) != 0 || f[heap + 4] != 0)
     return fmt::format("names a local heap at {} that is not one", heap_rel + userblock_);
   uint64_t dsize = Le(f + heap + 8, ss), daddr = abs(Le(f + heap + 8 + 2 * ss, sa));
-  bool overlaps = daddr < heap + hlen && heap < daddr + dsize;
-  if (daddr >= size || dsize > size - daddr || overlaps)
+  bool past = daddr >= size || dsize > size - daddr;
+  if (past || (daddr < heap + hlen && heap < daddr + dsize))
     return fmt::format("names a local heap at {} whose data ({} bytes at {}) {}", heap, dsize, daddr,
-                       overlaps ? "overlaps its header" : "lies past the end of the file");
+                       past ? "lies past the end of the file" : "overlaps its header");
   const uint8_t* data = f + daddr;
   const uint64_t max_blocks = dsize / (2 * ss);
   uint64_t blocks = 0;
@@ -1094,7 +1094,7 @@ std::string Hdf5Data::SymbolTableProblem(uint64_t btree_rel, uint64_t heap_rel, 
   while (!todo.empty()) {
     auto [a, want] = todo.back();
     todo.pop_back();
-    if (a >= size || size - a < bhdr || std::memcmp(f + a, "TREE", 4) != 0 || f[a + 4] != 0)
+    if (a >= size || size - a < bhdr + ss || std::memcmp(f + a, "TREE", 4) != 0 || f[a + 4] != 0)
       return fmt::format("has a symbol-table B-tree node at {} that is not one", a == UINT64_MAX ? btree_rel : a);
     if (!first_visit(a)) return fmt::format("reaches the symbol-table B-tree node at {} twice", a);
     int level = f[a + 5];
