@@ -667,6 +667,9 @@ patched('tree-twice.h5', (btree + 6, struct.pack('<H', n + 1)), (btree + 32 + 16
 print('tree-twice.h5\t' + at + 'reaches the symbol node at %d twice' % snod)
 patched('tree-self.h5', (btree + 5, b'\x01'), (btree + 32, struct.pack('<Q', btree)))
 print('tree-self.h5\t' + at + 'reaches the symbol-table B-tree node at %d twice' % btree)
+patched('tree-key.h5', (btree + 24, struct.pack('<Q', dsize + 5)))
+print('tree-key.h5\t' + at + 'has a symbol-table B-tree node at %d whose key 0 (heap offset %d) is not a string'
+      % (btree, dsize + 5))
 patched('snod-count.h5', (snod + 6, struct.pack('<H', 2 * leaf_k + 1)))
 print('snod-count.h5\t' + at + 'has a symbol node at %d of %d entries, more than 2 x K = %d'
       % (snod, 2 * leaf_k + 1, 2 * leaf_k))
@@ -712,7 +715,7 @@ assert any(raw[i + 5] == 1 for i in range(len(raw)) if raw.startswith(b'TREE', i
     CHECK(ds.status().message().find(message) != std::string::npos);
     ++cases;
   }
-  CHECK(cases == 8);
+  CHECK(cases == 9);
 }
 
 TEST_CASE("hdf5 truncated file is an error naming the file", "[hdf5]") {

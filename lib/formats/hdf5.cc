@@ -1054,7 +1054,8 @@ Status Hdf5Data::CheckHeaderAt(uint64_t addr, const std::string& what, size_t sa
 //   reached twice, so every walk ends.
 // - symbol nodes hold at most 2 x the superblock's leaf K entries (libhdf5
 //   sizes their entry array so), all inside the file, and each entry's name
-//   (and a soft link's value) is a NUL-terminated string inside the heap.
+//   (and a soft link's value), like each B-tree key, is a NUL-terminated
+//   string inside the heap.
 // Returns what is wrong, or "" (with the addresses relative to the superblock).
 std::string Hdf5Data::SymbolTableProblem(uint64_t btree_rel, uint64_t heap_rel, size_t sa, size_t ss) const {
   const uint8_t* f = map_->data();
@@ -1106,6 +1107,11 @@ std::string Hdf5Data::SymbolTableProblem(uint64_t btree_rel, uint64_t heap_rel, 
                          2 * sym_internal_k_);
     if ((size - a - bhdr - ss) / (sa + ss) < n)
       return fmt::format("has a symbol-table B-tree node at {} of {} entries, cut off by the end of the file", a, n);
+    for (uint64_t i = 0; i <= n; ++i)  // keys: heap offsets of names, compared by libhdf5's lookups
+      if (uint64_t key = Le(f + a + bhdr + i * (sa + ss), ss); !name_ok(key))
+        return fmt::format("has a symbol-table B-tree node at {} whose key {} (heap offset {}) is not a string "
+                           "inside the local heap ({} bytes)",
+                           a, i, key, dsize);
     for (uint64_t i = 0; i < n; ++i) {
       uint64_t c = abs(Le(f + a + bhdr + ss + i * (sa + ss), sa));
       if (level > 0) {
