@@ -106,7 +106,7 @@ for t in $TARGETS; do
     break
   done
   echo "fuzz_$t: $runs run(s), $units executions, $upstream_n input(s) that crash $upstream itself" |
-    sed 's/, 0 input(s) that crash *$//'
+    sed 's/, 0 input(s) that crash .*$//'
   grep -E "stat::peak_rss_mb" "$BUILD/fuzz_$t.log" | tail -1 | sed "s/^/fuzz_$t: /"
   rm -f "$BUILD/fuzz_$t.before" "$BUILD/fuzz_$t.run.log"
 done
