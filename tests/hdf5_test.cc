@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -593,6 +594,128 @@ patch('tp.h5', off + 16 * 2, struct.pack('<I', 0xFFFFFFF0))          # image 2: 
         std::string::npos);
   REQUIRE((*ra)->Get(0, &s).ok());  // and the handle still works
   CHECK(s.find("jpg")->data.str() == imgs[0]);
+}
+
+TEST_CASE("hdf5 old-style group structures are checked before libhdf5 follows them", "[hdf5]") {
+  // Fuzz finding 15 (now a seed): 10.9 KB whose group `/fields` has a local
+  // heap with a free list whose block names itself as the next one. libhdf5
+  // 1.10 allocates a node per block as it follows the chain: 36 M allocations,
+  // 3.9 GB and 9 s before failing. It must be refused in well under a second,
+  // under a 1 GiB address-space limit (not with ASan), naming file and group.
+  std::string known = std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/corpus/hdf5/regression-local-heap-free-list-loop.h5";
+#ifdef SK_TEST_ASAN
+  const char* limit = "";
+#else
+  const char* limit = "ulimit -v 1048576 && ";
+#endif
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = Run(fmt::format("{}exec {} info {}", limit, Q(SHARDKIT_CLI), Q(known)));
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  struct rusage ru {};
+  getrusage(RUSAGE_CHILDREN, &ru);  // the largest child so far: this one (each test case runs in its own process)
+  CHECK(ru.ru_maxrss < 256 * 1024);  // KiB
+  INFO(r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("regression-local-heap-free-list-loop.h5") != std::string::npos);
+  CHECK(r.err.find("'fields': object header at 1880 names a local heap at 1920 whose free list loops or overlaps "
+                   "(more than 5 blocks of at least 16 bytes in its 88 bytes)") != std::string::npos);
+  CHECK(secs < 1);
+
+  // Crafted copies of a good file (old-style groups, superblock version 0,
+  // 8-byte addresses and lengths), each with one structure of the root
+  // group's symbol table damaged; and a good root group of 300 links (a B-tree
+  // of two levels) with free blocks in its heap, which must still open.
+  TempDir dir;
+  WriteH5(dir / "good.h5", MakeSamples(4));
+  r = Py(dir, R"(
+import sys, struct, shutil, h5py, numpy as np
+d = sys.argv[1]
+raw = open(d + '/good.h5', 'rb').read()
+assert raw[:9] == b'\x89HDF\r\n\x1a\n\x00' and raw[13] == 8 and raw[14] == 8, raw[:16]
+leaf_k = struct.unpack_from('<H', raw, 16)[0]
+root = struct.unpack_from('<Q', raw, 64)[0]          # the superblock's root symbol-table entry
+assert raw[root] == 1
+chunks, stab = [(root + 16, struct.unpack_from('<I', raw, root + 8)[0])], None
+while chunks and stab is None:  # the symbol-table message, following continuations
+    q, size = chunks.pop()
+    end = q + size
+    while q + 8 <= end and stab is None:
+        t, sz = struct.unpack_from('<HH', raw, q)
+        if t == 0x10: chunks.append(struct.unpack_from('<QQ', raw, q + 8))
+        if t == 0x11: stab = struct.unpack_from('<QQ', raw, q + 8)
+        q += 8 + sz
+btree, heap = stab
+dsize, free, data = struct.unpack_from('<QQQ', raw, heap + 8)
+assert raw[btree:btree + 4] == b'TREE' and raw[btree + 5] == 0
+n = struct.unpack_from('<H', raw, btree + 6)[0]
+snod = struct.unpack_from('<Q', raw, btree + 32)[0]
+assert raw[snod:snod + 4] == b'SNOD'
+def patched(name, *edits):
+    b = bytearray(raw)
+    for off, data in edits: b[off:off + len(data)] = data
+    open(d + '/' + name, 'wb').write(b)
+at = 'root group: object header at %d ' % root
+x = free if free != 1 else (dsize - 16) // 8 * 8
+patched('heap-loop.h5', (heap + 16, struct.pack('<Q', x)), (data + x, struct.pack('<QQ', x, 16)))
+print('heap-loop.h5\t' + at + 'names a local heap at %d whose free list loops or overlaps' % heap)
+patched('heap-free-outside.h5', (heap + 16, struct.pack('<Q', dsize - 8)))
+print('heap-free-outside.h5\t' + at + 'names a local heap at %d whose free list has a block at offset %d'
+      % (heap, dsize - 8))
+patched('tree-level.h5', (btree + 5, b'\x01'))
+print('tree-level.h5\t' + at + 'has a symbol-table B-tree node at %d that is not one' % snod)
+patched('tree-twice.h5', (btree + 6, struct.pack('<H', n + 1)), (btree + 32 + 16 * n, struct.pack('<Q', snod)))
+print('tree-twice.h5\t' + at + 'reaches the symbol node at %d twice' % snod)
+patched('tree-self.h5', (btree + 5, b'\x01'), (btree + 32, struct.pack('<Q', btree)))
+print('tree-self.h5\t' + at + 'reaches the symbol-table B-tree node at %d twice' % btree)
+patched('tree-key.h5', (btree + 24, struct.pack('<Q', dsize + 5)))
+print('tree-key.h5\t' + at + 'has a symbol-table B-tree node at %d whose key 0 (heap offset %d) is not a string'
+      % (btree, dsize + 5))
+patched('snod-count.h5', (snod + 6, struct.pack('<H', 2 * leaf_k + 1)))
+print('snod-count.h5\t' + at + 'has a symbol node at %d of %d entries, more than 2 x K = %d'
+      % (snod, 2 * leaf_k + 1, 2 * leaf_k))
+patched('name-outside.h5', (snod + 8, struct.pack('<Q', dsize + 100)))
+print('name-outside.h5\t' + at + 'has a link (entry 0 of the symbol node at %d) whose name at heap offset %d '
+      'is not a string inside the local heap' % (snod, dsize + 100))
+patched('name-unterminated.h5', (data + dsize - 1, b'x'), (snod + 8, struct.pack('<Q', dsize - 1)))
+print('name-unterminated.h5\t' + at + 'has a link (entry 0 of the symbol node at %d) whose name at heap offset %d'
+      % (snod, dsize - 1))
+with h5py.File(d + '/many.h5', 'w', libver='earliest') as f:
+    ds = f.create_dataset('images', (3,), dtype=h5py.vlen_dtype(np.uint8))
+    for i in range(3): ds[i] = np.arange(5 + i, dtype=np.uint8)
+    f['labels'] = np.array([0, 1, 2], dtype=np.int64)
+    for i in range(300): f['link%03d' % i] = f['labels']
+    for i in range(0, 300, 7): del f['link%03d' % i]
+raw = open(d + '/many.h5', 'rb').read()
+assert any(raw[i + 5] == 1 for i in range(len(raw)) if raw.startswith(b'TREE', i))  # a two-level B-tree
+)",
+         Q(dir.path()));
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  auto good = Open(dir / "good.h5");
+  REQUIRE(good.ok());
+  CHECK((*good)->info().num_samples == 4);
+  auto many = Open(dir / "many.h5");
+  INFO((many.ok() ? std::string() : many.status().ToString()));
+  REQUIRE(many.ok());
+  CHECK((*many)->info().num_samples == 3);
+  int cases = 0;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    auto tab = line.find('\t');
+    REQUIRE(tab != std::string::npos);
+    std::string file = line.substr(0, tab), message = line.substr(tab + 1);
+    INFO(file);
+    auto t = std::chrono::steady_clock::now();
+    auto ds = Open(dir / file);
+    CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count() < 1);
+    REQUIRE_FALSE(ds.ok());
+    CHECK(ds.status().code() == Code::kCorrupt);
+    CHECK(ds.status().where().file == dir / file);
+    INFO(ds.status().message());
+    CHECK(ds.status().message().find(message) != std::string::npos);
+    ++cases;
+  }
+  CHECK(cases == 9);
 }
 
 TEST_CASE("hdf5 truncated file is an error naming the file", "[hdf5]") {

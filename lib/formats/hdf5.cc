@@ -43,6 +43,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -887,6 +888,7 @@ class Hdf5Data {
   Status CheckHeaderAt(uint64_t addr, const std::string& what, size_t sa, size_t ss) const;
   Status CheckLinkTarget(hid_t parent, const std::string& name, const std::string& full) const;
   Status CheckRootHeader();
+  std::string SymbolTableProblem(uint64_t btree_rel, uint64_t heap_rel, size_t sa, size_t ss) const;
   Status ReadInts(hid_t d, const std::string& name, uint64_t expect, bool is_unsigned, void* out) const;
   Result<std::vector<std::string>> ReadStrings(hid_t obj, bool is_attr, const std::string& name) const;
   Status GetTp(uint64_t i, Sample* out) const;
@@ -924,6 +926,8 @@ class Hdf5Data {
   uint64_t userblock_ = 0;    // HDF5 addresses are relative to its end
   size_t sizeof_size_ = 8;    // bytes of a length in the file's metadata
   size_t sizeof_addr_ = 8;    // bytes of an address in the file's metadata
+  uint64_t sym_leaf_k_ = 0;      // symbol-table K values of a version 0/1 superblock (0: not known)
+  uint64_t sym_internal_k_ = 0;
   bool shardkit_ = false;
   // Our layout.
   std::string key_blob_;
@@ -1016,14 +1020,8 @@ Status Hdf5Data::CheckHeaderAt(uint64_t addr, const std::string& what, size_t sa
       if (msize > todo[k].end - q - mh) break;  // libhdf5 refuses the header itself
       if (type == 0x11) {  // symbol table: v1 B-tree and local heap of an old-style group
         if (size - (q + mh) < 2 * sa) return bad("has a symbol-table message cut off by the end of the file");
-        uint64_t heap = userblock_ + Le(m + mh + sa, sa), hlen = 8 + 2 * ss + sa;
-        if (heap >= size || size - heap < hlen || std::memcmp(f + heap, "HEAP", 4) != 0 || f[heap + 4] != 0)
-          return bad(fmt::format("names a local heap at {} that is not one", heap));
-        uint64_t dsize = Le(f + heap + 8, ss), daddr = userblock_ + Le(f + heap + 8 + 2 * ss, sa);
-        bool overlaps = daddr < heap + hlen && heap < daddr + dsize;
-        if (daddr >= size || dsize > size - daddr || overlaps)
-          return bad(fmt::format("names a local heap at {} whose data ({} bytes at {}) {}", heap, dsize, daddr,
-                                 overlaps ? "overlaps its header" : "lies past the end of the file"));
+        std::string why = SymbolTableProblem(Le(m + mh, sa), Le(m + mh + sa, sa), sa, ss);
+        if (!why.empty()) return bad(why);
       }
       if (type == 0x10) {  // libhdf5 decodes address and length whatever size the message declares
         if (size - (q + mh) < sa + ss) return bad("has a continuation message cut off by the end of the file");
@@ -1038,6 +1036,113 @@ Status Hdf5Data::CheckHeaderAt(uint64_t addr, const std::string& what, size_t sa
     }
   }
   return Status::OK();
+}
+
+// An old-style group's symbol table (object header message 0x11): a local heap
+// holding the link names, and a version 1 B-tree (type 0) whose leaves point
+// to symbol nodes (SNOD) of link entries. libhdf5 1.10 follows all of it as
+// the file says when it lists or searches the group, bounded by nothing but
+// the file's own pointers:
+// - the heap's free list (H5HL__fl_deserialize, on every load of the heap) is
+//   a chain of blocks, each starting with the offset of the next (1: none) and
+//   its own size; libhdf5 allocates a node per block and follows the chain
+//   without a cycle check, so a block naming itself as next makes it allocate
+//   until memory runs out (fuzz finding 15: 36 M nodes). The blocks of a real
+//   heap are disjoint and each holds those two lengths, so a data segment of
+//   D bytes holds at most D / (2 x length size) of them: a longer chain loops
+//   or overlaps.
+// - B-tree nodes are visited recursively by their child addresses: a child
+//   must be a node of the level below, and no node (nor symbol node) may be
+//   reached twice, so every walk ends.
+// - symbol nodes hold at most 2 x the superblock's leaf K entries (libhdf5
+//   sizes their entry array so), all inside the file, and each entry's name
+//   (and a soft link's value), like each B-tree key, is a NUL-terminated
+//   string inside the heap.
+// Returns what is wrong, or "" (with the addresses relative to the superblock).
+std::string Hdf5Data::SymbolTableProblem(uint64_t btree_rel, uint64_t heap_rel, size_t sa, size_t ss) const {
+  const uint8_t* f = map_->data();
+  const uint64_t size = map_->size();
+  auto abs = [&](uint64_t rel) { return rel < size - userblock_ ? userblock_ + rel : UINT64_MAX; };
+  uint64_t heap = abs(heap_rel), hlen = 8 + 2 * ss + sa;
+  if (heap >= size || size - heap < hlen || std::memcmp(f + heap, "HEAP", 4) != 0 || f[heap + 4] != 0)
+    return fmt::format("names a local heap at {} that is not one", heap_rel + userblock_);
+  uint64_t dsize = Le(f + heap + 8, ss), daddr = abs(Le(f + heap + 8 + 2 * ss, sa));
+  bool past = daddr >= size || dsize > size - daddr;
+  if (past || (daddr < heap + hlen && heap < daddr + dsize))
+    return fmt::format("names a local heap at {} whose data ({} bytes at {}) {}", heap, dsize, daddr,
+                       past ? "lies past the end of the file" : "overlaps its header");
+  const uint8_t* data = f + daddr;
+  const uint64_t max_blocks = dsize / (2 * ss);
+  uint64_t blocks = 0;
+  for (uint64_t fb = Le(f + heap + 8 + ss, ss); fb != 1;) {  // 1: the end of the free list
+    if (fb >= dsize || dsize - fb < 2 * ss)
+      return fmt::format("names a local heap at {} whose free list has a block at offset {}, outside its {} bytes",
+                         heap, fb, dsize);
+    if (++blocks > max_blocks)
+      return fmt::format("names a local heap at {} whose free list loops or overlaps (more than {} blocks of at "
+                         "least {} bytes in its {} bytes)",
+                         heap, max_blocks, 2 * ss, dsize);
+    uint64_t next = Le(data + fb, ss), bsize = Le(data + fb + ss, ss);
+    if (next == 0 || bsize > dsize - fb)
+      return fmt::format("names a local heap at {} whose free block at offset {} is damaged (next {}, {} bytes)",
+                         heap, fb, next, bsize);
+    fb = next;
+  }
+  auto name_ok = [&](uint64_t off) { return off < dsize && std::memchr(data + off, 0, dsize - off) != nullptr; };
+  // The B-tree: (absolute address, the level it must have; -1 for the root).
+  std::vector<std::pair<uint64_t, int>> todo{{abs(btree_rel), -1}};
+  std::set<uint64_t> seen;  // every B-tree and symbol node reached
+  auto first_visit = [&](uint64_t a) { return seen.insert(a).second; };
+  const uint64_t bhdr = 8 + 2 * sa, ent = 2 * sa + 24;
+  while (!todo.empty()) {
+    auto [a, want] = todo.back();
+    todo.pop_back();
+    if (a >= size || size - a < bhdr + ss || std::memcmp(f + a, "TREE", 4) != 0 || f[a + 4] != 0)
+      return fmt::format("has a symbol-table B-tree node at {} that is not one", a == UINT64_MAX ? btree_rel : a);
+    if (!first_visit(a)) return fmt::format("reaches the symbol-table B-tree node at {} twice", a);
+    int level = f[a + 5];
+    uint64_t n = Le(f + a + 6, 2);
+    if (want >= 0 && level != want)
+      return fmt::format("has a symbol-table B-tree node at {} of level {} below one of level {}", a, level, want + 1);
+    if (sym_internal_k_ && n > 2 * sym_internal_k_)
+      return fmt::format("has a symbol-table B-tree node at {} of {} entries, more than 2 x K = {}", a, n,
+                         2 * sym_internal_k_);
+    if ((size - a - bhdr - ss) / (sa + ss) < n)
+      return fmt::format("has a symbol-table B-tree node at {} of {} entries, cut off by the end of the file", a, n);
+    for (uint64_t i = 0; i <= n; ++i)  // keys: heap offsets of names, compared by libhdf5's lookups
+      if (uint64_t key = Le(f + a + bhdr + i * (sa + ss), ss); !name_ok(key))
+        return fmt::format("has a symbol-table B-tree node at {} whose key {} (heap offset {}) is not a string "
+                           "inside the local heap ({} bytes)",
+                           a, i, key, dsize);
+    for (uint64_t i = 0; i < n; ++i) {
+      uint64_t c = abs(Le(f + a + bhdr + ss + i * (sa + ss), sa));
+      if (level > 0) {
+        todo.push_back({c, level - 1});
+        continue;
+      }
+      if (c >= size || size - c < 8 || std::memcmp(f + c, "SNOD", 4) != 0 || f[c + 4] != 1)
+        return fmt::format("has a symbol node at {} that is not one", c);
+      if (!first_visit(c)) return fmt::format("reaches the symbol node at {} twice", c);
+      uint64_t ns = Le(f + c + 6, 2);
+      if (sym_leaf_k_ && ns > 2 * sym_leaf_k_)
+        return fmt::format("has a symbol node at {} of {} entries, more than 2 x K = {}", c, ns, 2 * sym_leaf_k_);
+      if ((size - c - 8) / ent < ns)
+        return fmt::format("has a symbol node at {} of {} entries, cut off by the end of the file", c, ns);
+      for (uint64_t j = 0; j < ns; ++j) {
+        const uint8_t* e = f + c + 8 + j * ent;
+        uint64_t name = Le(e, sa);
+        if (!name_ok(name))
+          return fmt::format("has a link (entry {} of the symbol node at {}) whose name at heap offset {} is not a "
+                             "string inside the local heap ({} bytes)",
+                             j, c, name, dsize);
+        if (Le(e + 2 * sa, 4) == 2 && !name_ok(Le(e + 2 * sa + 8, 4)))  // a soft link: its value in the heap
+          return fmt::format("has a soft link (entry {} of the symbol node at {}) whose value is not a string inside "
+                             "the local heap",
+                             j, c);
+      }
+    }
+  }
+  return "";
 }
 
 // Checks the header a hard link points to before libhdf5 loads it. Lock held.
@@ -1067,6 +1172,8 @@ Status Hdf5Data::CheckRootHeader() {
       if (size - at < off + sa) return Status::OK();
       root = Le(sb + off, sa);
       eof = Le(sb + (version == 0 ? 24 : 28) + 2 * sa, sa);
+      sym_leaf_k_ = Le(sb + 16, 2);
+      sym_internal_k_ = Le(sb + 18, 2);
     } else {
       sa = sb[9], ss = sb[10];
       if (sa < 2 || sa > 8 || ss < 2 || ss > 8) return Status::OK();
