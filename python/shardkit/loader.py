@@ -84,6 +84,15 @@ class Loader:
       on_error: "raise" (a sample that fails to decode raises shardkit.Error naming its
         key) or "skip" (left out of its batch, listed by skipped()).
       image_field: the field to decode (default: the sample's first image field).
+      stream: read in order, shard by shard, with a bounded shuffle buffer instead of by
+        index (docs/loader.md "Streamed mode"); chosen anyway for a dataset without
+        random access (e.g. `pipe:` shards).
+      shuffle_buffer: streamed mode: samples held in the shuffle buffer (0 or 1 = only the
+        shard order is shuffled).
+      prefetch_next_epoch: once an epoch's last batches are submitted, free buffers start
+        on the next epoch's (kept by set_epoch(e + 1), dropped by any other set_epoch or
+        load_state_dict), so the first batch of an epoch does not wait. Batches are the
+        same either way; turn it off for a loader re-run at the same epoch (evaluation).
 
     Order: the order of epoch e is a pure function of (seed, e); call set_epoch(e) before
     each epoch as with DistributedSampler (without it every epoch repeats the same order).
@@ -96,7 +105,7 @@ class Loader:
                  center_crop=False, resize_size=None, flip=True, mean=_IMAGENET_MEAN, std=_IMAGENET_STD,
                  dtype="float32", layout="NCHW", threads=0, prefetch=4, drop_last=False,
                  return_keys=False, on_error="raise", image_field=None, dct_scaling=True, ring=None,
-                 buffer_wait=10.0):
+                 buffer_wait=10.0, stream=False, shuffle_buffer=8192, prefetch_next_epoch=True):
         if not _shardkit.HAVE_LOADER:
             raise NotImplementedError("this build of shardkit has no loader")
         if decoder not in ("auto", "cpu", "gpu"):
@@ -111,6 +120,8 @@ class Loader:
             raise ValueError(f"layout must be one of {', '.join(_LAYOUTS)}, not {layout!r}")
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
+        if int(shuffle_buffer) < 0:
+            raise ValueError("shuffle_buffer must be >= 0")
         if prefetch < 2:
             raise ValueError("prefetch must be at least 2 (one buffer decoding, one held)")
         height, width = _pair(output_size, "output_size")
@@ -146,7 +157,8 @@ class Loader:
             mean=list(mean), std=list(std), dtype=dtype,
             layout="NHWC" if layout in ("NHWC", "channels_last") else "NCHW",
             on_error=on_error, image_field=image_field or "",
-            buffer_wait_ms=max(0, int(float(buffer_wait) * 1000)))
+            buffer_wait_ms=max(0, int(float(buffer_wait) * 1000)), stream=bool(stream),
+            shuffle_buffer=int(shuffle_buffer), prefetch_next_epoch=bool(prefetch_next_epoch))
         # Device batches from the library (GpuLoader) when it has CUDA; else the host
         # loader, and a torch copy for device="cuda:N".
         self._gpu = self._device.type == "cuda" and _shardkit.CUDA_COMPILED

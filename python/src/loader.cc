@@ -387,8 +387,12 @@ LoaderOptions MakeOptions(uint32_t batch_size, bool shuffle, uint64_t seed, int 
                           std::pair<double, double> scale, std::pair<double, double> ratio, double flip_p,
                           int resize_size, bool dct_scaling, const std::vector<float>& mean,
                           const std::vector<float>& std_, const std::string& dtype, const std::string& layout,
-                          const std::string& on_error, const std::string& image_field) {
+                          const std::string& on_error, const std::string& image_field, bool stream,
+                          uint32_t shuffle_buffer, bool prefetch_next_epoch) {
   LoaderOptions o;
+  o.stream = stream;
+  o.shuffle_buffer = shuffle_buffer;
+  o.prefetch_next_epoch = prefetch_next_epoch;
   o.batch_size = batch_size;
   o.shuffle = shuffle;
   o.seed = seed;
@@ -462,10 +466,11 @@ tensor made from it is freed.)doc")
                        std::pair<double, double> ratio, double flip_p, int resize_size, bool dct_scaling,
                        std::vector<float> mean, std::vector<float> std_, const std::string& dtype,
                        const std::string& layout, const std::string& on_error, const std::string& image_field,
-                       int buffer_wait_ms) {
+                       int buffer_wait_ms, bool stream, uint32_t shuffle_buffer, bool prefetch_next_epoch) {
              LoaderOptions o = MakeOptions(batch_size, shuffle, seed, rank, world_size, drop_last, threads, prefetch,
                                            output_height, output_width, train, scale, ratio, flip_p, resize_size,
-                                           dct_scaling, mean, std_, dtype, layout, on_error, image_field);
+                                           dct_scaling, mean, std_, dtype, layout, on_error, image_field, stream,
+                                           shuffle_buffer, prefetch_next_epoch);
              o.buffer_wait_ms = buffer_wait_ms;
              return std::make_unique<PyLoader>([&] { return Loader::Create(address, o); });
            }),
@@ -474,7 +479,8 @@ tensor made from it is freed.)doc")
            py::arg("output_height"), py::arg("output_width"), py::arg("train"), py::arg("scale"),
            py::arg("ratio"), py::arg("flip_p"), py::arg("resize_size"), py::arg("dct_scaling"),
            py::arg("mean"), py::arg("std"), py::arg("dtype"), py::arg("layout"), py::arg("on_error"),
-           py::arg("image_field"), py::arg("buffer_wait_ms") = 0)
+           py::arg("image_field"), py::arg("buffer_wait_ms") = 0, py::arg("stream") = false,
+           py::arg("shuffle_buffer") = 8192, py::arg("prefetch_next_epoch") = true)
       .def("next", &PyLoader::Next)
       .def("set_epoch", &PyLoader::SetEpoch, py::arg("epoch"))
       .def("save_state", &PyLoader::SaveState)
@@ -518,10 +524,12 @@ tensor made from it is freed.)doc")
                        std::pair<double, double> ratio, double flip_p, int resize_size, bool dct_scaling,
                        std::vector<float> mean, std::vector<float> std_, const std::string& dtype,
                        const std::string& layout, const std::string& on_error, const std::string& image_field,
-                       int device, const std::string& decoder, int ring, int buffer_wait_ms) {
+                       int device, const std::string& decoder, int ring, int buffer_wait_ms, bool stream,
+                       uint32_t shuffle_buffer, bool prefetch_next_epoch) {
              LoaderOptions o = MakeOptions(batch_size, shuffle, seed, rank, world_size, drop_last, threads, prefetch,
                                            output_height, output_width, train, scale, ratio, flip_p, resize_size,
-                                           dct_scaling, mean, std_, dtype, layout, on_error, image_field);
+                                           dct_scaling, mean, std_, dtype, layout, on_error, image_field, stream,
+                                           shuffle_buffer, prefetch_next_epoch);
              o.buffer_wait_ms = buffer_wait_ms;
              GpuOptions g;
              g.device = device;
@@ -538,7 +546,8 @@ tensor made from it is freed.)doc")
            py::arg("ratio"), py::arg("flip_p"), py::arg("resize_size"), py::arg("dct_scaling"),
            py::arg("mean"), py::arg("std"), py::arg("dtype"), py::arg("layout"), py::arg("on_error"),
            py::arg("image_field"), py::arg("device"), py::arg("decoder"), py::arg("ring"),
-           py::arg("buffer_wait_ms") = 0)
+           py::arg("buffer_wait_ms") = 0, py::arg("stream") = false, py::arg("shuffle_buffer") = 8192,
+           py::arg("prefetch_next_epoch") = true)
       .def("next", &PyGpuLoader::Next)
       .def("set_epoch", &PyGpuLoader::SetEpoch, py::arg("epoch"))
       .def("save_state", &PyGpuLoader::SaveState)
