@@ -380,13 +380,6 @@ for name, iname, lname in (('tp.h5', 'images', 'labels'), ('tg.h5', 'images', 't
   CHECK(missing.status().message().find("'nope'") != std::string::npos);
 }
 
-TEST_CASE("hdf5 hostile files (fuzz findings) are refused before libhdf5 allocates or reads for them", "[hdf5]") {
-  // The fuzz finding (now a seed in fuzz/corpus/hdf5/): 10 KB whose `keys`
-  // declares a 3.5 GB string. libhdf5 alone allocates and zeroes 3.5 GB
-  // before failing; shardkit must refuse it quickly, naming the file and the
-  // dataset, under a 1 GiB address-space limit (not with ASan, whose shadow
-  // memory needs more) and with a peak RSS far below the 3.5 GB.
-  std::string known = std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/corpus/hdf5/regression-vlen-string-3.5GB.h5";
 #if defined(__SANITIZE_ADDRESS__)  // GCC
 #define SK_TEST_ASAN 1
 #elif defined(__has_feature)  // clang
@@ -394,17 +387,38 @@ TEST_CASE("hdf5 hostile files (fuzz findings) are refused before libhdf5 allocat
 #define SK_TEST_ASAN 1
 #endif
 #endif
+
+// `shardkit info FILE` under a 1 GiB address-space limit (not with ASan, whose shadow
+// memory needs more): the result, its wall time in seconds and the child's peak RSS
+// in KiB (the largest child so far: each test case runs in its own process).
+struct Bounded {
+  sk_test::RunResult r;
+  double secs;
+  long maxrss_kib;
+};
+Bounded InfoBounded(const std::string& file) {
 #ifdef SK_TEST_ASAN
   const char* limit = "";
 #else
   const char* limit = "ulimit -v 1048576 && ";
 #endif
   auto t0 = std::chrono::steady_clock::now();
-  auto r = Run(fmt::format("{}exec {} info {}", limit, Q(SHARDKIT_CLI), Q(known)));
+  auto r = Run(fmt::format("{}exec {} info {}", limit, Q(SHARDKIT_CLI), Q(file)));
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   struct rusage ru {};
-  getrusage(RUSAGE_CHILDREN, &ru);  // the largest child so far: this one (each test case runs in its own process)
-  CHECK(ru.ru_maxrss < 512 * 1024);  // KiB
+  getrusage(RUSAGE_CHILDREN, &ru);
+  return {std::move(r), secs, ru.ru_maxrss};
+}
+
+TEST_CASE("hdf5 hostile files (fuzz findings) are refused before libhdf5 allocates or reads for them", "[hdf5]") {
+  // The fuzz finding (now a seed in fuzz/corpus/hdf5/): 10 KB whose `keys`
+  // declares a 3.5 GB string. libhdf5 alone allocates and zeroes 3.5 GB
+  // before failing; shardkit must refuse it quickly, naming the file and the
+  // dataset, under a 1 GiB address-space limit (not with ASan, whose shadow
+  // memory needs more) and with a peak RSS far below the 3.5 GB.
+  std::string known = std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/corpus/hdf5/regression-vlen-string-3.5GB.h5";
+  auto [r, secs, maxrss_kib] = InfoBounded(known);
+  CHECK(maxrss_kib < 512 * 1024);
   INFO(r.err);
   CHECK(r.exit_code == 1);
   CHECK(r.err.find("regression-vlen-string-3.5GB.h5") != std::string::npos);
@@ -424,7 +438,7 @@ TEST_CASE("hdf5 hostile files (fuzz findings) are refused before libhdf5 allocat
   // The third: an integer `labels` type declared 4 GB wide, for which
   // libhdf5 would allocate a 4 GB conversion buffer.
   std::string wide = std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/corpus/hdf5/regression-int-type-4GB.h5";
-  r = Run(fmt::format("{}exec {} info {}", limit, Q(SHARDKIT_CLI), Q(wide)));
+  r = InfoBounded(wide).r;
   INFO(r.err);
   CHECK(r.exit_code == 1);
   CHECK(r.err.find("dataset 'labels': expected integers of at most 8 bytes, found 4294836232 bytes") !=
@@ -433,7 +447,7 @@ TEST_CASE("hdf5 hostile files (fuzz findings) are refused before libhdf5 allocat
   // The fourth: a `keys` string type whose base (character) type the file
   // declares far wider than 1 byte; libhdf5 sizes by length x base size.
   std::string chars = std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/corpus/hdf5/regression-vlen-string-wide-base.h5";
-  r = Run(fmt::format("{}exec {} info {}", limit, Q(SHARDKIT_CLI), Q(chars)));
+  r = InfoBounded(chars).r;
   INFO(r.err);
   CHECK(r.exit_code == 1);
   CHECK(r.err.find("dataset 'keys': element 0 declares a variable-length string of 2466250755 bytes in a file of "
@@ -442,7 +456,7 @@ TEST_CASE("hdf5 hostile files (fuzz findings) are refused before libhdf5 allocat
   // The fifth: a compact `keys` of 3 elements whose object header holds no
   // data; libhdf5 1.10 copied from the missing buffer (SIGSEGV).
   std::string compact = std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/corpus/hdf5/regression-compact-keys-no-data.h5";
-  r = Run(fmt::format("{}exec {} info {}", limit, Q(SHARDKIT_CLI), Q(compact)));
+  r = InfoBounded(compact).r;
   INFO(r.err);
   CHECK(r.exit_code == 1);
   CHECK(r.err.find("dataset 'keys': compact dataset of 3 elements of 16 bytes holds only 0 bytes") !=
@@ -451,7 +465,7 @@ TEST_CASE("hdf5 hostile files (fuzz findings) are refused before libhdf5 allocat
   // The sixth: the root group's object header continues in a chunk of 3.5 GB
   // far past the end of the file; libhdf5 allocated it before checking.
   std::string cont = std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/corpus/hdf5/regression-ohdr-continuation-3.5GB.h5";
-  r = Run(fmt::format("{}exec {} info {}", limit, Q(SHARDKIT_CLI), Q(cont)));
+  r = InfoBounded(cont).r;
   INFO(r.err);
   CHECK(r.exit_code == 1);
   CHECK(r.err.find("root group: object header at 96 continues at 7133701809754866464 with 3489690476 bytes, past "
@@ -460,7 +474,7 @@ TEST_CASE("hdf5 hostile files (fuzz findings) are refused before libhdf5 allocat
   // The seventh: a `class_names` attribute whose stored data is shorter than
   // its elements; libhdf5's H5Aread copied past it.
   std::string attr = std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/corpus/hdf5/regression-attr-short-buffer.h5";
-  r = Run(fmt::format("{}exec {} info {}", limit, Q(SHARDKIT_CLI), Q(attr)));
+  r = InfoBounded(attr).r;
   INFO(r.err);
   CHECK(r.exit_code == 1);
   CHECK(r.err.find("'class_names (attribute)': holds 30 bytes for 2 elements of 16 bytes") != std::string::npos);
@@ -477,7 +491,7 @@ TEST_CASE("hdf5 hostile files (fuzz findings) are refused before libhdf5 allocat
   // length libhdf5 decodes from the bytes after it all the same (4 GB).
   std::string shortcont =
       std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/corpus/hdf5/regression-ohdr-short-continuation.h5";
-  r = Run(fmt::format("{}exec {} info {}", limit, Q(SHARDKIT_CLI), Q(shortcont)));
+  r = InfoBounded(shortcont).r;
   INFO(r.err);
   CHECK(r.exit_code == 1);
   CHECK(r.err.find("'images': object header at 1400 continues at 4194304 with 4295491589 bytes") !=
@@ -603,17 +617,8 @@ TEST_CASE("hdf5 old-style group structures are checked before libhdf5 follows th
   // 3.9 GB and 9 s before failing. It must be refused in well under a second,
   // under a 1 GiB address-space limit (not with ASan), naming file and group.
   std::string known = std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/corpus/hdf5/regression-local-heap-free-list-loop.h5";
-#ifdef SK_TEST_ASAN
-  const char* limit = "";
-#else
-  const char* limit = "ulimit -v 1048576 && ";
-#endif
-  auto t0 = std::chrono::steady_clock::now();
-  auto r = Run(fmt::format("{}exec {} info {}", limit, Q(SHARDKIT_CLI), Q(known)));
-  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  struct rusage ru {};
-  getrusage(RUSAGE_CHILDREN, &ru);  // the largest child so far: this one (each test case runs in its own process)
-  CHECK(ru.ru_maxrss < 256 * 1024);  // KiB
+  auto [r, secs, maxrss_kib] = InfoBounded(known);
+  CHECK(maxrss_kib < 256 * 1024);
   INFO(r.err);
   CHECK(r.exit_code == 1);
   CHECK(r.err.find("regression-local-heap-free-list-loop.h5") != std::string::npos);

@@ -511,14 +511,6 @@ TEST_CASE("streamed loader: destroying it mid-epoch with a slow stream returns p
 
 namespace {
 
-std::vector<sk_test::Step> EpochSteps(uint64_t nb) {
-  using S = sk_test::Step;
-  return {S{'E', 0}, S{'D'}, S{'W'}, S{'E', 1}, S{'D'}, S{'E', 2}, S{'N', 1}, S{'E', 3},
-          S{'N', nb ? nb - 1 : 0}, S{'W'}, S{'E', 4}, S{'D'}, S{'W'}, S{'E', 6}, S{'D'}, S{'W'},
-          S{'E', 6}, S{'N', 1}, S{'S'}, S{'D'}, S{'W'}, S{'R'}, S{'D'}, S{'W'}, S{'S'}, S{'E', 7},
-          S{'N', 1}, S{'R'}, S{'N', 1}, S{'W'}, S{'E', 7}, S{'D'}, S{'W'}, S{'E', 8}, S{'D'}};
-}
-
 std::vector<Seen> FreshEpoch(const std::string& addr, LoaderOptions o, uint64_t epoch) {
   o.prefetch_next_epoch = false;
   auto l = MustCreate(addr, o);
@@ -555,7 +547,7 @@ TEST_CASE("streamed loader: prefetching the next epoch changes nothing the consu
     auto off = MustCreate(addr, o);
     o.prefetch_next_epoch = true;
     auto on = MustCreate(addr, o);
-    auto steps = EpochSteps(on->num_batches());
+    auto steps = sk_test::EpochSteps(on->num_batches());
     auto want = sk_test::Script(*off, steps);
     auto got = sk_test::Script(*on, steps);
     INFO("rank " << c.rank << "/" << c.world << " buffer " << c.buffer << " prefetch " << c.prefetch);
@@ -580,7 +572,7 @@ TEST_CASE("streamed loader: prefetching the next epoch changes nothing the consu
     auto on = Loader::Create(std::make_unique<StreamOnly>(bad, 45), o);
     REQUIRE(off.ok());
     REQUIRE(on.ok());
-    auto steps = EpochSteps((*on)->num_batches());
+    auto steps = sk_test::EpochSteps((*on)->num_batches());
     auto want = sk_test::Script(**off, steps);
     auto got = sk_test::Script(**on, steps);
     INFO("policy " << int(policy));

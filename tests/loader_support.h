@@ -132,4 +132,16 @@ inline bool WaitAhead(const shardkit::Loader& l, uint64_t count) {
   return true;
 }
 
+// The call sequence the prefetch tests run with and without LoaderOptions::
+// prefetch_next_epoch (nb: batches per epoch): successive epochs, set_epoch(e + 1)
+// mid-epoch (also right before the end), the same epoch again, a non-successor epoch,
+// save/restore mid-epoch and at the end of an epoch.
+inline std::vector<Step> EpochSteps(uint64_t nb) {
+  using S = Step;
+  return {S{'E', 0}, S{'D'}, S{'W'}, S{'E', 1}, S{'D'}, S{'E', 2}, S{'N', 1}, S{'E', 3},
+          S{'N', nb ? nb - 1 : 0}, S{'W'}, S{'E', 4}, S{'D'}, S{'W'}, S{'E', 6}, S{'D'}, S{'W'},
+          S{'E', 6}, S{'N', 1}, S{'S'}, S{'D'}, S{'W'}, S{'R'}, S{'D'}, S{'W'}, S{'S'}, S{'E', 7},
+          S{'N', 1}, S{'R'}, S{'N', 1}, S{'W'}, S{'E', 7}, S{'D'}, S{'W'}, S{'E', 8}, S{'D'}};
+}
+
 }  // namespace sk_test

@@ -448,17 +448,6 @@ TEST_CASE("Create(address) reads WebDataset shards through their index", "[loade
 
 namespace {
 
-// The call sequence every configuration below runs, with and without the prefetch:
-// successive epochs, set_epoch(e + 1) mid-epoch (also right before the end), the same
-// epoch again, a non-successor epoch, save/restore mid-epoch and at the end of an epoch.
-std::vector<sk_test::Step> EpochSteps(uint64_t nb) {
-  using S = sk_test::Step;
-  return {S{'E', 0}, S{'D'}, S{'W'}, S{'E', 1}, S{'D'}, S{'E', 2}, S{'N', 1}, S{'E', 3},
-          S{'N', nb ? nb - 1 : 0}, S{'W'}, S{'E', 4}, S{'D'}, S{'W'}, S{'E', 6}, S{'D'}, S{'W'},
-          S{'E', 6}, S{'N', 1}, S{'S'}, S{'D'}, S{'W'}, S{'R'}, S{'D'}, S{'W'}, S{'S'}, S{'E', 7},
-          S{'N', 1}, S{'R'}, S{'N', 1}, S{'W'}, S{'E', 7}, S{'D'}, S{'W'}, S{'E', 8}, S{'D'}};
-}
-
 std::vector<Seen> Fresh(std::shared_ptr<RandomAccess> data, LoaderOptions o, uint64_t epoch, uint64_t from = 0) {
   o.prefetch_next_epoch = false;
   auto l = MustCreate(std::move(data), o);
@@ -511,7 +500,7 @@ TEST_CASE("prefetching the next epoch changes nothing the consumer sees, whateve
       auto off = MustCreate(data, o);
       o.prefetch_next_epoch = true;
       auto on = MustCreate(data, o);
-      auto steps = EpochSteps(on->num_batches());
+      auto steps = sk_test::EpochSteps(on->num_batches());
       auto want = sk_test::Script(*off, steps);
       auto got = sk_test::Script(*on, steps);
       INFO("seed " << c.seed << " rank " << c.rank << "/" << c.world << " variant " << variant);
