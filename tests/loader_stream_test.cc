@@ -543,19 +543,8 @@ TEST_CASE("streamed loader: prefetching the next epoch changes nothing the consu
     o.drop_last = c.drop_last;
     o.shuffle_buffer = c.buffer;
     o.prefetch = c.prefetch;
-    o.prefetch_next_epoch = false;
-    auto off = MustCreate(addr, o);
-    o.prefetch_next_epoch = true;
-    auto on = MustCreate(addr, o);
-    auto steps = sk_test::EpochSteps(on->num_batches());
-    auto want = sk_test::Script(*off, steps);
-    auto got = sk_test::Script(*on, steps);
     INFO("rank " << c.rank << "/" << c.world << " buffer " << c.buffer << " prefetch " << c.prefetch);
-    REQUIRE(got.size() == want.size());
-    for (size_t i = 0; i < got.size(); ++i) {
-      INFO("log line " << i);
-      CHECK(got[i] == want[i]);
-    }
+    auto [off, on] = sk_test::SameWithAndWithoutPrefetch(o, [&](const LoaderOptions& x) { return MustCreate(addr, x); });
     CHECK(off->prefetch_stats().speculated == 0);
     CHECK(on->prefetch_stats().adopted > 0);
   }
@@ -566,23 +555,14 @@ TEST_CASE("streamed loader: prefetching the next epoch changes nothing the consu
   for (auto policy : {DecodeErrorPolicy::kError, DecodeErrorPolicy::kSkip}) {
     LoaderOptions o = StreamOpts();
     o.on_error = policy;
-    o.prefetch_next_epoch = false;
-    auto off = Loader::Create(std::make_unique<StreamOnly>(bad, 45), o);
-    o.prefetch_next_epoch = true;
-    auto on = Loader::Create(std::make_unique<StreamOnly>(bad, 45), o);
-    REQUIRE(off.ok());
-    REQUIRE(on.ok());
-    auto steps = sk_test::EpochSteps((*on)->num_batches());
-    auto want = sk_test::Script(**off, steps);
-    auto got = sk_test::Script(**on, steps);
     INFO("policy " << int(policy));
-    REQUIRE(got.size() == want.size());
-    for (size_t i = 0; i < got.size(); ++i) {
-      INFO("log line " << i);
-      CHECK(got[i] == want[i]);
-    }
+    auto [off, on] = sk_test::SameWithAndWithoutPrefetch(o, [&](const LoaderOptions& x) {
+      auto l = Loader::Create(std::make_unique<StreamOnly>(bad, 45), x);
+      REQUIRE(l.ok());
+      return std::move(l).value();
+    });
     // (kError: every epoch fails early here; nothing is submitted after an error)
-    if (policy == DecodeErrorPolicy::kSkip) CHECK((*on)->prefetch_stats().adopted > 0);
+    if (policy == DecodeErrorPolicy::kSkip) CHECK(on->prefetch_stats().adopted > 0);
   }
 }
 

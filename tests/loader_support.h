@@ -4,8 +4,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "shardkit/loader.h"
@@ -142,6 +144,27 @@ inline std::vector<Step> EpochSteps(uint64_t nb) {
           S{'N', nb ? nb - 1 : 0}, S{'W'}, S{'E', 4}, S{'D'}, S{'W'}, S{'E', 6}, S{'D'}, S{'W'},
           S{'E', 6}, S{'N', 1}, S{'S'}, S{'D'}, S{'W'}, S{'R'}, S{'D'}, S{'W'}, S{'S'}, S{'E', 7},
           S{'N', 1}, S{'R'}, S{'N', 1}, S{'W'}, S{'E', 7}, S{'D'}, S{'W'}, S{'E', 8}, S{'D'}};
+}
+
+// Makes two loaders with make(o) (returning std::unique_ptr<Loader>), prefetch_next_epoch
+// off and on, runs EpochSteps on both and checks that their logs agree line for line.
+// Returns {off, on} for further checks.
+template <class Make>
+std::pair<std::unique_ptr<shardkit::Loader>, std::unique_ptr<shardkit::Loader>> SameWithAndWithoutPrefetch(
+    shardkit::LoaderOptions o, Make make) {
+  o.prefetch_next_epoch = false;
+  std::unique_ptr<shardkit::Loader> off = make(o);
+  o.prefetch_next_epoch = true;
+  std::unique_ptr<shardkit::Loader> on = make(o);
+  auto steps = EpochSteps(on->num_batches());
+  auto want = Script(*off, steps);
+  auto got = Script(*on, steps);
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO("log line " << i);
+    CHECK(got[i] == want[i]);
+  }
+  return {std::move(off), std::move(on)};
 }
 
 }  // namespace sk_test

@@ -496,19 +496,8 @@ TEST_CASE("prefetching the next epoch changes nothing the consumer sees, whateve
       o.threads = c.threads;
       o.on_error = variant == 2 ? DecodeErrorPolicy::kSkip : DecodeErrorPolicy::kError;
       auto data = variant == 0 ? clean : corrupt;
-      o.prefetch_next_epoch = false;
-      auto off = MustCreate(data, o);
-      o.prefetch_next_epoch = true;
-      auto on = MustCreate(data, o);
-      auto steps = sk_test::EpochSteps(on->num_batches());
-      auto want = sk_test::Script(*off, steps);
-      auto got = sk_test::Script(*on, steps);
       INFO("seed " << c.seed << " rank " << c.rank << "/" << c.world << " variant " << variant);
-      REQUIRE(got.size() == want.size());
-      for (size_t i = 0; i < got.size(); ++i) {
-        INFO("log line " << i);
-        CHECK(got[i] == want[i]);
-      }
+      auto [off, on] = sk_test::SameWithAndWithoutPrefetch(o, [&](const LoaderOptions& x) { return MustCreate(data, x); });
       CHECK(off->prefetch_stats().speculated == 0);
       // The prefetch did run and was used (with kError here every epoch of rank 0 of 1
       // fails early: after an error nothing more is submitted, as before).

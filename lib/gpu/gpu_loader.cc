@@ -314,28 +314,17 @@ struct CopyImpl final : ProducerImpl {
   }
 
   // Returns host batches whose copy has finished to the CPU loader's pool; waits for the
-  // oldest while max_pending are out.
-  Status Reap() {
+  // oldest while max_pending are out, or for every one with `all`.
+  Status Reap(bool all = false) {
     while (!pending.empty()) {
       cudaEvent_t ev = pending.front().copied;
-      cudaError_t q = pending.size() >= max_pending ? cudaEventSynchronize(ev) : cudaEventQuery(ev);
+      cudaError_t q = all || pending.size() >= max_pending ? cudaEventSynchronize(ev) : cudaEventQuery(ev);
       if (q == cudaErrorNotReady) {
         (void)cudaGetLastError();
         break;
       }
       if (q != cudaSuccess) return gpu::CudaError(q, "cudaEventQuery(copy)");
       free_events.push_back(ev);
-      pending.pop_front();
-    }
-    return Status::OK();
-  }
-
-  // Waits for every copy in flight and returns those host batches to the CPU loader.
-  Status ReapAll() {
-    while (!pending.empty()) {
-      cudaError_t q = cudaEventSynchronize(pending.front().copied);
-      if (q != cudaSuccess) return gpu::CudaError(q, "cudaEventSynchronize(copy)");
-      free_events.push_back(pending.front().copied);
       pending.pop_front();
     }
     return Status::OK();
@@ -365,7 +354,7 @@ struct CopyImpl final : ProducerImpl {
         // Give every host batch back to the CPU loader once its copy is done, so that
         // its whole pool can prefetch the next epoch (LoaderOptions::prefetch_next_epoch)
         // while the consumer finishes this one.
-        if (Status rs = ReapAll(); !rs.ok()) {
+        if (Status rs = Reap(/*all=*/true); !rs.ok()) {
           it.st = std::move(rs);
           Push(std::move(it));
           return;
@@ -572,8 +561,7 @@ struct DecodeImpl final : ProducerImpl {
   }
 
   Status BeginEpoch(uint64_t e, uint64_t) override {
-    std::vector<uint64_t> perm = pipeline::EpochPermutation(n, o.seed, e, o.shuffle);
-    order = pipeline::RankIndices(perm, uint32_t(o.rank), uint32_t(o.world_size), o.batch_size, o.drop_last);
+    order = pipeline::LoaderEpochOrder(n, o, e);
     std::lock_guard<std::mutex> lk(mu);
     skipped.clear();
     return Status::OK();

@@ -500,8 +500,7 @@ struct Loader::Impl {
     }
     Stop();
     epoch = e;
-    std::vector<uint64_t> perm = pipeline::EpochPermutation(n, o.seed, e, o.shuffle);
-    order = pipeline::RankIndices(perm, uint32_t(o.rank), uint32_t(o.world_size), o.batch_size, o.drop_last);
+    order = pipeline::LoaderEpochOrder(n, o, e);
     next = submitted = std::min(start, part.num_batches);
     sticky = Status::OK();
     skipped.clear();
@@ -597,8 +596,7 @@ struct Loader::Impl {
     }
     std::vector<uint64_t> ord;
     try {
-      ord = pipeline::RankIndices(pipeline::EpochPermutation(n, o.seed, e, o.shuffle), uint32_t(o.rank),
-                                  uint32_t(o.world_size), o.batch_size, o.drop_last);
+      ord = pipeline::LoaderEpochOrder(n, o, e);
     } catch (const std::exception&) {
       return;  // (out of memory) no prefetch: set_epoch plans it again and reports
     }

@@ -1,5 +1,7 @@
 #include "pipeline/plan.h"
 
+#include "shardkit/loader.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -64,6 +66,11 @@ std::vector<uint64_t> RankIndices(const std::vector<uint64_t>& perm, uint32_t ra
     out.push_back(perm[pos % perm.size()]);     // pad: wrap around to the first samples
   }
   return out;
+}
+
+std::vector<uint64_t> LoaderEpochOrder(uint64_t n, const LoaderOptions& o, uint64_t epoch) {
+  return RankIndices(EpochPermutation(n, o.seed, epoch, o.shuffle), uint32_t(o.rank), uint32_t(o.world_size),
+                     o.batch_size, o.drop_last);
 }
 
 std::vector<uint64_t> ShardOrder(uint64_t num_shards, uint64_t seed, uint64_t epoch, bool shuffle) {

@@ -13,6 +13,10 @@
 #include <cstdint>
 #include <vector>
 
+namespace shardkit {
+struct LoaderOptions;
+}
+
 namespace shardkit::pipeline {
 
 // SplitMix64's output function (Steele, Lea, Flood 2014).
@@ -63,6 +67,9 @@ Partition PartitionEpoch(uint64_t n, uint32_t world, uint64_t batch_size, bool d
 // DistributedSampler.
 std::vector<uint64_t> RankIndices(const std::vector<uint64_t>& perm, uint32_t rank, uint32_t world,
                                   uint64_t batch_size, bool drop_last);
+// A loader's order of epoch e (o.rank's share, `n` samples): RankIndices of
+// EpochPermutation with the loader's seed, shuffle, rank, world, batch size and drop_last.
+std::vector<uint64_t> LoaderEpochOrder(uint64_t n, const LoaderOptions& o, uint64_t epoch);
 
 // ---- Streamed input (no random access, or LoaderOptions::stream) ----
 //
