@@ -31,6 +31,14 @@ enum class Code : int {
 
 const char* CodeName(Code c);
 
+// A finer, typed kind of failure where callers must tell kinds apart (verify
+// counts a sample-checksum failure apart from a structure failure). Callers never
+// parse messages: they read Status::detail(). kNone for most statuses.
+enum class Detail : int {
+  kNone = 0,
+  kSampleChecksum,  // kCorrupt: a sample's bytes do not match the checksum recorded for it
+};
+
 // Where a problem is. Unset members are empty / -1 and are not printed.
 struct Location {
   std::string file;     // file or directory path
@@ -67,6 +75,12 @@ class [[nodiscard]] Status {
   const std::string& message() const { return message_; }
   const Location& where() const { return where_; }
   Location& where() { return where_; }
+  Detail detail() const { return detail_; }
+  // Sets the typed detail; returns *this for chaining.
+  Status& With(Detail d) {
+    detail_ = d;
+    return *this;
+  }
 
   // Fills location members that are still unset; returns *this for chaining.
   Status& At(const Location& outer);
@@ -77,6 +91,7 @@ class [[nodiscard]] Status {
   Code code_ = Code::kOk;
   std::string message_;
   Location where_;
+  Detail detail_ = Detail::kNone;
 };
 
 // A value or a failed Status. Move-only when T is.

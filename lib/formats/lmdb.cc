@@ -576,7 +576,8 @@ Status DecodeRecord(const Env* env, const std::shared_ptr<const void>& owner, st
     return Status::Corrupt(fmt::format("LMDB key '{}' in '{}': checksum mismatch for sample '{}' (stored {}, computed {})",
                                        lkey, env->data_path(), out->key, paths::ChecksumString(*sum),
                                        paths::ChecksumString(out->checksum())),
-                           SampleLoc(loc, out->key));
+                           SampleLoc(loc, out->key))
+        .With(Detail::kSampleChecksum);
   return Status::OK();
 }
 
@@ -664,7 +665,8 @@ Status DecodeDatum(const Env* env, const std::shared_ptr<const void>& owner, std
                                        "computed {})",
                                        lkey, env->data_path(), out->key, paths::ChecksumString((*sums)[index]),
                                        paths::ChecksumString(out->checksum())),
-                           SampleLoc(loc, out->key));
+                           SampleLoc(loc, out->key))
+        .With(Detail::kSampleChecksum);
   return Status::OK();
 }
 

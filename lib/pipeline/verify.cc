@@ -230,7 +230,7 @@ class Verifier {
   // ---- one unit
 
   static bool IsChecksumError(const Status& s) {
-    return s.code() == Code::kCorrupt && s.message().find("checksum mismatch") != std::string::npos;
+    return s.detail() == Detail::kSampleChecksum;
   }
 
   void AddStatus(const Status& s, const Location& at) {
@@ -301,7 +301,7 @@ class Verifier {
     auto in_records = info.extra.find("sample_checksums");
     if (sums.empty() && in_records != info.extra.end()) {
       // The format keeps each checksum with its record and its reader checks
-      // it: a mismatch comes back from Next() as a "checksum mismatch" error.
+      // it: a mismatch comes back from Next() as a kCorrupt status with Detail::kSampleChecksum.
       rep_.sample_checksums = true;
       NoteOnce("per-sample checksums: " + in_records->second);
     } else if (sums.empty()) {
