@@ -1,8 +1,8 @@
-// libFuzzer target: the strict tar member scanner (lib/formats/tar.h) over
+// libFuzzer target: the strict tar member scanner (lib/formats/tar/tar.h) over
 // arbitrary bytes, then the same bytes as a one-shard WebDataset (member
 // classification, sample grouping, random access).
 #include "common.h"
-#include "formats/tar.h"
+#include "formats/tar/tar.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   shardkit::tar::Scanner scan(data, size, "fuzz.tar");

@@ -26,7 +26,7 @@
 #include "decode/jpeg.h"
 #include "core/paths.h"
 #include "formats/registry.h"
-#include "formats/wds_index.h"
+#include "formats/wds/index.h"
 
 
 namespace shardkit {
