@@ -314,7 +314,8 @@ TEST_CASE("tar: the end of the archive: zero blocks, EOF after one, padding, and
 TEST_CASE("tar: the pipe source hands out data that outlives its buffer; the memory source is zero-copy", "[tar]") {
   ::signal(SIGPIPE, SIG_IGN);
   std::string ar;
-  for (int i = 0; i < 40; ++i) ar += Member(fmt::format("m{:02d}.bin", i), std::string(3000 + i * 977, char('a' + i % 26)));
+  for (int i = 0; i < 40; ++i)
+    ar += Member(fmt::format("m{:02d}.bin", i), std::string(3000 + i * 977, char('a' + i % 26)));
   ar += kEnd;
   int fds[2];
   REQUIRE(::pipe(fds) == 0);

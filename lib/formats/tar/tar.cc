@@ -208,7 +208,8 @@ Result<bool> Scanner::Next(Member* m) {
     switch (type) {
       case 'x':
       case 'L': {
-        if (size > kMaxExtHeader) return Bad(pos, type == 'x' ? "pax extended header too large" : "GNU long name too large");
+        if (size > kMaxExtHeader)
+          return Bad(pos, type == 'x' ? "pax extended header too large" : "GNU long name too large");
         if (total >= 0) {
           SK_ASSIGN_OR_RETURN(a, src_->Ahead(size_t(kBlock + size)));
           h = a.data();
