@@ -223,6 +223,61 @@ TEST_CASE("verify wds: a damaged shard is a structure finding and the others are
   CHECK(r.samples == 11);
 }
 
+TEST_CASE("verify wds: a damaged tar member header is a structure finding, not a sample-checksum one", "[verify]") {
+  // Issue 13: the kind of a finding is data on the status (Status::detail()),
+  // never its text, and "tar header checksum mismatch" is the container's
+  // structure, not a per-sample checksum.
+  TempDir dir;
+  Fixture f = Make(dir, "wds", MakeSamples(12));
+  // One byte of the name field of sample 5's first member header (shard 1),
+  // in the middle of the shard: its header checksum no longer matches.
+  std::string p = dir / "w/train-000001.tar";
+  std::string bytes = ReadFile(p);
+  size_t at = bytes.find("dog/s0005.cls");
+  REQUIRE(at != std::string::npos);
+  REQUIRE(at % 512 == 0);  // a ustar name field starts its header block
+  bytes[at + 4] ^= 0x01;
+  WriteFile(p, bytes);
+
+  VerifyReport r = MustVerify(f.address);
+  INFO(Dump(r));
+  CHECK_FALSE(r.ok());
+  CHECK(r.count(FindingKind::kSampleChecksum) == 0);
+  REQUIRE(r.count(FindingKind::kStructure) == 1);
+  const Finding* s = FindKind(r, FindingKind::kStructure);
+  CHECK(s->where.file == p);
+  CHECK(s->where.shard == 1);
+  CHECK(s->where.offset == int64_t(at));
+  CHECK(s->message.find("tar header checksum mismatch") != std::string::npos);
+  CHECK(r.count(FindingKind::kShardChecksum) == 1);  // the manifest's file checksum of shard 1
+  // The summary agrees with the findings: sample checksums were recorded and
+  // checked, and none of them is reported as failing.
+  CHECK(r.sample_checksums);
+
+  // The CLI's report and JSON say the same.
+  auto cli = Cli("verify " + Q(f.address));
+  INFO(cli.out << cli.err);
+  CHECK(cli.exit_code == 1);
+  CHECK(cli.out.find("structure: file '" + p + "', shard 1, offset " + std::to_string(at)) != std::string::npos);
+  CHECK(cli.out.find("sample-checksum:") == std::string::npos);
+  CHECK(cli.out.find("result: 2 findings: 1 structure, 1 shard-checksum") != std::string::npos);
+  auto js = Cli("verify " + Q(f.address) + " --json");
+  CHECK(js.exit_code == 1);
+  json j = json::parse(js.out);
+  CHECK(j["counts"]["structure"] == 1);
+  CHECK(j["counts"]["sample-checksum"] == 0);
+  CHECK(j["sample_checksums"] == true);
+  REQUIRE(j["findings"].size() == 2);
+  bool seen = false;
+  for (const auto& x : j["findings"])
+    if (x["kind"] == "structure") {
+      seen = true;
+      CHECK(x["offset"] == at);
+      CHECK(x["shard"] == 1);
+    }
+  CHECK(seen);
+}
+
 TEST_CASE("verify wds: an empty shard and a duplicate key across shards", "[verify]") {
   TempDir dir;
   auto samples = MakeSamples(8);

@@ -191,6 +191,61 @@ TEST_CASE("pipe: a failed command is an error naming it, never a short dataset",
   CHECK(Open("pipe:").status().code() == Code::kInvalidArgument);
 }
 
+TEST_CASE("pipe: a damaged shard gives the same error streamed as mapped", "[wds][pipe]") {
+  // One tar scanner for both: the same code, message and offset. (A mapped
+  // shard without an index is scanned whole at Open(), so its error comes
+  // first; a streamed one yields the samples before the damage first.)
+  Shards s;
+  std::string good = sk_test::ReadFile(s.a);
+  auto flip = [&](size_t at) {
+    std::string b = good;
+    b[at] ^= 0x01;
+    return b;
+  };
+  size_t third = good.find("c0/img2.");  // the first member header of the third sample
+  REQUIRE(third != std::string::npos);
+  REQUIRE(third % 512 == 0);
+  struct Case {
+    std::string name, bytes;
+  };
+  std::vector<Case> cases = {
+      {"flipped header byte", flip(third + 1)},
+      {"truncated body", good.substr(0, third + 512 + 100)},
+      {"truncated header", good.substr(0, third + 100)},
+      {"no end blocks", good.substr(0, good.size() - 1024 * 2)},
+      {"trailing garbage", good + "x"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.name);
+    std::string path = s.d / "damaged.tar";
+    sk_test::WriteFile(path, c.bytes);
+    auto read_some = [](const std::string& address, size_t* n) -> Status {
+      auto ds = Open(address);
+      if (!ds.ok()) return ds.status();
+      auto rd = (*ds)->NewReader();
+      REQUIRE(rd.ok());
+      Sample x;
+      for (*n = 0;; ++*n) {
+        auto m = (*rd)->Next(&x);
+        if (!m.ok()) return m.status();
+        if (!*m) return Status::OK();
+      }
+    };
+    size_t n_map = 0, n_pipe = 0;
+    Status mapped = read_some(path, &n_map);
+    Status piped = read_some("pipe:cat " + Q(path), &n_pipe);
+    INFO("mapped: " << mapped.ToString() << "\npiped: " << piped.ToString());
+    REQUIRE_FALSE(mapped.ok());
+    REQUIRE_FALSE(piped.ok());
+    CHECK(piped.code() == Code::kCorrupt);
+    CHECK(piped.where().offset >= 0);
+    CHECK(piped.code() == mapped.code());
+    CHECK(piped.message() == mapped.message());
+    CHECK(piped.where().offset == mapped.where().offset);
+    CHECK(n_map == 0);
+  }
+}
+
 TEST_CASE("pipe: the command is reaped at the end and stopped when the reader goes early", "[wds][pipe]") {
   Shards s;
   {

@@ -7,7 +7,7 @@
 #include "core/file.h"
 #include "core/md5.h"
 #include "core/paths.h"
-#include "formats/wds_index.h"
+#include "formats/wds/index.h"
 
 namespace shardkit {
 

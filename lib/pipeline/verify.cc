@@ -26,7 +26,7 @@
 #include "decode/jpeg.h"
 #include "core/paths.h"
 #include "formats/registry.h"
-#include "formats/wds_index.h"
+#include "formats/wds/index.h"
 
 
 namespace shardkit {
@@ -235,6 +235,8 @@ class Verifier {
 
   void AddStatus(const Status& s, const Location& at) {
     Status st = s;
+    // A shard verified alone is shard 0 of its own dataset: name it by its place in the whole.
+    if (at.shard >= 0) st.where().shard = at.shard;
     st.At(at);
     Add(IsChecksumError(st) ? FindingKind::kSampleChecksum : FindingKind::kStructure, st.where(),
         fmt::format("{}: {}", CodeName(st.code()), st.message()));

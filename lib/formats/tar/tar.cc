@@ -1,4 +1,4 @@
-#include "formats/tar.h"
+#include "formats/tar/tar.h"
 
 #include <cstring>
 
@@ -110,41 +110,71 @@ bool ParseNumber(const uint8_t* f, size_t len, uint64_t* out) {
   return true;
 }
 
+Status Scanner::Skip(uint64_t n) {
+  SK_ASSIGN_OR_RETURN(uint64_t done, src_->Consume(n));
+  if (done != n)  // Next() checked that these bytes exist
+    return Bad(src_->position(), "the source ended before bytes it held (changed while read?)");
+  return Status::OK();
+}
+
 Status Scanner::CheckEnd(uint64_t zero_at) {
   // One zero block was found at zero_at. A second one (or the end of the file)
   // ends the archive; after that only zero padding may follow.
   uint64_t next = zero_at + kBlock;
-  if (next + kBlock <= size_ && !AllZero(data_ + next, kBlock))
+  SK_ASSIGN_OR_RETURN(std::span<const uint8_t> a, src_->Ahead(2 * kBlock));
+  if (a.size() >= 2 * kBlock && !AllZero(a.data() + kBlock, kBlock))
     return Bad(next, "a lone zero block inside the archive (damaged or concatenated tar)");
-  for (uint64_t i = next; i < size_; ++i)
-    if (data_[i]) return Bad(i, "trailing garbage after the end-of-archive blocks");
+  SK_RETURN_IF_ERROR(Skip(kBlock));
+  for (;;) {
+    SK_ASSIGN_OR_RETURN(a, src_->Ahead(64 << 10));
+    if (a.empty()) break;
+    for (size_t i = 0; i < a.size(); ++i)
+      if (a[i]) return Bad(src_->position() + i, "trailing garbage after the end-of-archive blocks");
+    SK_RETURN_IF_ERROR(Skip(a.size()));
+  }
   done_ = true;
   return Status::OK();
 }
 
+Result<Bytes> Scanner::TakeData() {
+  if (done_ || data_left_ == 0) return Bytes();
+  uint64_t n = data_left_;
+  SK_ASSIGN_OR_RETURN(Bytes b, src_->Take(n));
+  data_left_ = 0;
+  if (b.size() != n) return Bad(src_->position(), "the source ended before bytes it held (changed while read?)");
+  return b;
+}
+
 Result<bool> Scanner::Next(Member* m) {
   if (done_) return false;
+  if (data_left_ + pad_left_) {
+    SK_RETURN_IF_ERROR(Skip(data_left_ + pad_left_));
+    data_left_ = pad_left_ = 0;
+  }
   std::string long_name, pax_path;
   bool have_long = false, pax_has_size = false, sparse = false;
   uint64_t pax_size = 0;
-  uint64_t first = pos_;
+  const uint64_t first = src_->position();
+  const int64_t total = src_->size();  // -1: a stream, whose sizes are checked by reading ahead
   for (;;) {
-    if (pos_ == size_) {
-      if (size_ == 0) return Bad(0, "empty file: not a tar archive");
-      return Bad(pos_, "missing end-of-archive blocks (truncated shard?)");
+    const uint64_t pos = src_->position();
+    SK_ASSIGN_OR_RETURN(std::span<const uint8_t> a, src_->Ahead(kBlock));
+    if (a.empty()) {
+      if (pos == 0) return Bad(0, "empty file: not a tar archive");
+      return Bad(pos, "missing end-of-archive blocks (truncated shard?)");
     }
-    if (size_ - pos_ < kBlock)
-      return Bad(pos_, fmt::format("truncated tar header: {} bytes left, 512 needed", size_ - pos_));
-    const uint8_t* h = data_ + pos_;
+    if (a.size() < kBlock)
+      return Bad(pos, fmt::format("truncated tar header: {} bytes left, 512 needed", a.size()));
+    const uint8_t* h = a.data();
     if (AllZero(h, kBlock)) {
       if (have_long || !pax_path.empty() || pax_has_size)
         return Bad(first, "extended header not followed by a member");
-      SK_RETURN_IF_ERROR(CheckEnd(pos_));
+      SK_RETURN_IF_ERROR(CheckEnd(pos));
       return false;
     }
     uint64_t stored = 0;
     if (!ParseNumber(h + kChksum, kChksumLen, &stored))
-      return Bad(pos_, "bad tar header checksum field (not a tar archive, or damaged)");
+      return Bad(pos, "bad tar header checksum field (not a tar archive, or damaged)");
     uint64_t usum = 0;
     int64_t ssum = 0;
     for (size_t i = 0; i < kBlock; ++i) {
@@ -153,40 +183,51 @@ Result<bool> Scanner::Next(Member* m) {
       ssum += int8_t(c);
     }
     if (stored != usum && int64_t(stored) != ssum)
-      return Bad(pos_, fmt::format("tar header checksum mismatch (stored {}, computed {}): damaged or not a tar",
-                                   stored, usum));
+      return Bad(pos, fmt::format("tar header checksum mismatch (stored {}, computed {}): damaged or not a tar",
+                                  stored, usum));
     uint64_t size = 0;
-    if (!ParseNumber(h + kSize, kSizeLen, &size)) return Bad(pos_, "bad size field in tar header");
+    if (!ParseNumber(h + kSize, kSizeLen, &size)) return Bad(pos, "bad size field in tar header");
     char type = char(h[kType]);
     if (pax_has_size && type != 'x' && type != 'g') size = pax_size;
-    uint64_t data_off = pos_ + kBlock;
-    uint64_t left = size_ - data_off;
+    const uint64_t data_off = pos + kBlock;
+    const uint64_t padded = (size + kBlock - 1) / kBlock * kBlock;
+    // The bytes after the header: counted when the size is known, else read
+    // ahead (a stream; memory then follows the bytes that arrive, as they arrive).
+    uint64_t left = 0;
+    if (total >= 0) {
+      left = uint64_t(total) - data_off;
+    } else {
+      SK_ASSIGN_OR_RETURN(a, src_->Ahead(size_t(kBlock + padded)));
+      h = a.data();
+      left = a.size() - kBlock;
+    }
     if (size > left)
-      return Bad(pos_, fmt::format("member declares {} bytes but only {} remain in the file (truncated?)", size,
-                                   left));
-    uint64_t padded = (size + kBlock - 1) / kBlock * kBlock;
+      return Bad(pos, fmt::format("member declares {} bytes but only {} remain in the file (truncated?)", size,
+                                  left));
     if (padded > left) return Bad(data_off + size, "truncated padding after the last member");
-    const uint8_t* d = data_ + data_off;
     switch (type) {
-      case 'x': {
-        if (size > kMaxExtHeader) return Bad(pos_, "pax extended header too large");
-        std::string err = ParsePax(d, size, &pax_path, &pax_has_size, &pax_size, &sparse);
-        if (!err.empty()) return Bad(pos_, err);
-        pos_ = data_off + padded;
+      case 'x':
+      case 'L': {
+        if (size > kMaxExtHeader)
+          return Bad(pos, type == 'x' ? "pax extended header too large" : "GNU long name too large");
+        if (total >= 0) {
+          SK_ASSIGN_OR_RETURN(a, src_->Ahead(size_t(kBlock + size)));
+          h = a.data();
+        }
+        const uint8_t* d = h + kBlock;
+        if (type == 'x') {
+          std::string err = ParsePax(d, size, &pax_path, &pax_has_size, &pax_size, &sparse);
+          if (!err.empty()) return Bad(pos, err);
+        } else {
+          long_name = CString(d, size);
+          have_long = true;
+        }
+        SK_RETURN_IF_ERROR(Skip(kBlock + padded));
         continue;
       }
       case 'g':  // global pax header: attributes we do not use
-        pos_ = data_off + padded;
-        continue;
-      case 'L': {
-        if (size > kMaxExtHeader) return Bad(pos_, "GNU long name too large");
-        long_name = CString(d, size);
-        have_long = true;
-        pos_ = data_off + padded;
-        continue;
-      }
       case 'K':  // GNU long link name: links are refused later anyway
-        pos_ = data_off + padded;
+        SK_RETURN_IF_ERROR(Skip(kBlock + padded));
         continue;
       default:
         break;
@@ -210,7 +251,9 @@ Result<bool> Scanner::Next(Member* m) {
       return Status::Unsupported(fmt::format("sparse tar member '{}' is not supported", Printable(m->name)),
                                  Location{.file = path_, .offset = int64_t(first)});
     m->type = type;
-    pos_ = data_off + padded;
+    SK_RETURN_IF_ERROR(Skip(kBlock));
+    data_left_ = size;
+    pad_left_ = padded - size;
     return true;
   }
 }

@@ -1,0 +1,168 @@
+// The wds writer's journal: "<manifest>.partial", what an interrupted write
+// committed, and resuming from it (writer.h).
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "core/paths.h"
+#include "formats/wds/names.h"
+#include "formats/wds/writer.h"
+
+namespace shardkit::formats::wds {
+
+using json = nlohmann::json;
+
+// A sample the resumed write had committed: checked against the journal's
+// digest of its shard, then dropped.
+Status WdsWriter::Skip(const std::string& key, uint64_t sample_sum, const Location& where) {
+  paths::AddSampleToDigest(digest_, key, sample_sum);
+  ++total_samples_;
+  ++skip_in_shard_;
+  const Resumed& r = resumed_[skip_shard_];
+  if (skip_in_shard_ < r.samples) return Status::OK();
+  uint64_t got = XXH3_64bits_digest(digest_);
+  XXH3_64bits_reset(digest_);
+  if (got != r.digest) {
+    error_ = Status::Invalid(
+        fmt::format("resume: samples {}..{} differ from the ones the interrupted write put in shard {} (keys or "
+                    "bytes changed): resume needs the same source, in the same order, with the same options; "
+                    "start over with --overwrite",
+                    total_samples_ - r.samples, total_samples_ - 1, skip_shard_),
+        Location{.file = summary_.shards[skip_shard_].path, .shard = int64_t(skip_shard_), .key = where.key});
+    return error_;
+  }
+  ++skip_shard_;
+  skip_in_shard_ = 0;
+  return Status::OK();
+}
+
+json WdsWriter::OptionsJson() const {
+  json o;
+  o["shard_size"] = opts_.shard_size;
+  o["samples_per_shard"] = opts_.samples_per_shard;
+  o["class_names"] = opts_.class_names;
+  o["key_dots"] = opts_.key_dots == KeyDots::kReplace ? "replace" : "error";
+  o["write_index"] = opts_.write_index;
+  o["shard_plan"] = opts_.shard_plan;
+  return o;
+}
+
+// "<manifest>.partial": what is committed so far, rewritten atomically after
+// every shard. Per shard: file, samples, bytes, file checksum, and a digest of
+// its samples (XXH3 over each sample's checksum and key) that a resume checks
+// the source against.
+Status WdsWriter::WriteJournal() {
+  json j;
+  j["format"] = "wds-partial";
+  j["version"] = 1;
+  j["pattern"] = BaseOf(pattern_);
+  j["options"] = OptionsJson();
+  j["fields"] = std::vector<std::string>(fields_.begin(), fields_.end());
+  json shards = json::array();
+  for (size_t i = 0; i < summary_.shards.size(); ++i) {
+    const auto& s = summary_.shards[i];
+    json o;
+    o["path"] = BaseOf(s.path);
+    o["samples"] = s.samples;
+    o["bytes"] = s.bytes;
+    o["checksum"] = s.checksum;
+    o["digest"] = paths::ChecksumString(resumed_[i].digest);
+    shards.push_back(std::move(o));
+  }
+  j["shards"] = std::move(shards);
+  owns_journal_ = true;
+  return io::WriteFileAtomic(journal_, j.dump(1) + "\n", true);
+}
+
+Status WdsWriter::LoadJournal() {
+  Location where{.file = journal_};
+  SK_ASSIGN_OR_RETURN(std::string text, io::ReadFile(journal_));
+  auto bad = [&](const std::string& why) {
+    return Status::Corrupt(fmt::format("cannot resume: {}", why), where);
+  };
+  try {
+    json j = json::parse(text);
+    if (j.value("format", "") != "wds-partial" || j.value("version", 0) != 1)
+      return bad("not a shardkit wds journal");
+    if (j.value("pattern", "") != BaseOf(pattern_))
+      return bad(fmt::format("it was written for the pattern '{}', not '{}'", j.value("pattern", ""),
+                             BaseOf(pattern_)));
+    json want = OptionsJson();
+    for (auto& [k, v] : want.items())
+      if (!j["options"].contains(k) || j["options"][k] != v)
+        return Status::Invalid(fmt::format("cannot resume: the interrupted write used {} = {}, this one {} = {}; "
+                                           "resume with the same options, or start over with --overwrite",
+                                           k, j["options"].value(k, json()).dump(), k, v.dump()),
+                               where);
+    for (const auto& f : j.at("fields")) fields_.insert(f.get<std::string>());
+    const json& shards = j.at("shards");
+    for (size_t i = 0; i < shards.size(); ++i) {
+      const json& o = shards[i];
+      std::string path = paths::FormatShardPattern(pattern_, i);
+      if (o.at("path").get<std::string>() != BaseOf(path)) return bad(fmt::format("shard {} is misnamed", i));
+      ShardInfo si{path, o.at("samples").get<uint64_t>(), o.at("bytes").get<uint64_t>(),
+                   o.at("checksum").get<std::string>()};
+      Location at{.file = path, .shard = int64_t(i)};
+      struct stat st;
+      if (::stat(path.c_str(), &st) != 0)
+        return Status::Corrupt("cannot resume: a shard the journal lists as complete is missing; start over "
+                               "with --overwrite",
+                               at);
+      if (uint64_t(st.st_size) != si.bytes)
+        return Status::Corrupt(fmt::format("cannot resume: shard has {} bytes, the journal says {}; start over "
+                                           "with --overwrite",
+                                           st.st_size, si.bytes),
+                               at);
+      SK_ASSIGN_OR_RETURN(uint64_t h, paths::HashFile(path));
+      if (paths::ChecksumString(h) != si.checksum)
+        return Status::Corrupt(fmt::format("cannot resume: shard checksum {} differs from the journal's {}; "
+                                           "start over with --overwrite",
+                                           paths::ChecksumString(h), si.checksum),
+                               at);
+      if (opts_.write_index && !io::Exists(IdxPathFor(path)))
+        return Status::Corrupt("cannot resume: the shard's index is missing; start over with --overwrite",
+                               Location{.file = IdxPathFor(path), .shard = int64_t(i)});
+      if (!io::Exists(wds::SumsPath(path)))
+        return Status::Corrupt("cannot resume: the shard's checksum file is missing; start over with --overwrite",
+                               Location{.file = wds::SumsPath(path), .shard = int64_t(i)});
+      std::string digest = o.at("digest").get<std::string>();
+      uint64_t d = 0;
+      if (digest.size() != 21 || digest.substr(0, 5) != "xxh3:") return bad("bad digest");
+      d = std::stoull(digest.substr(5), nullptr, 16);
+      resumed_.push_back(Resumed{si.samples, d});
+      committed_.push_back(path);
+      if (opts_.write_index) committed_.push_back(IdxPathFor(path));
+      committed_.push_back(wds::SumsPath(path));
+      committed_samples_ += si.samples;
+      summary_.shards.push_back(std::move(si));
+    }
+  } catch (const std::exception& e) {
+    return bad(fmt::format("bad journal: {}", e.what()));
+  }
+  resume_samples_ = committed_samples_;
+  // Shards of zero samples cannot exist; still, never divide the skip by them.
+  for (const auto& r : resumed_)
+    if (r.samples == 0) return bad("a shard with no samples");
+  return Status::OK();
+}
+
+// Temporary files a killed writer left for shard `from` and what follows it.
+void WdsWriter::RemoveStaleTemps(size_t from) {
+  std::string dir = io::DirName(paths::FormatShardPattern(pattern_, from));
+  std::vector<std::string> bases = {BaseOf(paths::FormatShardPattern(pattern_, from)), BaseOf(journal_),
+                                    BaseOf(manifest_)};
+  if (opts_.write_index) bases.push_back(BaseOf(IdxPathFor(paths::FormatShardPattern(pattern_, from))));
+  bases.push_back(BaseOf(wds::SumsPath(paths::FormatShardPattern(pattern_, from))));
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator(dir, ec); !ec && it != std::filesystem::directory_iterator();
+       it.increment(ec)) {
+    std::string name = it->path().filename().string();
+    for (const auto& b : bases)
+      if (name.rfind("." + b + ".tmp-", 0) == 0) ::unlink(it->path().c_str());
+  }
+}
+
+}  // namespace shardkit::formats::wds

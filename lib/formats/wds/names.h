@@ -1,0 +1,45 @@
+// Internal: the wds format's naming rules: file names beside a shard (DALI
+// index, manifest), `pipe:` addresses, and how a tar member's name splits into
+// a sample key and a field extension, as the WebDataset reader splits it.
+//
+// Thread safety: plain functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "formats/tar/tar.h"
+#include "shardkit/status.h"
+
+namespace shardkit::formats::wds {
+
+bool EndsWith(std::string_view s, std::string_view suffix);
+// The part of a path after its last '/'.
+std::string BaseOf(const std::string& path);
+// dir + "/" + name ("." and "" mean the current directory).
+std::string JoinDir(const std::string& dir, const std::string& name);
+// DALI's default index name: the archive path up to the first dot of its base
+// name (a leading dot does not count), plus ".idx".
+std::string IdxPathFor(const std::string& tar_path);
+// The manifest of a write pattern: out/train-%06d.tar -> out/train.manifest.json.
+std::string ManifestPathFor(const std::string& pattern);
+// True when s holds white space (DALI's v1.2 index cannot hold such a name).
+bool HasSpace(std::string_view s);
+
+// Streamed shards: `pipe:CMD`, a shard that is the standard output of a shell
+// command (as WebDataset's `pipe:` URLs).
+constexpr std::string_view kPipe = "pipe:";
+inline bool IsPipe(std::string_view path) { return path.substr(0, kPipe.size()) == kPipe; }
+
+enum class NameKind { kField, kSkip };
+
+// Classifies a tar member. Fields: *key and *ext are set. Skipped (counted):
+// directories, top-level names starting with "__" (WebDataset metadata) and
+// names whose base name starts with '.' (hidden files). Errors: links and
+// devices (their bytes are not in the shard), regular files without an
+// extension, unsafe keys ("..", absolute).
+Result<NameKind> Classify(const tar::Member& m, const std::string& file, int64_t shard, std::string* key,
+                          std::string* ext);
+
+}  // namespace shardkit::formats::wds

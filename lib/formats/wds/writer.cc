@@ -1,0 +1,334 @@
+// The wds writer (writer.h); its journal and resume are in journal.cc.
+#include "formats/wds/writer.h"
+
+#include <locale.h>
+#include <archive_entry.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include <fmt/format.h>
+
+#include "core/paths.h"
+#include "formats/tar/tar.h"
+#include "formats/wds/manifest.h"
+#include "formats/wds/names.h"
+
+namespace shardkit::formats::wds {
+
+namespace {
+
+// Makes libarchive's name conversion independent of the process locale: names
+// are taken as UTF-8, and bytes that are not UTF-8 are stored as they are
+// (libarchive then marks the entry "hdrcharset=BINARY").
+class Utf8Locale {
+ public:
+  Utf8Locale() {
+    static locale_t loc = [] {
+      locale_t l = newlocale(LC_CTYPE_MASK, "C.UTF-8", locale_t(0));
+      return l ? l : newlocale(LC_CTYPE_MASK, "C", locale_t(0));
+    }();
+    old_ = loc ? uselocale(loc) : locale_t(0);
+  }
+  ~Utf8Locale() {
+    if (old_) uselocale(old_);
+  }
+
+ private:
+  locale_t old_;
+};
+
+}  // namespace
+
+WdsWriter::WdsWriter(std::string pattern, WriteOptions opts)
+    : pattern_(std::move(pattern)),
+      opts_(std::move(opts)),
+      manifest_(ManifestPathFor(pattern_)),
+      journal_(manifest_ + ".partial"),
+      keep_state_(opts_.resume) {
+  digest_ = XXH3_createState();
+  XXH3_64bits_reset(digest_);
+}
+
+WdsWriter::~WdsWriter() {
+  if (!finished_) {
+    AbortShard();
+    if (!keep_state_) {
+      for (const auto& p : committed_) ::unlink(p.c_str());
+      if (owns_journal_) ::unlink(journal_.c_str());
+    }
+  }
+  if (hash_) XXH3_freeState(hash_);
+  if (digest_) XXH3_freeState(digest_);
+}
+
+Result<std::unique_ptr<SampleWriter>> WdsWriter::Make(const std::string& pattern, const WriteOptions& opts) {
+  SK_RETURN_IF_ERROR(paths::CheckShardPattern(pattern));
+  auto slash = pattern.rfind('/');
+  if (slash != std::string::npos && pattern.substr(0, slash).find('%') != std::string::npos)
+    return Status::Invalid(fmt::format("bad shard pattern '{}': the %d conversion must be in the file name, "
+                                       "not in a directory",
+                                       pattern));
+  std::string first = paths::FormatShardPattern(pattern, 0);
+  if (opts.write_index && IdxPathFor(first) == IdxPathFor(paths::FormatShardPattern(pattern, 1)))
+    return Status::Invalid(fmt::format("shard pattern '{}': DALI index names (base name up to its first dot, "
+                                       "plus .idx) would be the same for every shard; put the %d before any "
+                                       "dot in the file name or turn index writing off",
+                                       pattern));
+  if (opts.shard_size < 2 * tar::kBlock)
+    return Status::Invalid(fmt::format("shard size {} is too small", opts.shard_size));
+  auto w = std::make_unique<WdsWriter>(pattern, opts);
+  bool resuming = opts.resume && io::Exists(w->journal_);
+  if (!opts.overwrite && !resuming) {
+    if (io::Exists(w->journal_))
+      return Status::Exists("an interrupted write left its journal here: pass --resume to continue it, or "
+                            "--overwrite to start over",
+                            Location{.file = w->journal_});
+    for (const std::string& p : {first, w->manifest_})
+      if (io::Exists(p))
+        return Status::Exists("output exists (pass --overwrite to replace it)", Location{.file = p});
+  }
+  std::string dir = io::DirName(first);
+  if (!io::IsDir(dir)) SK_RETURN_IF_ERROR(io::MakeDirs(dir));
+  if (::access(dir.c_str(), W_OK) != 0)
+    return Status::FromErrno(errno, "output directory is not writable", Location{.file = dir});
+  w->RemoveStaleTemps(0);
+  if (resuming) {
+    SK_RETURN_IF_ERROR(w->LoadJournal());
+    w->RemoveStaleTemps(w->summary_.shards.size());
+  } else {
+    // The journal exists from the start, so that a write killed before its
+    // first shard is committed can be resumed (from nothing) too.
+    SK_RETURN_IF_ERROR(w->WriteJournal());
+  }
+  return std::unique_ptr<SampleWriter>(std::move(w));
+}
+
+Status WdsWriter::Write(const Sample& in) {
+  if (finished_) return Status::Internal("Write() after Finish()");
+  if (!error_.ok()) return error_;
+  std::string key = in.key;
+  Location where{.key = in.key, .index = int64_t(total_samples_)};
+  SK_RETURN_IF_ERROR(paths::CheckSafeKey(key).At(where));
+  size_t base = key.rfind('/');
+  base = base == std::string::npos ? 0 : base + 1;
+  if (key.find('.', base) != std::string::npos) {
+    if (opts_.key_dots != KeyDots::kReplace)
+      return Status::Invalid(fmt::format("key '{}' has a dot in its last path component, which a WebDataset "
+                                         "reader would take as the start of the extension; pass "
+                                         "--key-dots=replace to write such keys with '_' in place of '.'",
+                                         in.key),
+                             where);
+    for (size_t i = base; i < key.size(); ++i)
+      if (key[i] == '.') key[i] = '_';
+  }
+  if (in.fields.empty())
+    return Status::Invalid("sample has no fields: it cannot be stored in a tar shard", where);
+  std::vector<const Field*> fields;
+  for (const auto& f : in.fields) {
+    if (f.ext.empty() || f.ext.front() == '.' || f.ext.find('/') != std::string::npos ||
+        f.ext.find('\0') != std::string::npos || paths::Lower(f.ext) != f.ext)
+      return Status::Invalid(fmt::format("bad field extension '{}' (expected lowercase, no '/', no leading dot)",
+                                         f.ext),
+                             where);
+    fields.push_back(&f);
+  }
+  std::sort(fields.begin(), fields.end(), [](const Field* a, const Field* b) { return a->ext < b->ext; });
+  for (size_t i = 1; i < fields.size(); ++i)
+    if (fields[i]->ext == fields[i - 1]->ext)
+      return Status::Invalid(fmt::format("field '{}' appears twice", fields[i]->ext), where);
+  if (shard_samples_ > 0 && key == prev_key_)
+    return Status::Invalid("same key as the previous sample: the two would merge into one on read", where);
+  const uint64_t sample_sum = in.checksum();
+  if (total_samples_ < resume_samples_) return Skip(key, sample_sum, where);
+
+  // Upper bound of the bytes this sample adds (headers, pax records, padding).
+  uint64_t need = 0;
+  for (const Field* f : fields) {
+    size_t name_len = key.size() + 1 + f->ext.size();
+    need += tar::kBlock + (f->data.size() + tar::kBlock - 1) / tar::kBlock * tar::kBlock;
+    need += tar::kBlock + (2 * name_len + 64 + tar::kBlock - 1) / tar::kBlock * tar::kBlock;  // pax header
+  }
+  const uint64_t max_samples =
+      !opts_.shard_plan.empty()
+          ? opts_.shard_plan[std::min(summary_.shards.size(), opts_.shard_plan.size() - 1)]
+          : (opts_.samples_per_shard ? opts_.samples_per_shard : UINT64_MAX);
+  if (ar_ && (shard_samples_ >= max_samples ||
+              (opts_.shard_plan.empty() && ShardBytes() + need + 2 * tar::kBlock > opts_.shard_size))) {
+    SK_RETURN_IF_ERROR(Keep(FinishShard()));
+  }
+  if (!ar_) SK_RETURN_IF_ERROR(Keep(StartShard()));
+
+  Utf8Locale utf8;
+  for (const Field* f : fields) {
+    std::string name = key + "." + f->ext;
+    struct archive_entry* e = archive_entry_new();
+    archive_entry_copy_pathname(e, name.c_str());
+    archive_entry_set_filetype(e, AE_IFREG);
+    archive_entry_set_perm(e, 0444);
+    archive_entry_set_size(e, int64_t(f->data.size()));
+    archive_entry_set_mtime(e, 0, 0);
+    archive_entry_set_uid(e, 0);
+    archive_entry_set_gid(e, 0);
+    int r = archive_write_header(ar_, e);
+    archive_entry_free(e);
+    if (r < ARCHIVE_WARN) return Keep(ArchiveError("cannot write tar header", name));
+    uint64_t off = ShardBytes();
+    const uint8_t* p = f->data.data();
+    size_t left = f->data.size();
+    while (left > 0) {
+      la_ssize_t n = archive_write_data(ar_, p, left);
+      if (n <= 0) return Keep(ArchiveError("cannot write member data", name));
+      p += n;
+      left -= size_t(n);
+    }
+    if (archive_write_finish_entry(ar_) < ARCHIVE_WARN) return Keep(ArchiveError("cannot finish member", name));
+    if (HasSpace(name)) idx_names_ok_ = false;
+    idx_.push_back(IdxEntry{f->ext, std::move(name), off, f->data.size()});
+    fields_.insert(f->ext);
+  }
+  idx_lines_.push_back(idx_.size());
+  paths::AddSampleToDigest(digest_, key, sample_sum);
+  sums_.push_back(sample_sum);
+  prev_key_ = key;
+  ++shard_samples_;
+  ++total_samples_;
+  return Status::OK();
+}
+
+Result<WriteSummary> WdsWriter::Finish() {
+  if (finished_) return Status::Internal("Finish() called twice");
+  if (!error_.ok()) return error_;
+  if (total_samples_ < resume_samples_)
+    return Status::Invalid(fmt::format("the source ended after {} samples, but the interrupted write this one "
+                                       "resumes had committed {}: resume needs the same source, in the same "
+                                       "order, with the same options",
+                                       total_samples_, resume_samples_),
+                           Location{.file = journal_});
+  if (ar_) SK_RETURN_IF_ERROR(Keep(FinishShard()));
+  uint64_t total = 0;
+  std::string manifest = ManifestText(pattern_, total_samples_, opts_.class_names,
+                                      std::vector<std::string>(fields_.begin(), fields_.end()), summary_.shards,
+                                      opts_.write_index, &total);
+  SK_RETURN_IF_ERROR(Keep(io::WriteFileAtomic(manifest_, manifest, true)));
+  // Complete: the journal goes (a crash before this leaves a journal that lists
+  // every shard, and a resume then only rewrites the manifest).
+  if (::unlink(journal_.c_str()) == 0) (void)io::FsyncDir(io::DirName(journal_));
+  summary_.samples = total_samples_;
+  summary_.bytes = total;
+  finished_ = true;
+  return summary_;
+}
+
+// Makes a failure sticky and removes the unfinished shard's temporary file at
+// once. The committed shards and the journal stay: the resumable state, and the
+// message says how to continue.
+Status WdsWriter::Keep(Status s) {
+  if (!s.ok()) {
+    if (error_.ok()) {
+      keep_state_ = true;
+      s = Status(s.code(),
+                 fmt::format("{}; the {} complete shard(s) ({} samples) and the journal '{}' are kept: run the "
+                             "same conversion again with --resume to continue from shard {}",
+                             s.message(), summary_.shards.size(), committed_samples_, journal_,
+                             summary_.shards.size()),
+                 s.where());
+      error_ = s;
+    }
+    AbortShard();
+  }
+  return s;
+}
+
+uint64_t WdsWriter::ShardBytes() const { return ar_ ? uint64_t(archive_filter_bytes(ar_, 0)) : 0; }
+
+Status WdsWriter::ArchiveError(const char* what, const std::string& name) {
+  if (!io_error_.ok()) return io_error_;
+  return Status::IOError(fmt::format("{} for '{}': {}", what, name, archive_error_string(ar_)),
+                         Location{.file = file_ ? file_->path() : "", .shard = int64_t(summary_.shards.size())});
+}
+
+la_ssize_t WdsWriter::WriteCb(struct archive*, void* self, const void* buf, size_t n) {
+  auto* w = static_cast<WdsWriter*>(self);
+  if (w->discard_) return la_ssize_t(n);
+  Status s = w->file_->Write(buf, n);
+  if (!s.ok()) {
+    w->io_error_ = s;
+    return -1;
+  }
+  XXH3_64bits_update(w->hash_, buf, n);
+  return la_ssize_t(n);
+}
+
+Status WdsWriter::StartShard() {
+  std::string path = paths::FormatShardPattern(pattern_, summary_.shards.size());
+  // Resuming: a shard past the journal may exist (committed just before a
+  // crash, before the journal was rewritten); it is written again, identically.
+  SK_ASSIGN_OR_RETURN(file_, io::AtomicFile::Create(path, opts_.overwrite || opts_.resume));
+  if (!hash_) hash_ = XXH3_createState();
+  XXH3_64bits_reset(hash_);
+  Utf8Locale utf8;
+  ar_ = archive_write_new();
+  discard_ = false;
+  io_error_ = Status::OK();
+  if (archive_write_set_format_pax_restricted(ar_) != ARCHIVE_OK ||
+      archive_write_set_bytes_per_block(ar_, 0) != ARCHIVE_OK ||
+      archive_write_open2(ar_, this, nullptr, &WdsWriter::WriteCb, nullptr, nullptr) != ARCHIVE_OK) {
+    Status s = Status::Internal(fmt::format("libarchive setup failed: {}", archive_error_string(ar_)),
+                                Location{.file = path});
+    AbortShard();
+    return s;
+  }
+  shard_samples_ = 0;
+  idx_.clear();
+  idx_lines_.clear();
+  idx_names_ok_ = true;
+  sums_.clear();
+  return Status::OK();
+}
+
+void WdsWriter::AbortShard() {
+  if (ar_) {
+    discard_ = true;
+    archive_write_free(ar_);
+    ar_ = nullptr;
+  }
+  file_.reset();  // unlinks the temporary file
+}
+
+Status WdsWriter::FinishShard() {
+  {
+    Utf8Locale utf8;
+    int r = archive_write_close(ar_);
+    if (r != ARCHIVE_OK) return ArchiveError("cannot finish shard", "end of archive");
+    archive_write_free(ar_);
+    ar_ = nullptr;
+  }
+  std::string path = file_->path();
+  uint64_t size = file_->size();
+  SK_RETURN_IF_ERROR(file_->Commit());
+  file_.reset();
+  committed_.push_back(path);
+  if (opts_.write_index) {
+    // DALI's v1.2 index; v1.1 (no names) when a name holds white space,
+    // which would break its space-separated lines.
+    std::string text = wds::DaliIndexText(idx_, idx_lines_);
+    std::string idx_path = IdxPathFor(path);
+    SK_RETURN_IF_ERROR(io::WriteFileAtomic(idx_path, text, true));
+    committed_.push_back(idx_path);
+  }
+  // Per-sample checksums, for verify (index.h has the layout).
+  std::string sums_path = wds::SumsPath(path);
+  SK_RETURN_IF_ERROR(io::WriteFileAtomic(sums_path, wds::SumsText(sums_), true));
+  committed_.push_back(sums_path);
+  summary_.shards.push_back(
+      ShardInfo{path, shard_samples_, size, paths::ChecksumString(XXH3_64bits_digest(hash_))});
+  resumed_.push_back(Resumed{shard_samples_, XXH3_64bits_digest(digest_)});
+  XXH3_64bits_reset(digest_);
+  committed_samples_ += shard_samples_;
+  shard_samples_ = 0;
+  return WriteJournal();
+}
+
+}  // namespace shardkit::formats::wds

@@ -1,0 +1,97 @@
+// Internal: the wds writer: pax (restricted) tar through libarchive, one shard
+// per printf index of the pattern, reproducible bytes, a DALI .idx and a
+// per-sample checksum sidecar per shard (index.h), a JSON manifest beside them
+// (manifest.h), and a journal that makes an interrupted write resumable
+// (journal.cc). The layout is documented in docs/formats-wds.md.
+//
+// Thread safety: a writer is used by one thread.
+#pragma once
+
+#include <archive.h>
+#include <xxhash.h>
+
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/file.h"
+#include "formats/wds/index.h"
+#include "shardkit/dataset.h"
+
+namespace shardkit::formats::wds {
+
+using IdxEntry = wds::IndexMember;
+
+class WdsWriter : public SampleWriter {
+ public:
+  WdsWriter(std::string pattern, WriteOptions opts);
+  ~WdsWriter() override;
+  static Result<std::unique_ptr<SampleWriter>> Make(const std::string& pattern, const WriteOptions& opts);
+  Status Write(const Sample& in) override;
+  Result<WriteSummary> Finish() override;
+
+ private:
+  // Makes a failure sticky and removes the unfinished shard's temporary file at
+  // once. The committed shards and the journal stay: the resumable state, and the
+  // message says how to continue.
+  Status Keep(Status s);
+
+  // A sample the resumed write had committed: checked against the journal's
+  // digest of its shard, then dropped.
+  Status Skip(const std::string& key, uint64_t sample_sum, const Location& where);
+  nlohmann::json OptionsJson() const;
+
+  // "<manifest>.partial": what is committed so far, rewritten atomically after
+  // every shard. Per shard: file, samples, bytes, file checksum, and a digest of
+  // its samples (XXH3 over each sample's checksum and key) that a resume checks
+  // the source against.
+  Status WriteJournal();
+  Status LoadJournal();
+
+  // Temporary files a killed writer left for shard `from` and what follows it.
+  void RemoveStaleTemps(size_t from);
+  uint64_t ShardBytes() const;
+  Status ArchiveError(const char* what, const std::string& name);
+  static la_ssize_t WriteCb(struct archive*, void* self, const void* buf, size_t n);
+  Status StartShard();
+  void AbortShard();
+  Status FinishShard();
+  std::string pattern_;
+  WriteOptions opts_;
+  std::string manifest_;
+  struct archive* ar_ = nullptr;
+  std::unique_ptr<io::AtomicFile> file_;
+  XXH3_state_t* hash_ = nullptr;
+  bool discard_ = false;
+  Status io_error_;  // the file layer's error behind a libarchive failure
+  Status error_;     // sticky: the first failure ends the writer
+  uint64_t shard_samples_ = 0, total_samples_ = 0;
+  std::string prev_key_;
+  std::vector<IdxEntry> idx_;       // members of the current shard
+  std::vector<size_t> idx_lines_;   // end of each sample in idx_
+  bool idx_names_ok_ = true;
+  std::vector<uint64_t> sums_;      // per-sample checksums of the current shard
+  std::set<std::string> fields_;
+  WriteSummary summary_;
+  std::vector<std::string> committed_;  // files under their final names, removed if never finished
+  bool finished_ = false;
+  // Resumable writes.
+  struct Resumed {
+    uint64_t samples = 0;
+    uint64_t digest = 0;  // of the shard's samples (paths::AddSampleToDigest)
+  };
+  std::string journal_;
+  bool keep_state_ = false;             // leave committed shards + journal when destroyed unfinished
+  bool owns_journal_ = false;           // this writer wrote the journal (a refused Create leaves it)
+  XXH3_state_t* digest_ = nullptr;      // of the current shard's samples
+  std::vector<Resumed> resumed_;        // per committed shard
+  uint64_t committed_samples_ = 0;
+  uint64_t resume_samples_ = 0;         // samples to check and drop before writing
+  size_t skip_shard_ = 0;
+  uint64_t skip_in_shard_ = 0;
+};
+
+}  // namespace shardkit::formats::wds
