@@ -5,7 +5,7 @@
 //
 //   options   ResolveOptions: one Validate (shardkit::Validate, loader.h / gpu.h) and
 //             the defaults filled in (rank / world size from RANK / WORLD_SIZE, threads)
-//   plan      the epoch's order (plan.h: LoaderEpochOrder) cut into batches (BatchRows)
+//   plan      the epoch's order (plan.h: LoaderEpochOrder) cut into batches (RowsOf)
 //   slots     each path's own (the CPU loader's buffer pool, the GPU device ring)
 //   rows      ReadRow (read the sample, find its image and label), then the path's row
 //             decoder hook; DecodeCrop is the host decoder's one call (crop choice

@@ -327,7 +327,7 @@ def test_gpu_knobs_are_arguments_not_environment(data):
             loader(address, hardware_load=bad)
     ld = loader(address, hardware_load=0.5, profile=True)  # host path: accepted, unused
     assert ld.gpu_profile() is None and ld.gpu_stats() is None
-    assert len(list(ld)) == len(ld)
+    assert sum(1 for _ in ld) == len(ld)
 
 
 def test_load_state_dict_refuses_a_batch_beyond_the_epoch(data):
