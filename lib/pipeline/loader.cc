@@ -719,9 +719,13 @@ struct Loader::Impl {
       return;
     }
     uint8_t* base = static_cast<uint8_t*>(pool->buffers[size_t(job.slot)]);
-    job.row_status[i] = DecodeOne(workers.local(), job.epoch, job.indices[i],
-                                  job.samples.empty() ? nullptr : &job.samples[i], base + i * row_bytes,
-                                  &job.labels[i], &job.keys[i]);
+    try {
+      job.row_status[i] = DecodeOne(workers.local(), job.epoch, job.indices[i],
+                                    job.samples.empty() ? nullptr : &job.samples[i], base + i * row_bytes,
+                                    &job.labels[i], &job.keys[i]);
+    } catch (const std::exception& ex) {  // (the worker's state; the row's own are caught in RunRow)
+      job.row_status[i] = pipeline::RowException(ex, job.indices[i]);
+    }
     // Streamed: this row's encoded bytes are no longer needed (each row is one worker's).
     if (!job.samples.empty()) job.samples[i] = Sample();
   }
