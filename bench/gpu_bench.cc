@@ -3,7 +3,11 @@
 // of the measurement.
 //
 //   shardkit_gpu_bench DIR [--batch 256] [--epochs 2] [--threads 0] [--size 224] [--modes cpu,copy,gpu]
-//   (SHARDKIT_GPU_PROFILE=1 prints where the GPU decode path's producer spends its time)
+//                          [--hw-load X] [--profile]
+//   --hw-load X: GpuOptions::hardware_load (the hardware engines' share, in [0, 1];
+//                default: the library's, GpuOptions::kDefaultHardwareLoad)
+//   --profile:   GpuOptions::profile; prints GpuLoader::profile() (where the GPU decode
+//                path's producer spends its time) to stderr after each GPU decode run
 //
 // Modes (all RandomResizedCrop 224 + flip + normalize, float32 NCHW unless said):
 //   cpu_loader       the CPU Loader alone, batches in host memory (uint8 NHWC: what the
@@ -80,6 +84,8 @@ struct Args {
   int threads = 0;
   int size = 224;
   std::string modes = "cpu,copy,gpu";  // --modes: which of the three to run
+  double hw_load = -1;                 // --hw-load
+  bool profile = false;                // --profile
   bool Has(const char* m) const { return ("," + modes + ",").find(std::string(",") + m + ",") != std::string::npos; }
 };
 
@@ -148,6 +154,20 @@ double Run(L& l, int epochs, uint64_t* images, double* seconds, OnBatch on_batch
   return double(n) / s;
 }
 
+// GpuLoader::profile() per batch: host ms per phase of the producer and the submitter,
+// GPU ms of the decode and the resize.
+void PrintProfile(const GpuLoader::Profile& p) {
+  if (!p.enabled || p.batches == 0) return;
+  const double k = 1e3 / double(p.batches);
+  const double t = p.gpu_timed ? 1.0 / double(p.gpu_timed) : 0.0;
+  std::fprintf(stderr,
+               "gpu_profile: %llu batches, ms/batch producer: acquire %.2f wait_set %.2f phase1 %.2f handoff %.2f | "
+               "submitter: pack+upload %.2f hw_call %.2f cuda_rows %.2f tail %.2f | gpu: hw_decode %.2f resize %.2f\n",
+               (unsigned long long)p.batches, p.acquire_s * k, p.wait_set_s * k, p.phase1_s * k, p.handoff_s * k,
+               p.pack_s * k, p.hw_call_s * k, p.cuda_rows_s * k, p.tail_s * k, p.gpu_hw_decode_ms * t,
+               p.gpu_resize_ms * t);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -160,11 +180,14 @@ int main(int argc, char** argv) {
     else if (k == "--threads") a.threads = std::stoi(val());
     else if (k == "--size") a.size = std::stoi(val());
     else if (k == "--modes") a.modes = val();
+    else if (k == "--hw-load") a.hw_load = std::stod(val());
+    else if (k == "--profile") a.profile = true;
     else if (a.dir.empty()) a.dir = k;
     else { std::fprintf(stderr, "unknown argument %s\n", k.c_str()); return 2; }
   }
   if (a.dir.empty()) {
-    std::fprintf(stderr, "usage: shardkit_gpu_bench DIR [--batch N] [--epochs N] [--threads N] [--size N] [--modes cpu,copy,gpu]\n");
+    std::fprintf(stderr, "usage: shardkit_gpu_bench DIR [--batch N] [--epochs N] [--threads N] [--size N] [--modes cpu,copy,gpu] "
+                         "[--hw-load X] [--profile]\n");
     return 2;
   }
   uint64_t bytes = 0;
@@ -235,6 +258,8 @@ int main(int argc, char** argv) {
       g.decoder = DecoderKind::kGpu;
       g.roi_decode = roi;
       g.consumer_stream = consumer;
+      g.hardware_load = a.hw_load;
+      g.profile = a.profile;
       auto l = GpuLoader::Create(data, Opts(a, DType::kFloat32, Layout::kNCHW), g);
       if (!l.ok()) Fail(l.status(), "GpuLoader::Create(gpu)");
       double r = Run(**l, a.epochs, &n, &s, [&](DeviceBatch& b, bool) {
@@ -249,6 +274,7 @@ int main(int argc, char** argv) {
                   (unsigned long long)st.images_cuda, (unsigned long long)st.images_host,
                   (unsigned long long)st.images_roi, cpu_f32 > 0 ? r / cpu_f32 : 0.0);
       std::fflush(stdout);
+      if (a.profile) PrintProfile((*l)->profile());
     }
   } else {
     std::printf("{\"mode\":\"gpu_decode\",\"skipped\":\"built without nvJPEG\"}\n");

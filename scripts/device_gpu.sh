@@ -173,15 +173,15 @@ for name, v, ok in goals:
 PY
 }
 
-# Where the GPU decode path's time goes (SHARDKIT_GPU_PROFILE=1), GPU decode modes only;
-# PROFILE_ARGS adds shardkit_gpu_bench arguments (e.g. "--threads 8"); HW_LOADS lists the
-# SHARDKIT_HW_LOAD values to run (default "1").
+# Where the GPU decode path's time goes (shardkit_gpu_bench --profile: GpuLoader::profile()),
+# GPU decode modes only; PROFILE_ARGS adds shardkit_gpu_bench arguments (e.g. "--threads 8");
+# HW_LOADS lists the --hw-load values (GpuOptions::hardware_load) to run (default "1").
 profile() {
   corpus || return 1
   local l
   for l in ${HW_LOADS:-1}; do
-    say "shardkit_gpu_bench --modes gpu, profiled, SHARDKIT_HW_LOAD=$l"
-    SHARDKIT_HW_LOAD=$l SHARDKIT_GPU_PROFILE=1 $B/lib/shardkit_gpu_bench "$corpus" --batch 256 --epochs 2 --modes gpu \
+    say "shardkit_gpu_bench --modes gpu --profile --hw-load $l"
+    $B/lib/shardkit_gpu_bench "$corpus" --batch 256 --epochs 2 --modes gpu --profile --hw-load "$l" \
       ${PROFILE_ARGS:-} 2>&1 | tee -a "$OUTDIR/gpu_profile.txt"
   done
 }

@@ -295,6 +295,61 @@ TEST_CASE("without a CUDA device the GPU API fails with a reason", "[gpu]") {
   CHECK(l.status().message() == why);
 }
 
+TEST_CASE("the GPU loader refuses the options the CPU loader refuses, with or without a device", "[gpu]") {
+  // Options its own check used to let through (it skipped scale, ratio, flip, resize and
+  // prefetch). Validate needs no device; Create, with one, refuses them the same way.
+  LoaderOptions o = Opts(DType::kUint8, Layout::kNHWC);
+  for (int k = 0; k < 4; ++k) {
+    LoaderOptions b = o;
+    if (k == 0) b.scale_min = 0;
+    if (k == 1) b.flip_p = 1.5;
+    if (k == 2) b.ratio_min = 0;
+    if (k == 3) b.prefetch = 0;
+    INFO("case " << k);
+    CHECK(Validate(b).code() == Code::kInvalidArgument);
+    CHECK(Validate(b, GpuOptions{}).code() == Code::kInvalidArgument);
+    if (HaveGpu()) {
+      for (DecoderKind d : {DecoderKind::kCpu, DecoderKind::kGpu}) {
+        GpuOptions g;
+        g.decoder = d;
+        g.force_cpu_decode = d == DecoderKind::kGpu && !NvjpegCompiled();
+        CHECK(GpuLoader::Create(MixedData(4, false), b, g).status().code() == Code::kInvalidArgument);
+      }
+    }
+  }
+  GpuOptions g;
+  g.hardware_load = 2;
+  CHECK(Validate(o, g).code() == Code::kInvalidArgument);
+}
+
+TEST_CASE("GpuOptions::profile: the decode path's time breakdown is read through profile()", "[gpu]") {
+  REQUIRE_GPU_OR_SKIP();
+  auto data = MixedData(40, false);
+  LoaderOptions o = Opts(DType::kUint8, Layout::kNHWC);
+  for (bool on : {false, true}) {
+    GpuOptions g;
+    g.decoder = DecoderKind::kGpu;
+    g.force_cpu_decode = !NvjpegCompiled();
+    g.profile = on;
+    auto l = GpuLoader::Create(data, o, g);
+    REQUIRE(l.ok());
+    for (;;) {
+      auto b = (*l)->Next();
+      REQUIRE(b.ok());
+      if (b->end_of_epoch()) break;
+    }
+    GpuLoader::Profile p = (*l)->profile();
+    CHECK(p.enabled == on);
+    if (on) {
+      CHECK(p.batches == (*l)->num_batches());
+      CHECK(p.phase1_s > 0);
+    } else {
+      CHECK(p.batches == 0);
+      CHECK(p.phase1_s == 0);
+    }
+  }
+}
+
 TEST_CASE("copy path: device batches equal the CPU loader's (uint8 exactly, floats as converted)", "[gpu]") {
   REQUIRE_GPU_OR_SKIP();
   auto data = MixedData(70);
@@ -382,6 +437,17 @@ TEST_CASE("GPU loaders resume from a saved state with the batches of the uninter
     LoaderState bad = (*c)->save_state();
     bad.batch_size = 7;
     CHECK((*c)->restore(bad).code() == Code::kInvalidArgument);
+    // A next batch beyond the epoch is refused (the same check as the CPU loader's).
+    LoaderState far = (*c)->save_state();
+    far.next_batch = (*c)->num_batches() + 1;
+    Status rs = (*c)->restore(far);
+    CHECK(rs.code() == Code::kInvalidArgument);
+    CHECK_THAT(rs.message(), Catch::Contains("of an epoch of"));
+    far.next_batch = (*c)->num_batches();
+    REQUIRE((*c)->restore(far).ok());
+    auto end = (*c)->Next();
+    REQUIRE(end.ok());
+    CHECK(end->end_of_epoch());
   }
 }
 

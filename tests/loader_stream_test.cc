@@ -455,6 +455,13 @@ TEST_CASE("streamed loader: metadata that disagrees with a shard, and a state fr
     auto ra = MustCreate(addr, o);
     LoaderState good = (*l)->save_state();
     CHECK(ra->restore(good).code() == Code::kInvalidArgument);
+    // A next batch beyond the epoch is refused, with or without the stream position.
+    LoaderState far = (*l)->save_state();
+    far.next_batch = (*l)->num_batches() + 1;
+    far.stream.next_batch = far.next_batch;
+    CHECK((*l)->restore(far).code() == Code::kInvalidArgument);
+    far.has_stream = false;
+    CHECK_THAT((*l)->restore(far).message(), Catch::Contains("of an epoch of"));
   }
 }
 

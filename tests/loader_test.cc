@@ -215,6 +215,18 @@ TEST_CASE("resume from a saved state equals the uninterrupted run, batch for bat
   LoaderState s = l->save_state();
   s.world_size = 3;
   CHECK(l->restore(s).code() == Code::kInvalidArgument);
+  // A next batch beyond the epoch is refused (pipeline::CheckRestore, shared with the GPU
+  // loader); the end of the epoch itself is a position.
+  s = l->save_state();
+  s.next_batch = l->num_batches() + 1;
+  Status rs = l->restore(s);
+  CHECK(rs.code() == Code::kInvalidArgument);
+  CHECK_THAT(rs.message(), Catch::Contains("of an epoch of 4"));
+  s.next_batch = l->num_batches();
+  REQUIRE(l->restore(s).ok());
+  auto end = l->Next();
+  REQUIRE(end.ok());
+  CHECK(end->end_of_epoch());
   CHECK(LoaderState::FromJson("{\"version\":1}").status().code() == Code::kInvalidArgument);
   CHECK(LoaderState::FromJson("nope").status().code() == Code::kInvalidArgument);
 }

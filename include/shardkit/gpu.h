@@ -76,17 +76,27 @@ struct GpuOptions {
   // gpu decode: the share of the JPEGs the hardware engines could take that they do take;
   // the rest are decoded by the host threads at the same time, so that both the engines
   // and the CPU cores work. Which images go where is a function of the sample index only
-  // (never of timing). < 0: the default (kDefaultHardwareLoad; env SHARDKIT_HW_LOAD
-  // overrides it); 1: every image the engines accept.
+  // (never of timing). < 0: the default (kDefaultHardwareLoad); 1: every image the
+  // engines accept. (Python: Loader(hardware_load=); the benchmark: --hw-load.)
   double hardware_load = -1;
   static constexpr double kDefaultHardwareLoad = 0.7;  // best of 1, 0.7, 0.65, 0.55 on an H200 (docs/gpu.md)
   // gpu decode, for tests: route every image through libjpeg-turbo on the host (the
   // resize, flip and normalisation still run on the GPU).
   bool force_cpu_decode = false;
+  // gpu decode: time where the producer spends it (host seconds per phase, GPU
+  // milliseconds of the hardware decode and the resize), read with GpuLoader::profile().
+  // Off by default: it records two more CUDA events per batch.
+  bool profile = false;
   // The stream on which the consumer uses batches (cudaStream_t; nullptr = legacy default
   // stream). A batch destroyed without an explicit Release(stream) is released on it.
   void* consumer_stream = nullptr;
 };
+
+// Checks `o` and `g` as GpuLoader::Create does, before it touches a device: OK, or
+// kInvalidArgument naming the first bad option. The checks of Validate(o) (shardkit/
+// loader.h), with the output size up to 8192 (the resize kernel's limit), and ring in
+// [2, 64], host_threads in [0, 4096], hardware_load < 0 or in [0, 1].
+Status Validate(const LoaderOptions& o, const GpuOptions& g);
 
 namespace detail {
 struct DeviceRing;
@@ -190,6 +200,27 @@ class GpuLoader {
     double next_wait_s = 0;        // time the consumer spent inside Next()
   };
   Stats stats() const;
+
+  // Where the GPU decode path's producer spends its time (GpuOptions::profile; all zero
+  // when off, and on the copy path). Host seconds summed over the batches; GPU
+  // milliseconds summed over the batches whose timing events have completed.
+  struct Profile {
+    bool enabled = false;
+    uint64_t batches = 0;        // batches the producer started
+    double acquire_s = 0;        // producer: waiting for a free ring slot
+    double wait_set_s = 0;       //   waiting for the batch's host/device set to be free
+    double phase1_s = 0;         //   read, parse headers, choose crops, host decode
+    double handoff_s = 0;        //   waiting for the submitter to take the batch
+    double pack_s = 0;           // submitter: pack descriptors and weights, upload
+    double hw_call_s = 0;        //   inside the hardware engines' batched decode call
+    double cuda_rows_s = 0;      //   CUDA-backend rows and the join
+    double tail_s = 0;           //   resize launch and events
+    double gpu_hw_decode_ms = 0; // GPU time: nvJPEG decode
+    double gpu_resize_ms = 0;    // GPU time: the resize kernel
+    uint64_t gpu_timed = 0;      // batches whose GPU times are in the two sums above
+  };
+  // Safe to call between Next() calls.
+  Profile profile() const;
 
   struct Impl;
 

@@ -141,6 +141,13 @@ struct LoaderOptions {
   bool prefetch_next_epoch = true;
 };
 
+// Checks `o` as Loader::Create does, without opening anything: OK, or kInvalidArgument
+// naming the first bad option (batch size, output size up to 16384, prefetch, threads,
+// RandomResizedCrop scale and ratio, flip_p, resize_size, dct_min_cover, std, and rank
+// within world size, those two read from RANK / WORLD_SIZE when < 0). The GPU loader's
+// check is Validate(LoaderOptions, GpuOptions) (shardkit/gpu.h): this one and more.
+Status Validate(const LoaderOptions& o);
+
 // Streamed mode's position (see LoaderState::stream).
 struct StreamState {
   struct Entry {

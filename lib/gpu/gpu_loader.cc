@@ -26,6 +26,7 @@
 #include "gpu/kernels.h"
 #include "gpu/ring.h"
 #include "gpu/weights.h"
+#include "pipeline/engine.h"
 #include "pipeline/plan.h"
 #include "pipeline/resize.h"
 #include "shardkit/gpu.h"
@@ -70,15 +71,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-Result<int> EnvInt(const char* name, int dflt) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return dflt;
-  char* end = nullptr;
-  long x = std::strtol(v, &end, 10);
-  if (*end || x < 0 || x > (1 << 20)) return Status::Invalid(fmt::format("environment {}='{}' is not a valid number", name, v));
-  return int(x);
-}
-
 size_t Align(size_t x, size_t a = 256) { return (x + a - 1) / a * a; }
 
 }  // namespace
@@ -108,6 +100,7 @@ struct GpuLoader::Impl {
   virtual uint64_t NumBatches() const = 0;
   virtual uint64_t NumSamples() const = 0;
   virtual std::vector<Status> Skipped() const = 0;
+  virtual GpuLoader::Profile Profile() const { return {}; }
 
   Status InitCommon(size_t out_bytes, size_t staging_bytes, bool staging_is_out) {
     SK_CUDA_RETURN(cudaSetDevice(g.device));
@@ -191,9 +184,8 @@ struct ProducerImpl : GpuLoader::Impl {
     (void)Start(e);  // position 0 of an epoch is always valid
   }
 
+  // `start` is within the epoch (GpuLoader::restore checked it: pipeline::CheckRestore).
   Status Restore(uint64_t e, uint64_t start) override {
-    if (start > NumBatches())
-      return Status::Invalid(fmt::format("loader state is at batch {} of an epoch of {}", start, NumBatches()));
     Stop();
     return Start(e, start);
   }
@@ -448,14 +440,16 @@ struct DecodeImpl final : ProducerImpl {
   std::vector<uint64_t> order;
   double hw_load = 1.0;  // GpuOptions::hardware_load, resolved
 
-  // SHARDKIT_GPU_PROFILE=1: where the producer's time goes, printed to stderr at
-  // destruction (host seconds per phase; GPU milliseconds of the hardware decode and the
-  // resize, from timing events read back when a set is reused).
+  // GpuOptions::profile: where the producer's time goes, read by GpuLoader::profile()
+  // (host seconds per phase; GPU milliseconds of the hardware decode and the resize, from
+  // timing events read back when a set is reused). The producer and the submitter add to
+  // it while the consumer may read it: atomics (ev and pending stay the producer's and
+  // the submitter's, ordered by their handoff, as before).
   struct Profile {
     bool on = false;
-    uint64_t batches = 0;
-    double acquire = 0, wait_set = 0, phase1 = 0, handoff = 0, pack = 0, hw_call = 0, cuda_rows = 0, tail = 0;
-    double gpu_hw_ms = 0, gpu_resize_ms = 0;
+    std::atomic<uint64_t> batches{0}, gpu_timed{0};
+    std::atomic<double> acquire{0}, wait_set{0}, phase1{0}, handoff{0}, pack{0}, hw_call{0}, cuda_rows{0}, tail{0};
+    std::atomic<double> gpu_hw_ms{0}, gpu_resize_ms{0};
     cudaEvent_t ev[2][3] = {};
     bool pending[2] = {false, false};
   } prof;
@@ -464,9 +458,29 @@ struct DecodeImpl final : ProducerImpl {
   void ProfileCollect(int si) {
     if (!prof.on || !prof.pending[si]) return;
     float a = 0, b = 0;
-    if (cudaEventElapsedTime(&a, prof.ev[si][0], prof.ev[si][1]) == cudaSuccess) prof.gpu_hw_ms += a;
-    if (cudaEventElapsedTime(&b, prof.ev[si][1], prof.ev[si][2]) == cudaSuccess) prof.gpu_resize_ms += b;
+    const bool ta = cudaEventElapsedTime(&a, prof.ev[si][0], prof.ev[si][1]) == cudaSuccess;
+    const bool tb = cudaEventElapsedTime(&b, prof.ev[si][1], prof.ev[si][2]) == cudaSuccess;
+    if (ta) prof.gpu_hw_ms += a;
+    if (tb) prof.gpu_resize_ms += b;
+    if (ta && tb) ++prof.gpu_timed;
     prof.pending[si] = false;
+  }
+  GpuLoader::Profile Profile() const override {
+    GpuLoader::Profile p;
+    p.enabled = prof.on;
+    p.batches = prof.batches.load();
+    p.acquire_s = prof.acquire.load();
+    p.wait_set_s = prof.wait_set.load();
+    p.phase1_s = prof.phase1.load();
+    p.handoff_s = prof.handoff.load();
+    p.pack_s = prof.pack.load();
+    p.hw_call_s = prof.hw_call.load();
+    p.cuda_rows_s = prof.cuda_rows.load();
+    p.tail_s = prof.tail.load();
+    p.gpu_hw_decode_ms = prof.gpu_hw_ms.load();
+    p.gpu_resize_ms = prof.gpu_resize_ms.load();
+    p.gpu_timed = prof.gpu_timed.load();
+    return p;
   }
 
   std::vector<Status> skipped;  // guarded by mu
@@ -475,21 +489,9 @@ struct DecodeImpl final : ProducerImpl {
     Stop();
     SK_CUDA_IGNORE(cudaSetDevice(g.device));
     if (stream) SK_CUDA_IGNORE(cudaStreamSynchronize(stream));
-    if (prof.on && prof.batches) {
-      ProfileCollect(0);
-      ProfileCollect(1);
-      const double k = 1e3 / double(prof.batches);
-      std::fprintf(stderr,
-                   "gpu_profile: %llu batches, ms/batch producer: acquire %.2f wait_set %.2f phase1 %.2f handoff %.2f | "
-                   "submitter: pack+upload %.2f "
-                   "hw_call %.2f cuda_rows %.2f tail %.2f | gpu: hw_decode %.2f resize %.2f\n",
-                   (unsigned long long)prof.batches, prof.acquire * k, prof.wait_set * k, prof.phase1 * k, prof.handoff * k,
-                   prof.pack * k, prof.hw_call * k, prof.cuda_rows * k, prof.tail * k,
-                   prof.gpu_hw_ms / double(prof.batches), prof.gpu_resize_ms / double(prof.batches));
-      for (auto& e2 : prof.ev)
-        for (auto& e : e2)
-          if (e) SK_CUDA_IGNORE(cudaEventDestroy(e));
-    }
+    for (auto& e2 : prof.ev)
+      for (auto& e : e2)
+        if (e) SK_CUDA_IGNORE(cudaEventDestroy(e));
     for (auto& s : sets) {
       if (s.done) SK_CUDA_IGNORE(cudaEventSynchronize(s.done));
       if (s.host) SK_CUDA_IGNORE(cudaFreeHost(s.host));
@@ -515,21 +517,9 @@ struct DecodeImpl final : ProducerImpl {
     rrc = {o.scale_min, o.scale_max, o.ratio_min, o.ratio_max, o.flip_p};
     int threads = g.host_threads > 0 ? g.host_threads : (o.threads > 0 ? o.threads : tbb::info::default_concurrency());
     arena = std::make_unique<tbb::task_arena>(threads);
-    hw_load = g.hardware_load;
-    if (hw_load < 0) {
-      hw_load = GpuOptions::kDefaultHardwareLoad;
-      if (const char* v = std::getenv("SHARDKIT_HW_LOAD"); v && *v) {
-        char* endp = nullptr;
-        double x = std::strtod(v, &endp);
-        if (endp == v || *endp || !(x >= 0 && x <= 1))
-          return Status::Invalid(fmt::format("SHARDKIT_HW_LOAD='{}': expected a number in [0, 1]", v));
-        hw_load = x;
-      }
-    }
-    if (!(hw_load >= 0 && hw_load <= 1))
-      return Status::Invalid(fmt::format("GpuOptions::hardware_load {} is not in [0, 1]", g.hardware_load));
+    hw_load = pipeline::ResolvedHardwareLoad(g);  // (in [0, 1]: checked by Validate)
     SK_RETURN_IF_ERROR(InitCommon(RowElems() * DTypeSize(o.dtype) * o.batch_size, 0, false));
-    if (const char* pe = std::getenv("SHARDKIT_GPU_PROFILE"); pe && *pe && *pe != '0') {
+    if (g.profile) {
       prof.on = true;
       for (auto& e2 : prof.ev)
         for (auto& e : e2) SK_CUDA_RETURN(cudaEventCreate(&e));
@@ -688,21 +678,13 @@ struct DecodeImpl final : ProducerImpl {
 
   // --- one batch ---
 
-  // Host route: libjpeg-turbo / libpng with the CPU loader's exact call, then the box's
-  // pixels packed and the weights computed as pipeline::Resizer does.
+  // Host route: libjpeg-turbo / libpng with the CPU loader's exact call
+  // (pipeline::DecodeCrop), then the box's pixels packed and the weights computed as
+  // pipeline::Resizer does.
   Status DecodeOnHost(Row& r, uint64_t e, uint64_t index, const Location& where) {
     pipeline::Augment aug;
-    auto choose = [&](const decode::ImageInfo& info) {
-      aug = o.mode == AugmentMode::kTrain
-                ? pipeline::TrainAugment(o.seed, e, index, info.width, info.height, rrc)
-                : pipeline::EvalAugment(info.width, info.height, o.resize_size, o.output_width, o.output_height);
-      return aug.box;
-    };
     decode::Region reg;
-    Status st = host_decoders.local().Decode(r.data, r.size, choose,
-                                             o.dct_scaling ? o.output_width * o.dct_min_cover : 0.0,
-                                             o.dct_scaling ? o.output_height * o.dct_min_cover : 0.0, &reg);
-    if (!st.ok()) return st.At(where);
+    SK_RETURN_IF_ERROR(pipeline::DecodeCrop(host_decoders.local(), o, rrc, e, index, r.data, r.size, where, &aug, &reg));
     int xlo, xhi, ylo, yhi;
     gpu::BoxWeights(reg.box, reg.width, reg.height, o.output_width, o.output_height, &r.wx, &r.wy, &xlo, &ylo, &xhi,
                     &yhi);
@@ -731,10 +713,7 @@ struct DecodeImpl final : ProducerImpl {
         double(pipeline::Mix64(index ^ 0x6877'6c6f'6164ull) >> 11) * 0x1.0p-53 >= hw_load)
       return false;
     if (h.width > 32768 || h.height > 32768 || uint64_t(h.width) * h.height > 200'000'000ull) return false;
-    pipeline::Augment aug = o.mode == AugmentMode::kTrain
-                                ? pipeline::TrainAugment(o.seed, e, index, h.width, h.height, rrc)
-                                : pipeline::EvalAugment(h.width, h.height, o.resize_size, o.output_width,
-                                                        o.output_height);
+    pipeline::Augment aug = pipeline::ChooseCrop(o, rrc, e, index, h.width, h.height);
     int xlo, xhi, ylo, yhi;
     gpu::BoxWeights(aug.box, h.width, h.height, o.output_width, o.output_height, &r.wx, &r.wy, &xlo, &ylo, &xhi, &yhi);
     gpu::NvItem& it = r.item;
@@ -760,34 +739,23 @@ struct DecodeImpl final : ProducerImpl {
   }
 #endif
 
+  // The GPU path's row decoder (pipeline/engine.h): nvJPEG when it takes the image,
+  // else the host decoder.
   void Prepare(Row& r, uint64_t e, uint64_t index) {
-    r.st = Status::OK();
     r.route = 0;
     r.label = -1;
-    r.sample.clear();
-    Status st = data->Get(index, &r.sample);
-    if (!st.ok()) {
-      r.st = st.At(Location{.index = int64_t(index)});
-      return;
-    }
-    Location where{.key = r.sample.key, .index = int64_t(index)};
-    const Field* f = o.image_field.empty() ? r.sample.image() : r.sample.find(o.image_field);
-    if (!f) {
-      r.st = Status::Corrupt(o.image_field.empty() ? std::string("sample has no image field")
-                                                   : fmt::format("sample has no '{}' field", o.image_field),
-                             where);
-      return;
-    }
-    r.label = r.sample.label().value_or(-1);
-    r.data = f->data.data();
-    r.size = f->data.size();
+    r.st = pipeline::RunRow(data.get(), o, index, nullptr, &r.sample, [&](const pipeline::RowHead& h) -> Status {
+      r.label = h.label;
+      r.data = h.image->data.data();
+      r.size = h.image->data.size();
 #ifdef SHARDKIT_HAVE_NVJPEG
-    if (nv) {
-      int tid = tbb::this_task_arena::current_thread_index();
-      if (tid >= 0 && TryNvjpeg(r, tid, e, index)) return;
-    }
+      if (nv) {
+        int tid = tbb::this_task_arena::current_thread_index();
+        if (tid >= 0 && TryNvjpeg(r, tid, e, index)) return Status::OK();
+      }
 #endif
-    r.st = DecodeOnHost(r, e, index, where);
+      return DecodeOnHost(r, e, index, h.where);
+    });
   }
 
   // Buffers only grow, to the high-water mark of the batches seen (then memory stays
@@ -816,9 +784,9 @@ struct DecodeImpl final : ProducerImpl {
 
   // Phase 1 of batch b into `set` (producer thread).
   Status PrepareBatch(Set& set, uint64_t e, uint64_t b) {
-    const uint64_t begin = b * o.batch_size;
-    const uint64_t end = std::min<uint64_t>(begin + o.batch_size, order.size());
-    const size_t count = size_t(end - begin);
+    const pipeline::BatchRows rows = pipeline::RowsOf(order.size(), o.batch_size, b);
+    const uint64_t begin = rows.begin;
+    const size_t count = rows.count();
     auto tp = PClock::now();
     // Phase 1, parallel: read, parse headers, choose crops, host-decode what nvJPEG can't.
     arena->execute([&] {
@@ -828,12 +796,7 @@ struct DecodeImpl final : ProducerImpl {
             set.rows[i].st = Status::Cancelled("loader stopped");
             continue;
           }
-          try {
-            Prepare(set.rows[i], e, order[begin + i]);
-          } catch (const std::exception& ex) {
-            set.rows[i].st = Status::Internal(fmt::format("exception while decoding: {}", ex.what()),
-                                              Location{.index = int64_t(order[begin + i])});
-          }
+          Prepare(set.rows[i], e, order[begin + i]);  // (exceptions: the row's kInternal)
         }
       });
     });
@@ -842,25 +805,28 @@ struct DecodeImpl final : ProducerImpl {
     return Status::OK();
   }
 
+  // pipeline::SettleRows, the skipped rows appended to `skipped`.
+  Status Settle(const std::vector<Status>& rows, std::vector<size_t>* keep) {
+    std::vector<Status> sk;
+    Status st = pipeline::SettleRows(rows, o.on_error, keep, &sk);
+    if (!sk.empty()) {
+      std::lock_guard<std::mutex> lk(mu);
+      for (auto& x : sk) skipped.push_back(std::move(x));
+    }
+    return st;
+  }
+
   // The rest of batch b (submitter thread).
   Result<DeviceBatch> FinishBatch(Set& set, int set_index, uint64_t e, uint64_t b, int slot, QueueItem* counts) {
-    const uint64_t begin = b * o.batch_size;
-    const uint64_t end = std::min<uint64_t>(begin + o.batch_size, order.size());
-    const size_t count = size_t(end - begin);
+    const pipeline::BatchRows rows = pipeline::RowsOf(order.size(), o.batch_size, b);
+    const uint64_t begin = rows.begin;
+    const size_t count = rows.count();
     if (stop.load()) return Status::Cancelled("loader stopped");
     // Rows kept (errors: kError fails the batch at the first one; kSkip drops and counts).
     std::vector<size_t> keep;
-    keep.reserve(count);
-    for (size_t i = 0; i < count; ++i) {
-      if (set.rows[i].st.ok()) {
-        keep.push_back(i);
-      } else if (o.on_error == DecodeErrorPolicy::kError) {
-        return set.rows[i].st;
-      } else {
-        std::lock_guard<std::mutex> lk(mu);
-        skipped.push_back(set.rows[i].st);
-      }
-    }
+    std::vector<Status> row_st(count);
+    for (size_t i = 0; i < count; ++i) row_st[i] = set.rows[i].st;
+    SK_RETURN_IF_ERROR(Settle(row_st, &keep));
     for (int attempt = 0;; ++attempt) {
       Status st = Launch(set, set_index, keep);
       if (st.ok()) break;
@@ -877,18 +843,12 @@ struct DecodeImpl final : ProducerImpl {
           r.st = DecodeOnHost(r, e, index, Location{.key = r.sample.key, .index = int64_t(index)});
         });
       });
-      std::vector<size_t> keep2;
-      for (size_t i : keep) {
-        if (set.rows[i].st.ok()) {
-          keep2.push_back(i);
-        } else if (o.on_error == DecodeErrorPolicy::kError) {
-          return set.rows[i].st;
-        } else {
-          std::lock_guard<std::mutex> lk(mu);
-          skipped.push_back(set.rows[i].st);
-        }
-      }
-      keep.swap(keep2);
+      std::vector<size_t> kept;
+      row_st.resize(keep.size());
+      for (size_t k = 0; k < keep.size(); ++k) row_st[k] = set.rows[keep[k]].st;
+      SK_RETURN_IF_ERROR(Settle(row_st, &kept));
+      for (size_t& k : kept) k = keep[k];
+      keep.swap(kept);
     }
     // The output: wait for the consumer to be done with the slot, then resize into it.
     auto tt = PClock::now();
@@ -1037,26 +997,6 @@ struct DecodeImpl final : ProducerImpl {
   }
 };
 
-Status Validate(LoaderOptions& o, const GpuOptions& g) {
-  if (o.batch_size == 0) return Status::Invalid("batch_size must be positive");
-  if (o.output_width <= 0 || o.output_height <= 0 || o.output_width > 8192 || o.output_height > 8192)
-    return Status::Invalid(fmt::format("bad output size {}x{}", o.output_width, o.output_height));
-  if (g.ring < 2 || g.ring > 64) return Status::Invalid("GpuOptions::ring must be in [2, 64]");
-  if (!(o.dct_min_cover >= 0.5 && o.dct_min_cover <= 64))
-    return Status::Invalid("dct_min_cover must be in [0.5, 64]");
-  if (o.world_size < 0) {
-    SK_ASSIGN_OR_RETURN(o.world_size, EnvInt("WORLD_SIZE", 1));
-  }
-  if (o.rank < 0) {
-    SK_ASSIGN_OR_RETURN(o.rank, EnvInt("RANK", 0));
-  }
-  if (o.world_size < 1 || o.rank >= o.world_size)
-    return Status::Invalid(fmt::format("rank {} is not within world size {}", o.rank, o.world_size));
-  for (float s : o.std)
-    if (!(s > 0)) return Status::Invalid("std must be positive");
-  return Status::OK();
-}
-
 Result<std::unique_ptr<GpuLoader::Impl>> MakeImpl(std::shared_ptr<RandomAccess> data, std::string_view address,
                                                    const LoaderOptions& opts, const GpuOptions& gopts) {
   std::string why = CudaUnavailableReason();
@@ -1065,7 +1005,7 @@ Result<std::unique_ptr<GpuLoader::Impl>> MakeImpl(std::shared_ptr<RandomAccess> 
   if (gopts.device < 0 || gopts.device >= count)
     return Status::Invalid(fmt::format("CUDA device {} does not exist ({} found)", gopts.device, count));
   LoaderOptions o = opts;
-  SK_RETURN_IF_ERROR(Validate(o, gopts));
+  SK_RETURN_IF_ERROR(pipeline::ResolveOptions(&o, gopts));
   DecoderKind kind = gopts.decoder;
   if (kind == DecoderKind::kAuto) kind = NvjpegCompiled() ? DecoderKind::kGpu : DecoderKind::kCpu;
   if (kind == DecoderKind::kGpu && !NvjpegCompiled() && !gopts.force_cpu_decode)
@@ -1129,28 +1069,15 @@ Result<DeviceBatch> GpuLoader::Next() {
 }
 
 LoaderState GpuLoader::save_state() const {
-  LoaderState s;
-  s.seed = impl_->o.seed;
-  s.epoch = impl_->epoch;
-  s.next_batch = impl_->next_batch;
-  s.num_samples = impl_->NumSamples();
-  s.rank = impl_->o.rank;
-  s.world_size = impl_->o.world_size;
-  s.batch_size = impl_->o.batch_size;
-  return s;
+  return pipeline::MakeState(impl_->o, impl_->NumSamples(), impl_->epoch, impl_->next_batch);
 }
 
 Status GpuLoader::restore(const LoaderState& s) {
-  const LoaderOptions& o = impl_->o;
-  if (s.seed != o.seed || s.num_samples != impl_->NumSamples() || s.rank != o.rank || s.world_size != o.world_size ||
-      s.batch_size != o.batch_size)
-    return Status::Invalid(fmt::format(
-        "loader state (seed {}, {} samples, rank {}/{}, batch {}) does not match this loader "
-        "(seed {}, {} samples, rank {}/{}, batch {})",
-        s.seed, s.num_samples, s.rank, s.world_size, s.batch_size, o.seed, impl_->NumSamples(), o.rank,
-        o.world_size, o.batch_size));
+  SK_RETURN_IF_ERROR(pipeline::CheckRestore(s, impl_->o, impl_->NumSamples(), impl_->NumBatches()));
   return impl_->Restore(s.epoch, s.next_batch);
 }
+
+GpuLoader::Profile GpuLoader::profile() const { return impl_->Profile(); }
 
 GpuLoader::Stats GpuLoader::stats() const {
   Stats s;

@@ -61,6 +61,7 @@ std::vector<Status> GpuLoader::skipped() const { return {}; }
 LoaderState GpuLoader::save_state() const { return {}; }
 Status GpuLoader::restore(const LoaderState&) { return No(); }
 GpuLoader::Stats GpuLoader::stats() const { return {}; }
+GpuLoader::Profile GpuLoader::profile() const { return {}; }
 
 namespace gpu::testing {
 Status CreateStream(int, void**) { return No(); }

@@ -38,6 +38,7 @@
 #include <nlohmann/json.hpp>
 
 #include "decode/jpeg.h"
+#include "pipeline/engine.h"
 #include "pipeline/plan.h"
 #include "pipeline/resize.h"
 #include "pipeline/stream.h"
@@ -252,14 +253,6 @@ StreamState FromPos(const pipeline::StreamPos& p) {
   return s;
 }
 
-Result<int> EnvInt(const char* name, int dflt) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return dflt;
-  char* end = nullptr;
-  long x = std::strtol(v, &end, 10);
-  if (*end || x < 0 || x > (1 << 20)) return Status::Invalid(fmt::format("environment {}='{}' is not a valid number", name, v));
-  return int(x);
-}
 }  // namespace
 
 struct Loader::Impl {
@@ -429,8 +422,7 @@ struct Loader::Impl {
         in = std::make_shared<StreamInput>();
         in->epoch = e;
         in->batch = b;
-        const uint64_t begin = b * o.batch_size;
-        const size_t count = size_t(std::min<uint64_t>(o.batch_size, part.per_rank - begin));
+        const size_t count = pipeline::RowsOf(part.per_rank, o.batch_size, b).count();
         in->samples.resize(count);
         in->indices.resize(count);
         for (size_t i = 0; i < count && st.ok(); ++i) {
@@ -646,9 +638,8 @@ struct Loader::Impl {
           return true;
         }
       } else {
-        uint64_t begin = sub * o.batch_size;
-        uint64_t end = std::min<uint64_t>(begin + o.batch_size, ord.size());
-        job->indices.assign(ord.begin() + long(begin), ord.begin() + long(end));
+        const pipeline::BatchRows rows = pipeline::RowsOf(ord.size(), o.batch_size, sub);
+        job->indices.assign(ord.begin() + long(rows.begin), ord.begin() + long(rows.end));
       }
       const size_t count = job->indices.size();
       job->rows_total = count;
@@ -705,39 +696,21 @@ struct Loader::Impl {
     p->cv.notify_all();
   }
 
-  // `given`: the sample already read (streamed mode); null = Get(index) here.
+  // The CPU loader's row decoder (pipeline/engine.h): the row's image decoded on the
+  // host (DecodeCrop) and resized into its row of the batch. `given`: the sample already
+  // read (streamed mode); null = Get(index) here.
   Status DecodeOne(Worker& w, uint64_t e, uint64_t index, const Sample* given, uint8_t* dst, int64_t* label,
                    std::string* key) {
-    Status st;
-    if (!given) {
-      w.sample.clear();
-      st = data->Get(index, &w.sample);
-      if (!st.ok()) return st.At(Location{.index = int64_t(index)});
-    }
-    const Sample& s = given ? *given : w.sample;
-    *key = s.key;
-    Location where{.key = s.key, .index = int64_t(index)};
-    const Field* f = o.image_field.empty() ? s.image() : s.find(o.image_field);
-    if (!f) {
-      return Status::Corrupt(o.image_field.empty() ? std::string("sample has no image field")
-                                                   : fmt::format("sample has no '{}' field", o.image_field),
-                             where);
-    }
-    *label = s.label().value_or(-1);
-    pipeline::Augment aug;
-    auto choose = [&](const decode::ImageInfo& info) {
-      aug = o.mode == AugmentMode::kTrain
-                ? pipeline::TrainAugment(o.seed, e, index, info.width, info.height, rrc)
-                : pipeline::EvalAugment(info.width, info.height, o.resize_size, o.output_width, o.output_height);
-      return aug.box;
-    };
-    decode::Region r;
-    st = w.decoder.Decode(f->data.data(), f->data.size(), choose,
-                          o.dct_scaling ? o.output_width * o.dct_min_cover : 0.0,
-                          o.dct_scaling ? o.output_height * o.dct_min_cover : 0.0, &r);
-    if (!st.ok()) return st.At(where);
-    w.resizer.Run(r.pixels, r.stride, r.width, r.height, r.box, aug.flip, spec, dst);
-    return Status::OK();
+    return pipeline::RunRow(data.get(), o, index, given, &w.sample, [&](const pipeline::RowHead& h) -> Status {
+      *key = h.sample->key;
+      *label = h.label;
+      pipeline::Augment aug;
+      decode::Region r;
+      SK_RETURN_IF_ERROR(pipeline::DecodeCrop(w.decoder, o, rrc, e, index, h.image->data.data(), h.image->data.size(),
+                                              h.where, &aug, &r));
+      w.resizer.Run(r.pixels, r.stride, r.width, r.height, r.box, aug.flip, spec, dst);
+      return Status::OK();
+    });
   }
 
   void DecodeRow(Job& job, size_t i) {
@@ -750,9 +723,8 @@ struct Loader::Impl {
       job.row_status[i] = DecodeOne(workers.local(), job.epoch, job.indices[i],
                                     job.samples.empty() ? nullptr : &job.samples[i], base + i * row_bytes,
                                     &job.labels[i], &job.keys[i]);
-    } catch (const std::exception& ex) {
-      job.row_status[i] = Status::Internal(fmt::format("exception while decoding: {}", ex.what()),
-                                           Location{.index = int64_t(job.indices[i])});
+    } catch (const std::exception& ex) {  // (the worker's state; the row's own are caught in RunRow)
+      job.row_status[i] = pipeline::RowException(ex, job.indices[i]);
     }
     // Streamed: this row's encoded bytes are no longer needed (each row is one worker's).
     if (!job.samples.empty()) job.samples[i] = Sample();
@@ -760,23 +732,17 @@ struct Loader::Impl {
 
   // After every row: the batch's error, or its rows compacted (kSkip).
   void FinishJob(Job& job) {
-    const size_t count = job.indices.size();
     uint8_t* base = static_cast<uint8_t*>(pool->buffers[size_t(job.slot)]);
     if (cancel.load() || job.cancelled.load()) {
       job.error = Status::Cancelled("loader stopped");
       return;
     }
     // Assemble in order: the first failure (by row) under kError; compaction under kSkip.
+    std::vector<size_t> keep;
+    job.error = pipeline::SettleRows(job.row_status, o.on_error, &keep, &job.skipped);
+    if (!job.error.ok()) return;
     size_t k = 0;
-    for (size_t i = 0; i < count; ++i) {
-      if (!job.row_status[i].ok()) {
-        if (o.on_error == DecodeErrorPolicy::kError || job.row_status[i].code() == Code::kCancelled) {
-          job.error = job.row_status[i];
-          return;
-        }
-        job.skipped.push_back(job.row_status[i]);
-        continue;
-      }
+    for (size_t i : keep) {
       if (k != i) {
         std::memmove(base + k * row_bytes, base + i * row_bytes, row_bytes);
         job.labels[k] = job.labels[i];
@@ -882,40 +848,11 @@ struct Loader::Impl {
 Loader::Loader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Loader::~Loader() = default;
 
-namespace {
-Status Validate(LoaderOptions& o) {
-  if (o.batch_size == 0) return Status::Invalid("batch_size must be positive");
-  if (o.output_width <= 0 || o.output_height <= 0 || o.output_width > 16384 || o.output_height > 16384)
-    return Status::Invalid(fmt::format("bad output size {}x{}", o.output_width, o.output_height));
-  if (o.prefetch < 1 || o.prefetch > 1024) return Status::Invalid("prefetch must be in [1, 1024]");
-  if (o.threads < 0 || o.threads > 4096) return Status::Invalid("threads must be in [0, 4096]");
-  if (!(o.scale_min > 0 && o.scale_min <= o.scale_max && o.scale_max <= 1.0))
-    return Status::Invalid("RandomResizedCrop scale must satisfy 0 < min <= max <= 1");
-  if (!(o.ratio_min > 0 && o.ratio_min <= o.ratio_max)) return Status::Invalid("bad aspect ratio range");
-  if (!(o.flip_p >= 0 && o.flip_p <= 1)) return Status::Invalid("flip_p must be in [0, 1]");
-  if (o.resize_size <= 0) return Status::Invalid("resize_size must be positive");
-  if (!(o.dct_min_cover >= 0.5 && o.dct_min_cover <= 64))
-    return Status::Invalid("dct_min_cover must be in [0.5, 64]");
-  for (float s : o.std)
-    if (!(s > 0)) return Status::Invalid("std must be positive");
-  if (o.world_size < 0) {
-    SK_ASSIGN_OR_RETURN(o.world_size, EnvInt("WORLD_SIZE", 1));
-  }
-  if (o.rank < 0) {
-    SK_ASSIGN_OR_RETURN(o.rank, EnvInt("RANK", 0));
-  }
-  if (o.world_size < 1 || o.rank >= o.world_size)
-    return Status::Invalid(fmt::format("rank {} is not within world size {}", o.rank, o.world_size));
-  if (o.threads == 0) o.threads = tbb::info::default_concurrency();
-  return Status::OK();
-}
-}  // namespace
-
 Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<RandomAccess> data, const LoaderOptions& opts) {
   if (!data) return Status::Invalid("no dataset");
   auto impl = std::make_unique<Impl>();
   impl->o = opts;
-  SK_RETURN_IF_ERROR(Validate(impl->o));
+  SK_RETURN_IF_ERROR(pipeline::ResolveOptions(&impl->o));
   impl->data = std::move(data);
   impl->n = impl->data->size();
   SK_RETURN_IF_ERROR(impl->Init());
@@ -965,7 +902,7 @@ Status Loader::Impl::Init() {
 Result<std::unique_ptr<Loader>> Loader::CreateStreamed(std::unique_ptr<Dataset> ds, const LoaderOptions& opts) {
   auto impl = std::make_unique<Impl>();
   impl->o = opts;
-  SK_RETURN_IF_ERROR(Validate(impl->o));
+  SK_RETURN_IF_ERROR(pipeline::ResolveOptions(&impl->o));
   const DatasetInfo& info = ds->info();
   std::vector<pipeline::StreamShard> shards;
   pipeline::ShardOpener opener;
@@ -1068,14 +1005,7 @@ Loader::StreamStats Loader::stream_stats() const {
 }
 
 LoaderState Loader::save_state() const {
-  LoaderState s;
-  s.seed = impl_->o.seed;
-  s.epoch = impl_->epoch;
-  s.next_batch = impl_->next;
-  s.num_samples = impl_->n;
-  s.rank = impl_->o.rank;
-  s.world_size = impl_->o.world_size;
-  s.batch_size = impl_->o.batch_size;
+  LoaderState s = pipeline::MakeState(impl_->o, impl_->n, impl_->epoch, impl_->next);
   if (impl_->streaming) {
     s.has_stream = true;
     s.stream = FromPos(impl_->pos_next);
@@ -1087,16 +1017,7 @@ LoaderState Loader::save_state() const {
 
 Status Loader::restore(const LoaderState& s) {
   const auto& o = impl_->o;
-  if (s.seed != o.seed || s.num_samples != impl_->n || s.rank != o.rank || s.world_size != o.world_size ||
-      s.batch_size != o.batch_size)
-    return Status::Invalid(fmt::format(
-        "loader state (seed {}, {} samples, rank {}/{}, batch {}) does not match this loader "
-        "(seed {}, {} samples, rank {}/{}, batch {})",
-        s.seed, s.num_samples, s.rank, s.world_size, s.batch_size, o.seed, impl_->n, o.rank, o.world_size,
-        o.batch_size));
-  if (s.next_batch > impl_->part.num_batches)
-    return Status::Invalid(fmt::format("loader state is at batch {} of an epoch of {}", s.next_batch,
-                                       impl_->part.num_batches));
+  SK_RETURN_IF_ERROR(pipeline::CheckRestore(s, o, impl_->n, impl_->part.num_batches));
   if (!impl_->streaming) {
     if (s.has_stream)
       return Status::Invalid("loader state is from a streamed loader; this loader reads with random access");

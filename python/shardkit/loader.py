@@ -62,6 +62,12 @@ class Loader:
         CUDA the host batch is copied with torch on the current stream (decoder "cpu"/"auto").
       ring: device batches (CUDA builds): how many may exist at once; holding all of them
         while asking for the next waits `buffer_wait`, then raises. None = max(3, prefetch).
+      hardware_load: decoder "gpu": the share of the JPEGs the hardware JPEG engines could
+        take that they do take (the rest decode on the host threads at the same time), in
+        [0, 1]; None = the library's default (0.7). Which image goes where depends on its
+        index only.
+      profile: decoder "gpu": time where the GPU decode path spends it; read it with
+        gpu_profile().
       output_size: int or (height, width) of the output images.
       random_resized_crop: (scale, ratio) ranges of torchvision's RandomResizedCrop, or
         None for evaluation (resize the shorter side to resize_size, center crop).
@@ -105,7 +111,8 @@ class Loader:
                  center_crop=False, resize_size=None, flip=True, mean=_IMAGENET_MEAN, std=_IMAGENET_STD,
                  dtype="float32", layout="NCHW", threads=0, prefetch=4, drop_last=False,
                  return_keys=False, on_error="raise", image_field=None, dct_scaling=True, ring=None,
-                 buffer_wait=10.0, stream=False, shuffle_buffer=8192, prefetch_next_epoch=True):
+                 buffer_wait=10.0, stream=False, shuffle_buffer=8192, prefetch_next_epoch=True,
+                 hardware_load=None, profile=False):
         if not _shardkit.HAVE_LOADER:
             raise NotImplementedError("this build of shardkit has no loader")
         if decoder not in ("auto", "cpu", "gpu"):
@@ -142,6 +149,9 @@ class Loader:
         if len(mean) != 3 or len(std) != 3:
             raise ValueError("mean and std need 3 values (R, G, B)")
 
+        if hardware_load is not None and not 0.0 <= float(hardware_load) <= 1.0:
+            raise ValueError(f"hardware_load must be in [0, 1] or None, not {hardware_load!r}")
+
         if decoder == "gpu" and str(device) == "cpu":
             raise NotImplementedError('decoder="gpu" needs device="cuda:N"')
         self._device = _parse_device(device)
@@ -167,7 +177,8 @@ class Loader:
             ring = max(3, int(prefetch)) if ring is None else int(ring)
             try:
                 self._loader = _shardkit._GpuLoader(str(address), device=int(self._device.index), decoder=decoder,
-                                                    ring=ring, **args)
+                                                    ring=ring, hardware_load=-1.0 if hardware_load is None
+                                                    else float(hardware_load), profile=bool(profile), **args)
             except _shardkit.Error as e:
                 # The library cannot use the device (torch can): "gpu" fails, "cpu"/"auto"
                 # fall back to the host loader and a torch copy.
@@ -255,6 +266,12 @@ class Loader:
     def gpu_stats(self):
         """Counters of the GPU feed (dict), or None on the host path."""
         return self._loader.stats() if self._gpu else None
+
+    def gpu_profile(self):
+        """Where the GPU decode path spends its time (dict of host seconds per phase and GPU
+        milliseconds, summed; "enabled" is False unless profile=True), or None on the host
+        path."""
+        return self._loader.profile() if self._gpu else None
 
     @property
     def device(self):

@@ -525,7 +525,7 @@ tensor made from it is freed.)doc")
                        std::vector<float> mean, std::vector<float> std_, const std::string& dtype,
                        const std::string& layout, const std::string& on_error, const std::string& image_field,
                        int device, const std::string& decoder, int ring, int buffer_wait_ms, bool stream,
-                       uint32_t shuffle_buffer, bool prefetch_next_epoch) {
+                       uint32_t shuffle_buffer, bool prefetch_next_epoch, double hardware_load, bool profile) {
              LoaderOptions o = MakeOptions(batch_size, shuffle, seed, rank, world_size, drop_last, threads, prefetch,
                                            output_height, output_width, train, scale, ratio, flip_p, resize_size,
                                            dct_scaling, mean, std_, dtype, layout, on_error, image_field, stream,
@@ -538,6 +538,8 @@ tensor made from it is freed.)doc")
              else if (decoder == "auto") g.decoder = DecoderKind::kAuto;
              else throw py::value_error("decoder must be \"auto\", \"cpu\" or \"gpu\", not \"" + decoder + "\"");
              g.ring = ring;
+             g.hardware_load = hardware_load;
+             g.profile = profile;
              return std::make_unique<PyGpuLoader>([&] { return GpuLoader::Create(address, o, g); });
            }),
            py::arg("address"), py::kw_only(), py::arg("batch_size"), py::arg("shuffle"), py::arg("seed"),
@@ -547,7 +549,7 @@ tensor made from it is freed.)doc")
            py::arg("mean"), py::arg("std"), py::arg("dtype"), py::arg("layout"), py::arg("on_error"),
            py::arg("image_field"), py::arg("device"), py::arg("decoder"), py::arg("ring"),
            py::arg("buffer_wait_ms") = 0, py::arg("stream") = false, py::arg("shuffle_buffer") = 8192,
-           py::arg("prefetch_next_epoch") = true)
+           py::arg("prefetch_next_epoch") = true, py::arg("hardware_load") = -1.0, py::arg("profile") = false)
       .def("next", &PyGpuLoader::Next)
       .def("set_epoch", &PyGpuLoader::SetEpoch, py::arg("epoch"))
       .def("save_state", &PyGpuLoader::SaveState)
@@ -575,6 +577,24 @@ tensor made from it is freed.)doc")
         d["images_roi"] = s.images_roi;
         d["bytes_uploaded"] = s.bytes_uploaded;
         d["next_wait_s"] = s.next_wait_s;
+        return d;
+      })
+      .def("profile", [](PyGpuLoader& l) {
+        GpuLoader::Profile p = l.With([](GpuLoader& x) { return x.profile(); });
+        py::dict d;
+        d["enabled"] = p.enabled;
+        d["batches"] = p.batches;
+        d["acquire_s"] = p.acquire_s;
+        d["wait_set_s"] = p.wait_set_s;
+        d["phase1_s"] = p.phase1_s;
+        d["handoff_s"] = p.handoff_s;
+        d["pack_s"] = p.pack_s;
+        d["hw_call_s"] = p.hw_call_s;
+        d["cuda_rows_s"] = p.cuda_rows_s;
+        d["tail_s"] = p.tail_s;
+        d["gpu_hw_decode_ms"] = p.gpu_hw_decode_ms;
+        d["gpu_resize_ms"] = p.gpu_resize_ms;
+        d["gpu_timed"] = p.gpu_timed;
         return d;
       });
 }

@@ -141,6 +141,20 @@ def test_decoder_gpu_and_auto(tar):
     assert loader(address, device="cuda:0", decoder="auto").decoder == "gpu"
 
 
+def test_gpu_profile_and_hardware_load_arguments(tar):
+    address, _ = tar
+    decoder = "gpu" if _shardkit.NVJPEG_COMPILED else "cpu"
+    ld = loader(address, device="cuda:0", decoder=decoder, hardware_load=1.0, profile=True)
+    n = sum(1 for _ in ld)
+    p = ld.gpu_profile()
+    assert set(p) >= {"enabled", "batches", "phase1_s", "gpu_hw_decode_ms", "gpu_resize_ms"}
+    if decoder == "gpu":
+        assert p["enabled"] and p["batches"] == n and p["phase1_s"] > 0
+    else:
+        assert not p["enabled"] and p["batches"] == 0  # the copy path has no producer phases
+    assert not loader(address, device="cuda:0", decoder=decoder).gpu_profile()["enabled"]
+
+
 def test_ring_slots_reused_device_memory_flat(tar):
     address, _ = tar
     ld = loader(address, device="cuda:0", batch_size=4, output_size=224, prefetch=3)

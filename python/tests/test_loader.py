@@ -319,6 +319,28 @@ def test_bad_arguments(data):
     assert "/no/such/dir" in str(ei.value)
 
 
+def test_gpu_knobs_are_arguments_not_environment(data):
+    address, _ = data[:2]
+    # hardware_load (once SHARDKIT_HW_LOAD) is checked up front, whatever the device.
+    for bad in (1.5, -0.1, float("nan")):
+        with pytest.raises(ValueError, match="hardware_load"):
+            loader(address, hardware_load=bad)
+    ld = loader(address, hardware_load=0.5, profile=True)  # host path: accepted, unused
+    assert ld.gpu_profile() is None and ld.gpu_stats() is None
+    assert sum(1 for _ in ld) == len(ld)
+
+
+def test_load_state_dict_refuses_a_batch_beyond_the_epoch(data):
+    address, _ = data[:2]
+    ld = loader(address, seed=5)
+    state = ld.state_dict()
+    state["shardkit_loader"]["next_batch"] = len(ld) + 1
+    with pytest.raises(shardkit.Error) as ei:
+        loader(address, seed=5).load_state_dict(state)
+    assert ei.value.code == "invalid_argument"
+    assert "of an epoch of" in str(ei.value)
+
+
 def test_next_releases_the_gil(data):
     import threading
 

@@ -1,0 +1,132 @@
+// pipeline/engine.h (internal): the batch engine that the CPU Loader (loader.cc) and the
+// GPU decode path (gpu/gpu_loader.cc) share, as DALI's loader base is shared by its
+// readers: the base owns what every consumer of an epoch plan needs, a path supplies the
+// row decoder.
+//
+//   options   ResolveOptions: one Validate (shardkit::Validate, loader.h / gpu.h) and
+//             the defaults filled in (rank / world size from RANK / WORLD_SIZE, threads)
+//   plan      the epoch's order (plan.h: LoaderEpochOrder) cut into batches (RowsOf)
+//   slots     each path's own (the CPU loader's buffer pool, the GPU device ring)
+//   rows      ReadRow (read the sample, find its image and label), then the path's row
+//             decoder hook; DecodeCrop is the host decoder's one call (crop choice
+//             ChooseCrop + libjpeg-turbo / libpng at a DCT scale), used by the CPU loader
+//             for every row and by the GPU path for the rows nvJPEG does not take
+//   errors    SettleRows: kError fails the batch at its first bad row, kSkip drops and
+//             lists them
+//   state     MakeState / CheckRestore: one save_state and one restore check (with the
+//             next-batch range check) for both loaders
+//
+// Everything here is stateless or a pure function; thread safety is the caller's (each
+// function may run on any thread; the decoders passed in are per thread).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "decode/jpeg.h"
+#include "pipeline/plan.h"
+#include "shardkit/dataset.h"
+#include "shardkit/loader.h"
+#include "shardkit/status.h"
+
+namespace shardkit {
+struct GpuOptions;
+}
+
+namespace shardkit::pipeline {
+
+// ---- options ----
+
+// Validates `o` (shardkit::Validate) and fills in the defaults: rank and world size
+// from the RANK / WORLD_SIZE environment when < 0, threads = all hardware threads when 0.
+Status ResolveOptions(LoaderOptions* o);
+// The same, plus the GPU options' own checks (shardkit::Validate(o, g)).
+Status ResolveOptions(LoaderOptions* o, const GpuOptions& g);
+
+// GpuOptions::hardware_load with its default (< 0: GpuOptions::kDefaultHardwareLoad).
+double ResolvedHardwareLoad(const GpuOptions& g);
+
+// The largest output side the GPU decode path's kernels take.
+inline constexpr int kMaxGpuOutputSide = 8192;
+// ... and the CPU loader's.
+inline constexpr int kMaxOutputSide = 16384;
+
+// ---- plan ----
+
+// Rows [begin, end) of batch b in an epoch of `samples` samples for this rank.
+struct BatchRows {
+  uint64_t begin = 0, end = 0;
+  size_t count() const { return size_t(end - begin); }
+};
+inline BatchRows RowsOf(uint64_t samples, uint32_t batch_size, uint64_t b) {
+  const uint64_t begin = b * batch_size;
+  return {begin, std::max(begin, std::min<uint64_t>(begin + batch_size, samples))};
+}
+
+// ---- rows ----
+
+// What ReadRow found: the sample's image field, its label (-1 without `cls`) and the
+// location (key, index) every error of the row names.
+struct RowHead {
+  const Sample* sample = nullptr;
+  const Field* image = nullptr;
+  int64_t label = -1;
+  Location where;
+};
+
+// Reads sample `index` into *scratch (unless `given`: the sample already read, streamed
+// mode) and finds the image to decode (LoaderOptions::image_field, else the first image
+// field). Errors name the index (read) or key and index (no image: kCorrupt).
+Result<RowHead> ReadRow(const RandomAccess* data, const LoaderOptions& o, uint64_t index, const Sample* given,
+                        Sample* scratch);
+
+// The crop box and flip of sample `index` in epoch e for an image of w x h: training's
+// RandomResizedCrop + flip, or evaluation's resize + center crop.
+Augment ChooseCrop(const LoaderOptions& o, const RrcParams& rrc, uint64_t epoch, uint64_t index, int w, int h);
+
+// The host decode of one row: the image's header gives its size, ChooseCrop the box,
+// and the decoder decodes the box's region (at a DCT scale when dct_scaling allows).
+// *aug gets the crop (box and flip). The error names `where`.
+Status DecodeCrop(decode::ImageDecoder& dec, const LoaderOptions& o, const RrcParams& rrc, uint64_t epoch,
+                  uint64_t index, const uint8_t* data, size_t size, const Location& where, Augment* aug,
+                  decode::Region* out);
+
+// One row through the row decoder hook: ReadRow, then decode(head), the path's hook
+// (the CPU loader decodes and resizes into the host batch; the GPU path hands the image
+// to nvJPEG or, when nvJPEG does not take it, to DecodeCrop and packs the pixels for the
+// device). An exception becomes kInternal naming the index. Called concurrently for
+// distinct rows (each with its own scratch sample).
+Status RowException(const std::exception& ex, uint64_t index);
+template <class Decode>
+Status RunRow(const RandomAccess* data, const LoaderOptions& o, uint64_t index, const Sample* given,
+              Sample* scratch, Decode&& decode) {
+  try {
+    Result<RowHead> head = ReadRow(data, o, index, given, scratch);
+    if (!head.ok()) return std::move(head).take_status();
+    return decode(*head);
+  } catch (const std::exception& ex) {
+    return RowException(ex, index);
+  }
+}
+// ---- errors and skip ----
+
+// The rows of a batch that stay, in order, given each row's status. kError (or any
+// cancelled row): the first failure by row is returned. kSkip: the failures are appended
+// to *skipped and left out of *keep.
+Status SettleRows(const std::vector<Status>& rows, DecodeErrorPolicy policy, std::vector<size_t>* keep,
+                  std::vector<Status>* skipped);
+
+// ---- state ----
+
+// The position "batch next_batch of epoch e" of a loader with options `o` over n samples.
+LoaderState MakeState(const LoaderOptions& o, uint64_t n, uint64_t epoch, uint64_t next_batch);
+
+// Whether `s` can be restored into a loader with options `o` over n samples whose epochs
+// have num_batches batches: same seed, dataset size, batch size, rank and world size, and
+// a next batch within the epoch (num_batches itself: at the end). kInvalidArgument if not.
+Status CheckRestore(const LoaderState& s, const LoaderOptions& o, uint64_t n, uint64_t num_batches);
+
+}  // namespace shardkit::pipeline
