@@ -1220,10 +1220,10 @@ class WdsWriter : public SampleWriter {
     }
     j["total_bytes"] = total;
     j["shards"] = std::move(shards);
-    SK_RETURN_IF_ERROR(Keep(io::WriteFileAtomic(manifest_, j.dump(2) + "\n", true)));
+    SK_RETURN_IF_ERROR(Keep(io::WriteFileAtomic(manifest_, j.dump(2) + "\n", true, opts_.filesystem)));
     // Complete: the journal goes (a crash before this leaves a journal that lists
     // every shard, and a resume then only rewrites the manifest).
-    if (::unlink(journal_.c_str()) == 0) (void)io::FsyncDir(io::DirName(journal_));
+    if (::unlink(journal_.c_str()) == 0) (void)io::FsyncDir(io::DirName(journal_), opts_.filesystem);
     summary_.samples = total_samples_;
     summary_.bytes = total;
     finished_ = true;
@@ -1310,7 +1310,7 @@ class WdsWriter : public SampleWriter {
     }
     j["shards"] = std::move(shards);
     owns_journal_ = true;
-    return io::WriteFileAtomic(journal_, j.dump(1) + "\n", true);
+    return io::WriteFileAtomic(journal_, j.dump(1) + "\n", true, opts_.filesystem);
   }
 
   Status LoadJournal() {
@@ -1425,7 +1425,7 @@ class WdsWriter : public SampleWriter {
     std::string path = paths::FormatShardPattern(pattern_, summary_.shards.size());
     // Resuming: a shard past the journal may exist (committed just before a
     // crash, before the journal was rewritten); it is written again, identically.
-    SK_ASSIGN_OR_RETURN(file_, io::AtomicFile::Create(path, opts_.overwrite || opts_.resume));
+    SK_ASSIGN_OR_RETURN(file_, io::AtomicFile::Create(path, opts_.overwrite || opts_.resume, opts_.filesystem));
     if (!hash_) hash_ = XXH3_createState();
     XXH3_64bits_reset(hash_);
     Utf8Locale utf8;
@@ -1475,12 +1475,12 @@ class WdsWriter : public SampleWriter {
       // which would break its space-separated lines.
       std::string text = wds::DaliIndexText(idx_, idx_lines_);
       std::string idx_path = IdxPathFor(path);
-      SK_RETURN_IF_ERROR(io::WriteFileAtomic(idx_path, text, true));
+      SK_RETURN_IF_ERROR(io::WriteFileAtomic(idx_path, text, true, opts_.filesystem));
       committed_.push_back(idx_path);
     }
     // Per-sample checksums, for verify (formats/wds_index.h has the layout).
     std::string sums_path = wds::SumsPath(path);
-    SK_RETURN_IF_ERROR(io::WriteFileAtomic(sums_path, wds::SumsText(sums_), true));
+    SK_RETURN_IF_ERROR(io::WriteFileAtomic(sums_path, wds::SumsText(sums_), true, opts_.filesystem));
     committed_.push_back(sums_path);
     summary_.shards.push_back(
         ShardInfo{path, shard_samples_, size, paths::ChecksumString(XXH3_64bits_digest(hash_))});
