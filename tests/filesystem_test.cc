@@ -215,7 +215,7 @@ TEST_CASE("file system registry: plain paths and file:// are local, unknown sche
 
 // Every writer creates, syncs and publishes through WriteOptions::filesystem:
 // a failed publish (the rename into place) leaves no output and keeps an old one.
-TEST_CASE("every writer publishes through the seam; a failed publish keeps the old output", "[io]") {
+TEST_CASE("every writer publishes through the seam, and a failed publish keeps the old output", "[io]") {
   TempDir t;
   auto samples = Samples(5);
   struct Case {
