@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <random>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -625,7 +626,8 @@ class FolderWriter : public SampleWriter {
       if (attempt == 100) return Status::IOError("cannot pick a staging directory name", Location{.file = root});
       static const char kChars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
       std::string name = fmt::format("{}.partial-{}-", root, ::getpid());
-      uint64_t r = (uint64_t(::random()) << 31) ^ uint64_t(::random()) ^ uint64_t(attempt);
+      static thread_local std::mt19937_64 rng{std::random_device{}()};
+      uint64_t r = rng();
       for (int i = 0; i < 6; ++i, r /= 62) name += kChars[r % 62];
       SK_ASSIGN_OR_RETURN(FileInfo fi, fs->Stat(name));
       if (fi.type == FileType::kNotFound) partial = std::move(name);

@@ -1078,7 +1078,7 @@ class WdsWriter : public SampleWriter {
                               Location{.file = w->journal_});
       for (const std::string& p : {first, w->manifest_})
         if (io::Exists(p))
-          return Status::Exists("output exists (pass --overwrite to replace it)", Location{.file = p});
+          return io::OutputExists(p);
     }
     std::string dir = io::DirName(first);
     if (!io::IsDir(dir)) SK_RETURN_IF_ERROR(io::MakeDirs(dir));
