@@ -291,3 +291,25 @@ TEST_CASE("an existing output: the library says so in its terms, the CLI adds th
     CHECK(r.err.find("pass --overwrite to replace it") != std::string::npos);
   }
 }
+
+TEST_CASE("AtomicFile on the seam: a failed publish leaves neither the file nor its temporary", "[io]") {
+  TempDir t;
+  std::string p = t / "d/out.bin";
+  auto faults = FaultFs([](const std::string&, std::string_view op) { return op == "rename" ? EIO : 0; });
+  auto f = io::AtomicFile::Create(p, false, faults);
+  REQUIRE(f.ok());
+  REQUIRE((*f)->Write("hello").ok());
+  Status st = (*f)->Commit();
+  CHECK(st.code() == Code::kIOError);
+  CHECK(st.where().file == p);
+  f->reset();
+  CHECK(fs::is_empty(t / "d"));
+  // Without the fault it appears; a second one without overwrite is "output exists".
+  REQUIRE(io::WriteFileAtomic(p, "hello", false).ok());
+  CHECK(sk_test::ReadFile(p) == "hello");
+  Status again = io::WriteFileAtomic(p, "other", false);
+  CHECK(again.code() == Code::kAlreadyExists);
+  CHECK(again.detail() == Detail::kOutputExists);
+  CHECK(again.message() == "output exists");
+  CHECK(sk_test::ReadFile(p) == "hello");
+}
