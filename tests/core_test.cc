@@ -8,6 +8,7 @@
 #include "core/paths.h"
 #include "core/per_thread.h"
 #include "shardkit/shardkit.h"
+#include "fault_fs.h"
 #include "support.h"
 
 using namespace shardkit;
@@ -112,12 +113,11 @@ TEST_CASE("AtomicFile reports injected write and fsync failures", "[core][io]") 
   sk_test::TempDir d;
   std::string p = d / "x.bin";
   for (std::string op : {"write", "fsync"}) {
-    io::SetFaultHook([op](const std::string&, std::string_view o) { return o == op ? ENOSPC : 0; });
-    auto f = io::AtomicFile::Create(p, true);
+    auto faults = sk_test::FaultFs([op](const std::string&, std::string_view o) { return o == op ? ENOSPC : 0; });
+    auto f = io::AtomicFile::Create(p, true, faults);
     REQUIRE(f.ok());
     Status s = (*f)->Write("data");
     if (s.ok()) s = (*f)->Commit();
-    io::SetFaultHook(nullptr);
     CHECK(s.code() == Code::kIOError);
     CHECK(s.ToString().find("No space left") != std::string::npos);
     CHECK(s.where().file == p);

@@ -14,6 +14,7 @@
 #include "core/file.h"
 #include "core/paths.h"
 #include "shardkit/shardkit.h"
+#include "fault_fs.h"
 #include "support.h"
 
 using namespace shardkit;
@@ -459,11 +460,14 @@ TEST_CASE("write: existing output, overwrite, abandon, layout rules", "[folder]"
 TEST_CASE("write: an injected write failure leaves no output", "[folder]") {
   TempDir t;
   std::string out = t / "out";
-  auto w = MustCreate(out);
+  auto faults = sk_test::FaultFs();
+  WriteOptions o;
+  o.filesystem = faults;
+  auto w = MustCreate(out, o);
   REQUIRE(w->Write(Make("a", {{"txt", "A"}})).ok());
-  io::SetFaultHook([](const std::string& p, std::string_view op) { return (op == "write" && p.find("b.txt") != std::string::npos) ? ENOSPC : 0; });
+  faults->SetFault([](const std::string& p, std::string_view op) { return (op == "write" && p.find("b.txt") != std::string::npos) ? ENOSPC : 0; });
   Status st = w->Write(Make("b", {{"txt", "B"}}));
-  io::SetFaultHook(nullptr);
+  faults->SetFault(nullptr);
   CHECK(st.code() == Code::kIOError);
   CHECK(st.where().key == "b");
   CHECK(st.message().find("No space") != std::string::npos);
@@ -471,11 +475,11 @@ TEST_CASE("write: an injected write failure leaves no output", "[folder]") {
   w.reset();
   CHECK_FALSE(fs::exists(out));
   // An fsync failure at Finish(): nothing published either.
-  auto w2 = MustCreate(out);
+  auto w2 = MustCreate(out, o);
   REQUIRE(w2->Write(Make("a", {{"txt", "A"}})).ok());
-  io::SetFaultHook([](const std::string&, std::string_view op) { return op == "fsync" ? EIO : 0; });
+  faults->SetFault([](const std::string&, std::string_view op) { return op == "fsync" ? EIO : 0; });
   auto sum = w2->Finish();
-  io::SetFaultHook(nullptr);
+  faults->SetFault(nullptr);
   CHECK_FALSE(sum.ok());
   CHECK_FALSE(fs::exists(out));
 }

@@ -16,6 +16,7 @@
 
 #include "core/file.h"
 #include "shardkit/shardkit.h"
+#include "fault_fs.h"
 #include "support.h"
 
 using namespace shardkit;
@@ -866,13 +867,13 @@ TEST_CASE("hdf5 write and fsync failures end the run and leave nothing", "[hdf5]
   for (const char* op : {"write", "fsync"}) {
     INFO(op);
     TempDir dir;
-    io::SetFaultHook([op](const std::string&, std::string_view o) { return o == op ? ENOSPC : 0; });
-    auto w = Create(dir / "f.h5");
+    WriteOptions o;
+    o.filesystem = sk_test::FaultFs([op](const std::string&, std::string_view x) { return x == op ? ENOSPC : 0; });
+    auto w = Create(dir / "f.h5", o);
     REQUIRE(w.ok());
     Status st;
     for (const auto& s : MakeSamples(5)) st = (*w)->Write(s);  // payloads are buffered: Finish() flushes
     auto sum = (*w)->Finish();
-    io::SetFaultHook(nullptr);
     REQUIRE_FALSE(sum.ok());
     CHECK(sum.status().code() == Code::kIOError);
     CHECK(sum.status().where().file == dir / "f.h5");

@@ -21,6 +21,7 @@
 #include "formats/lmdb.h"
 #include "formats/registry.h"
 #include "shardkit/shardkit.h"
+#include "fault_fs.h"
 #include "support.h"
 
 using namespace shardkit;
@@ -586,14 +587,14 @@ TEST_CASE("lmdb: nothing appears without Finish, and a failed sync is fatal", "[
   }  // destroyed without Finish()
   CHECK(fs::is_empty(t.path()));
 
-  io::SetFaultHook([](const std::string& path, std::string_view op) {
+  WriteOptions eio;
+  eio.filesystem = FaultFs([](const std::string& path, std::string_view op) {
     return op == "fsync" && path.find("data.mdb") != std::string::npos ? EIO : 0;
   });
-  auto w = Create(t / "eio.lmdb", {});
+  auto w = Create(t / "eio.lmdb", eio);
   REQUIRE(w.ok());
   for (const auto& s : samples) REQUIRE((*w)->Write(s).ok());
   auto r = (*w)->Finish();
-  io::SetFaultHook(nullptr);
   REQUIRE_FALSE(r.ok());
   CHECK(r.status().code() == Code::kIOError);
   CHECK_FALSE(fs::exists(t / "eio.lmdb"));
@@ -624,18 +625,18 @@ TEST_CASE("lmdb: commits are not synced one by one, one sync before success, the
     samples.push_back(std::move(s));
   }
   std::atomic<int> commits{0}, syncs{0}, journal_writes{0};
-  io::SetFaultHook([&](const std::string& path, std::string_view op) {
+  WriteOptions counted;
+  counted.filesystem = FaultFs([&](const std::string& path, std::string_view op) {
     if (path.ends_with("/data.mdb") && op == "write") ++commits;
     if (path.ends_with("/data.mdb") && op == "fsync") ++syncs;
-    if (path.find("resume.json") != std::string::npos) ++journal_writes;
+    if (path.find("resume.json") != std::string::npos && DataOp(op)) ++journal_writes;
     return 0;
   });
   std::string out = t / "a.lmdb";
-  auto w = Create(out, {});
+  auto w = Create(out, counted);
   REQUIRE(w.ok());
   for (const auto& s : samples) REQUIRE((*w)->Write(s).ok());
   auto sum = (*w)->Finish();
-  io::SetFaultHook(nullptr);
   REQUIRE(sum.ok());
   CHECK(commits == 3);  // 1000 + 1000 + 500
   CHECK(syncs == 1);
@@ -672,11 +673,11 @@ TEST_CASE("lmdb: killed between durable points, --resume drops the unsynced comm
     REQUIRE(pid >= 0);
     if (pid == 0) {
       int ops = 0;
-      io::SetFaultHook([&](const std::string&, std::string_view) {
-        if (++ops == n) ::raise(SIGKILL);
+      WriteOptions o;
+      o.filesystem = FaultFs([&](const std::string&, std::string_view op) {
+        if (DataOp(op) && ++ops == n) ::raise(SIGKILL);
         return 0;
       });
-      WriteOptions o;
       o.class_names = {"c0", "c1", "c2"};
       auto w = Create(out, o);
       bool ok = w.ok();
@@ -736,16 +737,18 @@ TEST_CASE("lmdb: --resume refuses a partial environment whose committed samples 
   {
     WriteOptions o;
     o.class_names = {"c0", "c1", "c2"};
+    auto faults = FaultFs();
+    o.filesystem = faults;
     auto w = Create(out, o);
     REQUIRE(w.ok());
     for (int i = 0; i < 10; ++i) REQUIRE((*w)->Write(samples[size_t(i)]).ok());
     // Abandoned as if killed: an ENOSPC at the next commit keeps the state.
-    io::SetFaultHook([](const std::string& p, std::string_view op) {
+    faults->SetFault([](const std::string& p, std::string_view op) {
       return op == "write" && p.ends_with("/data.mdb") ? ENOSPC : 0;
     });
     Status st;
     for (int i = 10; i < 12 && st.ok(); ++i) st = (*w)->Write(samples[size_t(i)]);
-    io::SetFaultHook(nullptr);
+    faults->SetFault(nullptr);
     REQUIRE_FALSE(st.ok());
     CHECK(st.message().find("8 samples committed") != std::string::npos);
   }
@@ -835,4 +838,36 @@ with env.begin(write=True) as txn:
   CHECK(e.code() == Code::kCorrupt);
   CHECK(e.message().find("checksum mismatch") != std::string::npos);
   CHECK(e.message().find(samples[1].key) != std::string::npos);
+}
+
+// Caffe's convert_imageset keys each image by the file name its list gives, as
+// it is: "x_0.JPEG" keeps its upper-case extension in the key (the sample's
+// field is still "jpeg"), and a caffe -> caffe copy keeps it too.
+TEST_CASE("lmdb: caffe layout keys keep the listed file name's extension as it is", "[lmdb]") {
+  TempDir t;
+  fs::create_directories(t / "in/c0");
+  std::string big = MakeJpeg(12, 10, 1), small = MakeJpeg(10, 8, 2);
+  WriteFile(t / "in/c0/x_0.JPEG", big);
+  WriteFile(t / "in/c0/y_1.jpg", small);
+  ConvertOptions o;
+  o.write.lmdb_layout = "caffe";
+  auto r = Convert("folder:" + t / "in", "lmdb:" + t / "a.lmdb", o);
+  INFO(r.status().ToString());
+  REQUIRE(r.ok());
+  auto keys = [&](const std::string& dir) {
+    auto d = Run(fmt::format("mdb_dump -p {} | sed -n 's/^ \\([0-9]*_.*\\)$/\\1/p' | grep _c0/", Q(dir)));
+    return d.out;
+  };
+  CHECK(keys(t / "a.lmdb") == "00000000_c0/x_0.JPEG\n00000001_c0/y_1.jpg\n");
+  auto ds = Open(t / "a.lmdb");
+  REQUIRE(ds.ok());
+  auto got = ReadAll(**ds);
+  REQUIRE(got.size() == 2);
+  CHECK(got[0].key == "c0/x_0");
+  REQUIRE(got[0].find("jpeg"));
+  CHECK(got[0].find("jpeg")->data.str() == big);
+  CHECK(got[1].find("jpg")->data.str() == small);
+  // caffe -> caffe: the key's spelling travels with the sample.
+  REQUIRE(Convert("lmdb:" + t / "a.lmdb", "lmdb:" + t / "b.lmdb", o).ok());
+  CHECK(keys(t / "b.lmdb") == "00000000_c0/x_0.JPEG\n00000001_c0/y_1.jpg\n");
 }

@@ -15,10 +15,13 @@
 #include "core/file.h"
 #include "formats/lmdb.h"
 #include "shardkit/shardkit.h"
+#include "fault_fs.h"
 #include "support.h"
 
 using namespace shardkit;
 using sk_test::TempDir;
+using sk_test::DataOp;
+using sk_test::FaultFs;
 namespace fs = std::filesystem;
 
 namespace {
@@ -75,11 +78,12 @@ bool KillAt(const std::string& address, const std::vector<Sample>& samples, cons
   REQUIRE(pid >= 0);
   if (pid == 0) {
     int ops = 0;
-    io::SetFaultHook([&](const std::string&, std::string_view) {
-      if (++ops == n) ::raise(SIGKILL);
+    WriteOptions o = opts;
+    o.filesystem = FaultFs([&](const std::string&, std::string_view op) {
+      if (DataOp(op) && ++ops == n) ::raise(SIGKILL);
       return 0;
     });
-    Status st = WriteAll(address, samples, opts);
+    Status st = WriteAll(address, samples, o);
     ::_exit(st.ok() ? 0 : 3);
   }
   int status = 0;
@@ -148,9 +152,9 @@ TEST_CASE("resume: disk full and I/O errors leave a resumable state", "[resume]"
     for (int n = 1; n < 40; n += 3) {
       std::string dir = t / fmt::format("e{}-{}", err, n);
       int ops = 0;
-      io::SetFaultHook([&](const std::string&, std::string_view) { return ++ops == n ? err : 0; });
-      Status st = WriteAll(dir + "/x-%06d.tar", samples, Opts());
-      io::SetFaultHook(nullptr);
+      WriteOptions o = Opts();
+      o.filesystem = FaultFs([&](const std::string&, std::string_view op) { return DataOp(op) && ++ops == n ? err : 0; });
+      Status st = WriteAll(dir + "/x-%06d.tar", samples, o);
       if (st.ok()) break;  // n is past the last operation
       INFO(st.ToString());
       CHECK(st.code() == Code::kIOError);
@@ -176,11 +180,11 @@ TEST_CASE("resume: refuses a different source, different options, or changed sha
     fs::remove_all(t / "o");
     int ops = 0;
     // ENOSPC on the 3rd shard's data: shards 0 and 1 complete.
-    io::SetFaultHook([&](const std::string& p, std::string_view op) {
+    WriteOptions o = Opts();
+    o.filesystem = FaultFs([&](const std::string& p, std::string_view op) {
       return op == "write" && p.find("x-000002.tar") != std::string::npos && ++ops == 1 ? ENOSPC : 0;
     });
-    Status st = WriteAll(pat, samples, Opts());
-    io::SetFaultHook(nullptr);
+    Status st = WriteAll(pat, samples, o);
     REQUIRE(st.code() == Code::kIOError);
     REQUIRE(io::Exists(t / "o/x-000001.tar"));
   };
@@ -339,11 +343,11 @@ TEST_CASE("resume: lmdb disk full keeps the committed samples, a changed source 
   auto ref = Contents(t / "ref.lmdb");
   int commits = 0;
   // ENOSPC at the third commit: 8 samples committed.
-  io::SetFaultHook([&](const std::string& p, std::string_view op) {
+  WriteOptions faulty;
+  faulty.filesystem = FaultFs([&](const std::string& p, std::string_view op) {
     return op == "write" && p.find("data.mdb") != std::string::npos && ++commits == 3 ? ENOSPC : 0;
   });
-  Status st = WriteAll(t / "o.lmdb", samples, {});
-  io::SetFaultHook(nullptr);
+  Status st = WriteAll(t / "o.lmdb", samples, faulty);
   INFO(st.ToString());
   CHECK(st.code() == Code::kIOError);
   CHECK(st.message().find("8 samples committed") != std::string::npos);

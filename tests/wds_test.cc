@@ -14,9 +14,11 @@
 #include "core/file.h"
 #include "core/paths.h"
 #include "shardkit/shardkit.h"
+#include "fault_fs.h"
 #include "support.h"
 
 using namespace shardkit;
+using sk_test::FaultFs;
 using sk_test::Q;
 using sk_test::Run;
 using sk_test::TempDir;
@@ -491,12 +493,13 @@ TEST_CASE("wds: writer errors name the culprit", "[wds]") {
     // stay (the resumable state, tests/resume_test.cc), nothing else does.
     fs::create_directories(t / "full");
     int writes = 0;
-    io::SetFaultHook([&](const std::string& path, std::string_view op) {
+    auto faults = FaultFs([&](const std::string& path, std::string_view op) {
       return (op == "write" && path.find("x-000001.tar") != std::string::npos && ++writes >= 1) ? ENOSPC : 0;
     });
     {
       WriteOptions opts;
       opts.samples_per_shard = 2;
+      opts.filesystem = faults;
       auto w3 = Create(t / "full/x-%06d.tar", opts);
       REQUIRE(w3.ok());
       Status st;
@@ -509,7 +512,6 @@ TEST_CASE("wds: writer errors name the culprit", "[wds]") {
       CHECK(st.where().file.find("x-000001.tar") != std::string::npos);
       CHECK(st.message().find("--resume") != std::string::npos);
     }
-    io::SetFaultHook(nullptr);
     CHECK(Files(t / "full") == std::vector<std::string>{"x-000000.idx", "x-000000.tar", "x-000000.tar.xxh3", "x.manifest.json.partial"});
   }
   SECTION("destroying a writer without Finish removes its shards") {

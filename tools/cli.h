@@ -38,8 +38,10 @@ RunFn SetupBench(CLI::App* sub);
 RunFn SetupVerify(CLI::App* sub);
 RunFn SetupIndex(CLI::App* sub);
 
-// Prints "shardkit: error: <status>" to stderr; returns kExitError.
-int Fail(const Status& st);
+// Prints "shardkit: error: <status>" to stderr; returns kExitError. For a
+// command with --overwrite (overwrite_flag), an existing output
+// (Detail::kOutputExists) gets "(pass --overwrite to replace it)".
+int Fail(const Status& st, bool overwrite_flag = false);
 // Prints "shardkit: error: <message>" to stderr; returns kExitUsage.
 int UsageError(const std::string& message);
 

@@ -16,8 +16,12 @@ const char* const kExitHelp =
     "Exit status: 0 on success, 1 when the data or the system failed (the message names\n"
     "the file, shard, offset or key), 2 on a usage error (bad flag or value).\n";
 
-int Fail(const Status& st) {
-  std::fprintf(stderr, "shardkit: error: %s\n", st.ToString().c_str());
+int Fail(const Status& st, bool overwrite_flag) {
+  std::string text = st.ToString();
+  // The library says what is wrong; the command says which flag changes it.
+  if (overwrite_flag && st.detail() == Detail::kOutputExists && st.message().find("--overwrite") == std::string::npos)
+    text += " (pass --overwrite to replace it)";
+  std::fprintf(stderr, "shardkit: error: %s\n", text.c_str());
   return kExitError;
 }
 

@@ -103,7 +103,7 @@ RunFn SetupConvert(CLI::App* sub) {
       ProgressPrinter progress;
       return Convert(f->src, f->dst, o, progress.fn());
     }();
-    if (!r.ok()) return Fail(r.status());
+    if (!r.ok()) return Fail(r.status(), /*overwrite_flag=*/true);
     PrintSummary("convert", *r, f->json);
     return kExitOk;
   };
@@ -153,7 +153,7 @@ RunFn SetupShard(CLI::App* sub) {
       ProgressPrinter progress;
       return Shard(f->src, f->dst, o, progress.fn());
     }();
-    if (!r.ok()) return Fail(r.status());
+    if (!r.ok()) return Fail(r.status(), /*overwrite_flag=*/true);
     PrintSummary("shard", *r, f->json);
     return kExitOk;
   };

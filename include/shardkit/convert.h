@@ -89,6 +89,7 @@ struct ShardOptions {
   bool write_index = true;  // DALI .idx beside each shard (WriteOptions::write_index)
   OpenOptions open;
   bool resume = false;  // WriteOptions::resume: continue an interrupted run
+  std::shared_ptr<FileSystem> filesystem;  // WriteOptions::filesystem (null = local)
 };
 
 // Re-shards any dataset into WebDataset tar shards. `dst` is a printf pattern

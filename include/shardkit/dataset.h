@@ -27,6 +27,7 @@
 #include <string_view>
 #include <vector>
 
+#include "shardkit/filesystem.h"
 #include "shardkit/sample.h"
 #include "shardkit/status.h"
 
@@ -71,6 +72,9 @@ class RandomAccess {
 struct OpenOptions {
   // HDF5: map dataset names to fields, e.g. {"images": "jpg", "labels": "cls"}.
   std::map<std::string, std::string> field_map;
+  // Where the files are (null = FileSystem::Local()). The readers map and read
+  // local files today; this is where a remote store will plug in.
+  std::shared_ptr<FileSystem> filesystem;
 };
 
 // What a writer does with a key whose last path component holds a dot (which a
@@ -100,6 +104,10 @@ struct WriteOptions {
   // written. Without a journal it starts from scratch. A resumable writer that is
   // destroyed without Finish() keeps what it committed (see SampleWriter).
   bool resume = false;
+  // Where the output goes (null = FileSystem::Local()): every file, directory,
+  // sync and publish the writers make goes through it (see filesystem.h for
+  // what LMDB and libhdf5 do themselves).
+  std::shared_ptr<FileSystem> filesystem;
 };
 
 struct WriteSummary {

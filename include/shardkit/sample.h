@@ -22,6 +22,11 @@ namespace shardkit {
 struct Field {
   std::string ext;  // lowercase extension without the leading dot, e.g. "jpg", "seg.png"
   Bytes data;
+  // The extension as the source spelled it, where that differs from `ext` in
+  // case only (an image folder's "x_0.JPEG": ext "jpeg", source_ext "JPEG");
+  // empty otherwise. Not part of the checksum. Writers that name entries by
+  // file name (the LMDB caffe layout's keys) keep the source's spelling.
+  std::string source_ext;
 };
 
 struct Sample {

@@ -4,6 +4,7 @@
 #include "shardkit/bytes.h"
 #include "shardkit/convert.h"
 #include "shardkit/dataset.h"
+#include "shardkit/filesystem.h"
 #include "shardkit/index.h"
 #include "shardkit/sample.h"
 #include "shardkit/status.h"

@@ -37,6 +37,8 @@ const char* CodeName(Code c);
 enum class Detail : int {
   kNone = 0,
   kSampleChecksum,  // kCorrupt: a sample's bytes do not match the checksum recorded for it
+  kOutputExists,    // kAlreadyExists: the output is there and overwrite was not asked for;
+                    // WriteOptions::overwrite would replace it (the CLI says "--overwrite")
 };
 
 // Where a problem is. Unset members are empty / -1 and are not printed.

@@ -13,20 +13,11 @@
 namespace shardkit::io {
 
 namespace {
-FaultHook& Hook() {
-  static FaultHook h;
-  return h;
-}
 constexpr size_t kBufSize = 4 << 20;
 }  // namespace
 
-void SetFaultHook(FaultHook hook) { Hook() = std::move(hook); }
-
-Status CheckFault(const std::string& path, std::string_view op) {
-  if (!Hook()) return Status::OK();
-  int err = Hook()(path, op);
-  if (err == 0) return Status::OK();
-  return Status::FromErrno(err, fmt::format("{} failed", op), Location{.file = path});
+Status OutputExists(const std::string& path, std::string_view what) {
+  return Status::Exists(std::string(what), Location{.file = path}).With(Detail::kOutputExists);
 }
 
 std::string DirName(const std::string& path) {
@@ -44,15 +35,8 @@ bool IsDir(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-Status FsyncDir(const std::string& dir) {
-  SK_RETURN_IF_ERROR(CheckFault(dir, "fsync"));
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return Status::FromErrno(errno, "open directory", Location{.file = dir});
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  if (rc != 0) return Status::FromErrno(err, "fsync directory", Location{.file = dir});
-  return Status::OK();
+Status FsyncDir(const std::string& dir, const std::shared_ptr<FileSystem>& fs) {
+  return FileSystem::OrLocal(fs)->SyncDir(dir);
 }
 
 Status MakeDirs(const std::string& dir) {
@@ -62,61 +46,57 @@ Status MakeDirs(const std::string& dir) {
   return Status::OK();
 }
 
-Result<std::unique_ptr<AtomicFile>> AtomicFile::Create(const std::string& final_path, bool overwrite) {
-  if (!overwrite && Exists(final_path))
-    return Status::Exists("output exists (pass --overwrite to replace it)", Location{.file = final_path});
+Result<std::unique_ptr<AtomicFile>> AtomicFile::Create(const std::string& final_path, bool overwrite,
+                                                      std::shared_ptr<FileSystem> fs) {
+  if (!fs) fs = FileSystem::Local();
+  if (!overwrite && fs->Exists(final_path)) return OutputExists(final_path);
   std::string dir = DirName(final_path);
-  if (!IsDir(dir)) SK_RETURN_IF_ERROR(MakeDirs(dir));
+  if (!fs->IsDir(dir)) SK_RETURN_IF_ERROR(fs->MakeDirs(dir));
   std::unique_ptr<AtomicFile> f(new AtomicFile());
+  f->fs_ = std::move(fs);
   f->final_ = final_path;
   auto base = std::filesystem::path(final_path).filename().string();
-  f->temp_ = (std::filesystem::path(dir) / fmt::format(".{}.tmp-{}", base, ::getpid())).string();
-  f->fd_ = ::open(f->temp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (f->fd_ < 0) return Status::FromErrno(errno, "cannot create output file", Location{.file = final_path});
+  std::string temp = (std::filesystem::path(dir) / fmt::format(".{}.tmp-{}", base, ::getpid())).string();
+  auto file = f->fs_->NewWritableFile(temp, CreateMode::kTruncate);
+  if (!file.ok()) return f->AtFinal(std::move(file).take_status());
+  f->file_ = std::move(file).value();
+  f->temp_ = std::move(temp);
   f->buf_.reserve(kBufSize);
   return f;
 }
 
 AtomicFile::~AtomicFile() { Abort(); }
 
+Status AtomicFile::AtFinal(Status st) const {
+  st.where().file = final_;
+  return st;
+}
+
 void AtomicFile::Abort() {
-  if (fd_ >= 0) {
-    ::close(fd_);
-    fd_ = -1;
-  }
+  file_.reset();
   if (!committed_ && !temp_.empty()) {
-    ::unlink(temp_.c_str());
+    (void)fs_->Remove(temp_);
     temp_.clear();
   }
 }
 
 Status AtomicFile::Flush() {
   if (buf_.empty()) return Status::OK();
-  SK_RETURN_IF_ERROR(CheckFault(final_, "write"));
-  const char* p = buf_.data();
-  size_t left = buf_.size();
-  while (left > 0) {
-    ssize_t n = ::write(fd_, p, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Status::FromErrno(errno, "write failed", Location{.file = final_, .offset = int64_t(size_ - left)});
-    }
-    p += n;
-    left -= size_t(n);
-  }
+  Status st = file_->Append(buf_.data(), buf_.size());
+  if (!st.ok()) return AtFinal(std::move(st));
   buf_.clear();
   return Status::OK();
 }
 
 Status AtomicFile::Write(const void* data, size_t size) {
-  if (fd_ < 0) return Status::Internal("write to a closed file", Location{.file = final_});
+  if (!file_) return Status::Internal("write to a closed file", Location{.file = final_});
   const char* p = static_cast<const char*>(data);
   size_ += size;
   if (buf_.size() + size > kBufSize) {
     SK_RETURN_IF_ERROR(Flush());
     if (size >= kBufSize) {
-      buf_.assign(p, size);  // large payloads go straight through
-      return Flush();
+      Status st = file_->Append(p, size);  // large payloads go straight through
+      return st.ok() ? st : AtFinal(std::move(st));
     }
   }
   buf_.append(p, size);
@@ -124,18 +104,13 @@ Status AtomicFile::Write(const void* data, size_t size) {
 }
 
 Status AtomicFile::Commit() {
+  if (!file_) return Status::Internal("commit of a closed file", Location{.file = final_});
   SK_RETURN_IF_ERROR(Flush());
-  SK_RETURN_IF_ERROR(CheckFault(final_, "fsync"));
-  if (::fsync(fd_) != 0) return Status::FromErrno(errno, "fsync failed", Location{.file = final_});
-  if (::close(fd_) != 0) {
-    fd_ = -1;
-    return Status::FromErrno(errno, "close failed", Location{.file = final_});
-  }
-  fd_ = -1;
-  if (::rename(temp_.c_str(), final_.c_str()) != 0)
-    return Status::FromErrno(errno, "rename into place failed", Location{.file = final_});
-  committed_ = true;
-  return FsyncDir(DirName(final_));
+  Status st = file_->Sync();
+  if (st.ok()) st = file_->Close();
+  if (!st.ok()) return AtFinal(std::move(st));
+  file_.reset();
+  return fs_->Publish(temp_, final_, PublishOptions{.replace = true, .published = &committed_});
 }
 
 Result<std::shared_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
@@ -191,8 +166,9 @@ Result<std::string> ReadFile(const std::string& path) {
   return out;
 }
 
-Status WriteFileAtomic(const std::string& path, std::string_view contents, bool overwrite) {
-  SK_ASSIGN_OR_RETURN(auto f, AtomicFile::Create(path, overwrite));
+Status WriteFileAtomic(const std::string& path, std::string_view contents, bool overwrite,
+                       const std::shared_ptr<FileSystem>& fs) {
+  SK_ASSIGN_OR_RETURN(auto f, AtomicFile::Create(path, overwrite, fs));
   SK_RETURN_IF_ERROR(f->Write(contents));
   return f->Commit();
 }

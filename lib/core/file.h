@@ -1,6 +1,8 @@
-// Internal: the file layer. Every byte shardkit writes goes through AtomicFile,
-// so that no output ever appears under its final name before it is complete and
-// synced, and so that tests can inject write and fsync failures in one place.
+// Internal: the file layer over the storage seam (shardkit/filesystem.h).
+// Writers create files through AtomicFile (or, for directory outputs, stage a
+// directory and FileSystem::Publish it), so that no output ever appears under
+// its final name before it is complete and synced. Tests inject failures by
+// passing a wrapping FileSystem (tests/fault_fs.h), not through a global hook.
 #pragma once
 
 #include <cstdint>
@@ -9,24 +11,25 @@
 #include <string>
 #include <string_view>
 
+#include "shardkit/filesystem.h"
 #include "shardkit/status.h"
 
 namespace shardkit::io {
 
-// Test hook: called before every write() and fsync() the file layer makes, with
-// the path and the operation ("write" or "fsync"). A non-zero return is used as
-// the errno of a failure. Not thread-safe to change while writers run.
-using FaultHook = std::function<int(const std::string& path, std::string_view op)>;
-void SetFaultHook(FaultHook hook);
+// kAlreadyExists with Detail::kOutputExists: what every writer says about an
+// existing output it may not replace. The CLI and Python add how to replace it.
+Status OutputExists(const std::string& path, std::string_view what = "output exists");
 
 // A file written under a temporary name beside its final path (".NAME.tmp-PID")
-// and renamed into place by Commit() after fsync; the directory is fsynced too.
-// Destroying an uncommitted AtomicFile unlinks the temporary file.
+// through a FileSystem (null = local), buffered, and published by Commit()
+// after Sync (FileSystem::Publish: rename and directory sync locally).
+// Destroying an uncommitted AtomicFile removes the temporary file.
 // One thread at a time.
 class AtomicFile {
  public:
-  // Fails with kAlreadyExists if final_path exists and !overwrite.
-  static Result<std::unique_ptr<AtomicFile>> Create(const std::string& final_path, bool overwrite);
+  // Fails with kAlreadyExists (Detail::kOutputExists) if final_path exists and !overwrite.
+  static Result<std::unique_ptr<AtomicFile>> Create(const std::string& final_path, bool overwrite,
+                                                    std::shared_ptr<FileSystem> fs = nullptr);
   ~AtomicFile();
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
@@ -36,18 +39,19 @@ class AtomicFile {
   uint64_t size() const { return size_; }
   const std::string& path() const { return final_; }
   const std::string& temp_path() const { return temp_; }
-  // Flushes, fsyncs, renames to the final path and fsyncs the directory.
+  // Flushes, syncs, and publishes to the final path (rename, directory sync).
   Status Commit();
   // Removes the temporary file (also done by the destructor).
   void Abort();
-  // Raw descriptor of the temporary file (for libraries that write themselves).
-  int fd() const { return fd_; }
 
  private:
   AtomicFile() = default;
   Status Flush();
+  // An error of the temporary file, reported at the final path.
+  Status AtFinal(Status st) const;
+  std::shared_ptr<FileSystem> fs_;
+  std::unique_ptr<WritableFile> file_;
   std::string final_, temp_;
-  int fd_ = -1;
   uint64_t size_ = 0;
   std::string buf_;
   bool committed_ = false;
@@ -70,16 +74,16 @@ class MappedFile {
 };
 
 Result<std::string> ReadFile(const std::string& path);
-// Writes a whole small file atomically (temp, fsync, rename, fsync dir).
-Status WriteFileAtomic(const std::string& path, std::string_view contents, bool overwrite = true);
-Status FsyncDir(const std::string& dir);
+// Writes a whole small file atomically (temp, sync, publish) through `fs` (null = local).
+Status WriteFileAtomic(const std::string& path, std::string_view contents, bool overwrite = true,
+                       const std::shared_ptr<FileSystem>& fs = nullptr);
+// Syncs a directory's entries through `fs` (null = local).
+Status FsyncDir(const std::string& dir, const std::shared_ptr<FileSystem>& fs = nullptr);
 // mkdir -p.
 Status MakeDirs(const std::string& dir);
 // The directory part of a path ("." when none).
 std::string DirName(const std::string& path);
 bool Exists(const std::string& path);
 bool IsDir(const std::string& path);
-// Runs the fault hook; returns an IOError status if it injects one.
-Status CheckFault(const std::string& path, std::string_view op);
 
 }  // namespace shardkit::io

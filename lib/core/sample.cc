@@ -45,6 +45,7 @@ void Sample::set(std::string ext, Bytes data) {
   auto it = LowerBound(fields, ext);
   if (it != fields.end() && it->ext == ext) {
     fields[it - fields.begin()].data = std::move(data);
+    fields[it - fields.begin()].source_ext.clear();
   } else {
     fields.insert(fields.begin() + (it - fields.begin()), Field{std::move(ext), std::move(data)});
   }

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <random>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -406,12 +407,14 @@ Status GetSample(const Index& idx, uint64_t i, Sample* out) {
   out->fields.reserve(e.nfiles + 1);
   for (uint64_t k = e.first_file; k < e.first_file + e.nfiles; ++k) {
     const FileRec& f = idx.files[k];
-    std::string ext = paths::Lower(idx.Suffix(f));
+    std::string_view suffix = idx.Suffix(f);
+    std::string ext = paths::Lower(suffix);
     if (idx.classes && ext == "cls") continue;  // implied by the folder (checked at Open)
     Bytes b;
     Status st = ReadWhole(idx.Path(e, f), &b);
     if (!st.ok()) return st.At(Location{.key = out->key, .index = int64_t(i)});
-    out->fields.push_back(Field{std::move(ext), std::move(b)});  // files are sorted by ext
+    std::string source_ext = suffix == ext ? std::string() : std::string(suffix);
+    out->fields.push_back(Field{std::move(ext), std::move(b), std::move(source_ext)});  // files are sorted by ext
   }
   if (e.label >= 0) out->set_label(e.label);
   return Status::OK();
@@ -596,6 +599,9 @@ Status CheckComponent(std::string_view name, std::string_view what) {
   return Status::OK();
 }
 
+// Writes below a staging directory "<root>.partial-PID-XXXXXX" beside the
+// output, through the storage seam (WriteOptions::filesystem), and publishes it
+// with one FileSystem::Publish at Finish().
 class FolderWriter : public SampleWriter {
  public:
   static Result<std::unique_ptr<SampleWriter>> Make(const std::string& path_in, const WriteOptions& opts) {
@@ -609,28 +615,35 @@ class FolderWriter : public SampleWriter {
             "class names must be unique and sorted in byte order for an image folder, because a folder's "
             "labels are the sorted class folder indexes ('{}' comes before '{}')",
             opts.class_names[i - 1], opts.class_names[i]));
-    SK_RETURN_IF_ERROR(CheckOutput(root, opts.overwrite));
+    std::shared_ptr<FileSystem> fs = FileSystem::OrLocal(opts.filesystem);
+    SK_RETURN_IF_ERROR(CheckOutput(*fs, root, opts.overwrite));
     std::string parent = io::DirName(root);
-    if (!io::IsDir(parent)) SK_RETURN_IF_ERROR(io::MakeDirs(parent));
-    std::string tmpl = fmt::format("{}.partial-{}-XXXXXX", root, ::getpid());
-    if (!::mkdtemp(tmpl.data())) return Status::FromErrno(errno, "cannot create output directory", Location{.file = root});
-    ::chmod(tmpl.c_str(), 0755);
+    if (!fs->IsDir(parent)) SK_RETURN_IF_ERROR(fs->MakeDirs(parent));
+    // A fresh staging name (mkdtemp's pattern; MakeDirs is fine with an existing
+    // directory, so the name is checked first).
+    std::string partial;
+    for (int attempt = 0; partial.empty(); ++attempt) {
+      if (attempt == 100) return Status::IOError("cannot pick a staging directory name", Location{.file = root});
+      static const char kChars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+      std::string name = fmt::format("{}.partial-{}-", root, ::getpid());
+      static thread_local std::mt19937_64 rng{std::random_device{}()};
+      uint64_t r = rng();
+      for (int i = 0; i < 6; ++i, r /= 62) name += kChars[r % 62];
+      SK_ASSIGN_OR_RETURN(FileInfo fi, fs->Stat(name));
+      if (fi.type == FileType::kNotFound) partial = std::move(name);
+    }
+    Status made = fs->MakeDirs(partial);
+    if (!made.ok()) return Status(made.code(), "cannot create output directory: " + made.message(), Location{.file = root});
     std::unique_ptr<FolderWriter> w(new FolderWriter());
+    w->fs_ = std::move(fs);
     w->root_ = root;
-    w->partial_ = tmpl;
+    w->partial_ = partial;
     w->opts_ = opts;
-    w->partial_fd_ = ::open(tmpl.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-    if (w->partial_fd_ < 0) return Status::FromErrno(errno, "cannot open output directory", Location{.file = tmpl});
     return std::unique_ptr<SampleWriter>(std::move(w));
   }
 
   ~FolderWriter() override {
-    CloseDir();
-    if (partial_fd_ >= 0) ::close(partial_fd_);
-    if (!finished_ && !partial_.empty()) {
-      std::error_code ec;
-      std::filesystem::remove_all(partial_, ec);
-    }
+    if (!finished_ && !partial_.empty()) (void)fs_->RemoveAll(partial_);
   }
 
   Status Write(const Sample& s) override {
@@ -702,32 +715,13 @@ class FolderWriter : public SampleWriter {
   Result<WriteSummary> Finish() override {
     if (finished_) return Status::Invalid("Finish() called twice", Location{.file = root_});
     if (broken_) return Status::Invalid("the writer failed earlier; nothing was published", Location{.file = root_});
-    for (const auto& c : opts_.class_names) SK_RETURN_IF_ERROR(OpenDir(c));  // empty classes too
-    CloseDir();
+    for (const auto& c : opts_.class_names) SK_RETURN_IF_ERROR(MakeDir(c));  // empty classes too
     std::string marker = fmt::format("{{\"layout\": \"{}\"}}\n", opts_.class_names.empty() ? "flat" : "classes");
-    SK_RETURN_IF_ERROR(WriteAt(partial_fd_, kMarker, marker, Join(partial_, kMarker)));
-    SK_RETURN_IF_ERROR(io::CheckFault(partial_, "fsync"));
-    if (::syncfs(partial_fd_) != 0) return Status::FromErrno(errno, "syncfs failed", Location{.file = partial_});
-    // Publish: move any old output aside, rename the partial directory into place.
-    SK_RETURN_IF_ERROR(CheckOutput(root_, opts_.overwrite));
-    std::string trash;
-    struct stat sb;
-    if (::lstat(root_.c_str(), &sb) == 0) {
-      trash = fmt::format("{}.old-{}", partial_, ::getpid());
-      if (::rename(root_.c_str(), trash.c_str()) != 0)
-        return Status::FromErrno(errno, "cannot move the old output aside", Location{.file = root_});
-    }
-    if (::rename(partial_.c_str(), root_.c_str()) != 0) {
-      int e = errno;
-      if (!trash.empty()) (void)::rename(trash.c_str(), root_.c_str());
-      return Status::FromErrno(e, "cannot rename the output into place", Location{.file = root_});
-    }
-    finished_ = true;
-    if (!trash.empty()) {
-      std::error_code ec;
-      std::filesystem::remove_all(trash, ec);
-    }
-    SK_RETURN_IF_ERROR(io::FsyncDir(io::DirName(root_)));
+    SK_RETURN_IF_ERROR(WriteNew(Join(partial_, kMarker), marker, Join(partial_, kMarker)));
+    SK_RETURN_IF_ERROR(fs_->SyncTree(partial_));
+    // Publish: any old output moves aside, the staging directory takes its name.
+    SK_RETURN_IF_ERROR(CheckOutput(*fs_, root_, opts_.overwrite));
+    SK_RETURN_IF_ERROR(fs_->Publish(partial_, root_, PublishOptions{.replace = true, .published = &finished_}));
     WriteSummary sum;
     sum.samples = samples_;
     sum.bytes = bytes_;
@@ -739,121 +733,81 @@ class FolderWriter : public SampleWriter {
   FolderWriter() = default;
 
   // Refuses an existing output (anything but an empty directory) unless overwrite.
-  static Status CheckOutput(const std::string& root, bool overwrite) {
-    struct stat sb;
-    if (::lstat(root.c_str(), &sb) != 0) return Status::OK();
-    if (overwrite) return Status::OK();
-    if (!S_ISDIR(sb.st_mode))
-      return Status::Exists("output exists and is not a directory (pass --overwrite to replace it)", Location{.file = root});
-    DIR* d = ::opendir(root.c_str());
-    if (!d) return Status::FromErrno(errno, "cannot list output directory", Location{.file = root});
-    bool empty = true;
-    while (struct dirent* de = ::readdir(d)) {
-      if (std::strcmp(de->d_name, ".") != 0 && std::strcmp(de->d_name, "..") != 0) {
-        empty = false;
-        break;
-      }
-    }
-    ::closedir(d);
-    if (!empty)
-      return Status::Exists("output directory exists and is not empty (pass --overwrite to replace it)",
-                            Location{.file = root});
+  static Status CheckOutput(FileSystem& fs, const std::string& root, bool overwrite) {
+    SK_ASSIGN_OR_RETURN(FileInfo fi, fs.Stat(root));
+    if (fi.type == FileType::kNotFound || overwrite) return Status::OK();
+    if (fi.type != FileType::kDirectory || fi.symlink)
+      return io::OutputExists(root, "output exists and is not a directory");
+    SK_ASSIGN_OR_RETURN(auto entries, fs.ListDir(root));
+    if (!entries.empty()) return io::OutputExists(root, "output directory exists and is not empty");
     return Status::OK();
   }
 
-  void CloseDir() {
-    if (dir_fd_ >= 0) ::close(dir_fd_);
-    dir_fd_ = -1;
-    dir_rel_.clear();
-  }
-
-  // Opens (creating as needed) the directory `rel` below the partial output,
-  // one component at a time without following symlinks; caches the last one.
-  Status OpenDir(const std::string& rel) {
-    if (dir_fd_ >= 0 && dir_rel_ == rel) return Status::OK();
-    CloseDir();
-    int fd = ::dup(partial_fd_);
-    if (fd < 0) return Status::FromErrno(errno, "dup", Location{.file = partial_});
+  // Creates (as needed) the directory `rel` below the staging directory, one
+  // component at a time, refusing symlinks and files in the way; remembers the
+  // last one made.
+  Status MakeDir(const std::string& rel) {
+    if (rel == dir_rel_) return Status::OK();
     size_t start = 0;
     while (start < rel.size()) {
       auto slash = rel.find('/', start);
-      std::string comp = rel.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
       std::string shown = Join(partial_, rel.substr(0, slash));
-      if (::mkdirat(fd, comp.c_str(), 0755) != 0 && errno != EEXIST) {
-        int e = errno;
-        ::close(fd);
-        return Status::FromErrno(e, "cannot create directory", Location{.file = shown});
+      SK_ASSIGN_OR_RETURN(FileInfo fi, fs_->Stat(shown));
+      if (fi.symlink)
+        return Status::Invalid("refusing to write through a symlinked directory inside the output",
+                               Location{.file = shown});
+      if (fi.type == FileType::kNotFound) {
+        Status made = fs_->MakeDirs(shown);
+        if (!made.ok()) return Status(made.code(), "cannot create directory: " + made.message(), Location{.file = shown});
+      } else if (fi.type != FileType::kDirectory) {
+        return Status::Invalid("a file is in the way of a directory (a key is also the directory of another key)",
+                               Location{.file = shown});
       }
-      int sub = ::openat(fd, comp.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-      int e = errno;
-      ::close(fd);
-      if (sub < 0) {
-        if (e == ELOOP || e == ENOTDIR) {
-          struct stat sb;
-          if (::lstat(shown.c_str(), &sb) == 0 && S_ISLNK(sb.st_mode))
-            return Status::Invalid("refusing to write through a symlinked directory inside the output",
-                                   Location{.file = shown});
-          return Status::Invalid("a file is in the way of a directory (a key is also the directory of another key)",
-                                 Location{.file = shown});
-        }
-        return Status::FromErrno(e, "cannot open directory", Location{.file = shown});
-      }
-      fd = sub;
       if (slash == std::string::npos) break;
       start = slash + 1;
     }
-    dir_fd_ = fd;
     dir_rel_ = rel;
     return Status::OK();
   }
 
-  Status WriteAt(int dirfd, const std::string& name, std::string_view data, const std::string& shown) {
-    SK_RETURN_IF_ERROR(io::CheckFault(shown, "write"));
-    int fd = ::openat(dirfd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (fd < 0) {
-      if (errno == EEXIST)
+  // Creates the new file `path` (never replacing one) with `data`.
+  Status WriteNew(const std::string& path, std::string_view data, const std::string& shown) {
+    auto f = fs_->NewWritableFile(path, CreateMode::kExclusive);
+    if (!f.ok()) {
+      Status st = std::move(f).take_status();
+      if (st.code() == Code::kAlreadyExists)
         return Status::Exists("file written twice (two samples with the same key, or keys that map to the same file)",
                               Location{.file = shown});
-      return Status::FromErrno(errno, "cannot create output file", Location{.file = shown});
+      st.where().file = shown;
+      return st;
     }
-    const char* p = data.data();
-    size_t left = data.size();
-    while (left > 0) {
-      ssize_t n = ::write(fd, p, left);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        int e = errno;
-        ::close(fd);
-        return Status::FromErrno(e, "write failed", Location{.file = shown, .offset = int64_t(data.size() - left)});
-      }
-      p += n;
-      left -= size_t(n);
-    }
-    if (::close(fd) != 0) return Status::FromErrno(errno, "close failed", Location{.file = shown});
-    return Status::OK();
+    Status st = (*f)->Append(data);
+    if (st.ok()) st = (*f)->Close();
+    if (!st.ok()) st.where().file = shown;
+    return st;
   }
 
   Status WriteFiles(const Sample& s, const std::string& rel, bool classes, const Location& at) {
     auto slash = rel.rfind('/');
     std::string dir = slash == std::string::npos ? "" : rel.substr(0, slash);
     std::string base = slash == std::string::npos ? rel : rel.substr(slash + 1);
-    SK_RETURN_IF_ERROR(OpenDir(dir));
+    SK_RETURN_IF_ERROR(MakeDir(dir));
+    std::string staged_dir = dir.empty() ? partial_ : Join(partial_, dir);
     for (const auto& f : s.fields) {
       if (classes && f.ext == "cls") continue;
       std::string name = base + "." + f.ext;
       std::string shown = Join(root_, dir.empty() ? name : dir + "/" + name);
-      Status st = WriteAt(dir_fd_, name, f.data.view(), shown);
+      Status st = WriteNew(Join(staged_dir, name), f.data.view(), shown);
       if (!st.ok()) return st.At(at);
       bytes_ += f.data.size();
     }
     return Status::OK();
   }
 
+  std::shared_ptr<FileSystem> fs_;
   std::string root_, partial_;
   WriteOptions opts_;
-  int partial_fd_ = -1;
-  int dir_fd_ = -1;
-  std::string dir_rel_;
+  std::string dir_rel_ = "\n";  // no directory made yet ("" is the staging directory itself)
   uint64_t samples_ = 0, bytes_ = 0;
   bool finished_ = false, broken_ = false;
 };

@@ -224,7 +224,8 @@ Status ReadAll(int fd, char* p, size_t len, uint64_t off, const std::string& wha
 
 class Hdf5Writer : public SampleWriter {
  public:
-  Hdf5Writer(std::string path, WriteOptions opts) : path_(std::move(path)), opts_(std::move(opts)) {
+  Hdf5Writer(std::string path, WriteOptions opts)
+      : path_(std::move(path)), opts_(std::move(opts)), fs_(FileSystem::OrLocal(opts_.filesystem)) {
     key_end_.push_back(0);
   }
   ~Hdf5Writer() override {
@@ -351,7 +352,7 @@ class Hdf5Writer : public SampleWriter {
   }
 
   Status FlushSpill(SpillField* sf, const char* p, size_t len) {
-    SK_RETURN_IF_ERROR(io::CheckFault(path_, "write"));
+    SK_RETURN_IF_ERROR(fs_->ExternalIo(path_, ExternalOp::kWrite));
     if (sf->direct) {
       SK_RETURN_IF_ERROR(WriteAll(fd_, p, len, kDirectAt + sf->flushed,
                                   fmt::format("write of field '{}' failed", sf->ext), Location{.file = path_}));
@@ -391,8 +392,7 @@ class Hdf5Writer : public SampleWriter {
       sf->buf.clear();
       sf->buf.shrink_to_fit();
     }
-    if (!opts_.overwrite && io::Exists(path_))
-      return Status::Exists("output exists (pass --overwrite to replace it)", Location{.file = path_});
+    if (!opts_.overwrite && fs_->Exists(path_)) return io::OutputExists(path_);
     std::string dir = io::DirName(path_);
     auto base = std::filesystem::path(path_).filename().string();
 
@@ -400,7 +400,7 @@ class Hdf5Writer : public SampleWriter {
     SK_RETURN_IF_ERROR(WriteHdf5(&addrs));
     SK_RETURN_IF_ERROR(CopySpills(addrs));
 
-    SK_RETURN_IF_ERROR(io::CheckFault(path_, "fsync"));
+    SK_RETURN_IF_ERROR(fs_->ExternalIo(path_, ExternalOp::kSync));
     struct stat st{};
     ::fstat(fd_, &st);
     if (::fsync(fd_) != 0) return Status::FromErrno(errno, "fsync failed", Location{.file = path_});
@@ -413,13 +413,9 @@ class Hdf5Writer : public SampleWriter {
     }
     ::close(fd_);
     fd_ = -1;
-    if (!opts_.overwrite && io::Exists(path_))
-      return Status::Exists("output appeared while writing (pass --overwrite to replace it)", Location{.file = path_});
-    if (::rename(temp_.c_str(), path_.c_str()) != 0)
-      return Status::FromErrno(errno, "rename into place failed", Location{.file = path_});
-    finished_ = true;
-    temp_.clear();
-    SK_RETURN_IF_ERROR(io::FsyncDir(dir));
+    Status published = fs_->Publish(temp_, path_, PublishOptions{.replace = opts_.overwrite, .published = &finished_});
+    if (finished_) temp_.clear();
+    SK_RETURN_IF_ERROR(published);
     spills_.clear();  // closes the spill files, freeing their blocks
 
     WriteSummary sum;
@@ -577,7 +573,7 @@ class Hdf5Writer : public SampleWriter {
     std::string buf;
     for (auto& [ext, a] : addrs) {
       SpillField* sf = spills_.at(ext).get();
-      SK_RETURN_IF_ERROR(io::CheckFault(path_, "write"));
+      SK_RETURN_IF_ERROR(fs_->ExternalIo(path_, ExternalOp::kWrite));
       uint64_t done = 0;
       bool use_cfr = true;
       while (done < sf->size) {
@@ -613,6 +609,7 @@ class Hdf5Writer : public SampleWriter {
   std::string h5name_;  // the name libhdf5 opens the output by
   int fd_ = -1;         // the output file
   WriteOptions opts_;
+  std::shared_ptr<FileSystem> fs_;  // opts_.filesystem or the local one
   std::string direct_ext_;
   size_t direct_size0_ = 0;
   std::string key_blob_;
@@ -1704,11 +1701,14 @@ Result<std::unique_ptr<Dataset>> OpenHdf5(const std::string& path, const OpenOpt
 }
 
 Result<std::unique_ptr<SampleWriter>> CreateHdf5(const std::string& path, const WriteOptions& opts) {
-  if (!opts.overwrite && io::Exists(path))
-    return Status::Exists("output exists (pass --overwrite to replace it)", Location{.file = path});
-  if (io::IsDir(path)) return Status::Invalid("output is a directory", Location{.file = path});
+  // libhdf5 and the payload writes need a local file; the existence checks,
+  // the directory, the publish and the fault points go through the seam.
+  const std::shared_ptr<FileSystem>& fs = FileSystem::OrLocal(opts.filesystem);
+  SK_RETURN_IF_ERROR(fs->LocalPath(path).status());
+  if (!opts.overwrite && fs->Exists(path)) return io::OutputExists(path);
+  if (fs->IsDir(path)) return Status::Invalid("output is a directory", Location{.file = path});
   std::string dir = io::DirName(path);
-  if (!io::IsDir(dir)) SK_RETURN_IF_ERROR(io::MakeDirs(dir));
+  if (!fs->IsDir(dir)) SK_RETURN_IF_ERROR(fs->MakeDirs(dir));
   return std::unique_ptr<SampleWriter>(new Hdf5Writer(path, opts));
 }
 

@@ -638,8 +638,14 @@ Status DecodeDatum(const Env* env, const std::shared_ptr<const void>& owner, std
   if (d.encoded()) {
     Bytes img = data_view();
     if (img.empty()) return bad("encoded Datum without image bytes");
+    std::string spelled;  // the key's own spelling of the extension ("JPEG"), kept for writing back
+    if (!ext.empty() && lkey.size() > ext.size()) spelled = std::string(lkey.substr(lkey.size() - ext.size()));
     if (ext.empty() || !IsImageExt(ext)) ext = SniffExt(img);
     out->set(ext, std::move(img));
+    if (spelled != ext && paths::Lower(spelled) == ext) {
+      for (auto& f : out->fields)
+        if (f.ext == ext) f.source_ext = spelled;
+    }
   } else {
     uint64_t c = uint64_t(std::max(d.channels(), 0)), h = uint64_t(std::max(d.height(), 0)),
              w = uint64_t(std::max(d.width(), 0));
@@ -1036,24 +1042,33 @@ class LmdbWriter : public SampleWriter {
     Location loc{.file = final_dir};
     if (opts.lmdb_layout != "shardkit" && opts.lmdb_layout != "caffe")
       return Status::Invalid(fmt::format("unknown LMDB layout '{}' (shardkit or caffe)", opts.lmdb_layout), loc);
+    // LMDB maps and writes its environment itself: it needs a local directory.
+    // The staging directory, the journal and metadata files, the publish and
+    // the fault points (ExternalIo) go through the seam.
+    std::shared_ptr<FileSystem> fs = FileSystem::OrLocal(opts.filesystem);
+    SK_RETURN_IF_ERROR(fs->LocalPath(final_dir).status());
     // Resumable state of an interrupted write: "<dir>.partial" with resume.json.
     const std::string stable = final_dir + ".partial";
-    const bool has_journal = io::Exists(stable + "/" + kResumeName);
+    const bool has_journal = fs->Exists(stable + "/" + kResumeName);
     const bool resuming = opts.resume && has_journal;
     if (has_journal && !opts.resume && !opts.overwrite)
       return Status::Exists("an interrupted write left its committed samples here: pass --resume to continue it, "
                             "or --overwrite to start over",
                             Location{.file = stable});
-    if (io::Exists(final_dir) && !opts.overwrite)
-      return Status::Exists("output exists (pass --overwrite to replace it)", loc);
-    if (io::Exists(final_dir)) {
+    SK_ASSIGN_OR_RETURN(FileInfo existing, fs->Stat(final_dir));
+    if (existing.type != FileType::kNotFound && !opts.overwrite) return io::OutputExists(final_dir);
+    if (existing.type != FileType::kNotFound) {
       // overwrite replaces an LMDB directory (or an empty one), never anything else.
-      std::error_code ec;
-      bool replaceable = io::IsDir(final_dir) && (io::Exists(final_dir + "/data.mdb") || fs::is_empty(final_dir, ec));
+      bool replaceable = existing.type == FileType::kDirectory;
+      if (replaceable && !fs->Exists(final_dir + "/data.mdb")) {
+        auto entries = fs->ListDir(final_dir);
+        replaceable = entries.ok() && entries->empty();
+      }
       if (!replaceable)
         return Status::Exists("refusing to replace it: it is not an LMDB directory (no data.mdb)", loc);
     }
     std::unique_ptr<LmdbWriter> w(new LmdbWriter());
+    w->fs_ = std::move(fs);
     w->final_ = final_dir;
     w->opts_ = opts;
     w->layout_ = opts.lmdb_layout == "caffe" ? Layout::kCaffe : Layout::kShardkit;
@@ -1063,7 +1078,7 @@ class LmdbWriter : public SampleWriter {
     w->durable_bytes_ = lmdb::g_durable_bytes ? lmdb::g_durable_bytes.load() : kDurableBytes;
     w->durable_every_commit_ = lmdb::g_batch_samples != 0 && lmdb::g_durable_bytes == 0;
     Location tl{.file = w->temp_};
-    SK_RETURN_IF_ERROR(io::MakeDirs(w->temp_));
+    SK_RETURN_IF_ERROR(w->fs_->MakeDirs(w->temp_));
     // One writer per output: an exclusive lock on the partial directory.
     w->lock_fd_ = ::open(w->temp_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (w->lock_fd_ < 0) return Status::FromErrno(errno, "cannot open the partial directory", tl);
@@ -1072,8 +1087,9 @@ class LmdbWriter : public SampleWriter {
     w->created_ = true;
     if (!resuming) {
       // A leftover of an earlier run (killed, or started over with --overwrite).
-      std::error_code ec;
-      for (const auto& e : fs::directory_iterator(w->temp_, ec)) fs::remove_all(e.path(), ec);
+      auto entries = w->fs_->ListDir(w->temp_);
+      if (entries.ok())
+        for (const auto& e : *entries) (void)w->fs_->RemoveAll(e.path);
     }
     w->digest_ = XXH3_createState();
     XXH3_64bits_reset(w->digest_);
@@ -1101,10 +1117,7 @@ class LmdbWriter : public SampleWriter {
     if (env_) mdb_env_close(env_);
     if (tj_) tjDestroy(tj_);
     if (digest_) XXH3_freeState(digest_);
-    if (created_ && !finished_ && !keep_state_) {
-      std::error_code ec;
-      fs::remove_all(temp_, ec);
-    }
+    if (created_ && !finished_ && !keep_state_) (void)fs_->RemoveAll(temp_);
     if (lock_fd_ >= 0) ::close(lock_fd_);
   }
 
@@ -1151,7 +1164,7 @@ class LmdbWriter : public SampleWriter {
     } catch (const std::system_error&) {
       hash = HashMapped(data);  // no thread to spare: one after the other
     }
-    Status synced = io::CheckFault(data, "fsync");
+    Status synced = fs_->ExternalIo(data, ExternalOp::kSync);
     int rc = synced.ok() ? mdb_env_sync(env_, 1) : 0;
     if (hasher.joinable()) hasher.join();
     SK_RETURN_IF_ERROR(synced);
@@ -1183,26 +1196,16 @@ class LmdbWriter : public SampleWriter {
       j["sample_checksums"] = caffe_sums_;
     }
     std::string text = j.dump(1);
-    SK_RETURN_IF_ERROR(io::WriteFileAtomic(temp_ + "/" + kMetaName, text, true));
+    SK_RETURN_IF_ERROR(io::WriteFileAtomic(temp_ + "/" + kMetaName, text, true, fs_));
     // Complete: the journal (when a durable point wrote one) is not part of the output.
-    if (::unlink((temp_ + "/" + kResumeName).c_str()) == 0) SK_RETURN_IF_ERROR(io::FsyncDir(temp_));
-    // Into place. An existing output (overwrite) moves aside first: rename()
-    // cannot replace a non-empty directory.
-    std::string old;
-    if (io::Exists(final_)) {
-      if (!opts_.overwrite) return Status::Exists("output appeared while writing (pass --overwrite)", loc);
-      old = fmt::format("{}.old-{}", final_, ::getpid());
-      fs::remove_all(old, ec);
-      if (::rename(final_.c_str(), old.c_str()) != 0) return Status::FromErrno(errno, "cannot move the old output aside", loc);
+    const std::string journal = temp_ + "/" + kResumeName;
+    if (fs_->Exists(journal)) {
+      SK_RETURN_IF_ERROR(fs_->Remove(journal));
+      SK_RETURN_IF_ERROR(fs_->SyncDir(temp_));
     }
-    if (::rename(temp_.c_str(), final_.c_str()) != 0) {
-      int err = errno;
-      if (!old.empty()) (void)::rename(old.c_str(), final_.c_str());  // put the old output back
-      return Status::FromErrno(err, "cannot rename the LMDB into place", loc);
-    }
-    finished_ = true;
-    SK_RETURN_IF_ERROR(io::FsyncDir(io::DirName(final_)));
-    if (!old.empty()) fs::remove_all(old, ec);
+    // Into place (an existing output, with overwrite, is moved aside and removed).
+    SK_RETURN_IF_ERROR(
+        fs_->Publish(temp_, final_, PublishOptions{.replace = opts_.overwrite, .published = &finished_}).At(loc));
     failed_ = false;
     WriteSummary sum;
     sum.samples = count_;
@@ -1242,7 +1245,7 @@ class LmdbWriter : public SampleWriter {
     j["options"] = JournalOptions();
     j["samples"] = committed_;
     j["digest"] = paths::ChecksumString(XXH3_64bits_digest(digest_));
-    SK_RETURN_IF_ERROR(io::WriteFileAtomic(temp_ + "/" + kResumeName, j.dump(1) + "\n", true));
+    SK_RETURN_IF_ERROR(io::WriteFileAtomic(temp_ + "/" + kResumeName, j.dump(1) + "\n", true, fs_));
     journal_written_ = true;
     return Status::OK();
   }
@@ -1250,7 +1253,7 @@ class LmdbWriter : public SampleWriter {
   Status LoadJournal() {
     std::string path = temp_ + "/" + kResumeName;
     Location where{.file = path};
-    SK_ASSIGN_OR_RETURN(std::string text, io::ReadFile(path));
+    SK_ASSIGN_OR_RETURN(std::string text, fs_->ReadFile(path));
     uint64_t samples = 0, digest = 0;
     try {
       json j = json::parse(text);
@@ -1284,7 +1287,7 @@ class LmdbWriter : public SampleWriter {
   // building on it.
   Status CheckPartial() {
     std::string data = temp_ + "/data.mdb";
-    if (!io::Exists(data)) return Status::OK();  // TrimToJournal reports the missing samples
+    if (!fs_->Exists(data)) return Status::OK();  // TrimToJournal reports the missing samples
     auto refuse = [&](const Status& why) {
       return Status::Corrupt(fmt::format("cannot resume: the committed samples in '{}' are damaged ({}); start over "
                                          "with --overwrite",
@@ -1357,7 +1360,7 @@ class LmdbWriter : public SampleWriter {
       if (cur) mdb_cursor_close(cur);
       if (rc) return MdbStatus(rc, "removing samples past the journal", Location{.file = temp_});
     }
-    SK_RETURN_IF_ERROR(io::CheckFault(temp_ + "/data.mdb", "write"));
+    SK_RETURN_IF_ERROR(fs_->ExternalIo(temp_ + "/data.mdb", ExternalOp::kWrite));
     rc = mdb_txn_commit(txn_);
     txn_ = nullptr;
     if (rc) return MdbStatus(rc, "committing a write transaction", Location{.file = temp_});
@@ -1429,7 +1432,8 @@ class LmdbWriter : public SampleWriter {
       img = &f;
     }
     if (!img) return Status::Invalid(fmt::format("sample '{}' has no image field for the caffe layout", s.key), loc);
-    *lkey = fmt::format("{:08d}_{}.{}", index, s.key, img->ext);
+    // Caffe's convert_imageset keys by the listed file name as it is: "x_0.JPEG" stays upper-case.
+    *lkey = fmt::format("{:08d}_{}.{}", index, s.key, img->source_ext.empty() ? img->ext : img->source_ext);
     if (lkey->size() > max_key_)
       return Status::Invalid(fmt::format("LMDB key '{}' for sample '{}' is {} bytes, over LMDB's limit of {}", *lkey,
                                          s.key, lkey->size(), max_key_),
@@ -1539,7 +1543,7 @@ class LmdbWriter : public SampleWriter {
   // Durable before the journal says so: a resume after a crash or power loss
   // finds every sample the journal counts.
   Status MakeDurable() {
-    SK_RETURN_IF_ERROR(io::CheckFault(temp_ + "/data.mdb", "fsync"));
+    SK_RETURN_IF_ERROR(fs_->ExternalIo(temp_ + "/data.mdb", ExternalOp::kSync));
     int rc = mdb_env_sync(env_, 1);
     if (rc) return MdbStatus(rc, "mdb_env_sync", Location{.file = temp_});
     committed_ += unsynced_;
@@ -1552,7 +1556,7 @@ class LmdbWriter : public SampleWriter {
   // Commits the open transaction; txn_ is null after it.
   Status CommitTxn() {
     for (;;) {
-      SK_RETURN_IF_ERROR(io::CheckFault(temp_ + "/data.mdb", "write"));
+      SK_RETURN_IF_ERROR(fs_->ExternalIo(temp_ + "/data.mdb", ExternalOp::kWrite));
       int rc = mdb_txn_commit(txn_);
       txn_ = nullptr;
       if (rc == 0) break;
@@ -1575,6 +1579,7 @@ class LmdbWriter : public SampleWriter {
     return Status::OK();
   }
 
+  std::shared_ptr<FileSystem> fs_;  // opts_.filesystem or the local one
   std::string final_, temp_;
   WriteOptions opts_;
   Layout layout_ = Layout::kShardkit;

@@ -317,6 +317,7 @@ Result<ConvertSummary> Shard(std::string_view src, std::string_view dst, const S
   c.threads = opts.threads;
   c.open = opts.open;
   c.write.overwrite = opts.overwrite;
+  c.write.filesystem = opts.filesystem;
   c.write.key_dots = opts.key_dots;
   c.write.resume = opts.resume;
   c.write.write_index = opts.write_index;

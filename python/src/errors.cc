@@ -28,7 +28,10 @@ const char* CodeId(Code c) {
 
 py::object MakeError(const Status& s) {
   py::object type = py::reinterpret_borrow<py::object>(g_error_type);
-  py::object e = type(s.ToString());
+  std::string text = s.ToString();
+  // The library says what is wrong; Python says which argument changes it.
+  if (s.detail() == Detail::kOutputExists) text += " (pass overwrite=True to replace it)";
+  py::object e = type(text);
   const Location& w = s.where();
   e.attr("code") = CodeId(s.code());
   e.attr("message") = s.message();

@@ -142,6 +142,8 @@ def test_convert_refuses_existing_output(tmp_path, data):
         shardkit.convert(address, dst)
     assert ei.value.code == "already_exists"
     assert ei.value.file is not None and "copy" in ei.value.file
+    # The library says what is wrong; Python names its own argument, not a CLI flag.
+    assert "overwrite=True" in str(ei.value) and "--overwrite" not in str(ei.value)
     shardkit.convert(address, dst, overwrite=True)
     assert len(shardkit.open(dst)) == 24
 

@@ -74,7 +74,7 @@ Status WdsWriter::WriteJournal() {
   }
   j["shards"] = std::move(shards);
   owns_journal_ = true;
-  return io::WriteFileAtomic(journal_, j.dump(1) + "\n", true);
+  return io::WriteFileAtomic(journal_, j.dump(1) + "\n", true, opts_.filesystem);
 }
 
 Status WdsWriter::LoadJournal() {

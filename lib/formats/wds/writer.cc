@@ -87,7 +87,7 @@ Result<std::unique_ptr<SampleWriter>> WdsWriter::Make(const std::string& pattern
                             Location{.file = w->journal_});
     for (const std::string& p : {first, w->manifest_})
       if (io::Exists(p))
-        return Status::Exists("output exists (pass --overwrite to replace it)", Location{.file = p});
+        return io::OutputExists(p);
   }
   std::string dir = io::DirName(first);
   if (!io::IsDir(dir)) SK_RETURN_IF_ERROR(io::MakeDirs(dir));
@@ -211,10 +211,10 @@ Result<WriteSummary> WdsWriter::Finish() {
   std::string manifest = ManifestText(pattern_, total_samples_, opts_.class_names,
                                       std::vector<std::string>(fields_.begin(), fields_.end()), summary_.shards,
                                       opts_.write_index, &total);
-  SK_RETURN_IF_ERROR(Keep(io::WriteFileAtomic(manifest_, manifest, true)));
+  SK_RETURN_IF_ERROR(Keep(io::WriteFileAtomic(manifest_, manifest, true, opts_.filesystem)));
   // Complete: the journal goes (a crash before this leaves a journal that lists
   // every shard, and a resume then only rewrites the manifest).
-  if (::unlink(journal_.c_str()) == 0) (void)io::FsyncDir(io::DirName(journal_));
+  if (::unlink(journal_.c_str()) == 0) (void)io::FsyncDir(io::DirName(journal_), opts_.filesystem);
   summary_.samples = total_samples_;
   summary_.bytes = total;
   finished_ = true;
@@ -265,7 +265,7 @@ Status WdsWriter::StartShard() {
   std::string path = paths::FormatShardPattern(pattern_, summary_.shards.size());
   // Resuming: a shard past the journal may exist (committed just before a
   // crash, before the journal was rewritten); it is written again, identically.
-  SK_ASSIGN_OR_RETURN(file_, io::AtomicFile::Create(path, opts_.overwrite || opts_.resume));
+  SK_ASSIGN_OR_RETURN(file_, io::AtomicFile::Create(path, opts_.overwrite || opts_.resume, opts_.filesystem));
   if (!hash_) hash_ = XXH3_createState();
   XXH3_64bits_reset(hash_);
   Utf8Locale utf8;
@@ -315,12 +315,12 @@ Status WdsWriter::FinishShard() {
     // which would break its space-separated lines.
     std::string text = wds::DaliIndexText(idx_, idx_lines_);
     std::string idx_path = IdxPathFor(path);
-    SK_RETURN_IF_ERROR(io::WriteFileAtomic(idx_path, text, true));
+    SK_RETURN_IF_ERROR(io::WriteFileAtomic(idx_path, text, true, opts_.filesystem));
     committed_.push_back(idx_path);
   }
   // Per-sample checksums, for verify (index.h has the layout).
   std::string sums_path = wds::SumsPath(path);
-  SK_RETURN_IF_ERROR(io::WriteFileAtomic(sums_path, wds::SumsText(sums_), true));
+  SK_RETURN_IF_ERROR(io::WriteFileAtomic(sums_path, wds::SumsText(sums_), true, opts_.filesystem));
   committed_.push_back(sums_path);
   summary_.shards.push_back(
       ShardInfo{path, shard_samples_, size, paths::ChecksumString(XXH3_64bits_digest(hash_))});
