@@ -199,7 +199,7 @@ TEST_CASE("lmdb: random access from 16 threads in waves: bytes equal, views outl
     DYNAMIC_SECTION(layout) {
       auto samples = MakeSamples(300, false, 24);
       WriteOptions o;
-      o.lmdb_layout = layout;
+      o.lmdb.layout = layout;
       std::string dir = t / (layout + ".lmdb");
       WriteAll(dir, samples, o);
       REQUIRE(io::Exists(dir + "/lock.mdb"));  // readers use LMDB's reader table (1024 slots)
@@ -313,7 +313,7 @@ TEST_CASE("lmdb: caffe layout is what convert_imageset --encoded writes", "[lmdb
   auto samples = MakeSamples(11, false);
   std::string out = t / "caffe.lmdb";
   WriteOptions o;
-  o.lmdb_layout = "caffe";
+  o.lmdb.layout = "caffe";
   WriteAll(out, samples, o);
 
   auto ds = Open(out);
@@ -546,7 +546,7 @@ TEST_CASE("lmdb: caffe layout values are checked against shardkit.json's sample 
   auto samples = MakeSamples(4, false);
   std::string out = t / "c.lmdb";
   WriteOptions o;
-  o.lmdb_layout = "caffe";
+  o.lmdb.layout = "caffe";
   WriteAll(out, samples, o);
   std::string script = t / "poke.py";
   WriteFile(script, std::string(kPyDatum) + R"(

@@ -573,6 +573,8 @@ Result<std::unique_ptr<Dataset>> OpenFolder(const std::string& path_in, const Op
   info.total_bytes = w.total_bytes_;
   info.shards.push_back(ShardInfo{root, idx->entries.size(), info.total_bytes, ""});
   info.extra["layout"] = classes ? "classes" : "flat";
+  info.sample_checksums = SampleChecksums::kNoMetadata;
+  info.file_per_sample = true;
   if (w.skipped_ > 0) {
     info.extra["skipped_files"] = std::to_string(w.skipped_);
     info.extra["skipped_example"] = w.skipped_example_;
@@ -861,8 +863,7 @@ class FolderWriter : public SampleWriter {
 int BidRead(const std::string& path) {
   std::string p = StripSlashes(path);
   if (!io::IsDir(p)) return 0;
-  if (io::Exists(Join(p, "data.mdb"))) return 0;  // an LMDB environment
-  return 50;
+  return 50;  // any directory; a format that verifies its content in one (LMDB) bids higher
 }
 
 int BidWrite(const std::string& path) {
@@ -870,11 +871,9 @@ int BidWrite(const std::string& path) {
   std::string_view base = paths::BaseName(p);
   auto dot = base.rfind('.');
   if (dot == std::string_view::npos || dot == 0) return 10;
-  static const char* kKnown[] = {"tar", "tgz", "gz", "h5", "hdf5", "hdf", "he5", "mdb", "lmdb", "json", "idx"};
+  // A name another format claims (x.tar, x.lmdb, x.h5) is never an image folder.
   std::string ext = paths::Lower(base.substr(dot + 1));
-  for (const char* k : kKnown)
-    if (ext == k) return 0;
-  return 10;
+  return ClaimedByAnother(ext, *Find("folder")) ? 0 : 10;
 }
 
 }  // namespace

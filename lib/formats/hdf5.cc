@@ -1437,6 +1437,8 @@ Status Hdf5Data::OpenShardkit(hid_t file, uint64_t file_size) {
     std::vector<uint64_t> sums(n);
     SK_RETURN_IF_ERROR(ReadInts(d.get(), "checksums", n, true, sums.data()));
     info.extra["checksums"] = "per-sample xxh3 in dataset 'checksums'";
+    info.sample_checksums = SampleChecksums::kList;
+    info.sample_checksums_where = info.extra["checksums"];
     checksums = std::move(sums);
   }
   SK_RETURN_IF_ERROR(CheckLinkTarget(file, "fields", "fields"));
@@ -1681,7 +1683,7 @@ int BidRead(const std::string& path) {
       char sig[8] = {};
       ssize_t r = ::pread(fd, sig, 8, 0);
       ::close(fd);
-      if (r == 8 && std::memcmp(sig, kSignature, 8) == 0) return 90;
+      if (r == 8 && std::memcmp(sig, kSignature, 8) == 0) return 100;  // the signature verified
     }
   } else if (::stat(path.c_str(), &st) == 0) {
     return 0;  // a directory is never an HDF5 file
@@ -1722,6 +1724,7 @@ Format Hdf5Format() {
       .bid_write = BidWrite,
       .open = OpenHdf5,
       .create = CreateHdf5,
+      .extensions = {"h5", "hdf5", "hdf", "he5"},
   };
 }
 

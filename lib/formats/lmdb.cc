@@ -866,8 +866,14 @@ class LmdbDataset : public Dataset {
     d->count_ = count;
     info.num_samples = count;
     info.extra["layout"] = d->layout_ == Layout::kShardkit ? "shardkit" : "caffe";
-    if (d->layout_ == Layout::kShardkit)
-      info.extra["sample_checksums"] = "xxh3 in every record, checked on every read";
+    if (d->layout_ == Layout::kShardkit) {
+      info.sample_checksums = SampleChecksums::kInRecords;
+      info.sample_checksums_where = "xxh3 in every record, checked on every read";
+      info.extra["sample_checksums"] = info.sample_checksums_where;  // shown by `shardkit info`
+    } else if (d->sums_) {
+      info.sample_checksums = SampleChecksums::kList;
+      info.sample_checksums_where = "xxh3 list in shardkit.json";
+    }
     info.extra["locking"] = env.nolock() ? "none (MDB_NOLOCK)" : "lock.mdb";
     info.shards.push_back(shard);
     info.total_bytes = shard.bytes;
@@ -1034,8 +1040,8 @@ class LmdbWriter : public SampleWriter {
   static Result<std::unique_ptr<SampleWriter>> Create(const std::string& address, const WriteOptions& opts) {
     std::string final_dir = StripSlashes(address);
     Location loc{.file = final_dir};
-    if (opts.lmdb_layout != "shardkit" && opts.lmdb_layout != "caffe")
-      return Status::Invalid(fmt::format("unknown LMDB layout '{}' (shardkit or caffe)", opts.lmdb_layout), loc);
+    if (opts.lmdb.layout != "shardkit" && opts.lmdb.layout != "caffe")
+      return Status::Invalid(fmt::format("unknown LMDB layout '{}' (shardkit or caffe)", opts.lmdb.layout), loc);
     // Resumable state of an interrupted write: "<dir>.partial" with resume.json.
     const std::string stable = final_dir + ".partial";
     const bool has_journal = io::Exists(stable + "/" + kResumeName);
@@ -1056,7 +1062,7 @@ class LmdbWriter : public SampleWriter {
     std::unique_ptr<LmdbWriter> w(new LmdbWriter());
     w->final_ = final_dir;
     w->opts_ = opts;
-    w->layout_ = opts.lmdb_layout == "caffe" ? Layout::kCaffe : Layout::kShardkit;
+    w->layout_ = opts.lmdb.layout == "caffe" ? Layout::kCaffe : Layout::kShardkit;
     w->temp_ = stable;
     w->keep_state_ = opts.resume;
     w->batch_limit_ = lmdb::g_batch_samples ? lmdb::g_batch_samples.load() : kDefaultBatchSamples;
@@ -1602,11 +1608,27 @@ class LmdbWriter : public SampleWriter {
   std::vector<uint64_t> resume_sums_;  // checksums of the committed samples, read back by CheckPartial()
 };
 
+// Whether a data file starts with an LMDB meta page: MDB_meta's mm_magic
+// (0xBEEFC0DE, host order) right after the 16-byte page header of page 0.
+bool HasMetaPage(const std::string& data_path) {
+  int fd = ::open(data_path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  uint8_t head[20];
+  ssize_t r = ::pread(fd, head, sizeof head, 0);
+  ::close(fd);
+  uint32_t magic = 0;
+  if (r == ssize_t(sizeof head)) std::memcpy(&magic, head + 16, 4);
+  return magic == 0xBEEFC0DEu;
+}
+
 int BidRead(const std::string& path) {
   std::string p = StripSlashes(path);
-  if (io::IsDir(p)) return io::Exists(p + "/data.mdb") ? 95 : 0;
-  if (fs::path(p).filename() == "data.mdb" && io::Exists(p)) return 95;
-  return 0;
+  std::string data;
+  if (io::IsDir(p)) data = p + "/data.mdb";
+  else if (fs::path(p).filename() == "data.mdb") data = p;
+  else return 0;
+  if (!io::Exists(data)) return 0;
+  return HasMetaPage(data) ? 100 : 95;  // a damaged data.mdb is still LMDB's to report on
 }
 
 int BidWrite(const std::string& path) {
@@ -1624,6 +1646,7 @@ Format LmdbFormat() {
       .bid_write = BidWrite,
       .open = [](const std::string& path, const OpenOptions&) { return LmdbDataset::Open(path); },
       .create = [](const std::string& path, const WriteOptions& opts) { return LmdbWriter::Create(path, opts); },
+      .extensions = {"mdb", "lmdb"},
   };
 }
 

@@ -33,6 +33,7 @@
 #include "formats/registry.h"
 #include "formats/tar.h"
 #include "formats/wds_index.h"
+#include "formats/wds_shards.h"
 
 namespace shardkit::formats {
 
@@ -918,37 +919,23 @@ Result<uint64_t> FileSize(const std::string& path, int64_t shard) {
 }
 
 Result<std::unique_ptr<Dataset>> OpenManifest(const std::string& path) {
-  SK_ASSIGN_OR_RETURN(std::string text, io::ReadFile(path));
   auto ds = std::make_unique<WdsDataset>();
   DatasetInfo& info = ds->info_;
   info.format = "wds";
   info.address = path;
-  std::string dir = io::DirName(path);
-  try {
-    json j = json::parse(text);
-    if (j.value("format", "") != "wds")
-      return Status::Corrupt("not a shardkit wds manifest (\"format\" is not \"wds\")", Location{.file = path});
-    info.num_samples = j.at("num_samples").get<uint64_t>();
-    info.class_names = j.value("class_names", std::vector<std::string>{});
-    info.fields = j.value("fields", std::vector<std::string>{});
-    uint64_t sum = 0;
-    for (const auto& s : j.at("shards")) {
-      ShardInfo si;
-      std::string rel = s.at("path").get<std::string>();
-      si.path = (!rel.empty() && rel[0] == '/') ? rel : JoinDir(dir, rel);
-      si.samples = s.at("samples").get<uint64_t>();
-      si.bytes = s.at("bytes").get<uint64_t>();
-      si.checksum = s.value("checksum", "");
-      sum += si.samples;
-      info.shards.push_back(std::move(si));
-    }
-    if (sum != *info.num_samples)
-      return Status::Corrupt(fmt::format("manifest says {} samples but its shards add up to {}", *info.num_samples,
-                                         sum),
-                             Location{.file = path});
-  } catch (const std::exception& e) {
-    return Status::Corrupt(fmt::format("bad manifest: {}", e.what()), Location{.file = path});
-  }
+  std::string unreadable;
+  SK_ASSIGN_OR_RETURN(wds::Manifest m, wds::ReadManifest(path, &unreadable));
+  if (!m.fields_error.empty()) unreadable = m.fields_error;
+  if (!unreadable.empty()) return Status::Corrupt(fmt::format("bad manifest: {}", unreadable), Location{.file = path});
+  info.num_samples = m.num_samples;
+  info.class_names = std::move(m.class_names);
+  info.fields = std::move(m.fields);
+  info.shards = std::move(m.shards);
+  uint64_t sum = 0;
+  for (const auto& si : info.shards) sum += si.samples;
+  if (sum != *info.num_samples)
+    return Status::Corrupt(fmt::format("manifest says {} samples but its shards add up to {}", *info.num_samples, sum),
+                           Location{.file = path});
   for (size_t i = 0; i < info.shards.size(); ++i) {
     const auto& si = info.shards[i];
     SK_ASSIGN_OR_RETURN(uint64_t size, FileSize(si.path, int64_t(i)));
@@ -980,7 +967,7 @@ Result<std::unique_ptr<Dataset>> OpenWds(const std::string& path, const OpenOpti
       if (paths[i].find_first_not_of(" \t", kPipe.size()) == std::string::npos)
         return Status::Invalid("'pipe:' needs a command, e.g. 'pipe:cat shard.tar'",
                                Location{.file = paths[i], .shard = int64_t(i)});
-      info.shards.push_back(ShardInfo{paths[i], 0, 0, ""});
+      info.shards.push_back(ShardInfo{paths[i], 0, 0, "", "wds:" + paths[i]});
       ++pipes;
       continue;
     }
@@ -991,7 +978,7 @@ Result<std::unique_ptr<Dataset>> OpenWds(const std::string& path, const OpenOpti
     exts.insert(idx->exts.begin(), idx->exts.end());
     samples += idx->samples.size();
     skipped += idx->skipped;
-    info.shards.push_back(ShardInfo{paths[i], idx->samples.size(), idx->file_size, ""});
+    info.shards.push_back(ShardInfo{paths[i], idx->samples.size(), idx->file_size, "", "wds:" + paths[i]});
     info.total_bytes += idx->file_size;
   }
   if (pipes == 0) {
@@ -1062,7 +1049,7 @@ class WdsWriter : public SampleWriter {
                                          "not in a directory",
                                          pattern));
     std::string first = paths::FormatShardPattern(pattern, 0);
-    if (opts.write_index && IdxPathFor(first) == IdxPathFor(paths::FormatShardPattern(pattern, 1)))
+    if (opts.wds.write_index && IdxPathFor(first) == IdxPathFor(paths::FormatShardPattern(pattern, 1)))
       return Status::Invalid(fmt::format("shard pattern '{}': DALI index names (base name up to its first dot, "
                                          "plus .idx) would be the same for every shard; put the %d before any "
                                          "dot in the file name or turn index writing off",
@@ -1142,11 +1129,11 @@ class WdsWriter : public SampleWriter {
       need += tar::kBlock + (2 * name_len + 64 + tar::kBlock - 1) / tar::kBlock * tar::kBlock;  // pax header
     }
     const uint64_t max_samples =
-        !opts_.shard_plan.empty()
-            ? opts_.shard_plan[std::min(summary_.shards.size(), opts_.shard_plan.size() - 1)]
+        !opts_.wds.shard_plan.empty()
+            ? opts_.wds.shard_plan[std::min(summary_.shards.size(), opts_.wds.shard_plan.size() - 1)]
             : (opts_.samples_per_shard ? opts_.samples_per_shard : UINT64_MAX);
     if (ar_ && (shard_samples_ >= max_samples ||
-                (opts_.shard_plan.empty() && ShardBytes() + need + 2 * tar::kBlock > opts_.shard_size))) {
+                (opts_.wds.shard_plan.empty() && ShardBytes() + need + 2 * tar::kBlock > opts_.shard_size))) {
       SK_RETURN_IF_ERROR(Keep(FinishShard()));
     }
     if (!ar_) SK_RETURN_IF_ERROR(Keep(StartShard()));
@@ -1213,7 +1200,7 @@ class WdsWriter : public SampleWriter {
       o["samples"] = s.samples;
       o["bytes"] = s.bytes;
       o["checksum"] = s.checksum;
-      if (opts_.write_index) o["index"] = BaseOf(IdxPathFor(s.path));
+      if (opts_.wds.write_index) o["index"] = BaseOf(IdxPathFor(s.path));
       o["sample_checksums"] = BaseOf(wds::SumsPath(s.path));
       shards.push_back(std::move(o));
       total += s.bytes;
@@ -1281,8 +1268,8 @@ class WdsWriter : public SampleWriter {
     o["samples_per_shard"] = opts_.samples_per_shard;
     o["class_names"] = opts_.class_names;
     o["key_dots"] = opts_.key_dots == KeyDots::kReplace ? "replace" : "error";
-    o["write_index"] = opts_.write_index;
-    o["shard_plan"] = opts_.shard_plan;
+    o["write_index"] = opts_.wds.write_index;
+    o["shard_plan"] = opts_.wds.shard_plan;
     return o;
   }
 
@@ -1358,7 +1345,7 @@ class WdsWriter : public SampleWriter {
                                              "start over with --overwrite",
                                              paths::ChecksumString(h), si.checksum),
                                  at);
-        if (opts_.write_index && !io::Exists(IdxPathFor(path)))
+        if (opts_.wds.write_index && !io::Exists(IdxPathFor(path)))
           return Status::Corrupt("cannot resume: the shard's index is missing; start over with --overwrite",
                                  Location{.file = IdxPathFor(path), .shard = int64_t(i)});
         if (!io::Exists(wds::SumsPath(path)))
@@ -1370,7 +1357,7 @@ class WdsWriter : public SampleWriter {
         d = std::stoull(digest.substr(5), nullptr, 16);
         resumed_.push_back(Resumed{si.samples, d});
         committed_.push_back(path);
-        if (opts_.write_index) committed_.push_back(IdxPathFor(path));
+        if (opts_.wds.write_index) committed_.push_back(IdxPathFor(path));
         committed_.push_back(wds::SumsPath(path));
         committed_samples_ += si.samples;
         summary_.shards.push_back(std::move(si));
@@ -1390,7 +1377,7 @@ class WdsWriter : public SampleWriter {
     std::string dir = io::DirName(paths::FormatShardPattern(pattern_, from));
     std::vector<std::string> bases = {BaseOf(paths::FormatShardPattern(pattern_, from)), BaseOf(journal_),
                                       BaseOf(manifest_)};
-    if (opts_.write_index) bases.push_back(BaseOf(IdxPathFor(paths::FormatShardPattern(pattern_, from))));
+    if (opts_.wds.write_index) bases.push_back(BaseOf(IdxPathFor(paths::FormatShardPattern(pattern_, from))));
     bases.push_back(BaseOf(wds::SumsPath(paths::FormatShardPattern(pattern_, from))));
     std::error_code ec;
     for (auto it = std::filesystem::directory_iterator(dir, ec); !ec && it != std::filesystem::directory_iterator();
@@ -1470,7 +1457,7 @@ class WdsWriter : public SampleWriter {
     SK_RETURN_IF_ERROR(file_->Commit());
     file_.reset();
     committed_.push_back(path);
-    if (opts_.write_index) {
+    if (opts_.wds.write_index) {
       // DALI's v1.2 index; v1.1 (no names) when a name holds white space,
       // which would break its space-separated lines.
       std::string text = wds::DaliIndexText(idx_, idx_lines_);
@@ -1534,23 +1521,17 @@ Format WdsFormat() {
       .description = "WebDataset tar shards (read: x.tar, x-{000..009}.tar, a.tar::b.tar, x.manifest.json, 'pipe:CMD' "
                      "(streamed, in order only); "
                      "write: out/x-%06d.tar)",
-      .bid_read = [](const std::string& path) -> int {
-        std::string p = paths::Lower(path);
-        if (EndsWith(p, ".manifest.json")) return 90;
-        if (p.find('{') != std::string::npos || p.find("::") != std::string::npos) {
-          auto r = paths::ExpandBraces(path);
-          if (!r.ok() || r->empty()) return 0;
-          for (const auto& e : *r)
-            if (!EndsWith(paths::Lower(e), ".tar") && !IsPipe(e)) return 0;
-          return 90;
-        }
-        return EndsWith(p, ".tar") || IsPipe(path) ? 90 : 0;
-      },
+      .bid_read = wds::BidRead,
       .bid_write = [](const std::string& path) -> int {
         return EndsWith(paths::Lower(path), ".tar") && paths::CheckShardPattern(path).ok() ? 90 : 0;
       },
       .open = OpenWds,
       .create = WdsWriter::Make,
+      .extensions = {"tar", "tgz", "gz", "json", "idx"},
+      .prefixes = {"pipe"},
+      .writes_shards = true,
+      .list_shards = wds::ListShards,
+      .locate_samples = wds::LocateSamples,
   };
 }
 
