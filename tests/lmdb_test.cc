@@ -533,8 +533,13 @@ TEST_CASE("lmdb: bids", "[lmdb]") {
   CHECK(f->bid_write("out/train.lmdb/") == 90);
   CHECK(f->bid_write("out/train.tar") == 0);
   WriteAll(t / "x.lmdb", MakeSamples(2, false));
-  CHECK(f->bid_read(t / "x.lmdb") == 95);
-  CHECK(f->bid_read(t / "x.lmdb/data.mdb") == 95);
+  // The meta page's magic verified: 100; a data.mdb without it is still LMDB's: 95.
+  CHECK(f->bid_read(t / "x.lmdb") == 100);
+  CHECK(f->bid_read(t / "x.lmdb/data.mdb") == 100);
+  fs::create_directories(t / "damaged");
+  WriteFile(t / "damaged/data.mdb", std::string(8192, '\0'));
+  CHECK(f->bid_read(t / "damaged") == 95);
+  CHECK(f->bid_read(t / "damaged/data.mdb") == 95);
   CHECK(f->bid_read(t.path()) == 0);
   auto ds = Open(t / "x.lmdb/data.mdb");
   REQUIRE(ds.ok());

@@ -83,8 +83,8 @@ Result<const Format*> Resolve(std::string_view address, bool for_write, std::str
     for (const auto& f : All())
       for (const auto& p : f.prefixes) known = known || s == p;
     if (!known)
-      return Status::Invalid(fmt::format("unknown scheme '{}:' in '{}' (known: {}); for a path that holds a "
-                                         "colon write './{}'",
+      return Status::Invalid(fmt::format("unknown scheme '{}:' in '{}'; prefix it with a scheme ({}), or write "
+                                         "'./{}' for a path that holds a colon",
                                          s, address, KnownSchemes(), address),
                              Location{.file = rest});
   }

@@ -946,6 +946,10 @@ Result<std::unique_ptr<Dataset>> OpenManifest(const std::string& path) {
     ds->paths_.push_back(si.path);
   }
   ds->indexes_.resize(ds->paths_.size());
+  if (!ds->paths_.empty() && io::Exists(wds::SumsPath(ds->paths_[0]))) {
+    info.sample_checksums = SampleChecksums::kList;
+    info.sample_checksums_where = "a .xxh3 list beside each shard";
+  }
   return std::unique_ptr<Dataset>(std::move(ds));
 }
 
@@ -989,6 +993,10 @@ Result<std::unique_ptr<Dataset>> OpenWds(const std::string& path, const OpenOpti
     info.extra["access"] = "sequential: pipe: shards are streamed from a command, with no random access";
   }
   if (skipped) info.extra["skipped_members"] = std::to_string(skipped);
+  if (!ds->paths_.empty() && io::Exists(wds::SumsPath(ds->paths_[0]))) {
+    info.sample_checksums = SampleChecksums::kList;
+    info.sample_checksums_where = "a .xxh3 list beside each shard";
+  }
   return std::unique_ptr<Dataset>(std::move(ds));
 }
 

@@ -23,10 +23,6 @@ using json = nlohmann::json;
 constexpr std::string_view kManifestSuffix = ".manifest.json";
 constexpr std::string_view kPipe = "pipe:";
 
-bool EndsWith(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
 bool IsPipe(std::string_view path) { return path.substr(0, kPipe.size()) == kPipe; }
 
 std::string JoinDir(const std::string& dir, const std::string& name) {
@@ -121,7 +117,7 @@ Result<Manifest> ReadManifest(const std::string& path, std::string* unreadable) 
 int BidRead(const std::string& path) {
   if (IsPipe(path)) return 90;
   std::string p = paths::Lower(path);
-  if (EndsWith(p, kManifestSuffix)) {
+  if (paths::EndsWith(p, kManifestSuffix)) {
     int c = ManifestContent(path);
     return c == 100 ? 100 : 90;  // a manifest that is not ours still opens with a clear error
   }
@@ -129,18 +125,18 @@ int BidRead(const std::string& path) {
     auto r = paths::ExpandBraces(path);
     if (!r.ok() || r->empty()) return 0;
     for (const auto& e : *r)
-      if (!EndsWith(paths::Lower(e), ".tar") && !IsPipe(e)) return 0;
+      if (!paths::EndsWith(paths::Lower(e), ".tar") && !IsPipe(e)) return 0;
     return 90;
   }
   int c = TarContent(path);
   if (c == 100) return 100;
-  if (EndsWith(p, ".tar")) return 90;  // a damaged first header is still a shard to report on
+  if (paths::EndsWith(p, ".tar")) return 90;  // a damaged first header is still a shard to report on
   return 0;
 }
 
 Result<ShardListing> ListShards(const std::string& path) {
   ShardListing out;
-  if (EndsWith(path, kManifestSuffix)) {
+  if (paths::EndsWith(path, kManifestSuffix)) {
     out.metadata = path;
     SK_ASSIGN_OR_RETURN(Manifest m, ReadManifest(path, &out.unreadable));
     if (!out.unreadable.empty()) return out;
