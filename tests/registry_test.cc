@@ -73,6 +73,12 @@ TEST_CASE("registry: an unknown scheme is an error listing the known ones, not a
     CHECK_THAT(r.status().message(), Catch::Contains("'./" + dst + "'"));
     CHECK_FALSE(fs::exists(scheme));  // no directory named "tfrecord:" appeared
     CHECK_FALSE(fs::exists(t / scheme));
+    // So does Shard(), which otherwise puts the wds scheme in front.
+    auto sh = Shard(t / "images", dst, ShardOptions{});
+    REQUIRE_FALSE(sh.ok());
+    CHECK(sh.status().code() == Code::kInvalidArgument);
+    CHECK_THAT(sh.status().message(), Catch::Contains("unknown scheme '" + scheme + "'"));
+    CHECK_FALSE(fs::exists(scheme));
     // Reading names the same problem.
     auto d = DetectFormat(dst);
     REQUIRE_FALSE(d.ok());

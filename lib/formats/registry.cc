@@ -73,21 +73,24 @@ std::string KnownSchemes() {
 
 }  // namespace
 
+Status CheckScheme(std::string_view address) {
+  std::string_view s = SchemeLike(address);
+  if (s.empty() || Find(s)) return Status::OK();
+  for (const auto& f : All())
+    for (const auto& p : f.prefixes)
+      if (s == p) return Status::OK();
+  return Status::Invalid(fmt::format("unknown scheme '{}:' in '{}'; prefix it with a scheme ({}), or write "
+                                     "'./{}' for a path that holds a colon",
+                                     s, address, KnownSchemes(), address),
+                         Location{.file = std::string(address.substr(s.size() + 1))});
+}
+
 Result<const Format*> Resolve(std::string_view address, bool for_write, std::string* path) {
   auto [scheme, rest] = SplitScheme(address);
   *path = rest;
   if (rest.empty()) return Status::Invalid(fmt::format("empty dataset address '{}'", address));
   if (!scheme.empty()) return Find(scheme);
-  if (std::string_view s = SchemeLike(address); !s.empty()) {
-    bool known = false;
-    for (const auto& f : All())
-      for (const auto& p : f.prefixes) known = known || s == p;
-    if (!known)
-      return Status::Invalid(fmt::format("unknown scheme '{}:' in '{}'; prefix it with a scheme ({}), or write "
-                                         "'./{}' for a path that holds a colon",
-                                         s, address, KnownSchemes(), address),
-                             Location{.file = rest});
-  }
+  SK_RETURN_IF_ERROR(CheckScheme(address));
   const Format* best = nullptr;
   int best_bid = 0;
   for (const auto& f : All()) {

@@ -305,6 +305,7 @@ Result<ConvertSummary> Shard(std::string_view src, std::string_view dst, const S
   // The format whose writer cuts shards (Format::writes_shards) writes them.
   const formats::Format* sharded = formats::ShardWriter();
   if (!sharded) return Status::Unsupported("no format of this build writes shards");
+  SK_RETURN_IF_ERROR(formats::CheckScheme(dst));
   auto [scheme, rest] = formats::SplitScheme(dst);
   if (!scheme.empty() && !formats::Find(scheme)->writes_shards)
     return Status::Invalid(
