@@ -2,8 +2,11 @@
 //
 // An address is a path with an optional scheme that overrides detection:
 //   folder:DIR   wds:PATTERN   lmdb:DIR   hdf5:FILE
-// Without a scheme the format is detected from the path (and from content where
-// the path is ambiguous). A wds pattern is a single tar, a brace range
+// Without a scheme the format is detected from the content (a tar header, LMDB's
+// meta page, the HDF5 signature, a manifest), else from the path. Anything that
+// reads as a scheme (2+ letters and digits, then ':') but names no format is an
+// error (kInvalidArgument); write `./odd:name` for a path that holds a colon.
+// `pipe:CMD` reads a tar stream from a command's output. A wds pattern is a single tar, a brace range
 // (`out/train-{000000..000009}.tar`), a `::`-joined list, or a manifest
 // (`out/train.manifest.json`); for writing, a printf pattern (`out/train-%06d.tar`).
 //

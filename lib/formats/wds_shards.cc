@@ -12,6 +12,7 @@
 
 #include "core/file.h"
 #include "core/paths.h"
+#include "formats/tar.h"
 #include "formats/wds_index.h"
 
 namespace shardkit::formats::wds {
@@ -30,16 +31,13 @@ std::string JoinDir(const std::string& dir, const std::string& name) {
   return dir + "/" + name;
 }
 
-// Whether a 512-byte block is a tar header: its checksum field matches the sum
-// of its bytes (the field counted as spaces; signed sums accepted, as old tars
-// wrote them) and, when it carries one, the ustar magic is well formed.
+// Whether a 512-byte block is a tar header, by the scanner's rules
+// (formats/tar.cc): its checksum field matches the sum of its bytes (the field
+// counted as spaces; signed sums accepted, as old tars wrote them) and, when it
+// carries one, the ustar magic is well formed.
 bool IsTarHeader(const uint8_t* b) {
   uint64_t recorded = 0;
-  size_t i = 148;
-  while (i < 156 && b[i] == ' ') ++i;
-  size_t digits = 0;
-  for (; i < 156 && b[i] >= '0' && b[i] <= '7'; ++i, ++digits) recorded = recorded * 8 + (b[i] - '0');
-  if (digits == 0) return false;
+  if (b[0] == '\0' || !tar::ParseNumber(b + 148, 8, &recorded)) return false;
   uint64_t sum = 0;
   int64_t ssum = 0;
   for (size_t k = 0; k < 512; ++k) {
@@ -49,7 +47,7 @@ bool IsTarHeader(const uint8_t* b) {
   }
   if (recorded != sum && int64_t(recorded) != ssum) return false;
   if (std::memcmp(b + 257, "ustar", 5) == 0) return b[262] == '\0' || b[262] == ' ';
-  return b[0] != '\0';  // v7: a name
+  return true;  // v7: no magic
 }
 
 // 100 when the file's first block is a tar header, 0 when it is not, -1 when
