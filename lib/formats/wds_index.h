@@ -1,5 +1,6 @@
 // Internal: the wds format's shard index and sidecar files, shared by the
-// writer (formats/wds.cc), `shardkit index` and verify (pipeline/).
+// writer (formats/wds.cc), the reader, index.h (formats/wds_index.cc) and the
+// format contract (formats/wds_shards.cc: Format::locate_samples for verify).
 //
 // Files beside a shard `dir/train-000000.tar`:
 //  - dir/train-000000.idx        DALI's index (v1.2; v1.1 when a member name
