@@ -95,6 +95,22 @@ TEST_CASE("cli: a missing input or an unknown format exits 1 naming the address"
   ExpectError(Cli(fmt::format("shard {} lmdb:{}", Q(t / "x"), Q(t / "o"))), "use `shardkit convert`");
 }
 
+TEST_CASE("cli: an unknown scheme exits 1 listing the known ones and writes nothing") {
+  TempDir t;
+  MakeImageFolder(t / "images", 2, 2);
+  for (std::string dst : {"tfrecord:/data/x-%05d.tfrecord", "wsd:out/x-%06d.tar"}) {
+    auto r = Run(fmt::format("cd {} && {} convert images {}", Q(t.path()), Q(SHARDKIT_CLI), Q(dst)));
+    ExpectError(r, "unknown scheme '" + dst.substr(0, dst.find(':') + 1) + "'");
+    for (const auto& name : shardkit::FormatNames()) CHECK_THAT(r.err, Catch::Contains(name + ":"));
+    CHECK_FALSE(fs::exists(t / dst.substr(0, dst.find(':') + 1)));
+  }
+  // A path that really holds a colon, written as a path, is converted.
+  auto ok = Run(fmt::format("cd {} && {} convert images ./odd:name", Q(t.path()), Q(SHARDKIT_CLI)));
+  INFO(ok.err);
+  CHECK(ok.exit_code == 0);
+  CHECK(fs::is_directory(t / "odd:name/c1"));
+}
+
 TEST_CASE("cli: --help of every command explains every flag with an example") {
   const std::map<std::string, std::vector<std::string>> flags = {
       {"convert", {"SRC", "DST", "--shard-size", "--samples-per-shard", "--shuffle", "--seed", "--threads",

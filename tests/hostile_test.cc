@@ -317,7 +317,7 @@ Status Decode(const std::string& bytes, decode::Limits lim = {}) {
   decode::Region r;
   return dec.Decode(
       reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(),
-      [](const decode::ImageInfo& i) { return pipeline::CropBox{0, 0, double(i.width), double(i.height)}; }, 0, 0,
+      [](const decode::ImageInfo& i) { return decode::CropBox{0, 0, double(i.width), double(i.height)}; }, 0, 0,
       &r);
 }
 

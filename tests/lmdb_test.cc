@@ -200,7 +200,7 @@ TEST_CASE("lmdb: random access from 16 threads in waves: bytes equal, views outl
     DYNAMIC_SECTION(layout) {
       auto samples = MakeSamples(300, false, 24);
       WriteOptions o;
-      o.lmdb_layout = layout;
+      o.lmdb.layout = layout;
       std::string dir = t / (layout + ".lmdb");
       WriteAll(dir, samples, o);
       REQUIRE(io::Exists(dir + "/lock.mdb"));  // readers use LMDB's reader table (1024 slots)
@@ -314,7 +314,7 @@ TEST_CASE("lmdb: caffe layout is what convert_imageset --encoded writes", "[lmdb
   auto samples = MakeSamples(11, false);
   std::string out = t / "caffe.lmdb";
   WriteOptions o;
-  o.lmdb_layout = "caffe";
+  o.lmdb.layout = "caffe";
   WriteAll(out, samples, o);
 
   auto ds = Open(out);
@@ -534,8 +534,13 @@ TEST_CASE("lmdb: bids", "[lmdb]") {
   CHECK(f->bid_write("out/train.lmdb/") == 90);
   CHECK(f->bid_write("out/train.tar") == 0);
   WriteAll(t / "x.lmdb", MakeSamples(2, false));
-  CHECK(f->bid_read(t / "x.lmdb") == 95);
-  CHECK(f->bid_read(t / "x.lmdb/data.mdb") == 95);
+  // The meta page's magic verified: 100; a data.mdb without it is still LMDB's: 95.
+  CHECK(f->bid_read(t / "x.lmdb") == 100);
+  CHECK(f->bid_read(t / "x.lmdb/data.mdb") == 100);
+  fs::create_directories(t / "damaged");
+  WriteFile(t / "damaged/data.mdb", std::string(8192, '\0'));
+  CHECK(f->bid_read(t / "damaged") == 95);
+  CHECK(f->bid_read(t / "damaged/data.mdb") == 95);
   CHECK(f->bid_read(t.path()) == 0);
   auto ds = Open(t / "x.lmdb/data.mdb");
   REQUIRE(ds.ok());
@@ -547,7 +552,7 @@ TEST_CASE("lmdb: caffe layout values are checked against shardkit.json's sample 
   auto samples = MakeSamples(4, false);
   std::string out = t / "c.lmdb";
   WriteOptions o;
-  o.lmdb_layout = "caffe";
+  o.lmdb.layout = "caffe";
   WriteAll(out, samples, o);
   std::string script = t / "poke.py";
   WriteFile(script, std::string(kPyDatum) + R"(
@@ -850,7 +855,7 @@ TEST_CASE("lmdb: caffe layout keys keep the listed file name's extension as it i
   WriteFile(t / "in/c0/x_0.JPEG", big);
   WriteFile(t / "in/c0/y_1.jpg", small);
   ConvertOptions o;
-  o.write.lmdb_layout = "caffe";
+  o.write.lmdb.layout = "caffe";
   auto r = Convert("folder:" + t / "in", "lmdb:" + t / "a.lmdb", o);
   INFO(r.status().ToString());
   REQUIRE(r.ok());

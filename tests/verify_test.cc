@@ -184,6 +184,39 @@ TEST_CASE("verify, every format: intact verifies clean, a flipped payload byte i
   }
 }
 
+TEST_CASE("verify wds: a manifest that does not add up or does not parse is a finding", "[verify]") {
+  TempDir dir;
+  Fixture f = Make(dir, "wds", MakeSamples(12));  // shards 0, 1, 2
+  std::string text = ReadFile(f.address);
+  json j = json::parse(text);
+  j["num_samples"] = 13;
+  WriteFile(f.address, j.dump());
+  VerifyReport r = MustVerify(f.address);
+  INFO(Dump(r));
+  REQUIRE(r.count(FindingKind::kCount) == 1);
+  const Finding* c = FindKind(r, FindingKind::kCount);
+  CHECK(c->where.file == f.address);
+  CHECK(c->message == "the manifest says 13 samples but its shards add up to 12");
+  CHECK(r.samples == 12);  // the shards are still read
+
+  WriteFile(f.address, "{ not json");
+  r = MustVerify(f.address);
+  INFO(Dump(r));
+  REQUIRE(r.count(FindingKind::kStructure) == 1);
+  const Finding* u = FindKind(r, FindingKind::kStructure);
+  CHECK(u->where.file == f.address);
+  CHECK_THAT(u->message, Catch::StartsWith("unreadable manifest: "));
+  CHECK(r.samples == 0);
+  CHECK(r.shards == 0);
+
+  // Another tool's JSON under the manifest's name is refused outright.
+  WriteFile(f.address, R"({"format": "other"})");
+  auto other = Verify(f.address);
+  REQUIRE_FALSE(other.ok());
+  CHECK(other.status().code() == Code::kCorrupt);
+  CHECK_THAT(other.status().message(), Catch::Contains("not a shardkit wds manifest"));
+}
+
 TEST_CASE("verify wds: a deleted shard in a range or a manifest is a missing shard", "[verify]") {
   TempDir dir;
   Fixture f = Make(dir, "wds", MakeSamples(12));  // shards 0, 1, 2
@@ -459,7 +492,7 @@ TEST_CASE("shardkit index: DALI offsets point at each member's data; wids list p
   auto samples = MakeSamples(7);
   WriteOptions opts;
   opts.samples_per_shard = 4;
-  opts.write_index = false;
+  opts.wds.write_index = false;
   {
     auto w = Create("wds:" + dir / "w/t-%06d.tar", opts);
     REQUIRE(w.ok());

@@ -94,8 +94,8 @@ RunFn SetupConvert(CLI::App* sub) {
     o.write.overwrite = f->overwrite;
     o.write.resume = f->resume;
     o.write.key_dots = ToKeyDots(f->key_dots);
-    o.write.write_index = !f->no_index;
-    o.write.lmdb_layout = f->lmdb_layout;
+    o.write.wds.write_index = !f->no_index;
+    o.write.lmdb.layout = f->lmdb_layout;
     o.shuffle = f->shuffle;
     o.seed = f->seed;
     o.threads = f->threads;

@@ -53,6 +53,9 @@ struct BenchRow {
   bool cold = false;
   double cache_kept = 0;          // with cold: share of file pages the kernel kept resident (0..1)
   uint64_t bytes = 0;             // payload bytes read in the pass
+  // One file per sample (DatasetInfo::file_per_sample, an image folder): the
+  // first such row of a mode and thread count is the "vs baseline" reference.
+  bool baseline = false;
 };
 
 struct BenchReport {

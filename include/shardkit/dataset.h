@@ -2,8 +2,11 @@
 //
 // An address is a path with an optional scheme that overrides detection:
 //   folder:DIR   wds:PATTERN   lmdb:DIR   hdf5:FILE
-// Without a scheme the format is detected from the path (and from content where
-// the path is ambiguous). A wds pattern is a single tar, a brace range
+// Without a scheme the format is detected from the content (a tar header, LMDB's
+// meta page, the HDF5 signature, a manifest), else from the path. Anything that
+// reads as a scheme (2+ letters and digits, then ':') but names no format is an
+// error (kInvalidArgument); write `./odd:name` for a path that holds a colon.
+// `pipe:CMD` reads a tar stream from a command's output. A wds pattern is a single tar, a brace range
 // (`out/train-{000000..000009}.tar`), a `::`-joined list, or a manifest
 // (`out/train.manifest.json`); for writing, a printf pattern (`out/train-%06d.tar`).
 //
@@ -39,6 +42,20 @@ struct ShardInfo {
   uint64_t samples = 0;
   uint64_t bytes = 0;
   std::string checksum;  // "xxh3:<16 hex digits>" of the whole file, empty if unknown
+  // What Open() takes to read this file alone as a dataset (a tar shard of a
+  // sharded dataset: read shard by shard); empty when the file is no dataset of
+  // its own (LMDB's data.mdb).
+  std::string address;
+};
+
+// Where a dataset keeps per-sample checksums (Sample::checksum()), i.e. what
+// verify can check. Whole-file checksums are ShardInfo::checksum.
+enum class SampleChecksums {
+  kNone,        // none recorded (e.g. written by another tool, or sidecars removed)
+  kList,        // recorded as a list, in dataset order: Dataset::RecordedChecksums()
+  kInRecords,   // kept with each record and checked by the reader itself: a mismatch
+                // fails Next()/Get() with kCorrupt and Detail::kSampleChecksum
+  kNoMetadata,  // the format carries no metadata at all (an image folder)
 };
 
 struct DatasetInfo {
@@ -50,6 +67,13 @@ struct DatasetInfo {
   std::vector<ShardInfo> shards;
   uint64_t total_bytes = 0;             // bytes on disk
   std::map<std::string, std::string> extra;  // format-specific facts (e.g. "layout": "caffe")
+  // What per-sample checksums this dataset carries, and in words where (for reports,
+  // e.g. "xxh3 in every record, checked on every read"; may be empty).
+  SampleChecksums sample_checksums = SampleChecksums::kNone;
+  std::string sample_checksums_where;
+  // Each sample is a file of its own (an image folder): the layout other formats are
+  // measured against (`shardkit bench`'s baseline).
+  bool file_per_sample = false;
 };
 
 // Reads samples in dataset order.
@@ -84,18 +108,27 @@ enum class KeyDots {
   kReplace,  // replace each '.' in the last component by '_'
 };
 
+// Options of one format's writer, each read by that format only (the others ignore
+// them): a format with its own knobs adds a struct here and a member to WriteOptions.
+struct WdsWriteOptions {
+  bool write_index = true;  // write DALI .idx files beside the shards
+  // When non-empty, shard i holds exactly shard_plan[i] samples (the sum is the
+  // number of samples the caller will write); WriteOptions::shard_size and
+  // samples_per_shard are then ignored. Used by `shardkit shard --num-shards N`.
+  std::vector<uint64_t> shard_plan;
+};
+struct LmdbWriteOptions {
+  std::string layout = "shardkit";  // or "caffe" (Datum records, "%08d_<key>" keys)
+};
+
 struct WriteOptions {
-  uint64_t shard_size = 1ull << 30;  // wds: start a new shard at this many bytes
-  uint64_t samples_per_shard = 0;    // wds: and/or at this many samples (0 = no limit)
+  uint64_t shard_size = 1ull << 30;  // sharded formats (wds): start a new shard at this many bytes
+  uint64_t samples_per_shard = 0;    // and/or at this many samples (0 = no limit)
   std::vector<std::string> class_names;
   bool overwrite = false;            // replace an existing output
   KeyDots key_dots = KeyDots::kError;
-  std::string lmdb_layout = "shardkit";  // or "caffe"
-  bool write_index = true;           // wds: write DALI .idx files beside the shards
-  // wds: when non-empty, shard i holds exactly shard_plan[i] samples (the sum is the
-  // number of samples the caller will write); shard_size and samples_per_shard are
-  // then ignored. Used by `shardkit shard --num-shards N` for even shards.
-  std::vector<uint64_t> shard_plan;
+  WdsWriteOptions wds;               // per-format options
+  LmdbWriteOptions lmdb;
   // wds, lmdb: continue an interrupted write of the same source with the same
   // options. The writer reads its journal (wds: "<manifest>.partial"; lmdb: the
   // sidecar in "<dir>.partial"), checks what was committed, and then expects

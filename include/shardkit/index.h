@@ -4,7 +4,7 @@
 //    `train-000000.tar`), text: `v1.2 <samples>`, then one line per sample with
 //    `<ext> <data offset> <size> <member name>` per member (v1.1, without names,
 //    when a name holds white space). shardkit's wds writer writes it by default
-//    (WriteOptions::write_index); WriteDaliIndex() makes one for any shard.
+//    (WriteOptions::wds.write_index); WriteDaliIndex() makes one for any shard.
 //  - wids (WebDataset's indexed reader): a JSON shard list naming each shard's
 //    url, sample count, size and md5; DescribeTarShard() gives one entry.
 //

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,5 +41,17 @@ void AddSampleToDigest(XXH3_state_t* st, std::string_view key, uint64_t sample_s
 
 // Lowercases ASCII.
 std::string Lower(std::string_view s);
+
+// Helpers the formats share (one copy each).
+// Whether s ends with suffix (case-sensitive).
+bool EndsWith(std::string_view s, std::string_view suffix);
+// Whether path is longer than one of exts (".h5") and ends with it, ignoring ASCII case.
+bool HasExtension(std::string_view path, std::initializer_list<std::string_view> exts);
+// The path without trailing slashes; "/" stays "/".
+std::string StripTrailingSlashes(std::string p);
+// Whether s is well-formed UTF-8 by its lead and continuation bytes (1 to 4 bytes).
+bool IsValidUtf8(std::string_view s);
+// An image's type from its magic number: "jpg", "png", "gif", "webp", "bmp", else "bin".
+std::string SniffImageExt(const uint8_t* p, size_t n);
 
 }  // namespace shardkit::paths

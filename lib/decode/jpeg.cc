@@ -84,7 +84,7 @@ int Floor(double v) { return int(std::floor(v + 1e-9)); }
 int Ceil(double v) { return int(std::ceil(v - 1e-9)); }
 
 // Clamps a box to the image and to at least one pixel.
-pipeline::CropBox ClampBox(pipeline::CropBox b, int w, int h) {
+CropBox ClampBox(CropBox b, int w, int h) {
   b.x = std::clamp(b.x, 0.0, double(w - 1));
   b.y = std::clamp(b.y, 0.0, double(h - 1));
   b.w = std::clamp(b.w, 1e-6, double(w) - b.x);
@@ -124,7 +124,7 @@ struct ImageDecoder::Impl {
 
   // Only PODs live in this frame across setjmp; buffers are members.
   Status DecodeJpeg(const uint8_t* data, size_t size,
-                    const std::function<pipeline::CropBox(const ImageInfo&)>& choose, double min_w, double min_h,
+                    const std::function<CropBox(const ImageInfo&)>& choose, double min_w, double min_h,
                     Region* out, ImageInfo* info) {
     if (setjmp(err.jump)) {
       jpeg_abort_decompress(&cinfo);
@@ -150,7 +150,7 @@ struct ImageDecoder::Impl {
       jpeg_abort_decompress(&cinfo);
       return Status::Corrupt(fmt::format("JPEG with {} components is not supported", cinfo.num_components));
     }
-    pipeline::CropBox box = ClampBox(choose(*info), info->width, info->height);
+    CropBox box = ClampBox(choose(*info), info->width, info->height);
     // Only the scales libjpeg-turbo has SIMD IDCTs for (8/8, 4/8, 2/8, 1/8): the others
     // (7/8, 6/8, ...) run plain C IDCTs that cost more than they save.
     int num = 8;
@@ -165,7 +165,7 @@ struct ImageDecoder::Impl {
     jpeg_start_decompress(&cinfo);
     const int comps = cinfo.out_color_components;
     const double s = double(cinfo.output_width) / cinfo.image_width;
-    pipeline::CropBox sb{box.x * s, box.y * s, box.w * s, box.h * s};
+    CropBox sb{box.x * s, box.y * s, box.w * s, box.h * s};
     int x0 = std::max(0, Floor(sb.x)), x1 = std::min(int(cinfo.output_width), std::max(x0 + 1, Ceil(sb.x + sb.w)));
     int y0 = std::max(0, Floor(sb.y)), y1 = std::min(int(cinfo.output_height), std::max(y0 + 1, Ceil(sb.y + sb.h)));
     // Two extra columns each side: fancy (triangle) chroma upsampling of a column reads
@@ -216,7 +216,7 @@ struct ImageDecoder::Impl {
   }
 
   Status DecodePng(const uint8_t* data, size_t size,
-                   const std::function<pipeline::CropBox(const ImageInfo&)>& choose, Region* out,
+                   const std::function<CropBox(const ImageInfo&)>& choose, Region* out,
                    ImageInfo* info) {
     png_image img;
     std::memset(&img, 0, sizeof img);
@@ -232,7 +232,7 @@ struct ImageDecoder::Impl {
     info->width = int(img.width);
     info->height = int(img.height);
     info->components = int(PNG_IMAGE_SAMPLE_CHANNELS(img.format));
-    pipeline::CropBox box = ClampBox(choose(*info), info->width, info->height);
+    CropBox box = ClampBox(choose(*info), info->width, info->height);
     img.format = PNG_FORMAT_RGB;
     buf.resize(PNG_IMAGE_SIZE(img));
     if (!png_image_finish_read(&img, nullptr, buf.data(), 0, nullptr)) {
@@ -260,7 +260,7 @@ ImageDecoder::~ImageDecoder() = default;
 uint64_t ImageDecoder::tolerated_warnings() const { return impl_->err.tolerated; }
 
 Status ImageDecoder::Decode(const uint8_t* data, size_t size,
-                            const std::function<pipeline::CropBox(const ImageInfo&)>& choose, double min_out_w,
+                            const std::function<CropBox(const ImageInfo&)>& choose, double min_out_w,
                             double min_out_h, Region* out, ImageInfo* info_out) {
   ImageInfo info;
   Status st;

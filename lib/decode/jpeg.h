@@ -24,7 +24,7 @@
 #include <memory>
 #include <vector>
 
-#include "pipeline/plan.h"
+#include "decode/crop_box.h"
 #include "shardkit/status.h"
 
 namespace shardkit::decode {
@@ -63,7 +63,7 @@ struct Region {
   const uint8_t* pixels = nullptr;
   int width = 0, height = 0;
   size_t stride = 0;
-  pipeline::CropBox box;
+  CropBox box;
   int scale_num = 8;  // decoded at scale_num/8 of the full size
 };
 
@@ -81,7 +81,7 @@ class ImageDecoder {
   // so a box of 1.5x the output may be decoded at 1/2 and upsampled by 4/3.) The pixels stay valid
   // until the next call on this decoder.
   Status Decode(const uint8_t* data, size_t size,
-                const std::function<pipeline::CropBox(const ImageInfo&)>& choose,
+                const std::function<CropBox(const ImageInfo&)>& choose,
                 double min_out_w, double min_out_h, Region* out, ImageInfo* info_out = nullptr);
 
   const DecodeSettings& settings() const;

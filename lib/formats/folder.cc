@@ -45,11 +45,6 @@ namespace {
 constexpr const char* kMarker = ".shardkit-folder.json";
 constexpr int kMaxDepth = 512;
 
-std::string StripSlashes(std::string p) {
-  while (p.size() > 1 && p.back() == '/') p.pop_back();
-  return p;
-}
-
 std::string Join(const std::string& root, const std::string& rel) {
   if (rel.empty()) return root;
   if (root == "/") return "/" + rel;
@@ -453,7 +448,7 @@ Result<std::shared_ptr<RandomAccess>> FolderDataset::NewRandomAccess() const {
 }
 
 Result<std::unique_ptr<Dataset>> OpenFolder(const std::string& path_in, const OpenOptions&) {
-  std::string root = StripSlashes(path_in);
+  std::string root = paths::StripTrailingSlashes(path_in);
   int rootfd = ::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (rootfd < 0) {
     int e = errno;
@@ -576,6 +571,8 @@ Result<std::unique_ptr<Dataset>> OpenFolder(const std::string& path_in, const Op
   info.total_bytes = w.total_bytes_;
   info.shards.push_back(ShardInfo{root, idx->entries.size(), info.total_bytes, ""});
   info.extra["layout"] = classes ? "classes" : "flat";
+  info.sample_checksums = SampleChecksums::kNoMetadata;
+  info.file_per_sample = true;
   if (w.skipped_ > 0) {
     info.extra["skipped_files"] = std::to_string(w.skipped_);
     info.extra["skipped_example"] = w.skipped_example_;
@@ -605,7 +602,7 @@ Status CheckComponent(std::string_view name, std::string_view what) {
 class FolderWriter : public SampleWriter {
  public:
   static Result<std::unique_ptr<SampleWriter>> Make(const std::string& path_in, const WriteOptions& opts) {
-    std::string root = StripSlashes(path_in);
+    std::string root = paths::StripTrailingSlashes(path_in);
     if (root.empty() || root == "/" || root == "." || root == "..")
       return Status::Invalid("refusing to write an image folder over this path", Location{.file = path_in});
     for (const auto& c : opts.class_names) SK_RETURN_IF_ERROR(CheckComponent(c, "class name"));
@@ -813,22 +810,19 @@ class FolderWriter : public SampleWriter {
 };
 
 int BidRead(const std::string& path) {
-  std::string p = StripSlashes(path);
+  std::string p = paths::StripTrailingSlashes(path);
   if (!io::IsDir(p)) return 0;
-  if (io::Exists(Join(p, "data.mdb"))) return 0;  // an LMDB environment
-  return 50;
+  return 50;  // any directory; a format that verifies its content in one (LMDB) bids higher
 }
 
 int BidWrite(const std::string& path) {
-  std::string p = StripSlashes(path);
+  std::string p = paths::StripTrailingSlashes(path);
   std::string_view base = paths::BaseName(p);
   auto dot = base.rfind('.');
   if (dot == std::string_view::npos || dot == 0) return 10;
-  static const char* kKnown[] = {"tar", "tgz", "gz", "h5", "hdf5", "hdf", "he5", "mdb", "lmdb", "json", "idx"};
+  // A name another format claims (x.tar, x.lmdb, x.h5) is never an image folder.
   std::string ext = paths::Lower(base.substr(dot + 1));
-  for (const char* k : kKnown)
-    if (ext == k) return 0;
-  return 10;
+  return ClaimedByAnother(ext, *Find("folder")) ? 0 : 10;
 }
 
 }  // namespace

@@ -131,37 +131,6 @@ class Hid {
   herr_t (*close_)(hid_t) = nullptr;
 };
 
-bool IsValidUtf8(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    unsigned char c = static_cast<unsigned char>(s[i]);
-    size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (n == 0 || i + n > s.size()) return false;
-    for (size_t k = 1; k < n; ++k)
-      if ((static_cast<unsigned char>(s[i + k]) >> 6) != 2) return false;
-    i += n;
-  }
-  return true;
-}
-
-std::string SniffExt(const uint8_t* p, size_t n) {
-  if (n >= 3 && p[0] == 0xFF && p[1] == 0xD8 && p[2] == 0xFF) return "jpg";
-  if (n >= 8 && std::memcmp(p, "\x89PNG\r\n\x1a\n", 8) == 0) return "png";
-  if (n >= 4 && std::memcmp(p, "GIF8", 4) == 0) return "gif";
-  if (n >= 12 && std::memcmp(p, "RIFF", 4) == 0 && std::memcmp(p + 8, "WEBP", 4) == 0) return "webp";
-  if (n >= 2 && p[0] == 'B' && p[1] == 'M') return "bmp";
-  return "bin";
-}
-
-bool HasExt(const std::string& path, std::initializer_list<const char*> exts) {
-  std::string l = paths::Lower(path);
-  for (const char* e : exts) {
-    std::string_view ev(e);
-    if (l.size() > ev.size() && l.compare(l.size() - ev.size(), ev.size(), ev) == 0) return true;
-  }
-  return false;
-}
-
 // ---------------------------------------------------------------------------
 // Writer.
 
@@ -508,7 +477,7 @@ class Hdf5Writer : public SampleWriter {
       for (const auto& c : opts_.class_names) {
         if (c.find('\0') != std::string::npos)
           return Status::Invalid(fmt::format("class name '{}' holds a NUL byte", c), at);
-        utf8 = utf8 && IsValidUtf8(c);
+        utf8 = utf8 && paths::IsValidUtf8(c);
         ptrs.push_back(c.c_str());
       }
       Hid type(H5Tcopy(H5T_C_S1), H5Tclose);
@@ -530,7 +499,7 @@ class Hdf5Writer : public SampleWriter {
       bool utf8 = true;
       for (hsize_t i = 0; i < N; ++i) {
         std::string_view k(key_blob_.data() + key_end_[i], key_end_[i + 1] - key_end_[i]);
-        utf8 = utf8 && IsValidUtf8(k);
+        utf8 = utf8 && paths::IsValidUtf8(k);
         at0[i] = blob.size();
         blob.append(k);
         blob.push_back('\0');
@@ -1434,6 +1403,8 @@ Status Hdf5Data::OpenShardkit(hid_t file, uint64_t file_size) {
     std::vector<uint64_t> sums(n);
     SK_RETURN_IF_ERROR(ReadInts(d.get(), "checksums", n, true, sums.data()));
     info.extra["checksums"] = "per-sample xxh3 in dataset 'checksums'";
+    info.sample_checksums = SampleChecksums::kList;
+    info.sample_checksums_where = info.extra["checksums"];
     checksums = std::move(sums);
   }
   SK_RETURN_IF_ERROR(CheckLinkTarget(file, "fields", "fields"));
@@ -1603,7 +1574,7 @@ Status Hdf5Data::GetTp(uint64_t i, Sample* out) const {
       b = Bytes::Take(std::move(buf));
     }
     if (b.empty()) continue;  // an empty element: the sample lacks this field
-    std::string ext = f.ext.empty() ? SniffExt(b.data(), b.size()) : f.ext;
+    std::string ext = f.ext.empty() ? paths::SniffImageExt(b.data(), b.size()) : f.ext;
     out->set(ext, std::move(b));
   }
   return Status::OK();
@@ -1678,15 +1649,15 @@ int BidRead(const std::string& path) {
       char sig[8] = {};
       ssize_t r = ::pread(fd, sig, 8, 0);
       ::close(fd);
-      if (r == 8 && std::memcmp(sig, kSignature, 8) == 0) return 90;
+      if (r == 8 && std::memcmp(sig, kSignature, 8) == 0) return 100;  // the signature verified
     }
   } else if (::stat(path.c_str(), &st) == 0) {
     return 0;  // a directory is never an HDF5 file
   }
-  return HasExt(path, {".h5", ".hdf5", ".hdf"}) ? 90 : 0;
+  return paths::HasExtension(path, {".h5", ".hdf5", ".hdf"}) ? 90 : 0;
 }
 
-int BidWrite(const std::string& path) { return HasExt(path, {".h5", ".hdf5"}) ? 90 : 0; }
+int BidWrite(const std::string& path) { return paths::HasExtension(path, {".h5", ".hdf5"}) ? 90 : 0; }
 
 Result<std::unique_ptr<Dataset>> OpenHdf5(const std::string& path, const OpenOptions& opts) {
   auto d = std::make_shared<Hdf5Data>();
@@ -1722,6 +1693,7 @@ Format Hdf5Format() {
       .bid_write = BidWrite,
       .open = OpenHdf5,
       .create = CreateHdf5,
+      .extensions = {"h5", "hdf5", "hdf", "he5"},
   };
 }
 

@@ -98,11 +98,6 @@ constexpr double kDurableSeconds = 30.0;
 // point or of Finish() finds most pages already on their way to the disk.
 constexpr uint64_t kWritebackBytes = 32 << 20;
 
-std::string StripSlashes(std::string p) {
-  while (p.size() > 1 && p.back() == '/') p.pop_back();
-  return p;
-}
-
 bool IsMdbCorruption(int rc) {
   return rc == MDB_CORRUPTED || rc == MDB_PAGE_NOTFOUND || rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH ||
          rc == MDB_BAD_VALSIZE || rc == MDB_INCOMPATIBLE;
@@ -114,19 +109,6 @@ Status MdbStatus(int rc, std::string_view what, Location where) {
   if (IsMdbCorruption(rc)) return Status::Corrupt(std::move(msg), std::move(where));
   if (rc > 0) return Status::FromErrno(rc, std::string(what), std::move(where));
   return Status::IOError(std::move(msg), std::move(where));
-}
-
-bool ValidUtf8(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    unsigned char c = s[i];
-    size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (n == 0 || i + n > s.size()) return false;
-    for (size_t k = 1; k < n; ++k)
-      if ((static_cast<unsigned char>(s[i + k]) >> 6) != 2) return false;
-    i += n;
-  }
-  return true;
 }
 
 std::string IndexKey(uint64_t i) { return fmt::format("{:010d}", i); }
@@ -188,17 +170,6 @@ ImageShape PeekShape(tjhandle tj, const Bytes& b) {
     }
   }
   return s;
-}
-
-std::string SniffExt(const Bytes& b) {
-  const uint8_t* p = b.data();
-  size_t n = b.size();
-  if (n >= 3 && p[0] == 0xFF && p[1] == 0xD8 && p[2] == 0xFF) return "jpg";
-  if (n >= 8 && std::memcmp(p, "\x89PNG\r\n\x1a\n", 8) == 0) return "png";
-  if (n >= 12 && std::memcmp(p, "RIFF", 4) == 0 && std::memcmp(p + 8, "WEBP", 4) == 0) return "webp";
-  if (n >= 2 && p[0] == 'B' && p[1] == 'M') return "bmp";
-  if (n >= 6 && (std::memcmp(p, "GIF87a", 6) == 0 || std::memcmp(p, "GIF89a", 6) == 0)) return "gif";
-  return "bin";
 }
 
 // ----------------------------------------------------------------------------
@@ -640,7 +611,7 @@ Status DecodeDatum(const Env* env, const std::shared_ptr<const void>& owner, std
     if (img.empty()) return bad("encoded Datum without image bytes");
     std::string spelled;  // the key's own spelling of the extension ("JPEG"), kept for writing back
     if (!ext.empty() && lkey.size() > ext.size()) spelled = std::string(lkey.substr(lkey.size() - ext.size()));
-    if (ext.empty() || !IsImageExt(ext)) ext = SniffExt(img);
+    if (ext.empty() || !IsImageExt(ext)) ext = paths::SniffImageExt(img.data(), img.size());
     out->set(ext, std::move(img));
     if (spelled != ext && paths::Lower(spelled) == ext) {
       for (auto& f : out->fields)
@@ -817,7 +788,7 @@ class LmdbRandomAccess : public RandomAccess {
 class LmdbDataset : public Dataset {
  public:
   static Result<std::unique_ptr<Dataset>> Open(const std::string& address) {
-    std::string dir = StripSlashes(address);
+    std::string dir = paths::StripTrailingSlashes(address);
     if (!io::IsDir(dir) && fs::path(dir).filename() == "data.mdb") dir = io::DirName(dir);
     if (!io::IsDir(dir)) return Status::NotFound("no such LMDB directory", Location{.file = dir});
     std::unique_ptr<LmdbDataset> d(new LmdbDataset());
@@ -872,8 +843,14 @@ class LmdbDataset : public Dataset {
     d->count_ = count;
     info.num_samples = count;
     info.extra["layout"] = d->layout_ == Layout::kShardkit ? "shardkit" : "caffe";
-    if (d->layout_ == Layout::kShardkit)
-      info.extra["sample_checksums"] = "xxh3 in every record, checked on every read";
+    if (d->layout_ == Layout::kShardkit) {
+      info.sample_checksums = SampleChecksums::kInRecords;
+      info.sample_checksums_where = "xxh3 in every record, checked on every read";
+      info.extra["sample_checksums"] = info.sample_checksums_where;  // shown by `shardkit info`
+    } else if (d->sums_) {
+      info.sample_checksums = SampleChecksums::kList;
+      info.sample_checksums_where = "xxh3 list in shardkit.json";
+    }
     info.extra["locking"] = env.nolock() ? "none (MDB_NOLOCK)" : "lock.mdb";
     info.shards.push_back(shard);
     info.total_bytes = shard.bytes;
@@ -1020,7 +997,7 @@ void PackRecord(SpanBuffer* buf, const Sample& s, uint64_t checksum) {
   msgpack::packer<SpanBuffer> pk(*buf);
   pk.pack_map(4);
   pk.pack_str(3).pack_str_body("key", 3);
-  if (ValidUtf8(s.key)) pk.pack_str(uint32_t(s.key.size())).pack_str_body(s.key.data(), uint32_t(s.key.size()));
+  if (paths::IsValidUtf8(s.key)) pk.pack_str(uint32_t(s.key.size())).pack_str_body(s.key.data(), uint32_t(s.key.size()));
   else pk.pack_bin(uint32_t(s.key.size())).pack_bin_body(s.key.data(), uint32_t(s.key.size()));
   pk.pack_str(6).pack_str_body("fields", 6);
   pk.pack_map(uint32_t(s.fields.size()));
@@ -1038,10 +1015,10 @@ void PackRecord(SpanBuffer* buf, const Sample& s, uint64_t checksum) {
 class LmdbWriter : public SampleWriter {
  public:
   static Result<std::unique_ptr<SampleWriter>> Create(const std::string& address, const WriteOptions& opts) {
-    std::string final_dir = StripSlashes(address);
+    std::string final_dir = paths::StripTrailingSlashes(address);
     Location loc{.file = final_dir};
-    if (opts.lmdb_layout != "shardkit" && opts.lmdb_layout != "caffe")
-      return Status::Invalid(fmt::format("unknown LMDB layout '{}' (shardkit or caffe)", opts.lmdb_layout), loc);
+    if (opts.lmdb.layout != "shardkit" && opts.lmdb.layout != "caffe")
+      return Status::Invalid(fmt::format("unknown LMDB layout '{}' (shardkit or caffe)", opts.lmdb.layout), loc);
     // LMDB maps and writes its environment itself: it needs a local directory.
     // The staging directory, the journal and metadata files, the publish and
     // the fault points (ExternalIo) go through the seam.
@@ -1071,7 +1048,7 @@ class LmdbWriter : public SampleWriter {
     w->fs_ = std::move(fs);
     w->final_ = final_dir;
     w->opts_ = opts;
-    w->layout_ = opts.lmdb_layout == "caffe" ? Layout::kCaffe : Layout::kShardkit;
+    w->layout_ = opts.lmdb.layout == "caffe" ? Layout::kCaffe : Layout::kShardkit;
     w->temp_ = stable;
     w->keep_state_ = opts.resume;
     w->batch_limit_ = lmdb::g_batch_samples ? lmdb::g_batch_samples.load() : kDefaultBatchSamples;
@@ -1607,15 +1584,31 @@ class LmdbWriter : public SampleWriter {
   std::vector<uint64_t> resume_sums_;  // checksums of the committed samples, read back by CheckPartial()
 };
 
+// Whether a data file starts with an LMDB meta page: MDB_meta's mm_magic
+// (0xBEEFC0DE, host order) right after the 16-byte page header of page 0.
+bool HasMetaPage(const std::string& data_path) {
+  int fd = ::open(data_path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  uint8_t head[20];
+  ssize_t r = ::pread(fd, head, sizeof head, 0);
+  ::close(fd);
+  uint32_t magic = 0;
+  if (r == ssize_t(sizeof head)) std::memcpy(&magic, head + 16, 4);
+  return magic == 0xBEEFC0DEu;
+}
+
 int BidRead(const std::string& path) {
-  std::string p = StripSlashes(path);
-  if (io::IsDir(p)) return io::Exists(p + "/data.mdb") ? 95 : 0;
-  if (fs::path(p).filename() == "data.mdb" && io::Exists(p)) return 95;
-  return 0;
+  std::string p = paths::StripTrailingSlashes(path);
+  std::string data;
+  if (io::IsDir(p)) data = p + "/data.mdb";
+  else if (fs::path(p).filename() == "data.mdb") data = p;
+  else return 0;
+  if (!io::Exists(data)) return 0;
+  return HasMetaPage(data) ? 100 : 95;  // a damaged data.mdb is still LMDB's to report on
 }
 
 int BidWrite(const std::string& path) {
-  std::string p = StripSlashes(path);
+  std::string p = paths::StripTrailingSlashes(path);
   return p.size() > 5 && p.ends_with(".lmdb") ? 90 : 0;
 }
 
@@ -1629,6 +1622,7 @@ Format LmdbFormat() {
       .bid_write = BidWrite,
       .open = [](const std::string& path, const OpenOptions&) { return LmdbDataset::Open(path); },
       .create = [](const std::string& path, const WriteOptions& opts) { return LmdbWriter::Create(path, opts); },
+      .extensions = {"mdb", "lmdb"},
   };
 }
 

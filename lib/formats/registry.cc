@@ -1,8 +1,10 @@
-// The format registry: one row per format. Adding a format = one file in
-// lib/formats/, one row here, one line in lib/CMakeLists.txt.
+// The format registry: one row per format. Adding a format = its files in
+// lib/formats/, one row here, its lines in lib/CMakeLists.txt (docs/architecture.md).
 #include "formats/registry.h"
 
 #include <fmt/format.h>
+
+#include <cctype>
 
 namespace shardkit::formats {
 
@@ -16,45 +18,95 @@ const std::vector<Format>& All() {
   return kFormats;
 }
 
+const Format* Find(std::string_view name) {
+  for (const auto& f : All())
+    if (name == f.name) return &f;
+  return nullptr;
+}
+
+const Format* ShardWriter() {
+  for (const auto& f : All())
+    if (f.writes_shards) return &f;
+  return nullptr;
+}
+
+bool ClaimedByAnother(std::string_view ext, const Format& except) {
+  for (const auto& f : All()) {
+    if (&f == &except || std::string_view(f.name) == except.name) continue;
+    for (const auto& e : f.extensions)
+      if (e == ext) return true;
+  }
+  return false;
+}
+
 std::pair<std::string, std::string> SplitScheme(std::string_view address) {
   auto colon = address.find(':');
   if (colon != std::string_view::npos) {
     std::string_view scheme = address.substr(0, colon);
-    for (const auto& f : All())
-      if (scheme == f.name) return {std::string(scheme), std::string(address.substr(colon + 1))};
+    if (Find(scheme)) return {std::string(scheme), std::string(address.substr(colon + 1))};
   }
   return {"", std::string(address)};
 }
 
 namespace {
-const Format* Pick(std::string_view address, bool for_write, std::string* path, Status* err) {
+
+// "name:" where name is 2+ ASCII letters and digits starting with a letter (a
+// one-letter one is a drive, "a::b" a shard list): what reads as a scheme.
+std::string_view SchemeLike(std::string_view address) {
+  auto colon = address.find(':');
+  if (colon == std::string_view::npos || colon < 2) return {};
+  if (colon + 1 < address.size() && address[colon + 1] == ':') return {};
+  if (!std::isalpha(static_cast<unsigned char>(address[0]))) return {};
+  for (size_t i = 0; i < colon; ++i)
+    if (!std::isalnum(static_cast<unsigned char>(address[i]))) return {};
+  return address.substr(0, colon);
+}
+
+std::string KnownSchemes() {
+  std::string names;
+  for (const auto& f : All()) {
+    names += fmt::format("{}{}:", names.empty() ? "" : ", ", f.name);
+    for (const auto& p : f.prefixes) names += fmt::format(", {}:", p);
+  }
+  return names;
+}
+
+}  // namespace
+
+Status CheckScheme(std::string_view address) {
+  std::string_view s = SchemeLike(address);
+  if (s.empty() || Find(s)) return Status::OK();
+  for (const auto& f : All())
+    for (const auto& p : f.prefixes)
+      if (s == p) return Status::OK();
+  return Status::Invalid(fmt::format("unknown scheme '{}:' in '{}'; prefix it with a scheme ({}), or write "
+                                     "'./{}' for a path that holds a colon",
+                                     s, address, KnownSchemes(), address),
+                         Location{.file = std::string(address.substr(s.size() + 1))});
+}
+
+Result<const Format*> Resolve(std::string_view address, bool for_write, std::string* path) {
   auto [scheme, rest] = SplitScheme(address);
   *path = rest;
-  if (rest.empty()) {
-    *err = Status::Invalid(fmt::format("empty dataset address '{}'", address));
-    return nullptr;
-  }
-  if (!scheme.empty()) {
-    for (const auto& f : All())
-      if (scheme == f.name) return &f;
-  }
+  if (rest.empty()) return Status::Invalid(fmt::format("empty dataset address '{}'", address));
+  if (!scheme.empty()) return Find(scheme);
+  SK_RETURN_IF_ERROR(CheckScheme(address));
   const Format* best = nullptr;
   int best_bid = 0;
   for (const auto& f : All()) {
     int b = for_write ? f.bid_write(rest) : f.bid_read(rest);
-    if (b > best_bid) best_bid = b, best = &f;
+    if (b > best_bid) best_bid = b, best = &f;  // a tie keeps the earlier row
   }
   if (!best) {
     std::string names;
     for (const auto& f : All()) names += fmt::format("{}{}:", names.empty() ? "" : ", ", f.name);
-    *err = Status::Invalid(
+    return Status::Invalid(
         fmt::format("cannot tell the format of '{}'{}; prefix it with a scheme ({})", address,
                     for_write ? "" : " (does it exist?)", names),
         Location{.file = rest});
   }
   return best;
 }
-}  // namespace
 
 }  // namespace shardkit::formats
 
@@ -62,17 +114,13 @@ namespace shardkit {
 
 Result<std::unique_ptr<Dataset>> Open(std::string_view address, const OpenOptions& opts) {
   std::string path;
-  Status err;
-  const formats::Format* f = formats::Pick(address, false, &path, &err);
-  if (!f) return err;
+  SK_ASSIGN_OR_RETURN(const formats::Format* f, formats::Resolve(address, false, &path));
   return f->open(path, opts);
 }
 
 Result<std::unique_ptr<SampleWriter>> Create(std::string_view address, const WriteOptions& opts) {
   std::string path;
-  Status err;
-  const formats::Format* f = formats::Pick(address, true, &path, &err);
-  if (!f) return err;
+  SK_ASSIGN_OR_RETURN(const formats::Format* f, formats::Resolve(address, true, &path));
   return f->create(path, opts);
 }
 
@@ -84,9 +132,7 @@ std::vector<std::string> FormatNames() {
 
 Result<std::string> DetectFormat(std::string_view address) {
   std::string path;
-  Status err;
-  const formats::Format* f = formats::Pick(address, false, &path, &err);
-  if (!f) return err;
+  SK_ASSIGN_OR_RETURN(const formats::Format* f, formats::Resolve(address, false, &path));
   return std::string(f->name);
 }
 

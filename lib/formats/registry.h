@@ -1,7 +1,14 @@
 // Internal: the format registry. One row per format in registry.cc.
+//
+// A format is one table row of hooks (libarchive's shape): bids that score how
+// sure it is that an address is its own, open and create, and the few typed
+// answers the pipeline (verify, convert, the streamed loader, bench) needs so
+// that no code outside lib/formats/ names or compares a format.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -10,8 +17,42 @@
 
 namespace shardkit::formats {
 
+// The files of a dataset whose files can each be read on their own (tar
+// shards), listed from the address or the metadata it names without opening
+// the shards: what verify checks one by one.
+struct ShardListing {
+  // The metadata file the list comes from (a manifest); empty when the address
+  // names the shards itself.
+  std::string metadata;
+  // The metadata exists but cannot be parsed: why (shards is then empty).
+  std::string unreadable;
+  std::optional<uint64_t> num_samples;   // the metadata's total
+  std::vector<std::string> class_names;  // the metadata's
+  struct Shard {
+    std::string path;                  // the file
+    std::string address;               // what Open() takes to read this shard alone
+    std::optional<uint64_t> samples;   // as the metadata records them
+    std::optional<uint64_t> bytes;
+    std::string checksum;              // whole-file checksum ("xxh3:..."), empty if none
+  };
+  std::vector<Shard> shards;
+};
+
+// Where one sample of a shard starts: its key and the byte offset of its first
+// field's data, as the format's reader groups the file.
+struct SampleExtent {
+  std::string key;
+  uint64_t offset = 0;
+};
+
+// Bids score content first ("bits verified", as libarchive's bids do):
+//   100  the content is verified (a tar header's magic and checksum, LMDB's
+//        meta page, the HDF5 signature, a manifest naming the format)
+//   50..95  the name or the layout says so but the content was not verified
+//   0    not this format
+// The registry takes the highest bid; a tie goes to the earlier row.
 struct Format {
-  const char* name;         // scheme: "folder", "wds", "lmdb", "hdf5"
+  const char* name;         // the scheme: "folder", "wds", "lmdb", "hdf5"
   const char* description;  // one line for `--help`
   // How sure (0..100) that a path without a scheme is of this format, for reading.
   int (*bid_read)(const std::string& path);
@@ -19,10 +60,31 @@ struct Format {
   int (*bid_write)(const std::string& path);
   Result<std::unique_ptr<Dataset>> (*open)(const std::string& path, const OpenOptions& opts);
   Result<std::unique_ptr<SampleWriter>> (*create)(const std::string& path, const WriteOptions& opts);
+  // File name extensions this format reads or writes (lower case, no dot), so
+  // that another format does not take such a name for its own output.
+  std::vector<std::string> extensions = {};
+  // Address prefixes other than its name that this format reads ("pipe" for
+  // `pipe:CMD`): not an unknown scheme.
+  std::vector<std::string> prefixes = {};
+  // Its writer cuts the output into shards and follows a shard plan
+  // (WdsWriteOptions::shard_plan): what `Shard()` writes.
+  bool writes_shards = false;
+  // Optional (null: the dataset is one unit): the shards of an address (see
+  // ShardListing). Errors: the address names no dataset of this format at all.
+  Result<ShardListing> (*list_shards)(const std::string& path) = nullptr;
+  // Optional: where each sample of one shard starts, for pointing at bytes.
+  Result<std::vector<SampleExtent>> (*locate_samples)(const std::string& shard_path, int64_t shard) = nullptr;
 };
 
 // Every format, in registry order.
 const std::vector<Format>& All();
+// The format of that registry name, or null.
+const Format* Find(std::string_view name);
+// The first format whose writer writes shards (Format::writes_shards), or null.
+const Format* ShardWriter();
+// Whether a format other than `except` claims this file name extension (lower
+// case, no dot; Format::extensions).
+bool ClaimedByAnother(std::string_view ext, const Format& except);
 
 // Each format file defines one of these.
 Format FolderFormat();
@@ -32,5 +94,15 @@ Format Hdf5Format();
 
 // Splits "scheme:rest" when scheme is a registered name; otherwise {"", address}.
 std::pair<std::string, std::string> SplitScheme(std::string_view address);
+
+// kInvalidArgument when the address starts with what reads as a scheme (2+
+// letters and digits, then ':') that is neither a format's name nor one of
+// their prefixes: `tfrecord:x`, `wsd:x`. `./odd:name`, `/a:b`, `c:x` pass.
+Status CheckScheme(std::string_view address);
+
+// The format an address resolves to (its scheme, else the highest bid) and the
+// path without the scheme. kInvalidArgument for an empty address, an unknown
+// scheme (`tfrecord:x`; `./odd:name` is a path) and an address no format bids on.
+Result<const Format*> Resolve(std::string_view address, bool for_write, std::string* path);
 
 }  // namespace shardkit::formats

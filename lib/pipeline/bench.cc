@@ -76,6 +76,7 @@ struct Target {
   std::unique_ptr<SampleReader> seq;
   std::vector<std::string> files;  // for --cold
   bool warm = false;               // read once in full already (to count a stream)
+  bool file_per_sample = false;    // DatasetInfo::file_per_sample: the baseline
 };
 
 // Reads up to `limit` samples of t in order with a reader of its own; returns how many there were.
@@ -343,6 +344,7 @@ Status OpenTarget(Target& t, bool need_random) {
   t.ds.reset();
   SK_ASSIGN_OR_RETURN(t.ds, Open(t.address));
   t.format = t.ds->info().format;
+  t.file_per_sample = t.ds->info().file_per_sample;
   if (need_random) {
     auto ra = t.ds->NewRandomAccess();
     if (!ra.ok()) {
@@ -543,6 +545,7 @@ Result<BenchReport> RunBench(const std::vector<std::string>& addresses, const Be
       for (size_t i = 0; i < targets.size(); ++i) {
         std::vector<float> cdf = acc[i].lat_us;
         report.rows.push_back(MakeRow(targets[i].address, targets[i].format, m, used_threads, acc[i], opts.cold));
+        report.rows.back().baseline = targets[i].file_per_sample;
         if (used_threads == 1) {
           std::sort(cdf.begin(), cdf.end());
           report.cdfs.emplace_back(report.rows.size() - 1, std::move(cdf));
@@ -643,10 +646,11 @@ Result<BenchReport> RunBench(const std::vector<std::string>& addresses, const Be
 }
 
 namespace {
-// p50 of the matching baseline row (the first "folder" dataset, same mode and threads).
+// p50 of the matching baseline row (the first dataset of one file per sample, same
+// mode and threads).
 const BenchRow* Baseline(const BenchReport& r, const BenchRow& row) {
   for (const auto& b : r.rows)
-    if (b.format == "folder" && b.mode == row.mode && b.threads == row.threads) return &b;
+    if (b.baseline && b.mode == row.mode && b.threads == row.threads) return &b;
   return nullptr;
 }
 const BenchRow* Floor(const BenchReport& r, int threads) {

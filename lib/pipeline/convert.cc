@@ -302,14 +302,18 @@ Result<ConvertSummary> Shard(std::string_view src, std::string_view dst, const S
   int ways = (opts.num_shards > 0) + (opts.samples_per_shard > 0) + (opts.shard_size > 0);
   if (ways > 1)
     return Status::Invalid("give at most one of --num-shards, --samples-per-shard, --shard-size");
+  // The format whose writer cuts shards (Format::writes_shards) writes them.
+  const formats::Format* sharded = formats::ShardWriter();
+  if (!sharded) return Status::Unsupported("no format of this build writes shards");
+  SK_RETURN_IF_ERROR(formats::CheckScheme(dst));
   auto [scheme, rest] = formats::SplitScheme(dst);
-  if (!scheme.empty() && scheme != "wds")
+  if (!scheme.empty() && !formats::Find(scheme)->writes_shards)
     return Status::Invalid(
         fmt::format("shard writes WebDataset tar shards, but '{}' names the {} format; use "
                     "`shardkit convert` for other formats",
                     dst, scheme),
         Location{.file = rest});
-  const std::string out_address = "wds:" + rest;
+  const std::string out_address = std::string(sharded->name) + ":" + rest;
 
   ConvertOptions c;
   c.shuffle = opts.shuffle;
@@ -320,7 +324,7 @@ Result<ConvertSummary> Shard(std::string_view src, std::string_view dst, const S
   c.write.filesystem = opts.filesystem;
   c.write.key_dots = opts.key_dots;
   c.write.resume = opts.resume;
-  c.write.write_index = opts.write_index;
+  c.write.wds.write_index = opts.write_index;
   if (opts.samples_per_shard > 0) {
     c.write.samples_per_shard = opts.samples_per_shard;
     c.write.shard_size = std::numeric_limits<uint64_t>::max();
@@ -350,26 +354,26 @@ Result<ConvertSummary> Shard(std::string_view src, std::string_view dst, const S
       return Status::Invalid(fmt::format("--num-shards {} is more than the {} samples of '{}'; "
                                          "every shard must hold at least one sample",
                                          opts.num_shards, *total, src));
-    c.write.shard_plan = EvenShardPlan(*total, opts.num_shards);
+    c.write.wds.shard_plan = EvenShardPlan(*total, opts.num_shards);
     c.write.shard_size = std::numeric_limits<uint64_t>::max();
     c.write.samples_per_shard = 0;
   }
   SK_ASSIGN_OR_RETURN(std::unique_ptr<SampleWriter> out, Create(out_address, c.write));
   SK_ASSIGN_OR_RETURN(ConvertSummary sum, ConvertDataset(*in, out.get(), c, progress));
-  if (!c.write.shard_plan.empty()) {
-    bool same = sum.shards.size() == c.write.shard_plan.size();
+  if (!c.write.wds.shard_plan.empty()) {
+    bool same = sum.shards.size() == c.write.wds.shard_plan.size();
     for (size_t i = 0; same && i < sum.shards.size(); ++i)
-      same = sum.shards[i].samples == c.write.shard_plan[i];
+      same = sum.shards[i].samples == c.write.wds.shard_plan[i];
     if (!same)
       return Status::Internal(fmt::format(
-          "the wds writer wrote {} shards, not the {} of the plan (is WriteOptions::shard_plan "
+          "the shard writer wrote {} shards, not the {} of the plan (is WdsWriteOptions::shard_plan "
           "supported by this build?)",
-          sum.shards.size(), c.write.shard_plan.size()));
+          sum.shards.size(), c.write.wds.shard_plan.size()));
   }
   sum.source = std::string(src);
   sum.destination = std::string(dst);
   sum.source_format = in->info().format;
-  sum.destination_format = "wds";
+  sum.destination_format = sharded->name;
   sum.seconds = Since(t0);
   return sum;
 }

@@ -896,9 +896,9 @@ Status Loader::Impl::Init() {
   return Status::OK();
 }
 
-// Streamed mode over `ds`: a wds dataset streams shard by shard (each shard opened as
-// its own "wds:" dataset, read front to back); any other format is one shard read
-// through ds->NewReader().
+// Streamed mode over `ds`: a dataset whose shards are datasets of their own
+// (ShardInfo::address: tar shards) streams shard by shard, each opened alone and read
+// front to back; any other is one shard read through ds->NewReader().
 Result<std::unique_ptr<Loader>> Loader::CreateStreamed(std::unique_ptr<Dataset> ds, const LoaderOptions& opts) {
   auto impl = std::make_unique<Impl>();
   impl->o = opts;
@@ -907,11 +907,17 @@ Result<std::unique_ptr<Loader>> Loader::CreateStreamed(std::unique_ptr<Dataset> 
   std::vector<pipeline::StreamShard> shards;
   pipeline::ShardOpener opener;
   const Dataset* whole = ds.get();  // outlives the opener: both live in impl
-  if (info.format == "wds" && !info.shards.empty()) {
-    for (const auto& si : info.shards) shards.push_back(pipeline::StreamShard{si.path, si.samples, 0});
-    opener = [shards](uint64_t i) -> Result<pipeline::ShardReader> {
+  bool by_shard = !info.shards.empty();
+  for (const auto& si : info.shards) by_shard = by_shard && !si.address.empty();
+  if (by_shard) {
+    std::vector<std::string> addresses;
+    for (const auto& si : info.shards) {
+      shards.push_back(pipeline::StreamShard{si.path, si.samples, 0});
+      addresses.push_back(si.address);
+    }
+    opener = [addresses](uint64_t i) -> Result<pipeline::ShardReader> {
       pipeline::ShardReader r;
-      SK_ASSIGN_OR_RETURN(r.dataset, Open("wds:" + shards[i].name));
+      SK_ASSIGN_OR_RETURN(r.dataset, Open(addresses[i]));
       SK_ASSIGN_OR_RETURN(r.reader, r.dataset->NewReader());
       return r;
     };

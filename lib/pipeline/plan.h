@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "decode/crop_box.h"
+
 namespace shardkit {
 struct LoaderOptions;
 }
@@ -108,10 +110,9 @@ std::vector<Segment> RankSegments(const std::vector<uint64_t>& shard_samples, co
 // that each pick depends on t only, not on how many draws earlier picks rejected.
 uint64_t BufferPick(uint64_t seed, uint64_t epoch, uint64_t rank, uint64_t t, uint64_t size);
 
-// A crop box in source pixel coordinates (may be fractional in eval mode).
-struct CropBox {
-  double x = 0, y = 0, w = 0, h = 0;
-};
+// A crop box in source pixel coordinates (may be fractional in eval mode); defined
+// beside the decoder that takes it (decode/crop_box.h).
+using CropBox = decode::CropBox;
 
 struct Augment {
   CropBox box;

@@ -1,9 +1,10 @@
 // Verify(): read a whole dataset through its format's strict reader and report
 // every problem found as a Finding (see include/shardkit/verify.h).
 //
-// A dataset is checked as a list of units: one per tar shard for wds (each
-// opened on its own, so that a missing or damaged shard does not stop the
-// others), the whole dataset for the other formats. For each unit: open, file
+// A dataset is checked as a list of units: one per shard where the format
+// lists its shards (Format::list_shards: tar shards, each opened on its own, so
+// that a missing or damaged shard does not stop the others), else the whole
+// dataset. For each unit: open, file
 // checksums, a sequential read (falling back to random access past a damaged
 // record), recorded per-sample checksums, counts. Across units: duplicate keys,
 // fields missing from some samples, --against and --decode.
@@ -20,13 +21,11 @@
 #include <unordered_map>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "core/file.h"
 #include "decode/jpeg.h"
 #include "core/paths.h"
 #include "formats/registry.h"
-#include "formats/wds/index.h"
 
 
 namespace shardkit {
@@ -53,7 +52,6 @@ const char* FindingKindName(FindingKind k) {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using json = nlohmann::json;
 
 // One thing opened and read on its own.
 struct Unit {
@@ -74,10 +72,6 @@ struct SourceEntry {
 };
 
 std::string Plural(uint64_t n, const char* word) { return fmt::format("{} {}{}", n, word, n == 1 ? "" : "s"); }
-
-bool EndsWith(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
 
 class Verifier {
  public:
@@ -169,61 +163,42 @@ class Verifier {
 
   // ---- what to read
 
+  // A format that lists its shards (Format::list_shards) is checked shard by
+  // shard, each opened on its own; any other dataset is one unit.
   Status MakeUnits() {
-    auto [scheme, path] = formats::SplitScheme(address_);
-    if (rep_.format != "wds") {
+    std::string path;
+    SK_ASSIGN_OR_RETURN(format_, formats::Resolve(address_, false, &path));
+    if (!format_->list_shards) {
       Unit u;
       u.path = path;
       u.address = std::string(address_);
       units_.push_back(std::move(u));
       return Status::OK();
     }
-    if (EndsWith(path, ".manifest.json")) return ManifestUnits(path);
-    SK_ASSIGN_OR_RETURN(auto list, paths::ExpandBraces(path));
-    bool single = list.size() == 1 && list[0] == path;
-    if (single && !io::Exists(path)) return Status::NotFound("no such shard", Location{.file = path});
-    for (size_t i = 0; i < list.size(); ++i) {
+    SK_ASSIGN_OR_RETURN(formats::ShardListing list, format_->list_shards(path));
+    manifest_ = list.metadata;
+    if (!list.unreadable.empty()) {
+      // The manifest is the metadata: without it nothing else can be checked.
+      Add(FindingKind::kStructure, Location{.file = path}, fmt::format("unreadable manifest: {}", list.unreadable));
+      return Status::OK();
+    }
+    manifest_samples_ = list.num_samples;
+    if (!list.metadata.empty()) classes_ = std::move(list.class_names);
+    uint64_t sum = 0;
+    for (auto& sh : list.shards) {
       Unit u;
-      u.path = list[i];
-      u.address = "wds:" + list[i];
-      u.shard = int64_t(i);
+      u.path = std::move(sh.path);
+      u.address = std::move(sh.address);
+      u.shard = int64_t(units_.size());
+      u.expect_samples = sh.samples;
+      u.expect_bytes = sh.bytes;
+      u.checksum = std::move(sh.checksum);
+      sum += sh.samples.value_or(0);
       units_.push_back(std::move(u));
     }
-    return Status::OK();
-  }
-
-  Status ManifestUnits(const std::string& path) {
-    SK_ASSIGN_OR_RETURN(std::string text, io::ReadFile(path));
-    std::string dir = io::DirName(path);
-    try {
-      json j = json::parse(text);
-      if (j.value("format", "") != "wds")
-        return Status::Corrupt("not a shardkit wds manifest (\"format\" is not \"wds\")", Location{.file = path});
-      manifest_samples_ = j.at("num_samples").get<uint64_t>();
-      classes_ = j.value("class_names", std::vector<std::string>{});
-      uint64_t sum = 0;
-      for (const auto& s : j.at("shards")) {
-        Unit u;
-        std::string rel = s.at("path").get<std::string>();
-        u.path = (!rel.empty() && rel[0] == '/') || dir == "." ? rel : dir + "/" + rel;
-        u.address = "wds:" + u.path;
-        u.shard = int64_t(units_.size());
-        u.expect_samples = s.at("samples").get<uint64_t>();
-        u.expect_bytes = s.at("bytes").get<uint64_t>();
-        u.checksum = s.value("checksum", "");
-        sum += *u.expect_samples;
-        units_.push_back(std::move(u));
-      }
-      if (sum != *manifest_samples_)
-        Add(FindingKind::kCount, Location{.file = path},
-            fmt::format("the manifest says {} samples but its shards add up to {}", *manifest_samples_, sum));
-    } catch (const std::exception& e) {
-      // The manifest is the metadata: without it nothing else can be checked.
-      Add(FindingKind::kStructure, Location{.file = path}, fmt::format("unreadable manifest: {}", e.what()));
-      units_.clear();
-      manifest_samples_.reset();
-    }
-    manifest_ = path;
+    if (manifest_samples_ && sum != *manifest_samples_)
+      Add(FindingKind::kCount, Location{.file = path},
+          fmt::format("the manifest says {} samples but its shards add up to {}", *manifest_samples_, sum));
     return Status::OK();
   }
 
@@ -300,14 +275,13 @@ class Verifier {
     auto rs = ds.RecordedChecksums();
     if (!rs.ok()) AddStatus(rs.status(), at);
     else sums = std::move(rs).value();
-    auto in_records = info.extra.find("sample_checksums");
-    if (sums.empty() && in_records != info.extra.end()) {
+    if (sums.empty() && info.sample_checksums == SampleChecksums::kInRecords) {
       // The format keeps each checksum with its record and its reader checks
       // it: a mismatch comes back from Next() as a kCorrupt status with Detail::kSampleChecksum.
       rep_.sample_checksums = true;
-      NoteOnce("per-sample checksums: " + in_records->second);
+      NoteOnce("per-sample checksums: " + info.sample_checksums_where);
     } else if (sums.empty()) {
-      if (rep_.format == "folder")
+      if (info.sample_checksums == SampleChecksums::kNoMetadata)
         NoteOnce("no recorded checksums: an image folder carries no metadata; checked structure and keys only");
       else
       if (u.shard >= 0) {
@@ -370,22 +344,19 @@ class Verifier {
     // missing shard keep their places.
     FlushDecodes();
     first_index_ += u.expect_samples ? std::max(read, *u.expect_samples) : read;
-    members_.reset();
+    extents_.reset();
   }
 
-  // A tar shard's sample: the byte offset of its first member's data (one scan
-  // of the shard, made at the first finding that needs it).
+  // A shard's sample: the byte offset where it starts (Format::locate_samples:
+  // one scan of the shard, made at the first finding that needs it).
   Location WithOffset(size_t ui, uint64_t local, Location at) {
     const Unit& u = units_[ui];
-    if (u.shard < 0) return at;
-    if (!members_) {
-      auto m = formats::wds::ScanShardMembers(u.path, u.shard);
-      members_ = m.ok() ? std::move(m).value() : formats::wds::ShardMembers{};
+    if (u.shard < 0 || !format_->locate_samples) return at;
+    if (!extents_) {
+      auto m = format_->locate_samples(u.path, u.shard);
+      extents_ = m.ok() ? std::move(m).value() : std::vector<formats::SampleExtent>{};
     }
-    if (local < members_->keys.size() && members_->keys[local] == at.key) {
-      size_t first = local == 0 ? 0 : members_->sample_ends[local - 1];
-      if (first < members_->members.size()) at.offset = int64_t(members_->members[first].offset);
-    }
+    if (local < extents_->size() && (*extents_)[local].key == at.key) at.offset = int64_t((*extents_)[local].offset);
     return at;
   }
 
@@ -503,7 +474,7 @@ class Verifier {
         decode::Region region;
         j.status = d->Decode(
             j.data.data(), j.data.size(),
-            [](const decode::ImageInfo& im) { return pipeline::CropBox{0, 0, double(im.width), double(im.height)}; },
+            [](const decode::ImageInfo& im) { return decode::CropBox{0, 0, double(im.width), double(im.height)}; },
             0, 0, &region, nullptr);
         j.warnings = d->tolerated_warnings() - before;
       }
@@ -595,7 +566,8 @@ class Verifier {
   std::vector<const std::string*> sample_key_;
   std::vector<uint32_t> sample_unit_;
   std::vector<uint64_t> sample_index_;
-  std::optional<formats::wds::ShardMembers> members_;  // of the wds shard being read, on demand
+  const formats::Format* format_ = nullptr;
+  std::optional<std::vector<formats::SampleExtent>> extents_;  // of the shard being read, on demand
   std::map<std::string, uint64_t> field_counts_;
 
   std::unordered_map<std::string, SourceEntry> source_;

@@ -94,8 +94,8 @@ void BindConvert(py::module_& m) {
           o.write.class_names = class_names;
           o.write.overwrite = overwrite;
           o.write.key_dots = ParseKeyDots(key_dots);
-          o.write.lmdb_layout = lmdb_layout;
-          o.write.write_index = write_index;
+          o.write.lmdb.layout = lmdb_layout;
+          o.write.wds.write_index = write_index;
           o.open.field_map = field_map;
           return RunWithProgress(progress, [&](const ProgressFn& fn) { return Convert(src, dst, o, fn); });
         },

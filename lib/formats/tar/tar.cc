@@ -79,6 +79,21 @@ std::string ParsePax(const uint8_t* p, uint64_t n, std::string* path, bool* has_
 }
 }  // namespace
 
+bool HeaderChecksumOk(const uint8_t* h, uint64_t* stored_out, uint64_t* computed_out) {
+  uint64_t stored = 0;
+  if (!ParseNumber(h + kChksum, kChksumLen, &stored)) return false;
+  uint64_t usum = 0;
+  int64_t ssum = 0;
+  for (size_t i = 0; i < kBlock; ++i) {
+    uint8_t c = (i >= kChksum && i < kChksum + kChksumLen) ? ' ' : h[i];
+    usum += c;
+    ssum += int8_t(c);
+  }
+  if (stored_out) *stored_out = stored;
+  if (computed_out) *computed_out = usum;
+  return stored == usum || int64_t(stored) == ssum;
+}
+
 bool ParseNumber(const uint8_t* f, size_t len, uint64_t* out) {
   if (len == 0) return false;
   if (f[0] & 0x80) {
@@ -172,17 +187,10 @@ Result<bool> Scanner::Next(Member* m) {
       SK_RETURN_IF_ERROR(CheckEnd(pos));
       return false;
     }
-    uint64_t stored = 0;
+    uint64_t stored = 0, usum = 0;
     if (!ParseNumber(h + kChksum, kChksumLen, &stored))
       return Bad(pos, "bad tar header checksum field (not a tar archive, or damaged)");
-    uint64_t usum = 0;
-    int64_t ssum = 0;
-    for (size_t i = 0; i < kBlock; ++i) {
-      uint8_t c = (i >= kChksum && i < kChksum + kChksumLen) ? ' ' : h[i];
-      usum += c;
-      ssum += int8_t(c);
-    }
-    if (stored != usum && int64_t(stored) != ssum)
+    if (!HeaderChecksumOk(h, &stored, &usum))
       return Bad(pos, fmt::format("tar header checksum mismatch (stored {}, computed {}): damaged or not a tar",
                                   stored, usum));
     uint64_t size = 0;

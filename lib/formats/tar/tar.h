@@ -70,4 +70,10 @@ class Scanner {
 // of the first byte is set). False when malformed or out of range.
 bool ParseNumber(const uint8_t* field, size_t len, uint64_t* out);
 
+// A 512-byte header block's checksum, by the scanner's rule: the stored field
+// against the sum of the block's bytes with the field counted as spaces (signed
+// sums accepted, as old tars wrote them). *stored and *computed (unsigned sum)
+// are filled when not null. False also when the field itself is malformed.
+bool HeaderChecksumOk(const uint8_t* block, uint64_t* stored = nullptr, uint64_t* computed = nullptr);
+
 }  // namespace shardkit::tar

@@ -5,12 +5,12 @@
 #include "formats/registry.h"
 #include "formats/wds/names.h"
 #include "formats/wds/reader.h"
+#include "formats/wds/shards.h"
 #include "formats/wds/writer.h"
 
 namespace shardkit::formats {
 
 using wds::EndsWith;
-using wds::IsPipe;
 
 Format WdsFormat() {
   return Format{
@@ -18,23 +18,17 @@ Format WdsFormat() {
       .description = "WebDataset tar shards (read: x.tar, x-{000..009}.tar, a.tar::b.tar, x.manifest.json, 'pipe:CMD' "
                      "(streamed, in order only); "
                      "write: out/x-%06d.tar)",
-      .bid_read = [](const std::string& path) -> int {
-        std::string p = paths::Lower(path);
-        if (EndsWith(p, ".manifest.json")) return 90;
-        if (p.find('{') != std::string::npos || p.find("::") != std::string::npos) {
-          auto r = paths::ExpandBraces(path);
-          if (!r.ok() || r->empty()) return 0;
-          for (const auto& e : *r)
-            if (!EndsWith(paths::Lower(e), ".tar") && !IsPipe(e)) return 0;
-          return 90;
-        }
-        return EndsWith(p, ".tar") || IsPipe(path) ? 90 : 0;
-      },
+      .bid_read = wds::BidRead,
       .bid_write = [](const std::string& path) -> int {
         return EndsWith(paths::Lower(path), ".tar") && paths::CheckShardPattern(path).ok() ? 90 : 0;
       },
       .open = wds::OpenWds,
       .create = wds::WdsWriter::Make,
+      .extensions = {"tar", "tgz", "gz", "json", "idx"},
+      .prefixes = {"pipe"},
+      .writes_shards = true,
+      .list_shards = wds::ListShards,
+      .locate_samples = wds::LocateSamples,
   };
 }
 

@@ -1,6 +1,7 @@
 // Internal: the wds format's shard index and sidecar files, shared by the
-// writer (writer.cc), `shardkit index` and verify (pipeline/). Implemented in
-// dali_index.cc, shard_index.cc and sums.cc.
+// writer (writer.cc), `shardkit index` (index_command.cc), verify through the format
+// contract (shards.cc: Format::locate_samples). Implemented in dali_index.cc,
+// shard_index.cc and sums.cc.
 //
 // Files beside a shard `dir/train-000000.tar`:
 //  - dir/train-000000.idx        DALI's index (v1.2; v1.1 when a member name

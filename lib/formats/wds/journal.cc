@@ -45,8 +45,8 @@ json WdsWriter::OptionsJson() const {
   o["samples_per_shard"] = opts_.samples_per_shard;
   o["class_names"] = opts_.class_names;
   o["key_dots"] = opts_.key_dots == KeyDots::kReplace ? "replace" : "error";
-  o["write_index"] = opts_.write_index;
-  o["shard_plan"] = opts_.shard_plan;
+  o["write_index"] = opts_.wds.write_index;
+  o["shard_plan"] = opts_.wds.shard_plan;
   return o;
 }
 
@@ -122,7 +122,7 @@ Status WdsWriter::LoadJournal() {
                                            "start over with --overwrite",
                                            paths::ChecksumString(h), si.checksum),
                                at);
-      if (opts_.write_index && !io::Exists(IdxPathFor(path)))
+      if (opts_.wds.write_index && !io::Exists(IdxPathFor(path)))
         return Status::Corrupt("cannot resume: the shard's index is missing; start over with --overwrite",
                                Location{.file = IdxPathFor(path), .shard = int64_t(i)});
       if (!io::Exists(wds::SumsPath(path)))
@@ -134,7 +134,7 @@ Status WdsWriter::LoadJournal() {
       d = std::stoull(digest.substr(5), nullptr, 16);
       resumed_.push_back(Resumed{si.samples, d});
       committed_.push_back(path);
-      if (opts_.write_index) committed_.push_back(IdxPathFor(path));
+      if (opts_.wds.write_index) committed_.push_back(IdxPathFor(path));
       committed_.push_back(wds::SumsPath(path));
       committed_samples_ += si.samples;
       summary_.shards.push_back(std::move(si));
@@ -154,7 +154,7 @@ void WdsWriter::RemoveStaleTemps(size_t from) {
   std::string dir = io::DirName(paths::FormatShardPattern(pattern_, from));
   std::vector<std::string> bases = {BaseOf(paths::FormatShardPattern(pattern_, from)), BaseOf(journal_),
                                     BaseOf(manifest_)};
-  if (opts_.write_index) bases.push_back(BaseOf(IdxPathFor(paths::FormatShardPattern(pattern_, from))));
+  if (opts_.wds.write_index) bases.push_back(BaseOf(IdxPathFor(paths::FormatShardPattern(pattern_, from))));
   bases.push_back(BaseOf(wds::SumsPath(paths::FormatShardPattern(pattern_, from))));
   std::error_code ec;
   for (auto it = std::filesystem::directory_iterator(dir, ec); !ec && it != std::filesystem::directory_iterator();

@@ -12,37 +12,37 @@ namespace shardkit::formats::wds {
 
 using json = nlohmann::json;
 
-Status ParseManifest(const std::string& path, const std::string& text, DatasetInfo* out) {
-  DatasetInfo& info = *out;
-  info.format = "wds";
-  info.address = path;
+Result<Manifest> ReadManifest(const std::string& path, std::string* unreadable) {
+  SK_ASSIGN_OR_RETURN(std::string text, io::ReadFile(path));
   std::string dir = io::DirName(path);
+  Manifest m;
+  unreadable->clear();
   try {
     json j = json::parse(text);
     if (j.value("format", "") != "wds")
       return Status::Corrupt("not a shardkit wds manifest (\"format\" is not \"wds\")", Location{.file = path});
-    info.num_samples = j.at("num_samples").get<uint64_t>();
-    info.class_names = j.value("class_names", std::vector<std::string>{});
-    info.fields = j.value("fields", std::vector<std::string>{});
-    uint64_t sum = 0;
+    m.num_samples = j.at("num_samples").get<uint64_t>();
+    m.class_names = j.value("class_names", std::vector<std::string>{});
+    try {
+      m.fields = j.value("fields", std::vector<std::string>{});
+    } catch (const std::exception& e) {
+      m.fields_error = e.what();
+    }
     for (const auto& s : j.at("shards")) {
       ShardInfo si;
       std::string rel = s.at("path").get<std::string>();
       si.path = (!rel.empty() && rel[0] == '/') ? rel : JoinDir(dir, rel);
+      si.address = "wds:" + si.path;
       si.samples = s.at("samples").get<uint64_t>();
       si.bytes = s.at("bytes").get<uint64_t>();
       si.checksum = s.value("checksum", "");
-      sum += si.samples;
-      info.shards.push_back(std::move(si));
+      m.shards.push_back(std::move(si));
     }
-    if (sum != *info.num_samples)
-      return Status::Corrupt(fmt::format("manifest says {} samples but its shards add up to {}", *info.num_samples,
-                                         sum),
-                             Location{.file = path});
   } catch (const std::exception& e) {
-    return Status::Corrupt(fmt::format("bad manifest: {}", e.what()), Location{.file = path});
+    *unreadable = e.what();
+    return Manifest{};
   }
-  return Status::OK();
+  return m;
 }
 
 std::string ManifestText(const std::string& pattern, uint64_t num_samples, const std::vector<std::string>& class_names,

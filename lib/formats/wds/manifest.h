@@ -6,6 +6,7 @@
 // Thread safety: plain functions.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -14,10 +15,19 @@
 
 namespace shardkit::formats::wds {
 
-// Parses the manifest at `path` (its text `text`) into *info: format,
-// address, sample count, class names, fields and shards (paths joined to the
-// manifest's directory unless absolute). Does not look at the shards.
-Status ParseManifest(const std::string& path, const std::string& text, DatasetInfo* info);
+// A manifest (out/train.manifest.json) as written by the wds writer.
+struct Manifest {
+  uint64_t num_samples = 0;
+  std::vector<std::string> class_names;
+  std::vector<ShardInfo> shards;  // paths joined to the manifest's directory
+  std::vector<std::string> fields;
+  std::string fields_error;  // "fields" is malformed: why (the rest is still read)
+};
+
+// Reads a manifest. Errors: the file cannot be read; kCorrupt when it is JSON
+// whose "format" is not "wds". When it is malformed (not JSON, a member missing
+// or of the wrong type) *unreadable says why and the result is empty.
+Result<Manifest> ReadManifest(const std::string& path, std::string* unreadable);
 
 // The manifest's text for a finished write of `pattern`.
 std::string ManifestText(const std::string& pattern, uint64_t num_samples, const std::vector<std::string>& class_names,

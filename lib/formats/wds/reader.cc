@@ -205,10 +205,23 @@ Result<uint64_t> FileSize(const std::string& path, int64_t shard) {
 }
 
 Result<std::unique_ptr<Dataset>> OpenManifest(const std::string& path) {
-  SK_ASSIGN_OR_RETURN(std::string text, io::ReadFile(path));
   auto ds = std::make_unique<WdsDataset>();
   DatasetInfo& info = ds->info_;
-  SK_RETURN_IF_ERROR(ParseManifest(path, text, &info));
+  info.format = "wds";
+  info.address = path;
+  std::string unreadable;
+  SK_ASSIGN_OR_RETURN(Manifest m, ReadManifest(path, &unreadable));
+  if (!m.fields_error.empty()) unreadable = m.fields_error;
+  if (!unreadable.empty()) return Status::Corrupt(fmt::format("bad manifest: {}", unreadable), Location{.file = path});
+  info.num_samples = m.num_samples;
+  info.class_names = std::move(m.class_names);
+  info.fields = std::move(m.fields);
+  info.shards = std::move(m.shards);
+  uint64_t sum = 0;
+  for (const auto& si : info.shards) sum += si.samples;
+  if (sum != *info.num_samples)
+    return Status::Corrupt(fmt::format("manifest says {} samples but its shards add up to {}", *info.num_samples, sum),
+                           Location{.file = path});
   for (size_t i = 0; i < info.shards.size(); ++i) {
     const auto& si = info.shards[i];
     SK_ASSIGN_OR_RETURN(uint64_t size, FileSize(si.path, int64_t(i)));
@@ -219,6 +232,10 @@ Result<std::unique_ptr<Dataset>> OpenManifest(const std::string& path) {
     ds->paths_.push_back(si.path);
   }
   ds->indexes_.resize(ds->paths_.size());
+  if (!ds->paths_.empty() && io::Exists(SumsPath(ds->paths_[0]))) {
+    info.sample_checksums = SampleChecksums::kList;
+    info.sample_checksums_where = "a .xxh3 list beside each shard";
+  }
   return std::unique_ptr<Dataset>(std::move(ds));
 }
 
@@ -242,7 +259,7 @@ Result<std::unique_ptr<Dataset>> OpenWds(const std::string& path, const OpenOpti
       if (paths[i].find_first_not_of(" \t", kPipe.size()) == std::string::npos)
         return Status::Invalid("'pipe:' needs a command, e.g. 'pipe:cat shard.tar'",
                                Location{.file = paths[i], .shard = int64_t(i)});
-      info.shards.push_back(ShardInfo{paths[i], 0, 0, ""});
+      info.shards.push_back(ShardInfo{paths[i], 0, 0, "", "wds:" + paths[i]});
       ++pipes;
       continue;
     }
@@ -253,7 +270,7 @@ Result<std::unique_ptr<Dataset>> OpenWds(const std::string& path, const OpenOpti
     exts.insert(idx->exts.begin(), idx->exts.end());
     samples += idx->samples.size();
     skipped += idx->skipped;
-    info.shards.push_back(ShardInfo{paths[i], idx->samples.size(), idx->file_size, ""});
+    info.shards.push_back(ShardInfo{paths[i], idx->samples.size(), idx->file_size, "", "wds:" + paths[i]});
     info.total_bytes += idx->file_size;
   }
   if (pipes == 0) {
@@ -264,6 +281,10 @@ Result<std::unique_ptr<Dataset>> OpenWds(const std::string& path, const OpenOpti
     info.extra["access"] = "sequential: pipe: shards are streamed from a command, with no random access";
   }
   if (skipped) info.extra["skipped_members"] = std::to_string(skipped);
+  if (!ds->paths_.empty() && io::Exists(SumsPath(ds->paths_[0]))) {
+    info.sample_checksums = SampleChecksums::kList;
+    info.sample_checksums_where = "a .xxh3 list beside each shard";
+  }
   return std::unique_ptr<Dataset>(std::move(ds));
 }
 }  // namespace shardkit::formats::wds

@@ -71,7 +71,7 @@ Result<std::unique_ptr<SampleWriter>> WdsWriter::Make(const std::string& pattern
                                        "not in a directory",
                                        pattern));
   std::string first = paths::FormatShardPattern(pattern, 0);
-  if (opts.write_index && IdxPathFor(first) == IdxPathFor(paths::FormatShardPattern(pattern, 1)))
+  if (opts.wds.write_index && IdxPathFor(first) == IdxPathFor(paths::FormatShardPattern(pattern, 1)))
     return Status::Invalid(fmt::format("shard pattern '{}': DALI index names (base name up to its first dot, "
                                        "plus .idx) would be the same for every shard; put the %d before any "
                                        "dot in the file name or turn index writing off",
@@ -151,11 +151,11 @@ Status WdsWriter::Write(const Sample& in) {
     need += tar::kBlock + (2 * name_len + 64 + tar::kBlock - 1) / tar::kBlock * tar::kBlock;  // pax header
   }
   const uint64_t max_samples =
-      !opts_.shard_plan.empty()
-          ? opts_.shard_plan[std::min(summary_.shards.size(), opts_.shard_plan.size() - 1)]
+      !opts_.wds.shard_plan.empty()
+          ? opts_.wds.shard_plan[std::min(summary_.shards.size(), opts_.wds.shard_plan.size() - 1)]
           : (opts_.samples_per_shard ? opts_.samples_per_shard : UINT64_MAX);
   if (ar_ && (shard_samples_ >= max_samples ||
-              (opts_.shard_plan.empty() && ShardBytes() + need + 2 * tar::kBlock > opts_.shard_size))) {
+              (opts_.wds.shard_plan.empty() && ShardBytes() + need + 2 * tar::kBlock > opts_.shard_size))) {
     SK_RETURN_IF_ERROR(Keep(FinishShard()));
   }
   if (!ar_) SK_RETURN_IF_ERROR(Keep(StartShard()));
@@ -210,7 +210,7 @@ Result<WriteSummary> WdsWriter::Finish() {
   uint64_t total = 0;
   std::string manifest = ManifestText(pattern_, total_samples_, opts_.class_names,
                                       std::vector<std::string>(fields_.begin(), fields_.end()), summary_.shards,
-                                      opts_.write_index, &total);
+                                      opts_.wds.write_index, &total);
   SK_RETURN_IF_ERROR(Keep(io::WriteFileAtomic(manifest_, manifest, true, opts_.filesystem)));
   // Complete: the journal goes (a crash before this leaves a journal that lists
   // every shard, and a resume then only rewrites the manifest).
@@ -310,7 +310,7 @@ Status WdsWriter::FinishShard() {
   SK_RETURN_IF_ERROR(file_->Commit());
   file_.reset();
   committed_.push_back(path);
-  if (opts_.write_index) {
+  if (opts_.wds.write_index) {
     // DALI's v1.2 index; v1.1 (no names) when a name holds white space,
     // which would break its space-separated lines.
     std::string text = wds::DaliIndexText(idx_, idx_lines_);

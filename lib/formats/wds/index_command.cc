@@ -1,5 +1,6 @@
-// Index files for tar shards (include/shardkit/index.h), built on the wds
-// format's own scanner and index writer (formats/wds_index.h).
+// Index files for tar shards (include/shardkit/index.h): the public face of the
+// wds format's own scanner and index writer (formats/wds/index.h), so it lives
+// with the format.
 #include "shardkit/index.h"
 
 #include <fmt/format.h>
