@@ -221,3 +221,41 @@ TEST_CASE("ReadRow finds the image and label, and names the sample in its errors
   CHECK_FALSE(bad.ok());
   CHECK(bad.where().key == "k1");
 }
+
+TEST_CASE("Delivery: the consumer's position, sticky error, end and skipped rows for both loaders", "[engine]") {
+  LoaderOptions o = Good();
+  o.seed = 9;
+  pipeline::Delivery d;
+  d.Start(2, 5);
+  CHECK(d.epoch == 2);
+  CHECK(d.next == 5);
+  CHECK(d.sticky.ok());
+  CHECK_FALSE(d.ended);
+  std::vector<Status> rows = {Status::Corrupt("row 3"), Status::Corrupt("row 6")};
+  d.Delivered(5, &rows);
+  CHECK(d.next == 6);
+  d.Delivered(6);
+  CHECK(d.next == 7);
+  REQUIRE(d.skipped.size() == 2);
+  CHECK(d.skipped[1].message() == "row 6");
+  // save_state's position is the batch the next Next() hands out.
+  const LoaderState s = d.State(o, 100);
+  CHECK(s.epoch == 2);
+  CHECK(s.next_batch == 7);
+  CHECK(s.seed == 9);
+  CHECK(s.num_samples == 100);
+  // A failed batch: the error stays (and the position does not move) until Start.
+  const Status& st = d.Fail(Status::Corrupt("bad batch"));
+  CHECK(st.code() == Code::kCorrupt);
+  CHECK(d.sticky.message() == "bad batch");
+  CHECK(d.next == 7);
+  d.ended = true;
+  d.Start(3, 0);
+  CHECK(d.epoch == 3);
+  CHECK(d.next == 0);
+  CHECK(d.sticky.ok());
+  CHECK_FALSE(d.ended);
+  CHECK(d.skipped.empty());
+  CHECK(pipeline::Stopped().code() == Code::kCancelled);
+  CHECK(pipeline::Stopped().message() == "loader stopped");
+}

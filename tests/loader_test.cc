@@ -286,7 +286,9 @@ TEST_CASE("a corrupt sample fails Next() with its key, or is skipped and counted
     CHECK(r.status().where().index == 13);
     CHECK_THAT(r.status().ToString(), Catch::Contains("c6/img0013") && Catch::Contains("Premature end"));
     CHECK(!l->Next().ok());  // sticky until set_epoch
+    CHECK(l->save_state().next_batch == 1);  // the failed batch was not handed out
     l->set_epoch(0);
+    CHECK(l->save_state().next_batch == 0);
     CHECK(l->Next().ok());
   }
   SECTION("skip") {
@@ -306,6 +308,9 @@ TEST_CASE("a corrupt sample fails Next() with its key, or is skipped and counted
     CHECK_THAT(sk[1].message(), Catch::Contains("not a JPEG or PNG"));
     // The rows after a skipped one moved up: row 5 of batch 1 is sample 14.
     CHECK(got[1].indices[5] == 14);
+    // The list is the epoch's: set_epoch starts a new one.
+    l->set_epoch(1);
+    CHECK(l->skipped().empty());
   }
   SECTION("sample without an image field") {
     Sample s;

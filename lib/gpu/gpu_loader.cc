@@ -82,7 +82,10 @@ struct GpuLoader::Impl {
   cudaStream_t stream = nullptr;
   std::shared_ptr<detail::DeviceRing> ring;
   gpu::Normalize norm;
-  uint64_t epoch = 0;
+  // The engine's delivery (pipeline/engine.h): epoch and next batch (save_state), the
+  // sticky error, the end handed out, the skipped rows. Written under ProducerImpl::mu;
+  // epoch and next are also read by the consumer thread (the only one that writes them).
+  pipeline::Delivery out;
   std::atomic<uint64_t> batches{0}, hw{0}, cuda{0}, host{0}, roi{0}, uploaded{0};
   double wait_s = 0;
 
@@ -96,7 +99,6 @@ struct GpuLoader::Impl {
   virtual void SetEpoch(uint64_t e) = 0;
   virtual Status Restore(uint64_t e, uint64_t next_batch) = 0;
   virtual Result<DeviceBatch> Next() = 0;
-  uint64_t next_batch = 0;  // index of the batch the next Next() hands out
   virtual uint64_t NumBatches() const = 0;
   virtual uint64_t NumSamples() const = 0;
   virtual std::vector<Status> Skipped() const = 0;
@@ -132,8 +134,6 @@ struct ProducerImpl : GpuLoader::Impl {
   mutable std::mutex mu;
   std::condition_variable cv;
   std::deque<QueueItem> queue;
-  Status sticky;
-  bool ended = false;
 
   // Consumer thread, producer stopped: position at batch `start` of epoch e.
   virtual Status BeginEpoch(uint64_t e, uint64_t start) = 0;
@@ -159,15 +159,12 @@ struct ProducerImpl : GpuLoader::Impl {
   Status Start(uint64_t e, uint64_t start = 0) {
     if (Status st = BeginEpoch(e, start); !st.ok()) {
       std::lock_guard<std::mutex> lk(mu);
-      sticky = st;  // Next() reports it instead of waiting for a producer that never ran
+      out.Fail(st);  // Next() reports it instead of waiting for a producer that never ran
       return st;
     }
-    epoch = e;
-    next_batch = start;
     {
       std::lock_guard<std::mutex> lk(mu);
-      sticky = Status::OK();
-      ended = false;
+      out.Start(e, start);  // (also clears the skipped rows)
     }
     producer = std::thread([this, e, start] {
       if (cudaSetDevice(g.device) != cudaSuccess) {
@@ -190,6 +187,13 @@ struct ProducerImpl : GpuLoader::Impl {
     return Start(e, start);
   }
 
+  // The rows skipped under kSkip (out.skipped): the copy path copies the CPU loader's
+  // list, the decode path appends as its submitter settles batches.
+  std::vector<Status> Skipped() const override {
+    std::lock_guard<std::mutex> lk(mu);
+    return out.skipped;
+  }
+
   void Push(QueueItem it) {
     {
       std::lock_guard<std::mutex> lk(mu);
@@ -200,8 +204,8 @@ struct ProducerImpl : GpuLoader::Impl {
 
   Result<DeviceBatch> Next() override {
     std::unique_lock<std::mutex> lk(mu);
-    if (!sticky.ok()) return sticky;
-    if (ended) return GpuLoaderAccess::End();
+    if (!out.sticky.ok()) return out.sticky;
+    if (out.ended) return GpuLoaderAccess::End();
     if (queue.empty() && ring->Handed() >= int(ring->slots.size())) {
       // Every slot is held: wait (LoaderOptions::buffer_wait_ms) for the consumer to
       // release one from another thread; the producer then fills it and notifies.
@@ -215,15 +219,12 @@ struct ProducerImpl : GpuLoader::Impl {
     cv.wait(lk, [&] { return !queue.empty(); });
     QueueItem it = std::move(queue.front());
     queue.pop_front();
-    if (!it.st.ok()) {
-      sticky = it.st;
-      return it.st;
-    }
+    if (!it.st.ok()) return out.Fail(std::move(it.st));
     if (it.batch.end_of_epoch()) {
-      ended = true;
+      out.ended = true;
     } else {
       ring->MarkHanded(it.batch.slot());
-      next_batch = it.batch.index() + 1;
+      out.Delivered(it.batch.index());
       ++batches;
       hw += it.hw;
       cuda += it.cuda;
@@ -293,17 +294,10 @@ struct CopyImpl final : ProducerImpl {
       st.next_batch = start;
       SK_RETURN_IF_ERROR(loader->restore(st));
     }
-    std::lock_guard<std::mutex> lk(mu);
-    skipped.clear();
-    return Status::OK();
+    return Status::OK();  // (Start clears the skipped rows)
   }
   uint64_t NumBatches() const override { return loader->num_batches(); }
   uint64_t NumSamples() const override { return loader->num_samples(); }
-  std::vector<Status> skipped;  // the CPU loader's list, copied by the producer (guarded by mu)
-  std::vector<Status> Skipped() const override {
-    std::lock_guard<std::mutex> lk(mu);
-    return skipped;
-  }
 
   // Returns host batches whose copy has finished to the CPU loader's pool; waits for the
   // oldest while max_pending are out, or for every one with `all`.
@@ -332,7 +326,7 @@ struct CopyImpl final : ProducerImpl {
       if (o.on_error == DecodeErrorPolicy::kSkip) {
         std::vector<Status> sk = loader->skipped();
         std::lock_guard<std::mutex> lk(mu);
-        skipped.swap(sk);
+        out.skipped.swap(sk);
       }
       if (!r.ok()) {
         ring->Abandon(slot);
@@ -483,8 +477,6 @@ struct DecodeImpl final : ProducerImpl {
     return p;
   }
 
-  std::vector<Status> skipped;  // guarded by mu
-
   ~DecodeImpl() override {
     Stop();
     SK_CUDA_IGNORE(cudaSetDevice(g.device));
@@ -545,16 +537,10 @@ struct DecodeImpl final : ProducerImpl {
 
   uint64_t NumBatches() const override { return part.num_batches; }
   uint64_t NumSamples() const override { return n; }
-  std::vector<Status> Skipped() const override {
-    std::lock_guard<std::mutex> lk(mu);
-    return skipped;
-  }
 
   Status BeginEpoch(uint64_t e, uint64_t) override {
     order = pipeline::LoaderEpochOrder(n, o, e);
-    std::lock_guard<std::mutex> lk(mu);
-    skipped.clear();
-    return Status::OK();
+    return Status::OK();  // (Start clears the skipped rows)
   }
 
   // Two threads per epoch, so that the host work of batch b+1 overlaps the GPU submission
@@ -793,25 +779,25 @@ struct DecodeImpl final : ProducerImpl {
       tbb::parallel_for(tbb::blocked_range<size_t>(0, count, 1), [&](const tbb::blocked_range<size_t>& rg) {
         for (size_t i = rg.begin(); i != rg.end(); ++i) {
           if (stop.load(std::memory_order_relaxed)) {
-            set.rows[i].st = Status::Cancelled("loader stopped");
+            set.rows[i].st = pipeline::Stopped();
             continue;
           }
           Prepare(set.rows[i], e, order[begin + i]);  // (exceptions: the row's kInternal)
         }
       });
     });
-    if (stop.load()) return Status::Cancelled("loader stopped");
+    if (stop.load()) return pipeline::Stopped();
     if (prof.on) prof.phase1 += Since(tp);
     return Status::OK();
   }
 
-  // pipeline::SettleRows, the skipped rows appended to `skipped`.
+  // pipeline::SettleRows, the skipped rows appended to `out.skipped`.
   Status Settle(const std::vector<Status>& rows, std::vector<size_t>* keep) {
     std::vector<Status> sk;
     Status st = pipeline::SettleRows(rows, o.on_error, keep, &sk);
     if (!sk.empty()) {
       std::lock_guard<std::mutex> lk(mu);
-      for (auto& x : sk) skipped.push_back(std::move(x));
+      for (auto& x : sk) out.skipped.push_back(std::move(x));
     }
     return st;
   }
@@ -821,7 +807,7 @@ struct DecodeImpl final : ProducerImpl {
     const pipeline::BatchRows rows = pipeline::RowsOf(order.size(), o.batch_size, b);
     const uint64_t begin = rows.begin;
     const size_t count = rows.count();
-    if (stop.load()) return Status::Cancelled("loader stopped");
+    if (stop.load()) return pipeline::Stopped();
     // Rows kept (errors: kError fails the batch at the first one; kSkip drops and counts).
     std::vector<size_t> keep;
     std::vector<Status> row_st(count);
@@ -1054,7 +1040,7 @@ Result<std::unique_ptr<GpuLoader>> GpuLoader::Create(std::shared_ptr<RandomAcces
 }
 
 void GpuLoader::set_epoch(uint64_t e) { impl_->SetEpoch(e); }
-uint64_t GpuLoader::epoch() const { return impl_->epoch; }
+uint64_t GpuLoader::epoch() const { return impl_->out.epoch; }
 uint64_t GpuLoader::num_batches() const { return impl_->NumBatches(); }
 uint64_t GpuLoader::num_samples() const { return impl_->NumSamples(); }
 DecoderKind GpuLoader::decoder() const { return impl_->kind; }
@@ -1069,7 +1055,7 @@ Result<DeviceBatch> GpuLoader::Next() {
 }
 
 LoaderState GpuLoader::save_state() const {
-  return pipeline::MakeState(impl_->o, impl_->NumSamples(), impl_->epoch, impl_->next_batch);
+  return impl_->out.State(impl_->o, impl_->NumSamples());
 }
 
 Status GpuLoader::restore(const LoaderState& s) {

@@ -165,6 +165,8 @@ LoaderState MakeState(const LoaderOptions& o, uint64_t n, uint64_t epoch, uint64
   return s;
 }
 
+LoaderState Delivery::State(const LoaderOptions& o, uint64_t n) const { return MakeState(o, n, epoch, next); }
+
 Status CheckRestore(const LoaderState& s, const LoaderOptions& o, uint64_t n, uint64_t num_batches) {
   if (s.seed != o.seed || s.num_samples != n || s.rank != o.rank || s.world_size != o.world_size ||
       s.batch_size != o.batch_size)

@@ -6,18 +6,25 @@
 //   options   ResolveOptions: one Validate (shardkit::Validate, loader.h / gpu.h) and
 //             the defaults filled in (rank / world size from RANK / WORLD_SIZE, threads)
 //   plan      the epoch's order (plan.h: LoaderEpochOrder) cut into batches (RowsOf)
-//   slots     each path's own (the CPU loader's buffer pool, the GPU device ring)
+//   slots     each path's own scheduler (the CPU loader's buffer pool, job map and TBB
+//             workers; the GPU path's device ring, producer and submitter threads and
+//             queue): they share what the consumer sees, below
 //   rows      ReadRow (read the sample, find its image and label), then the path's row
 //             decoder hook; DecodeCrop is the host decoder's one call (crop choice
 //             ChooseCrop + libjpeg-turbo / libpng at a DCT scale), used by the CPU loader
 //             for every row and by the GPU path for the rows nvJPEG does not take
 //   errors    SettleRows: kError fails the batch at its first bad row, kSkip drops and
 //             lists them
-//   state     MakeState / CheckRestore: one save_state and one restore check (with the
-//             next-batch range check) for both loaders
+//   delivery  Delivery: the consumer's side of both loaders: epoch and next batch
+//             (handed out in plan order), the sticky error of a failed batch, the end of
+//             the epoch, the rows skipped; Start on set_epoch / restore. Stopped(): the
+//             status of what a stopping loader cancelled
+//   state     MakeState (Delivery::State) / CheckRestore: one save_state and one restore
+//             check (with the next-batch range check) for both loaders
 //
-// Everything here is stateless or a pure function; thread safety is the caller's (each
-// function may run on any thread; the decoders passed in are per thread).
+// Everything here but Delivery (a plain struct, guarded by its owner) is stateless or a
+// pure function; thread safety is the caller's (each function may run on any thread; the
+// decoders passed in are per thread).
 #pragma once
 
 #include <algorithm>
@@ -119,7 +126,50 @@ Status RunRow(const RandomAccess* data, const LoaderOptions& o, uint64_t index, 
 Status SettleRows(const std::vector<Status>& rows, DecodeErrorPolicy policy, std::vector<size_t>* keep,
                   std::vector<Status>* skipped);
 
-// ---- state ----
+// ---- delivery, cancellation and state ----
+
+// The status of a row or batch that a stopping loader (destruction, set_epoch, restore)
+// cancelled: kCancelled "loader stopped", on both paths.
+inline Status Stopped() { return Status::Cancelled("loader stopped"); }
+
+// The consumer's side of a loader, one definition for both paths: where it stands in the
+// epoch's plan (epoch, and `next`, the batch the next Next() hands out: what save_state
+// reports), the error that failed a batch (sticky: every Next() returns it until
+// set_epoch or restore Start()s again), whether the end of the epoch was handed out, and
+// the rows skipped under kSkip since the epoch (re)started. Batches are handed out in
+// plan order, so Delivered(b) always follows Delivered(b - 1) within an epoch.
+// Not synchronised: each loader says which of its mutexes guards it (the CPU loader:
+// its consumer thread and pool mutex; the GPU path: its queue mutex).
+struct Delivery {
+  uint64_t epoch = 0;
+  uint64_t next = 0;
+  Status sticky;
+  bool ended = false;
+  std::vector<Status> skipped;
+
+  // set_epoch / restore: batch `start` of epoch e, no error, nothing skipped yet.
+  void Start(uint64_t e, uint64_t start) {
+    epoch = e;
+    next = start;
+    sticky = Status::OK();
+    ended = false;
+    skipped.clear();
+  }
+  // Batch b failed (reading, decoding under kError, the device): it and every later
+  // Next() return `st` until Start.
+  const Status& Fail(Status st) {
+    sticky = std::move(st);
+    return sticky;
+  }
+  // Batch b was handed out; `rows_skipped`: its rows dropped under kSkip (moved here).
+  void Delivered(uint64_t b, std::vector<Status>* rows_skipped = nullptr) {
+    next = b + 1;
+    if (rows_skipped)
+      for (auto& s : *rows_skipped) skipped.push_back(std::move(s));
+  }
+  // save_state's position (MakeState) for options `o` over n samples.
+  LoaderState State(const LoaderOptions& o, uint64_t n) const;
+};
 
 // The position "batch next_batch of epoch e" of a loader with options `o` over n samples.
 LoaderState MakeState(const LoaderOptions& o, uint64_t n, uint64_t epoch, uint64_t next_batch);

@@ -284,11 +284,12 @@ struct Loader::Impl {
   std::deque<std::shared_ptr<Job>> active;
   std::atomic<bool> cancel{false};
 
-  // Consumer-thread state.
-  uint64_t epoch = 0, next = 0, submitted = 0;
+  // Consumer-thread state: the engine's delivery (pipeline/engine.h: epoch, next batch,
+  // sticky error, skipped rows; out.epoch is also read by the reader thread and written
+  // by Adopt under pool->mu), the batches submitted, the epoch's order.
+  pipeline::Delivery out;
+  uint64_t submitted = 0;
   std::vector<uint64_t> order;
-  Status sticky;
-  std::vector<Status> skipped;
 
   // ---- Streamed mode (see pipeline/stream.h). The reader thread runs the
   // StreamReader and queues up to kReadAhead batches of samples in `inputs`;
@@ -373,7 +374,7 @@ struct Loader::Impl {
       {
         std::unique_lock<std::mutex> lk(pool->mu);
         // e may itself be a prefetched epoch: go on only once set_epoch(e) adopted it.
-        pool->cv.wait(lk, [&] { return reader_stop.load() || epoch == e; });
+        pool->cv.wait(lk, [&] { return reader_stop.load() || out.epoch == e; });
         if (reader_stop.load()) return;
       }
       Status st;
@@ -443,8 +444,8 @@ struct Loader::Impl {
         std::lock_guard<std::mutex> lk(pool->mu);
         inputs.push_back(in);
         // The consumer's counters are its epoch's; a prefetched epoch's wait in `ahead`.
-        CountersLocked(e == epoch ? &stats : &ahead.stats);
-        if (e != epoch) SubmitAheadLocked();  // decode it now, not at the consumer's next call
+        CountersLocked(e == out.epoch ? &stats : &ahead.stats);
+        if (e != out.epoch) SubmitAheadLocked();  // decode it now, not at the consumer's next call
       }
       pool->cv.notify_all();
       if (!st.ok()) return false;
@@ -456,11 +457,9 @@ struct Loader::Impl {
   // replaying the stream from the epoch's start) and starts the reader thread.
   Status StreamReset(uint64_t e, uint64_t start, const pipeline::StreamPos* at) {
     Stop();
-    epoch = e;
-    sticky = Status::OK();
-    skipped.clear();
     start = std::min(start, part.num_batches);
-    next = submitted = start;
+    out.Start(e, start);
+    submitted = start;
     Status st = stream->Start(e, uint32_t(o.rank), uint32_t(o.world_size), o.batch_size, o.drop_last, at);
     if (st.ok() && !at) st = stream->Skip(std::min<uint64_t>(start * o.batch_size, part.per_rank));
     {
@@ -468,15 +467,14 @@ struct Loader::Impl {
       CountersLocked(&stats);
     }
     if (!st.ok()) {
-      sticky = st;
+      out.Fail(st);
       return st;
     }
     pos_next = stream->Position();
     try {
       reader = std::thread([this, e, start] { ReadLoop(e, start); });
     } catch (const std::exception& ex) {
-      sticky = Status::Internal(fmt::format("cannot start the loader's reader thread: {}", ex.what()));
-      return sticky;
+      return out.Fail(Status::Internal(fmt::format("cannot start the loader's reader thread: {}", ex.what())));
     }
     std::lock_guard<std::mutex> lk(pool->mu);
     SubmitLocked();
@@ -487,15 +485,13 @@ struct Loader::Impl {
   void Reset(uint64_t e, uint64_t start, bool adopt = false) {
     if (adopt && start == 0 && Adopt(e)) return;
     if (streaming) {
-      (void)StreamReset(e, start, nullptr);  // an error is kept in `sticky` for Next()
+      (void)StreamReset(e, start, nullptr);  // an error is kept in `out.sticky` for Next()
       return;
     }
     Stop();
-    epoch = e;
     order = pipeline::LoaderEpochOrder(n, o, e);
-    next = submitted = std::min(start, part.num_batches);
-    sticky = Status::OK();
-    skipped.clear();
+    out.Start(e, std::min(start, part.num_batches));
+    submitted = out.next;
     std::lock_guard<std::mutex> lk(pool->mu);
     SubmitLocked();
   }
@@ -519,16 +515,13 @@ struct Loader::Impl {
       pos_next = std::move(ahead.start);
       stats = ahead.stats;
     }
-    epoch = e;  // (the reader thread waits for this before it reads epoch e + 1)
+    out.Start(e, 0);  // (the reader thread waits for this epoch before it reads epoch e + 1)
     order = std::move(ahead.order);
     jobs = std::move(ahead.jobs);
     submitted = ahead.submitted;
     pstats.adopted += jobs.size();
     ahead = Ahead{};
     ++ahead_gen;
-    next = 0;
-    sticky = Status::OK();
-    skipped.clear();
     SubmitLocked();
     lk.unlock();
     pool->cv.notify_all();
@@ -544,8 +537,8 @@ struct Loader::Impl {
   // Consumer thread: the current epoch's batches while slots are free; once all are
   // submitted, the next epoch's (planned first, in random-access mode).
   void SubmitLocked() {
-    if (!SubmitEpochLocked(epoch, order, submitted, jobs, false)) return;
-    if (!o.prefetch_next_epoch || part.num_batches == 0 || epoch == UINT64_MAX) return;
+    if (!SubmitEpochLocked(out.epoch, order, submitted, jobs, false)) return;
+    if (!o.prefetch_next_epoch || part.num_batches == 0 || out.epoch == UINT64_MAX) return;
     if (!streaming && !ahead.on) PlanAheadLocked();
     SubmitAheadLocked();
   }
@@ -563,7 +556,7 @@ struct Loader::Impl {
   void PlanAheadLocked() {
     ahead = Ahead{};
     ahead.on = true;
-    ahead.epoch = epoch + 1;
+    ahead.epoch = out.epoch + 1;
     plan_pending.store(true);
     ++tasks_live;  // Stop() waits for it like for a worker
     std::shared_ptr<detail::BatchPool> p = pool;
@@ -715,7 +708,7 @@ struct Loader::Impl {
 
   void DecodeRow(Job& job, size_t i) {
     if (cancel.load(std::memory_order_relaxed) || job.cancelled.load(std::memory_order_relaxed)) {
-      job.row_status[i] = Status::Cancelled("loader stopped");
+      job.row_status[i] = pipeline::Stopped();
       return;
     }
     uint8_t* base = static_cast<uint8_t*>(pool->buffers[size_t(job.slot)]);
@@ -734,7 +727,7 @@ struct Loader::Impl {
   void FinishJob(Job& job) {
     uint8_t* base = static_cast<uint8_t*>(pool->buffers[size_t(job.slot)]);
     if (cancel.load() || job.cancelled.load()) {
-      job.error = Status::Cancelled("loader stopped");
+      job.error = pipeline::Stopped();
       return;
     }
     // Assemble in order: the first failure (by row) under kError; compaction under kSkip.
@@ -758,24 +751,24 @@ struct Loader::Impl {
   }
 
   Result<Batch> Next(const std::shared_ptr<detail::BatchPool>& p) {
-    if (!sticky.ok()) return sticky;
+    if (!out.sticky.ok()) return out.sticky;
     Batch b;
-    if (next >= part.num_batches) {
+    if (out.next >= part.num_batches) {
       {
         // Buffers released since the last call go to the next epoch's batches.
         std::lock_guard<std::mutex> lk(p->mu);
         SubmitLocked();
       }
       b.end_ = true;
-      b.epoch_ = epoch;
-      b.index_ = next;
+      b.epoch_ = out.epoch;
+      b.index_ = out.next;
       return b;
     }
     std::shared_ptr<Job> job;
     {
       std::unique_lock<std::mutex> lk(p->mu);
       SubmitLocked();
-      auto it = jobs.find(next);
+      auto it = jobs.find(out.next);
       // Streamed: a free buffer but no job yet means the reader thread is still reading
       // the batch (it always delivers: samples or an error).
       auto wait_for_reader = [&] {
@@ -783,7 +776,7 @@ struct Loader::Impl {
                std::find(p->state.begin(), p->state.end(), int(detail::BatchPool::kFree)) != p->state.end()) {
           p->cv.wait(lk);
           SubmitLocked();
-          it = jobs.find(next);
+          it = jobs.find(out.next);
         }
       };
       wait_for_reader();
@@ -793,11 +786,11 @@ struct Loader::Impl {
         while (it == jobs.end()) {
           if (p->cv.wait_until(lk, deadline) == std::cv_status::timeout) {
             SubmitLocked();
-            it = jobs.find(next);
+            it = jobs.find(out.next);
             break;
           }
           SubmitLocked();
-          it = jobs.find(next);
+          it = jobs.find(out.next);
         }
         wait_for_reader();  // a buffer came back, the batch is still being read
       }
@@ -814,16 +807,15 @@ struct Loader::Impl {
       jobs.erase(it);
       if (!job->error.ok()) {
         p->state[size_t(job->slot)] = detail::BatchPool::kFree;
-        sticky = job->error;
+        out.Fail(job->error);
         lk.unlock();
-        return sticky;
+        return out.sticky;
       }
       p->state[size_t(job->slot)] = detail::BatchPool::kConsumer;
       if (streaming) pos_next = std::move(job->post);
-      ++next;
+      out.Delivered(job->batch, &job->skipped);  // (job->batch == out.next: in plan order)
       SubmitLocked();
     }
-    for (auto& s : job->skipped) skipped.push_back(std::move(s));
     b.pool_ = p;
     b.slot_ = job->slot;
     b.pinned_ = pinned;
@@ -839,7 +831,7 @@ struct Loader::Impl {
     b.labels_ = std::move(job->labels);
     b.keys_ = std::move(job->keys);
     b.indices_ = std::move(job->indices);
-    b.epoch_ = epoch;
+    b.epoch_ = out.epoch;
     b.index_ = job->batch;
     return b;
   }
@@ -980,7 +972,7 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::unique_ptr<Dataset> ds, cons
 }
 
 void Loader::set_epoch(uint64_t e) { impl_->Reset(e, 0, /*adopt=*/true); }
-uint64_t Loader::epoch() const { return impl_->epoch; }
+uint64_t Loader::epoch() const { return impl_->out.epoch; }
 uint64_t Loader::num_batches() const { return impl_->part.num_batches; }
 uint64_t Loader::num_samples() const { return impl_->n; }
 int Loader::rank() const { return impl_->o.rank; }
@@ -988,7 +980,7 @@ int Loader::world_size() const { return impl_->o.world_size; }
 const LoaderOptions& Loader::options() const { return impl_->o; }
 const std::vector<std::string>& Loader::class_names() const { return impl_->class_names; }
 Result<Batch> Loader::Next() { return impl_->Next(impl_->pool); }
-std::vector<Status> Loader::skipped() const { return impl_->skipped; }
+std::vector<Status> Loader::skipped() const { return impl_->out.skipped; }
 bool Loader::streaming() const { return impl_->streaming; }
 
 Loader::PrefetchStats Loader::prefetch_stats() const {
@@ -1011,12 +1003,12 @@ Loader::StreamStats Loader::stream_stats() const {
 }
 
 LoaderState Loader::save_state() const {
-  LoaderState s = pipeline::MakeState(impl_->o, impl_->n, impl_->epoch, impl_->next);
+  LoaderState s = impl_->out.State(impl_->o, impl_->n);
   if (impl_->streaming) {
     s.has_stream = true;
     s.stream = FromPos(impl_->pos_next);
-    s.stream.epoch = impl_->epoch;
-    s.stream.next_batch = impl_->next;
+    s.stream.epoch = impl_->out.epoch;
+    s.stream.next_batch = impl_->out.next;
   }
   return s;
 }
