@@ -46,25 +46,26 @@
 
 #include "shardkit/loader.h"
 #include "shardkit/status.h"
+#include "shardkit/export.h"
 
 namespace shardkit {
 
 // True when this build has the CUDA code (CMake found the toolkit).
-bool CudaCompiled();
+SHARDKIT_API bool CudaCompiled();
 // True when this build has the nvJPEG decoder (nvjpeg.h and libnvjpeg were found).
-bool NvjpegCompiled();
+SHARDKIT_API bool NvjpegCompiled();
 // Number of usable CUDA devices; 0 when the build has no CUDA, no driver or no device.
-int CudaDeviceCount();
+SHARDKIT_API int CudaDeviceCount();
 // Why no device is usable ("" when one is): e.g. "no CUDA device: cudaGetDeviceCount:
 // no CUDA-capable device is detected" or "built without CUDA".
-std::string CudaUnavailableReason();
+SHARDKIT_API std::string CudaUnavailableReason();
 
 // Page-locked host memory from cudaHostAlloc (portable, usable by any device), for
 // LoaderOptions::allocator. Returns null (and sets *why) when CUDA is not usable.
-std::shared_ptr<HostAllocator> PinnedHostAllocator(std::string* why = nullptr);
+SHARDKIT_API std::shared_ptr<HostAllocator> PinnedHostAllocator(std::string* why = nullptr);
 
 enum class DecoderKind { kCpu, kGpu, kAuto };
-const char* DecoderName(DecoderKind d);  // "cpu", "gpu", "auto"
+SHARDKIT_API const char* DecoderName(DecoderKind d);  // "cpu", "gpu", "auto"
 
 struct GpuOptions {
   int device = 0;                          // CUDA device ordinal
@@ -93,7 +94,7 @@ struct DeviceRing;
 }
 
 // One batch in device memory, or the end-of-epoch marker. Move-only.
-class DeviceBatch {
+class SHARDKIT_API DeviceBatch {
  public:
   DeviceBatch() = default;
   DeviceBatch(DeviceBatch&& o) noexcept;
@@ -149,7 +150,7 @@ class DeviceBatch {
   int device_ = 0;
 };
 
-class GpuLoader {
+class SHARDKIT_API GpuLoader {
  public:
   // Fails with kUnsupported (message says why) when the build has no CUDA, when no device
   // is usable, or when decoder = gpu and the build has no nvJPEG.
@@ -191,7 +192,7 @@ class GpuLoader {
   };
   Stats stats() const;
 
-  struct Impl;
+  struct SHARDKIT_HIDDEN Impl;
 
  private:
   explicit GpuLoader(std::unique_ptr<Impl> impl);

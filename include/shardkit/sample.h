@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "shardkit/bytes.h"
+#include "shardkit/export.h"
 
 namespace shardkit {
 
@@ -24,7 +25,7 @@ struct Field {
   Bytes data;
 };
 
-struct Sample {
+struct SHARDKIT_API Sample {
   std::string key;            // e.g. "n01440764/n01440764_10026"
   std::vector<Field> fields;  // sorted by ext, unique
 
@@ -47,6 +48,6 @@ struct Sample {
 };
 
 // True for extensions that hold an encoded image.
-bool IsImageExt(std::string_view ext);
+SHARDKIT_API bool IsImageExt(std::string_view ext);
 
 }  // namespace shardkit
