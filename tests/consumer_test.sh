@@ -22,4 +22,4 @@ case "$out" in
 esac
 "$TMP/prefix/bin/shardkit" --version
 # The installed library exports the public API only.
-"$SRC/tests/exports_test.sh" "$(ls "$TMP"/prefix/lib*/libshardkit.so.*.*.* | head -1)" "$TMP/prefix/include"
+"$SRC/tests/exports_test.sh" "$(find "$TMP/prefix" -name 'libshardkit.so.*.*.*' | head -1)" "$TMP/prefix/include"
