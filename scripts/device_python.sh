@@ -38,8 +38,37 @@ export PYTHONPATH=$PWD/$B/python${PYTHONPATH:+:$PYTHONPATH}
 $PY -c "import shardkit; from shardkit import _shardkit as m; print('shardkit', shardkit.__version__, 'CUDA', m.CUDA_COMPILED, 'nvJPEG', m.NVJPEG_COMPILED, 'devices', m.cuda_device_count(), m.cuda_unavailable_reason())" \
   | tee -a "$OUTDIR/py_device.txt"
 
-say "pytest python/tests"
+say "shardkit beside this torch (issue 13: import shardkit; import torch aborted with pip's torch)"
 rc=0
+LIB=$(ls "$B"/python/shardkit/libshardkit.so.* | head -1)
+echo "exports of $LIB: $(nm -D --defined-only "$LIB" | wc -l), GNU-unique: $(nm -D --defined-only "$LIB" | awk '$2=="u"' | wc -l)" \
+  | tee -a "$OUTDIR/py_device.txt"
+# This build has CUDA and nvJPEG: check its exports too (ctest's exports_public_api here).
+bash tests/exports_test.sh "$LIB" include > "$OUTDIR/py_exports.log" 2>&1 || rc=1
+tail -4 "$OUTDIR/py_exports.log" | tee -a "$OUTDIR/py_device.txt"
+if $PY -c "import pytest" 2>/dev/null; then
+  trc=0
+  timeout 200 $PY -m pytest -q -p no:cacheprovider -rs python/tests/test_packaging.py -k torch \
+    > "$OUTDIR/py_torch_order.log" 2>&1 || trc=$?
+  tail -3 "$OUTDIR/py_torch_order.log" | tee -a "$OUTDIR/py_device.txt"
+  # Debian's libprotobuf.so.32 (a dependency) has GNU-unique symbols of its own; torch has its
+  # own protobuf. Does loading it first, alone, upset torch? (Recorded either way.)
+  for dep in $(ldd "$LIB" | awk '/libprotobuf/{print $3}'); do
+    $PY -c "import ctypes, sys; ctypes.CDLL(sys.argv[1]); import torch; torch.ones(2).sum()" "$dep" \
+      > /dev/null 2>&1; echo "  CDLL $(basename "$dep") then import torch: exit $?"
+  done | tee -a "$OUTDIR/py_device.txt"
+  if [ $trc -ne 0 ]; then
+    rc=$trc
+    grep -E "free\(\)|Abort|exit -?[0-9]+|FAILED" "$OUTDIR/py_torch_order.log" | head -20
+    # Which library, loaded alone (RTLD_LOCAL, as ctypes does) before torch, makes it abort?
+    for dep in "$LIB" $(ldd "$LIB" | awk '/=> \//{print $3}'); do
+      $PY -c "import ctypes, sys; ctypes.CDLL(sys.argv[1]); import torch; torch.ones(2).sum()" "$dep" \
+        > /dev/null 2>&1; echo "  CDLL $(basename "$dep") then import torch: exit $?"
+    done | tee -a "$OUTDIR/py_device.txt"
+  fi
+fi
+
+say "pytest python/tests"
 if $PY -c "import pytest" 2>/dev/null; then
   timeout 240 $PY -m pytest -q -p no:cacheprovider -rs python/tests > "$OUTDIR/py_pytest.log" 2>&1 || rc=$?
   grep -E "passed|failed|error|SKIPPED|FAILED|Error" "$OUTDIR/py_pytest.log" | tail -40

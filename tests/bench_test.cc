@@ -1,6 +1,8 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <map>
+#include <regex>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -86,6 +88,68 @@ TEST_CASE("bench report on an image folder: structure, JSON schema, SVG", "[benc
   CHECK(x.exit_code == 0);
   CHECK(x.out == "ok\n");
   CHECK(BenchTable(*r).find("p99.9 us") != std::string::npos);
+}
+
+TEST_CASE("bench plot: title, human units, one colour per dataset in both panels, legend outside", "[bench]") {
+  BenchReport r;
+  const std::vector<std::string> datasets = {"wds:a-{0..3}.tar", "lmdb:b.lmdb", "floor:memcpy"};
+  for (const auto& ds : datasets)
+    for (const char* mode : {"random-view", "random-copy"})
+      for (int t : {1, 2, 4}) {
+        BenchRow row;
+        row.dataset = ds;
+        row.format = ds.substr(0, ds.find(':'));
+        row.mode = mode;
+        row.threads = t;
+        row.latency.count = 500;
+        row.samples_per_s = 10971529.0 / double(5 - t) / double(1 + (&ds - datasets.data()));
+        r.rows.push_back(row);
+        if (t == 1) {
+          std::vector<float> us;
+          for (int i = 1; i <= 500; ++i) us.push_back(float(i) * 3.0f);
+          r.cdfs.emplace_back(r.rows.size() - 1, std::move(us));
+        }
+      }
+  std::string svg = BenchSvg(r);
+  // A title saying what ran.
+  CHECK(svg.find("shardkit bench: random-view, random-copy") != std::string::npos);
+  CHECK(svg.find("threads 1, 2, 4; 500 samples per pass; warm page cache; 3 datasets") != std::string::npos);
+  // Human units: rates in k/s and M/s, times in us and ms; no raw counts.
+  CHECK(svg.find("M/s</text>") != std::string::npos);
+  CHECK(svg.find(">1 ms</text>") != std::string::npos);
+  CHECK(svg.find(">10 us</text>") != std::string::npos);
+  CHECK(svg.find("10971529") == std::string::npos);
+  CHECK(svg.find("5485764") == std::string::npos);
+  // Every line of a dataset, in either panel, has the dataset's colour; datasets differ.
+  std::map<std::string, std::set<std::string>> colours;
+  std::vector<std::string> order;
+  std::regex line(R"re(<polyline fill="none" stroke="(#[0-9a-f]{6})"[^>]*><title>([^<]*) \(([a-z-]+)\)</title>)re");
+  for (auto it = std::sregex_iterator(svg.begin(), svg.end(), line); it != std::sregex_iterator(); ++it) {
+    colours[(*it)[2]].insert((*it)[1]);
+    order.push_back((*it)[2]);
+  }
+  REQUIRE(colours.size() == 3);
+  std::set<std::string> all;
+  for (const auto& [ds, c] : colours) {
+    CHECK(c.size() == 1);
+    all.insert(*c.begin());
+  }
+  CHECK(all.size() == 3);
+  // 6 CDF lines then 6 throughput lines, each panel in the rows' order.
+  REQUIRE(order.size() == 12);
+  CHECK(std::vector<std::string>(order.begin(), order.begin() + 6) ==
+        std::vector<std::string>(order.begin() + 6, order.end()));
+  CHECK(order[0] == "wds:a-{0..3}.tar");
+  CHECK(order[2] == "lmdb:b.lmdb");
+  // The legend names each dataset once, below the plot areas (which end at y = 390).
+  std::regex legend(R"re(<text x="\d+" y="(\d+)">([^<]*) <tspan)re");
+  int entries = 0;
+  for (auto it = std::sregex_iterator(svg.begin(), svg.end(), legend); it != std::sregex_iterator(); ++it) {
+    CHECK(std::stoi((*it)[1]) > 390);
+    CHECK(colours.count((*it)[2]) == 1);
+    ++entries;
+  }
+  CHECK(entries == 3);
 }
 
 TEST_CASE("cold bench drops the page cache and says so", "[bench]") {

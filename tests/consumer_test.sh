@@ -21,3 +21,5 @@ case "$out" in
   *) echo "consumer_test: unexpected output: $out" >&2; exit 1 ;;
 esac
 "$TMP/prefix/bin/shardkit" --version
+# The installed library exports the public API only.
+"$SRC/tests/exports_test.sh" "$(find "$TMP/prefix" -name 'libshardkit.so.*.*.*' | head -1)" "$TMP/prefix/include"

@@ -17,7 +17,7 @@ struct CopyFlags {
   bool shuffle = false;
   uint64_t seed = 0;
   // Default: the cores, at least 2 (reading overlaps writing), at most 8.
-  int threads = int(std::clamp(std::thread::hardware_concurrency(), 2u, 8u));
+  int threads = DefaultCopyThreads();
   std::string key_dots = "error";
   bool overwrite = false;
   bool resume = false;

@@ -20,6 +20,7 @@
 
 #include "shardkit/loader.h"
 #include "shardkit/status.h"
+#include "shardkit/export.h"
 
 namespace shardkit {
 
@@ -68,16 +69,16 @@ struct BenchReport {
 
 using BenchProgress = std::function<void(const std::string& what)>;
 
-Result<BenchReport> RunBench(const std::vector<std::string>& addresses, const BenchOptions& opts,
+SHARDKIT_API Result<BenchReport> RunBench(const std::vector<std::string>& addresses, const BenchOptions& opts,
                              const BenchProgress& progress = nullptr);
 
 // The random read order: `n` indices drawn from [0, size) by a seeded
 // permutation (repeating the permutation when n > size). Same seed, same order,
 // on every machine.
-std::vector<uint64_t> BenchOrder(uint64_t seed, uint64_t size, uint64_t n);
+SHARDKIT_API std::vector<uint64_t> BenchOrder(uint64_t seed, uint64_t size, uint64_t n);
 
 // Percentiles by nearest rank over `us` (sorted in place).
-LatencyStats ComputeLatency(std::vector<float>& us);
+SHARDKIT_API LatencyStats ComputeLatency(std::vector<float>& us);
 
 // The whole input pipeline, as a training loop sees it: the streaming reader's
 // batches/s and images/s, and how long the consumer waited in Next() for each
@@ -102,14 +103,14 @@ struct LoaderBenchResult {
   double step_ms = 0;
 };
 
-Result<LoaderBenchResult> RunLoaderBench(const std::string& address, const LoaderBenchOptions& opts);
-std::string LoaderBenchTable(const std::vector<LoaderBenchResult>& r);
-std::string LoaderBenchJson(const std::vector<LoaderBenchResult>& r);
+SHARDKIT_API Result<LoaderBenchResult> RunLoaderBench(const std::string& address, const LoaderBenchOptions& opts);
+SHARDKIT_API std::string LoaderBenchTable(const std::vector<LoaderBenchResult>& r);
+SHARDKIT_API std::string LoaderBenchJson(const std::vector<LoaderBenchResult>& r);
 
 // Renderings of a report. The JSON schema is "shardkit-bench-v1", documented in docs/bench.md.
-std::string BenchTable(const BenchReport& r);
-std::string BenchJson(const BenchReport& r);
+SHARDKIT_API std::string BenchTable(const BenchReport& r);
+SHARDKIT_API std::string BenchJson(const BenchReport& r);
 // An SVG with the latency CDF of every dataset (log time axis) and throughput versus threads.
-std::string BenchSvg(const BenchReport& r);
+SHARDKIT_API std::string BenchSvg(const BenchReport& r);
 
 }  // namespace shardkit

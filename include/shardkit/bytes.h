@@ -18,9 +18,11 @@
 #include <string_view>
 #include <vector>
 
+#include "shardkit/export.h"
+
 namespace shardkit {
 
-class Bytes {
+class SHARDKIT_API Bytes {
  public:
   Bytes() = default;
   // A view of [data, data+size) kept alive by `owner` (may be null for static data).

@@ -24,6 +24,7 @@
 
 #include "shardkit/dataset.h"
 #include "shardkit/status.h"
+#include "shardkit/export.h"
 
 namespace shardkit {
 
@@ -66,13 +67,13 @@ struct ConvertSummary {
 };
 
 // Opens `src`, creates `dst` and copies every sample.
-Result<ConvertSummary> Convert(std::string_view src, std::string_view dst,
+SHARDKIT_API Result<ConvertSummary> Convert(std::string_view src, std::string_view dst,
                                const ConvertOptions& opts = {}, const ProgressFn& progress = {});
 
 // The same, from an open dataset into an open writer (Finish() is called on
 // success). `total` is the number of samples when known (for progress only).
 // The summary's address and format members are left empty.
-Result<ConvertSummary> ConvertDataset(const Dataset& src, SampleWriter* dst,
+SHARDKIT_API Result<ConvertSummary> ConvertDataset(const Dataset& src, SampleWriter* dst,
                                       const ConvertOptions& opts = {},
                                       const ProgressFn& progress = {});
 
@@ -96,22 +97,27 @@ struct ShardOptions {
 // (`out/train-%06d.tar`), with or without the `wds:` scheme; another scheme is
 // an error. --num-shards needs the sample count: taken from the source's
 // metadata or random access, else counted with one sequential pass.
-Result<ConvertSummary> Shard(std::string_view src, std::string_view dst, const ShardOptions& opts,
+SHARDKIT_API Result<ConvertSummary> Shard(std::string_view src, std::string_view dst, const ShardOptions& opts,
                              const ProgressFn& progress = {});
 
 // Per-shard sample counts for `total` samples in `num_shards` shards: the first
 // total % num_shards shards hold one more. num_shards must be > 0; shards may be
 // empty when total < num_shards.
-std::vector<uint64_t> EvenShardPlan(uint64_t total, uint64_t num_shards);
+SHARDKIT_API std::vector<uint64_t> EvenShardPlan(uint64_t total, uint64_t num_shards);
 
 // The permutation of [0, n) that `shuffle` with `seed` writes in: Fisher-Yates
 // driven by std::mt19937_64(seed) with unbiased bounded draws, so it is the same
 // on every platform and build.
-std::vector<uint64_t> ShufflePermutation(uint64_t n, uint64_t seed);
+SHARDKIT_API std::vector<uint64_t> ShufflePermutation(uint64_t n, uint64_t seed);
 
 // Parses a byte size: a non-negative number with an optional unit, decimal
 // (B, KB, MB, GB, TB) or binary (KiB, MiB, GiB, TiB), case-insensitive; e.g.
 // "1GiB", "500MB", "1000000", "1.5GB". kInvalidArgument names the string.
-Result<uint64_t> ParseByteSize(std::string_view s);
+SHARDKIT_API Result<uint64_t> ParseByteSize(std::string_view s);
+
+// The `threads` that `shardkit convert` and `shardkit shard` use unless told, and
+// shardkit.convert() and shard() in Python: the cores, at least 2 (reading overlaps
+// writing), at most 8. (ConvertOptions::threads and ShardOptions::threads stay 1.)
+SHARDKIT_API int DefaultCopyThreads();
 
 }  // namespace shardkit

@@ -33,6 +33,7 @@
 #include "shardkit/filesystem.h"
 #include "shardkit/sample.h"
 #include "shardkit/status.h"
+#include "shardkit/export.h"
 
 namespace shardkit {
 
@@ -77,7 +78,7 @@ struct DatasetInfo {
 };
 
 // Reads samples in dataset order.
-class SampleReader {
+class SHARDKIT_API SampleReader {
  public:
   virtual ~SampleReader() = default;
   // Fills *out with the next sample and returns true, or returns false at the end.
@@ -86,7 +87,7 @@ class SampleReader {
 
 // Reads sample i of [0, size()). Get() is safe to call from many threads at once.
 // Field bytes are zero-copy views where the format allows it.
-class RandomAccess {
+class SHARDKIT_API RandomAccess {
  public:
   virtual ~RandomAccess() = default;
   virtual uint64_t size() const = 0;
@@ -157,14 +158,14 @@ struct WriteSummary {
 //    journal: the resumable state that WriteOptions::resume continues from. The
 //    error message then says how to resume.
 //  - a process killed outright (SIGKILL, power loss) leaves that same state.
-class SampleWriter {
+class SHARDKIT_API SampleWriter {
  public:
   virtual ~SampleWriter() = default;
   virtual Status Write(const Sample& s) = 0;
   virtual Result<WriteSummary> Finish() = 0;
 };
 
-class Dataset {
+class SHARDKIT_API Dataset {
  public:
   virtual ~Dataset() = default;
   virtual const DatasetInfo& info() const = 0;
@@ -177,12 +178,12 @@ class Dataset {
 };
 
 // Opens a dataset for reading.
-Result<std::unique_ptr<Dataset>> Open(std::string_view address, const OpenOptions& opts = {});
+SHARDKIT_API Result<std::unique_ptr<Dataset>> Open(std::string_view address, const OpenOptions& opts = {});
 // Creates a writer for a new dataset.
-Result<std::unique_ptr<SampleWriter>> Create(std::string_view address, const WriteOptions& opts = {});
+SHARDKIT_API Result<std::unique_ptr<SampleWriter>> Create(std::string_view address, const WriteOptions& opts = {});
 // The registered format names, in registry order.
-std::vector<std::string> FormatNames();
+SHARDKIT_API std::vector<std::string> FormatNames();
 // The format an address resolves to (scheme or detection), without opening it.
-Result<std::string> DetectFormat(std::string_view address);
+SHARDKIT_API Result<std::string> DetectFormat(std::string_view address);
 
 }  // namespace shardkit

@@ -49,6 +49,7 @@
 #include <vector>
 
 #include "shardkit/bytes.h"
+#include "shardkit/export.h"
 #include "shardkit/status.h"
 
 namespace shardkit {
@@ -69,7 +70,7 @@ struct FileInfo {
 };
 
 // A file opened for reading.
-class ReadableFile {
+class SHARDKIT_API ReadableFile {
  public:
   virtual ~ReadableFile() = default;
   virtual const std::string& path() const = 0;
@@ -84,7 +85,7 @@ class ReadableFile {
 };
 
 // A new file being written. Destroying it without Close() closes it, unsynced.
-class WritableFile {
+class SHARDKIT_API WritableFile {
  public:
   virtual ~WritableFile() = default;
   virtual const std::string& path() const = 0;
@@ -119,7 +120,7 @@ struct PublishOptions {
   bool* published = nullptr;
 };
 
-class FileSystem {
+class SHARDKIT_API FileSystem {
  public:
   virtual ~FileSystem() = default;
 
@@ -183,10 +184,10 @@ using FileSystemFactory = std::function<Result<std::shared_ptr<FileSystem>>(std:
 
 // Registers a scheme ("s3", "http"); "file" is built in (Local()). Fails with
 // kAlreadyExists for a scheme registered before. Thread-safe.
-Status RegisterFileSystem(const std::string& scheme, FileSystemFactory factory);
+SHARDKIT_API Status RegisterFileSystem(const std::string& scheme, FileSystemFactory factory);
 // The FileSystem for an address: the registered scheme's, Local() for "file://"
 // and for plain paths; kInvalidArgument naming the known schemes for another
 // "scheme://". Thread-safe.
-Result<std::shared_ptr<FileSystem>> FileSystemFor(std::string_view address);
+SHARDKIT_API Result<std::shared_ptr<FileSystem>> FileSystemFor(std::string_view address);
 
 }  // namespace shardkit

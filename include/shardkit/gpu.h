@@ -46,25 +46,26 @@
 
 #include "shardkit/loader.h"
 #include "shardkit/status.h"
+#include "shardkit/export.h"
 
 namespace shardkit {
 
 // True when this build has the CUDA code (CMake found the toolkit).
-bool CudaCompiled();
+SHARDKIT_API bool CudaCompiled();
 // True when this build has the nvJPEG decoder (nvjpeg.h and libnvjpeg were found).
-bool NvjpegCompiled();
+SHARDKIT_API bool NvjpegCompiled();
 // Number of usable CUDA devices; 0 when the build has no CUDA, no driver or no device.
-int CudaDeviceCount();
+SHARDKIT_API int CudaDeviceCount();
 // Why no device is usable ("" when one is): e.g. "no CUDA device: cudaGetDeviceCount:
 // no CUDA-capable device is detected" or "built without CUDA".
-std::string CudaUnavailableReason();
+SHARDKIT_API std::string CudaUnavailableReason();
 
 // Page-locked host memory from cudaHostAlloc (portable, usable by any device), for
 // LoaderOptions::allocator. Returns null (and sets *why) when CUDA is not usable.
-std::shared_ptr<HostAllocator> PinnedHostAllocator(std::string* why = nullptr);
+SHARDKIT_API std::shared_ptr<HostAllocator> PinnedHostAllocator(std::string* why = nullptr);
 
 enum class DecoderKind { kCpu, kGpu, kAuto };
-const char* DecoderName(DecoderKind d);  // "cpu", "gpu", "auto"
+SHARDKIT_API const char* DecoderName(DecoderKind d);  // "cpu", "gpu", "auto"
 
 struct GpuOptions {
   int device = 0;                          // CUDA device ordinal
@@ -96,14 +97,14 @@ struct GpuOptions {
 // kInvalidArgument naming the first bad option. The checks of Validate(o) (shardkit/
 // loader.h), with the output size up to 8192 (the resize kernel's limit), and ring in
 // [2, 64], host_threads in [0, 4096], hardware_load < 0 or in [0, 1].
-Status Validate(const LoaderOptions& o, const GpuOptions& g);
+SHARDKIT_API Status Validate(const LoaderOptions& o, const GpuOptions& g);
 
 namespace detail {
 struct DeviceRing;
 }
 
 // One batch in device memory, or the end-of-epoch marker. Move-only.
-class DeviceBatch {
+class SHARDKIT_API DeviceBatch {
  public:
   DeviceBatch() = default;
   DeviceBatch(DeviceBatch&& o) noexcept;
@@ -159,7 +160,7 @@ class DeviceBatch {
   int device_ = 0;
 };
 
-class GpuLoader {
+class SHARDKIT_API GpuLoader {
  public:
   // Fails with kUnsupported (message says why) when the build has no CUDA, when no device
   // is usable, or when decoder = gpu and the build has no nvJPEG.
@@ -222,7 +223,7 @@ class GpuLoader {
   // Safe to call between Next() calls.
   Profile profile() const;
 
-  struct Impl;
+  struct SHARDKIT_HIDDEN Impl;
 
  private:
   explicit GpuLoader(std::unique_ptr<Impl> impl);

@@ -20,17 +20,18 @@
 #include <vector>
 
 #include "shardkit/status.h"
+#include "shardkit/export.h"
 
 namespace shardkit {
 
 // DALI's default index path for a shard: the path up to the first dot of the
 // base name, plus ".idx" (out/train-000000.tar -> out/train-000000.idx).
-std::string DaliIndexPathFor(const std::string& tar_path);
+SHARDKIT_API std::string DaliIndexPathFor(const std::string& tar_path);
 
 // Scans a shard and writes its DALI index atomically to `output` (default:
 // DaliIndexPathFor(tar_path)), replacing an existing one. Returns the number of
 // samples indexed. A shard with no samples is refused (DALI needs at least one).
-Result<uint64_t> WriteDaliIndex(const std::string& tar_path, const std::string& output = "");
+SHARDKIT_API Result<uint64_t> WriteDaliIndex(const std::string& tar_path, const std::string& output = "");
 
 // One entry of a wids shard list.
 struct TarShardSummary {
@@ -40,13 +41,13 @@ struct TarShardSummary {
   std::string md5;  // 32 lowercase hex digits of the whole file
 };
 // Scans a shard (counting samples as the reader groups them) and hashes it.
-Result<TarShardSummary> DescribeTarShard(const std::string& tar_path);
+SHARDKIT_API Result<TarShardSummary> DescribeTarShard(const std::string& tar_path);
 
 // Expands a brace range ("train-{000000..000009}.tar") or a "::"-joined list of
 // shard paths; a plain path expands to itself.
-Result<std::vector<std::string>> ExpandShardList(std::string_view pattern);
+SHARDKIT_API Result<std::vector<std::string>> ExpandShardList(std::string_view pattern);
 
 // Writes a small index file atomically (temporary name, fsync, rename).
-Status WriteIndexFile(const std::string& path, std::string_view text);
+SHARDKIT_API Status WriteIndexFile(const std::string& path, std::string_view text);
 
 }  // namespace shardkit

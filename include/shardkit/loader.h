@@ -53,26 +53,27 @@
 
 #include "shardkit/dataset.h"
 #include "shardkit/status.h"
+#include "shardkit/export.h"
 
 namespace shardkit {
 
 enum class DType { kUint8, kFloat32, kFloat16, kBFloat16 };
 enum class Layout { kNHWC, kNCHW };
-const char* DTypeName(DType d);      // "uint8", "float32", "float16", "bfloat16"
-size_t DTypeSize(DType d);           // bytes per element
+SHARDKIT_API const char* DTypeName(DType d);      // "uint8", "float32", "float16", "bfloat16"
+SHARDKIT_API size_t DTypeSize(DType d);           // bytes per element
 
 // Where batch memory comes from. The default allocator uses aligned heap memory. A
 // pinned (page-locked) allocator, e.g. cudaHostAlloc, plugs in here (issue 7): it is
 // called only at Create() (one buffer per prefetch slot) and Deallocate when the pool
 // dies, possibly on another thread.
-class HostAllocator {
+class SHARDKIT_API HostAllocator {
  public:
   virtual ~HostAllocator() = default;
   virtual void* Allocate(size_t bytes) = 0;  // nullptr on failure
   virtual void Deallocate(void* p, size_t bytes) = 0;
   virtual bool pinned() const = 0;           // page-locked memory?
 };
-std::shared_ptr<HostAllocator> DefaultHostAllocator();
+SHARDKIT_API std::shared_ptr<HostAllocator> DefaultHostAllocator();
 
 enum class AugmentMode {
   kTrain,  // RandomResizedCrop(output_size, scale, ratio) + horizontal flip with flip_p
@@ -146,7 +147,7 @@ struct LoaderOptions {
 // RandomResizedCrop scale and ratio, flip_p, resize_size, dct_min_cover, std, and rank
 // within world size, those two read from RANK / WORLD_SIZE when < 0). The GPU loader's
 // check is Validate(LoaderOptions, GpuOptions) (shardkit/gpu.h): this one and more.
-Status Validate(const LoaderOptions& o);
+SHARDKIT_API Status Validate(const LoaderOptions& o);
 
 // Streamed mode's position (see LoaderState::stream).
 struct StreamState {
@@ -164,7 +165,7 @@ struct StreamState {
 };
 
 // The position of a loader, enough to continue in a new process.
-struct LoaderState {
+struct SHARDKIT_API LoaderState {
   uint64_t seed = 0;
   uint64_t epoch = 0;
   uint64_t next_batch = 0;   // index in this rank's epoch of the next batch Next() yields
@@ -188,7 +189,7 @@ struct BatchPool;
 
 // One batch, or the end-of-epoch marker. Move-only. The data is valid while the Batch
 // holds its buffer (until destruction or Release()).
-class Batch {
+class SHARDKIT_API Batch {
  public:
   Batch() = default;
   Batch(Batch&& o) noexcept;
@@ -234,7 +235,7 @@ class Batch {
   uint64_t epoch_ = 0, index_ = 0;
 };
 
-class Loader {
+class SHARDKIT_API Loader {
  public:
   // Opens `address` (shardkit::Open). Reads it through NewRandomAccess, or streamed
   // (NewReader per shard) when opts.stream is set or the dataset has no random access.
@@ -300,7 +301,7 @@ class Loader {
   Status restore(const LoaderState& s);
 
  private:
-  struct Impl;
+  struct SHARDKIT_HIDDEN Impl;
   explicit Loader(std::unique_ptr<Impl> impl);
   static Result<std::unique_ptr<Loader>> CreateStreamed(std::unique_ptr<Dataset> ds, const LoaderOptions& opts);
   std::unique_ptr<Impl> impl_;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "shardkit/bytes.h"
+#include "shardkit/export.h"
 
 namespace shardkit {
 
@@ -29,7 +30,7 @@ struct Field {
   std::string source_ext;
 };
 
-struct Sample {
+struct SHARDKIT_API Sample {
   std::string key;            // e.g. "n01440764/n01440764_10026"
   std::vector<Field> fields;  // sorted by ext, unique
 
@@ -52,6 +53,6 @@ struct Sample {
 };
 
 // True for extensions that hold an encoded image.
-bool IsImageExt(std::string_view ext);
+SHARDKIT_API bool IsImageExt(std::string_view ext);
 
 }  // namespace shardkit

@@ -15,6 +15,8 @@
 #include <utility>
 #include <variant>
 
+#include "shardkit/export.h"
+
 namespace shardkit {
 
 enum class Code : int {
@@ -29,7 +31,7 @@ enum class Code : int {
   kInternal,         // a bug in shardkit
 };
 
-const char* CodeName(Code c);
+SHARDKIT_API const char* CodeName(Code c);
 
 // A finer, typed kind of failure where callers must tell kinds apart (verify
 // counts a sample-checksum failure apart from a structure failure). Callers never
@@ -42,7 +44,7 @@ enum class Detail : int {
 };
 
 // Where a problem is. Unset members are empty / -1 and are not printed.
-struct Location {
+struct SHARDKIT_API Location {
   std::string file;     // file or directory path
   int64_t shard = -1;   // shard index within a dataset
   int64_t offset = -1;  // byte offset within `file`
@@ -54,7 +56,7 @@ struct Location {
   std::string ToString() const;
 };
 
-class [[nodiscard]] Status {
+class [[nodiscard]] SHARDKIT_API Status {
  public:
   Status() = default;  // OK
   Status(Code code, std::string message, Location where = {})

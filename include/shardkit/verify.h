@@ -37,6 +37,7 @@
 
 #include "shardkit/dataset.h"
 #include "shardkit/status.h"
+#include "shardkit/export.h"
 
 namespace shardkit {
 
@@ -59,7 +60,7 @@ constexpr int kNumFindingKinds = 13;
 // "structure", "count", "shard-checksum", "sample-checksum", "duplicate-key",
 // "missing-shard", "empty-shard", "missing-field", "missing", "extra",
 // "different", "decode-error", "decode-warning".
-const char* FindingKindName(FindingKind k);
+SHARDKIT_API const char* FindingKindName(FindingKind k);
 
 struct Finding {
   FindingKind kind;
@@ -115,6 +116,6 @@ struct VerifyReport {
 // Verifies the dataset at `address`. Damage is reported as findings; the Result
 // fails only when the check itself cannot run (no such dataset, a bad address,
 // an unreadable --against source).
-Result<VerifyReport> Verify(std::string_view address, const VerifyOptions& opts = {});
+SHARDKIT_API Result<VerifyReport> Verify(std::string_view address, const VerifyOptions& opts = {});
 
 }  // namespace shardkit

@@ -50,29 +50,31 @@ if(SHARDKIT_HAVE_CUDA)
   target_include_directories(shardkit_gpu_kernels PRIVATE ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/lib)
   # C++17 for nvcc: CMake releases before 3.27 do not know that nvcc 12+ speaks C++20.
   set_target_properties(shardkit_gpu_kernels PROPERTIES POSITION_INDEPENDENT_CODE ON CUDA_STANDARD 17
-    CUDA_STANDARD_REQUIRED ON)
-  # shardkit was created before CUDA was enabled: give it the CUDA properties explicitly.
-  set_target_properties(shardkit PROPERTIES CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}" CUDA_STANDARD 17)
-  target_sources(shardkit PRIVATE
+    CUDA_STANDARD_REQUIRED ON CUDA_VISIBILITY_PRESET hidden)
+  # The libraries were created before CUDA was enabled: give them the CUDA properties explicitly.
+  set_target_properties(shardkit_objects shardkit shardkit_internal PROPERTIES
+    CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}" CUDA_STANDARD 17)
+  target_sources(shardkit_objects PRIVATE
     ${CMAKE_CURRENT_LIST_DIR}/device_batch.cc
     ${CMAKE_CURRENT_LIST_DIR}/gpu_loader.cc
-    ${CMAKE_CURRENT_LIST_DIR}/jpeg_header.cc
-    $<TARGET_OBJECTS:shardkit_gpu_kernels>)
-  target_link_libraries(shardkit PRIVATE CUDA::cudart)
-  target_compile_definitions(shardkit PRIVATE SHARDKIT_HAVE_CUDA=1)
+    ${CMAKE_CURRENT_LIST_DIR}/jpeg_header.cc)
+  # An object library cannot hold other objects: both libraries take the kernels directly.
+  target_link_libraries(shardkit PRIVATE shardkit_gpu_kernels)
+  target_link_libraries(shardkit_internal PRIVATE shardkit_gpu_kernels)
+  target_link_libraries(shardkit_objects PUBLIC CUDA::cudart)
+  target_compile_definitions(shardkit_objects PRIVATE SHARDKIT_HAVE_CUDA=1)
   if(SHARDKIT_HAVE_NVJPEG)
-    target_sources(shardkit PRIVATE ${CMAKE_CURRENT_LIST_DIR}/nvjpeg_decoder.cc)
-    target_link_libraries(shardkit PRIVATE CUDA::nvjpeg)
-    target_compile_definitions(shardkit PRIVATE SHARDKIT_HAVE_NVJPEG=1)
+    target_sources(shardkit_objects PRIVATE ${CMAKE_CURRENT_LIST_DIR}/nvjpeg_decoder.cc)
+    target_link_libraries(shardkit_objects PUBLIC CUDA::nvjpeg)
+    target_compile_definitions(shardkit_objects PRIVATE SHARDKIT_HAVE_NVJPEG=1)
   endif()
 else()
-  target_sources(shardkit PRIVATE ${CMAKE_CURRENT_LIST_DIR}/no_cuda.cc ${CMAKE_CURRENT_LIST_DIR}/jpeg_header.cc)
+  target_sources(shardkit_objects PRIVATE ${CMAKE_CURRENT_LIST_DIR}/no_cuda.cc ${CMAKE_CURRENT_LIST_DIR}/jpeg_header.cc)
 endif()
 
-# The GPU benchmark (bench/gpu_bench.cc): public API plus lib/gpu/testing.h.
+# The GPU benchmark (bench/gpu_bench.cc): public API plus lib/gpu/testing.h (the internal library).
 add_executable(shardkit_gpu_bench ${PROJECT_SOURCE_DIR}/bench/gpu_bench.cc)
-target_include_directories(shardkit_gpu_bench PRIVATE ${PROJECT_SOURCE_DIR}/lib)
-target_link_libraries(shardkit_gpu_bench PRIVATE shardkit fmt::fmt Threads::Threads)
+target_link_libraries(shardkit_gpu_bench PRIVATE shardkit_internal fmt::fmt Threads::Threads)
 else()
   message(STATUS "shardkit: GPU feed skipped (no shardkit/loader.h in this tree)")
 endif()

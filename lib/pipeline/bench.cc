@@ -806,87 +806,208 @@ std::string XmlEscape(const std::string& s) {
 }
 const char* kColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
                          "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+
+// A value on a 1-2-5 grid at or above `v` (axis steps).
+double NiceStep(double v) {
+  double p = std::pow(10.0, std::floor(std::log10(v)));
+  for (double m : {1.0, 2.0, 2.5, 5.0, 10.0})
+    if (m * p >= v * (1 - 1e-9)) return m * p;
+  return 10 * p;
+}
+
+// "0", "950/s", "12.5k/s", "10.97M/s".
+std::string HumanRate(double v) {
+  if (v >= 1e6) return fmt::format("{:g}M/s", std::round(v / 1e4) / 100);
+  if (v >= 1e3) return fmt::format("{:g}k/s", std::round(v / 10) / 100);
+  if (v == 0) return "0";
+  return fmt::format("{:g}/s", std::round(v * 100) / 100);
+}
+
+// Microseconds as "10 us", "1 ms", "2.5 s".
+std::string HumanMicros(double us) {
+  if (us >= 1e6) return fmt::format("{:g} s", us / 1e6);
+  if (us >= 1e3) return fmt::format("{:g} ms", us / 1e3);
+  return fmt::format("{:g} us", us);
+}
+
+// Dash pattern of a mode's lines (the colour is the dataset's).
+const char* ModeDash(const std::string& mode) {
+  if (mode == "random-copy") return "7,4";
+  if (mode == "sequential") return "2,3";
+  return "";  // random-view (and anything else): solid
+}
+
+std::string DashAttr(const std::string& mode) {
+  const char* d = ModeDash(mode);
+  return *d ? fmt::format(" stroke-dasharray=\"{}\"", d) : std::string();
+}
+
 }  // namespace
 
+// Two panels side by side (latency CDF of the single-thread passes; throughput versus
+// threads), one colour per dataset in both (in the report's row order), one dash pattern
+// per mode, and the legend below the panels, outside the plot areas.
 std::string BenchSvg(const BenchReport& r) {
-  const int W = 1100, H = 480, pw = 460, ph = 340, ox1 = 70, ox2 = 620, oy = 60;
+  // Datasets and modes in the order of the report's rows (the table's order).
+  std::vector<std::string> datasets, modes, formats;
+  std::vector<int> th;
+  uint64_t n_lo = UINT64_MAX, n_hi = 0;
+  bool cold = false;
+  for (const auto& row : r.rows) {
+    if (std::find(datasets.begin(), datasets.end(), row.dataset) == datasets.end()) {
+      datasets.push_back(row.dataset);
+      formats.push_back(row.format);
+    }
+    if (std::find(modes.begin(), modes.end(), row.mode) == modes.end()) modes.push_back(row.mode);
+    if (std::find(th.begin(), th.end(), row.threads) == th.end()) th.push_back(row.threads);
+    if (row.latency.count) n_lo = std::min(n_lo, row.latency.count), n_hi = std::max(n_hi, row.latency.count);
+    cold = cold || row.cold;
+  }
+  std::sort(th.begin(), th.end());
+  auto color = [&](const std::string& ds) {
+    size_t i = size_t(std::find(datasets.begin(), datasets.end(), ds) - datasets.begin());
+    return kColors[i % 10];
+  };
+  auto join = [](const std::vector<std::string>& v) {
+    std::string o;
+    for (const auto& x : v) o += (o.empty() ? "" : ", ") + x;
+    return o;
+  };
+  std::vector<std::string> ths;
+  for (int t : th) ths.push_back(std::to_string(t));
+
+  const int pw = 460, ph = 300, ox1 = 80, ox2 = 630, oy = 90;
+  const int W = ox2 + pw + 30;
+  // The legend flows left to right below the panels, in the rows' order, wrapping at the
+  // right edge (text width estimated at 7 px a character).
+  std::vector<std::string> labels;
+  std::vector<std::pair<int, int>> at;  // x, row
+  for (size_t i = 0, x = ox1, row = 0; i < datasets.size(); ++i) {
+    std::string label = datasets[i];
+    if (label.size() > 70) label = "..." + label.substr(label.size() - 67);
+    size_t w = 32 + 7 * (label.size() + formats[i].size() + 3) + 24;
+    if (x > size_t(ox1) && x + w > size_t(W - 20)) x = ox1, ++row;
+    labels.push_back(label);
+    at.emplace_back(int(x), int(row));
+    x += w;
+  }
+  const int legend_y = oy + ph + 62, legend_rows = at.empty() ? 0 : at.back().second + 1;
+  const int H = legend_y + 20 * legend_rows + 34;
   std::string s = fmt::format(
       "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" "
       "height=\"{}\" viewBox=\"0 0 {} {}\" font-family=\"sans-serif\" font-size=\"12\">\n"
       "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
       W, H, W, H);
-  // Chart 1: latency CDF, log10 x axis.
+  // Title: what ran.
+  std::string samples = n_hi == 0 ? std::string("no samples")
+                        : n_lo == n_hi ? fmt::format("{} samples per pass", n_hi)
+                                       : fmt::format("{}-{} samples per pass", n_lo, n_hi);
+  s += fmt::format("<text x=\"{}\" y=\"28\" font-size=\"17\" font-weight=\"bold\">shardkit bench: {}</text>\n",
+                   ox1, XmlEscape(join(modes)));
+  s += fmt::format("<text x=\"{}\" y=\"48\" fill=\"#444\">threads {}; {}; {} page cache; {} dataset{}</text>\n",
+                   ox1, XmlEscape(join(ths)), samples, cold ? "cold" : "warm", datasets.size(),
+                   datasets.size() == 1 ? "" : "s");
+
+  // Panel 1: latency CDF of the single-thread passes, log10 time axis.
   double lo = 1e30, hi = 0;
   for (const auto& [row, v] : r.cdfs)
     if (!v.empty()) lo = std::min(lo, double(std::max(v.front(), 0.01f))), hi = std::max(hi, double(v.back()));
   if (hi <= 0) lo = 0.1, hi = 1000;
   double l0 = std::floor(std::log10(lo)), l1 = std::ceil(std::log10(std::max(hi, lo * 10)));
-  s += fmt::format("<text x=\"{}\" y=\"30\" font-size=\"15\">Latency CDF, single thread (log time axis)</text>\n", ox1);
-  s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#333\"/>\n", ox1, oy, pw, ph);
+  auto xl = [&](double us) { return ox1 + (std::log10(std::max(us, lo)) - l0) / (l1 - l0) * pw; };
+  s += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"14\">Read latency, 1 thread (CDF)</text>\n", ox1, oy - 12);
   for (double d = l0; d <= l1; d += 1) {
     double x = ox1 + (d - l0) / (l1 - l0) * pw;
     s += fmt::format("<line x1=\"{:.1f}\" y1=\"{}\" x2=\"{:.1f}\" y2=\"{}\" stroke=\"#ddd\"/>\n", x, oy, x, oy + ph);
-    s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{:g} us</text>\n", x, oy + ph + 16, std::pow(10.0, d));
+    s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", x, oy + ph + 16,
+                     HumanMicros(std::pow(10.0, d)));
   }
   for (int q = 0; q <= 4; ++q) {
     double y = oy + ph - q * ph / 4.0;
-    s += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{:.2f}</text>\n", ox1 - 6, y + 4, q / 4.0);
+    if (q > 0 && q < 4)
+      s += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" stroke=\"#eee\"/>\n", ox1, y, ox1 + pw, y);
+    s += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{}%</text>\n", ox1 - 6, y + 4, q * 25);
   }
-  int ci = 0;
+  s += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">time per sample (log scale)</text>\n",
+                   ox1 + pw / 2, oy + ph + 34);
+  s += fmt::format("<text transform=\"translate({},{}) rotate(-90)\" text-anchor=\"middle\">reads done within</text>\n",
+                   ox1 - 48, oy + ph / 2);
+  // Series in row order: r.cdfs follows the rows.
   for (const auto& [row, v] : r.cdfs) {
     if (v.empty()) continue;
     const auto& br = r.rows[row];
     std::string pts;
     size_t step = std::max<size_t>(1, v.size() / 300);
-    for (size_t i = 0; i < v.size(); i += step) {
-      double x = ox1 + (std::log10(std::max(double(v[i]), lo)) - l0) / (l1 - l0) * pw;
-      double y = oy + ph - double(i + 1) / double(v.size()) * ph;
-      pts += fmt::format("{:.1f},{:.1f} ", x, y);
-    }
-    double xl = ox1 + (std::log10(std::max(double(v.back()), lo)) - l0) / (l1 - l0) * pw;
-    pts += fmt::format("{:.1f},{:.1f}", xl, double(oy));
-    const char* c = kColors[ci % 10];
-    s += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\" points=\"{}\"/>\n", c, pts);
-    s += fmt::format("<text x=\"{}\" y=\"{}\" fill=\"{}\">{} ({})</text>\n", ox1 + 8, oy + 16 + 14 * ci, c,
-                     XmlEscape(br.dataset), XmlEscape(br.mode));
-    ++ci;
+    for (size_t i = 0; i < v.size(); i += step)
+      pts += fmt::format("{:.1f},{:.1f} ", xl(double(v[i])), oy + ph - double(i + 1) / double(v.size()) * ph);
+    pts += fmt::format("{:.1f},{:.1f}", xl(double(v.back())), double(oy));
+    s += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.8\"{} points=\"{}\">"
+                     "<title>{} ({})</title></polyline>\n",
+                     color(br.dataset), DashAttr(br.mode), pts, XmlEscape(br.dataset), XmlEscape(br.mode));
   }
-  // Chart 2: throughput versus threads.
-  std::vector<int> th;
+  s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#333\"/>\n", ox1, oy, pw, ph);
+
+  // Panel 2: throughput versus threads, one line per dataset and mode.
   double maxr = 0;
-  std::map<std::string, std::vector<std::pair<int, double>>> series;
+  std::vector<std::pair<const BenchRow*, std::vector<std::pair<int, double>>>> series;  // first row, points
   for (const auto& row : r.rows) {
-    if (std::find(th.begin(), th.end(), row.threads) == th.end()) th.push_back(row.threads);
-    series[row.dataset + " (" + row.mode + ")"].emplace_back(row.threads, row.samples_per_s);
+    auto it = std::find_if(series.begin(), series.end(), [&](const auto& x) {
+      return x.first->dataset == row.dataset && x.first->mode == row.mode;
+    });
+    if (it == series.end()) it = series.insert(series.end(), {&row, {}});
+    it->second.emplace_back(row.threads, row.samples_per_s);
     maxr = std::max(maxr, row.samples_per_s);
   }
-  std::sort(th.begin(), th.end());
   if (maxr <= 0) maxr = 1;
-  s += fmt::format("<text x=\"{}\" y=\"30\" font-size=\"15\">Throughput (samples/s) versus threads</text>\n", ox2);
-  s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#333\"/>\n", ox2, oy, pw, ph);
+  double ystep = NiceStep(maxr / 5), ytop = std::ceil(maxr / ystep - 1e-9) * ystep;
   auto xt = [&](int t) {
     size_t i = size_t(std::find(th.begin(), th.end(), t) - th.begin());
-    return th.size() == 1 ? ox2 + pw / 2.0 : ox2 + double(i) / double(th.size() - 1) * pw;
+    return th.size() == 1 ? ox2 + pw / 2.0 : ox2 + 20 + double(i) / double(th.size() - 1) * (pw - 40);
   };
-  for (int t : th) s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", xt(t), oy + ph + 16, t);
-  for (int q = 0; q <= 4; ++q) {
-    double y = oy + ph - q * ph / 4.0;
-    s += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{:.0f}</text>\n", ox2 - 6, y + 4, maxr * q / 4);
+  auto yr = [&](double v) { return oy + ph - v / ytop * ph; };
+  s += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"14\">Throughput versus threads</text>\n", ox2, oy - 12);
+  for (int t : th) {
+    s += fmt::format("<line x1=\"{:.1f}\" y1=\"{}\" x2=\"{:.1f}\" y2=\"{}\" stroke=\"#eee\"/>\n", xt(t), oy, xt(t), oy + ph);
+    s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", xt(t), oy + ph + 16, t);
   }
-  ci = 0;
-  for (auto& [name, pts] : series) {
+  for (double v = 0; v <= ytop * (1 + 1e-9); v += ystep) {
+    double y = yr(v);
+    if (v > 0) s += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" stroke=\"#ddd\"/>\n", ox2, y, ox2 + pw, y);
+    s += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>\n", ox2 - 6, y + 4, HumanRate(v));
+  }
+  s += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">threads</text>\n", ox2 + pw / 2, oy + ph + 34);
+  for (auto& [first, pts] : series) {
     std::sort(pts.begin(), pts.end());
     std::string p;
-    for (auto [t, v] : pts) p += fmt::format("{:.1f},{:.1f} ", xt(t), oy + ph - v / maxr * ph);
-    const char* c = kColors[ci % 10];
-    s += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\" points=\"{}\"/>\n", c, p);
+    for (auto [t, v] : pts) p += fmt::format("{:.1f},{:.1f} ", xt(t), yr(v));
+    const char* c = color(first->dataset);
+    s += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.8\"{} points=\"{}\">"
+                     "<title>{} ({})</title></polyline>\n",
+                     c, DashAttr(first->mode), p, XmlEscape(first->dataset), XmlEscape(first->mode));
     for (auto [t, v] : pts)
-      s += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\"/>\n", xt(t), oy + ph - v / maxr * ph, c);
-    s += fmt::format("<text x=\"{}\" y=\"{}\" fill=\"{}\" font-size=\"10\">{}</text>\n", ox2 + 8, oy + 14 + 12 * ci, c,
-                     XmlEscape(name));
-    ++ci;
+      s += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\">"
+                       "<title>{}: {} threads, {}</title></circle>\n",
+                       xt(t), yr(v), c, XmlEscape(first->dataset + " (" + first->mode + ")"), t, HumanRate(v));
   }
-  s += fmt::format("<text x=\"{}\" y=\"{}\">threads</text>\n", ox2 + pw / 2 - 20, oy + ph + 34);
+  s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#333\"/>\n", ox2, oy, pw, ph);
+
+  // Legend, below both panels: one colour per dataset, one dash pattern per mode.
+  for (size_t i = 0; i < datasets.size(); ++i) {
+    int x = at[i].first, y = legend_y + 20 * at[i].second;
+    s += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"4\"/>\n", x, y - 4,
+                     x + 24, y - 4, color(datasets[i]));
+    s += fmt::format("<text x=\"{}\" y=\"{}\">{} <tspan fill=\"#666\">({})</tspan></text>\n", x + 32, y,
+                     XmlEscape(labels[i]), XmlEscape(formats[i]));
+  }
+  int x = ox1, y = legend_y + 20 * legend_rows + 8;
+  s += fmt::format("<text x=\"{}\" y=\"{}\" fill=\"#444\">modes:</text>\n", x, y);
+  x += 52;
+  for (const auto& m : modes) {
+    s += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#444\" stroke-width=\"1.8\"{}/>\n", x, y - 4,
+                     x + 34, y - 4, DashAttr(m));
+    s += fmt::format("<text x=\"{}\" y=\"{}\">{}</text>\n", x + 40, y, XmlEscape(m));
+    x += 56 + 7 * int(m.size());
+  }
   s += "</svg>\n";
   return s;
 }

@@ -378,4 +378,6 @@ Result<ConvertSummary> Shard(std::string_view src, std::string_view dst, const S
   return sum;
 }
 
+int DefaultCopyThreads() { return int(std::clamp(std::thread::hardware_concurrency(), 2u, 8u)); }
+
 }  // namespace shardkit

@@ -79,15 +79,15 @@ py::dict RunWithProgress(const py::object& progress, Work&& work) {
 void BindConvert(py::module_& m) {
   m.attr("HAVE_CONVERT") = true;
   m.def("convert",
-        [](const std::string& src, const std::string& dst, bool shuffle, uint64_t seed, int threads,
-           size_t window, const py::object& shard_size, uint64_t samples_per_shard,
+        [](const std::string& src, const std::string& dst, bool shuffle, uint64_t seed,
+           std::optional<int> threads, size_t window, const py::object& shard_size, uint64_t samples_per_shard,
            const std::vector<std::string>& class_names, bool overwrite, const std::string& key_dots,
            const std::string& lmdb_layout, bool write_index,
            const std::map<std::string, std::string>& field_map, const py::object& progress) {
           ConvertOptions o;
           o.shuffle = shuffle;
           o.seed = seed;
-          o.threads = threads;
+          o.threads = threads.value_or(DefaultCopyThreads());
           o.window = window;
           if (uint64_t b = ByteSize(shard_size)) o.write.shard_size = b;
           o.write.samples_per_shard = samples_per_shard;
@@ -97,10 +97,12 @@ void BindConvert(py::module_& m) {
           o.write.lmdb.layout = lmdb_layout;
           o.write.wds.write_index = write_index;
           o.open.field_map = field_map;
-          return RunWithProgress(progress, [&](const ProgressFn& fn) { return Convert(src, dst, o, fn); });
+          py::dict d = RunWithProgress(progress, [&](const ProgressFn& fn) { return Convert(src, dst, o, fn); });
+          d["threads"] = o.threads;
+          return d;
         },
         py::arg("src"), py::arg("dst"), py::kw_only(), py::arg("shuffle") = false, py::arg("seed") = 0,
-        py::arg("threads") = 1, py::arg("window") = 256, py::arg("shard_size") = py::none(),
+        py::arg("threads") = py::none(), py::arg("window") = 256, py::arg("shard_size") = py::none(),
         py::arg("samples_per_shard") = 0, py::arg("class_names") = std::vector<std::string>{},
         py::arg("overwrite") = false, py::arg("key_dots") = "error", py::arg("lmdb_layout") = "shardkit",
         py::arg("write_index") = true, py::arg("field_map") = std::map<std::string, std::string>{},
@@ -111,13 +113,16 @@ Keeps dataset order, or with shuffle=True writes a seeded global permutation (ne
 access). wds outputs: shard_size (bytes, or a string such as "1GiB"), samples_per_shard,
 write_index (DALI .idx files). key_dots: "error" or "replace" (keys with a dot in their
 last component). lmdb_layout: "shardkit" or "caffe". class_names: default the source's.
-field_map: HDF5 source dataset names to fields. progress: a callable taking a dict
+threads: reader threads, default (None) what the `shardkit convert` command uses: the
+cores, 2 to 8 (the output is the same for any number). field_map: HDF5 source dataset
+names to fields. progress: a callable taking a dict
 {samples, bytes, elapsed, total}, called about ten times a second on this thread.
-Returns a summary dict. Nothing appears under `dst` unless it succeeds.)doc");
+Returns a summary dict (with the `threads` used). Nothing appears under `dst` unless it
+succeeds.)doc");
 
   m.def("shard",
         [](const std::string& src, const std::string& dst, uint64_t num_shards, uint64_t samples_per_shard,
-           const py::object& shard_size, bool shuffle, uint64_t seed, int threads, bool overwrite,
+           const py::object& shard_size, bool shuffle, uint64_t seed, std::optional<int> threads, bool overwrite,
            const std::string& key_dots, const std::map<std::string, std::string>& field_map,
            const py::object& progress) {
           ShardOptions o;
@@ -126,15 +131,17 @@ Returns a summary dict. Nothing appears under `dst` unless it succeeds.)doc");
           o.shard_size = ByteSize(shard_size);
           o.shuffle = shuffle;
           o.seed = seed;
-          o.threads = threads;
+          o.threads = threads.value_or(DefaultCopyThreads());
           o.overwrite = overwrite;
           o.key_dots = ParseKeyDots(key_dots);
           o.open.field_map = field_map;
-          return RunWithProgress(progress, [&](const ProgressFn& fn) { return Shard(src, dst, o, fn); });
+          py::dict d = RunWithProgress(progress, [&](const ProgressFn& fn) { return Shard(src, dst, o, fn); });
+          d["threads"] = o.threads;
+          return d;
         },
         py::arg("src"), py::arg("dst"), py::kw_only(), py::arg("num_shards") = 0,
         py::arg("samples_per_shard") = 0, py::arg("shard_size") = py::none(), py::arg("shuffle") = false,
-        py::arg("seed") = 0, py::arg("threads") = 1, py::arg("overwrite") = false,
+        py::arg("seed") = 0, py::arg("threads") = py::none(), py::arg("overwrite") = false,
         py::arg("key_dots") = "error", py::arg("field_map") = std::map<std::string, std::string>{},
         py::arg("progress") = py::none(),
         R"doc(Re-shards any dataset into WebDataset tar shards named by the printf pattern `dst`

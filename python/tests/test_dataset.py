@@ -149,6 +149,25 @@ def test_convert_refuses_existing_output(tmp_path, data):
 
 
 @needs_convert
+def test_convert_and_shard_default_to_the_cli_threads(tmp_path, folder):
+    # `shardkit convert` and `shardkit shard` read with the cores, 2 to 8 (tools/cmd_convert.cc);
+    # so do convert() and shard() unless told, and they say what they used.
+    address = folder[0]
+    cli_default = min(max(os.cpu_count() or 1, 2), 8)
+    summary = shardkit.convert(address, "lmdb:" + str(tmp_path / "a"))
+    assert summary["threads"] == cli_default > 1
+    assert summary["samples"] == 24
+    assert shardkit.convert(address, "lmdb:" + str(tmp_path / "b"), threads=1)["threads"] == 1
+    assert shardkit.convert(address, "lmdb:" + str(tmp_path / "c"), threads=3)["threads"] == 3
+    summary = shardkit.shard(address, str(tmp_path / "s-%06d.tar"), num_shards=2)
+    assert summary["threads"] == cli_default
+    assert [s["samples"] for s in summary["shards"]] == [12, 12]
+    # The same bytes whatever the thread count.
+    a, b = shardkit.open("lmdb:" + str(tmp_path / "a")), shardkit.open("lmdb:" + str(tmp_path / "b"))
+    assert [a[i]["jpg"] for i in range(24)] == [b[i]["jpg"] for i in range(24)]
+
+
+@needs_convert
 def test_shard_even_counts_and_shuffle(tmp_path, data):
     address, samples = data[:2]
     summary = shardkit.shard(address, str(tmp_path / "t-%06d.tar"), num_shards=5, shuffle=True, seed=3)
