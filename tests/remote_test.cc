@@ -21,6 +21,7 @@
 
 #include "io/remote/credentials.h"
 #include "io/remote/http_client.h"
+#include "io/remote/object_store.h"
 #include "io/remote/s3.h"
 #include "support.h"
 
@@ -280,6 +281,15 @@ TEST_CASE("remote: http ranged reads are byte-identical", "[remote]") {
   auto whole = http.Get(srv.Url("shard.tar"));
   REQUIRE(whole.ok());
   CHECK(*whole == data);
+  // Past the end: a clear error naming the size, not retried.
+  std::string over(100, '\0');
+  Status past = http.ReadRange(srv.Url("shard.tar"), data.size() - 10, 100, over.data());
+  CHECK(past.code() == Code::kInvalidArgument);
+  CHECK(past.message().find(fmt::format("({} bytes)", data.size())) != std::string::npos);
+  Status beyond = http.ReadRange(srv.Url("shard.tar"), data.size() + 5, 100, over.data());
+  CHECK(beyond.code() == Code::kInvalidArgument);
+  CHECK(beyond.message().find(fmt::format("({} bytes)", data.size())) != std::string::npos);
+  CHECK(beyond.message().find("attempts") == std::string::npos);
   // One handle, one connection: keep-alive reuse.
   CHECK(http.handles_created() == 1);
   CHECK(srv.Stats()["connections"].get<int>() <= 3);
@@ -576,4 +586,41 @@ print(",".join(sorted(keys)))
   std::string buf(100, '\0');
   REQUIRE(s3.ReadRange({"test", "x/from-boto3.bin"}, theirs.size() - 100, 100, buf.data()).ok());
   CHECK(buf == theirs.substr(theirs.size() - 100));
+}
+
+TEST_CASE("remote: ObjectStore picks the client by scheme", "[remote]") {
+  HttpServer web;
+  S3rverServer s3srv;
+  ObjectStore store(SettingsFor(s3srv.proc->base()), FastOptions());
+  CHECK(IsRemoteAddress("s3://b/k"));
+  CHECK(IsRemoteAddress("https://h/p"));
+  CHECK_FALSE(IsRemoteAddress("/data/x.tar"));
+  CHECK_FALSE(IsRemoteAddress("pipe:cat x.tar"));
+  CHECK(store.Stat("/data/x.tar").status().code() == Code::kInvalidArgument);
+
+  const std::string data = RandomBytes(6 << 20, 43);
+  WriteOptions small_parts{.multipart_threshold = 5 << 20, .part_size = 5 << 20};
+  for (const std::string& addr : {web.Url("o/a.bin"), std::string("s3://test/o/a.bin")}) {
+    INFO(addr);
+    REQUIRE(store.Write(addr, data, small_parts).ok());  // S3: a 2-part multipart upload
+    auto st = store.Stat(addr);
+    REQUIRE(st.ok());
+    CHECK(st->size == data.size());
+    std::string buf(1000, '\0');
+    REQUIRE(store.ReadRange(addr, 123456, buf.size(), buf.data()).ok());
+    CHECK(buf == data.substr(123456, buf.size()));
+    auto all = store.ReadAll(addr);
+    REQUIRE(all.ok());
+    CHECK(*all == data);
+  }
+  auto list = store.List("s3://test/o/");
+  REQUIRE(list.ok());
+  REQUIRE(list->size() == 1);
+  CHECK((*list)[0].address == "s3://test/o/a.bin");
+  CHECK((*list)[0].size == data.size());
+  CHECK(store.List(web.Url("o/")).status().code() == Code::kUnsupported);
+  REQUIRE(store.Remove("s3://test/o/a.bin").ok());
+  CHECK(store.Stat("s3://test/o/a.bin").status().code() == Code::kNotFound);
+  REQUIRE(store.Remove(web.Url("o/a.bin")).ok());
+  CHECK(store.Stat(web.Url("o/a.bin")).status().code() == Code::kNotFound);
 }

@@ -103,6 +103,8 @@ size_t OnHeader(char* p, size_t size, size_t n, void* ud) {
       t->range_start = a;
       t->range_end = b;
       t->total = tot;
+    } else if (std::sscanf(value.c_str(), "bytes */%lld", &tot) == 1) {
+      t->total = tot;  // a 416's "bytes */SIZE"
     }
   }
   return size * n;
@@ -360,7 +362,6 @@ Result<HttpResponse> HttpClient::Perform(const HttpRequest& req) {
     curl_easy_setopt(h, CURLOPT_HEADERDATA, &t);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, &OnWrite);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &t);
-    if (options_.verbose) curl_easy_setopt(h, CURLOPT_VERBOSE, 1L);
 
     if (req.method == "HEAD") {
       curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
@@ -430,7 +431,10 @@ Result<HttpResponse> HttpClient::Perform(const HttpRequest& req) {
     } else if (status >= 200 && status < 300) {
       o.verdict = Verdict::kOk;
       if (ranged) {
-        if (t.got != req.range_length) {
+        if (t.total >= 0 && static_cast<uint64_t>(t.total) < req.range_offset + req.range_length) {
+          o = {Verdict::kFail, Code::kInvalidArgument,
+               fmt::format("the range ends past the end of the object ({} bytes)", t.total)};
+        } else if (t.got != req.range_length) {
           o = {Verdict::kRetry, Code::kIOError,
                fmt::format("short body: received {} of {} bytes (Content-Length {})", t.got, req.range_length,
                            t.content_length)};
@@ -450,7 +454,11 @@ Result<HttpResponse> HttpClient::Perform(const HttpRequest& req) {
       std::string detail = fmt::format("HTTP {}", status);
       if (!s3code.empty()) detail += " " + s3code;
       if (!s3msg.empty()) detail += ": " + s3msg;
-      if (status == 404) {
+      if (status == 416) {
+        o = {Verdict::kFail, Code::kInvalidArgument,
+             t.total >= 0 ? fmt::format("the range starts past the end of the object ({} bytes)", t.total)
+                          : std::string("the range starts past the end of the object (HTTP 416)")};
+      } else if (status == 404) {
         o = {Verdict::kFail, Code::kNotFound, "not found (" + detail + ")"};
       } else if (status == 401 || status == 403) {
         o = {Verdict::kFail, Code::kIOError, "access denied (check AWS credentials / bucket policy) (" + detail + ")"};

@@ -9,7 +9,9 @@
 // timeout is cut to what is left of the budget. Then the call fails naming the
 // URL (without userinfo or a presigned query), the byte offset and length for a
 // ranged read, and what went wrong. 404 -> kNotFound; 401/403 -> kIOError "access
-// denied (check AWS credentials / bucket policy)"; other 4xx -> kIOError, no retry.
+// denied (check AWS credentials / bucket policy)"; a range past the end of the
+// object (416, or a Content-Range total too small) -> kInvalidArgument naming the
+// object's size; other 4xx -> kIOError; none of these is retried.
 //
 // Signing: when HttpRequest::signing is set, libcurl signs the request with AWS
 // Signature V4 (CURLOPT_AWS_SIGV4); the payload is declared UNSIGNED-PAYLOAD (and
@@ -49,7 +51,8 @@ struct HttpOptions {
   long low_speed_limit = 1024;                         // bytes per second ...
   std::chrono::seconds low_speed_time{30};             // ... for this long aborts an attempt
   RetryPolicy retry;
-  bool verbose = false;  // curl's own trace on stderr (shows headers: a debugging aid only)
+  // No verbose/trace switch on purpose: curl's trace prints request headers, and
+  // x-amz-security-token is a secret.
 };
 
 // SigV4 signing for one request.
