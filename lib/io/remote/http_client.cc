@@ -404,12 +404,10 @@ Result<HttpResponse> HttpClient::Perform(const HttpRequest& req) {
     CURLcode cc = curl_easy_perform(h);
     long status = 0;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    // Forget this attempt's options at once: the secret, and pointers into this
+    // stack frame (error buffer, callbacks' data). Connections stay alive.
+    curl_easy_reset(h);
     curl_slist_free_all(headers);
-    // Drop the secret from the handle at once (curl_easy_reset runs only at the next request).
-    if (req.signing) {
-      curl_easy_setopt(h, CURLOPT_USERNAME, "");
-      curl_easy_setopt(h, CURLOPT_PASSWORD, "");
-    }
 
     Outcome o;
     o.retry_after_s = t.retry_after_s;

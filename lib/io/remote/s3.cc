@@ -65,6 +65,12 @@ std::string S3Client::BucketUrl(const std::string& bucket) const {
   return fmt::format("https://{}.s3.{}.amazonaws.com", bucket, settings_.region);
 }
 
+std::string S3Client::BucketRoot(const std::string& bucket) const {
+  std::string u = BucketUrl(bucket);
+  // Virtual-host style: the bucket is the host, its root the path "/".
+  return u.find("://" + bucket + ".") != std::string::npos ? u + "/" : u;
+}
+
 std::string S3Client::Url(const S3Object& o) const { return BucketUrl(o.bucket) + "/" + UriEncode(o.key, true); }
 
 HttpRequest S3Client::Request(const std::string& method, const S3Object& o, const std::string& query) const {
@@ -139,8 +145,7 @@ Result<std::vector<S3ObjectInfo>> S3Client::List(const std::string& bucket, cons
     if (!token.empty()) query += "continuation-token=" + UriEncode(token, false) + "&";
     query += fmt::format("list-type=2&max-keys={}&prefix={}", page_size, UriEncode(prefix, false));
     HttpRequest r = Request("GET", S3Object{bucket, ""}, "");
-    r.url = BucketUrl(bucket) + (settings_.endpoint.empty() && !settings_.path_style && bucket.find('.') == std::string::npos ? "/" : "") +
-            "?" + query;
+    r.url = BucketRoot(bucket) + "?" + query;
     r.display_url = shown;
     auto resp = Clean(http_.Perform(r));
     if (!resp.ok()) return std::move(resp).take_status();
@@ -219,7 +224,7 @@ Status S3Client::AbortMultipartUpload(const S3Object& o, const std::string& uplo
 Result<std::vector<std::string>> S3Client::ListMultipartUploads(const std::string& bucket, const std::string& prefix) {
   const std::string shown = "s3://" + bucket + "/" + prefix;
   HttpRequest r = Request("GET", S3Object{bucket, ""}, "");
-  r.url = BucketUrl(bucket) + "?prefix=" + UriEncode(prefix, false) + "&uploads=";
+  r.url = BucketRoot(bucket) + "?prefix=" + UriEncode(prefix, false) + "&uploads=";
   r.display_url = shown;
   auto resp = Clean(http_.Perform(r));
   if (!resp.ok()) return std::move(resp).take_status();

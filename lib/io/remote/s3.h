@@ -89,7 +89,8 @@ class S3Client {
  private:
   friend class MultipartUpload;
   HttpRequest Request(const std::string& method, const S3Object& o, const std::string& query) const;
-  std::string BucketUrl(const std::string& bucket) const;
+  std::string BucketUrl(const std::string& bucket) const;   // no trailing '/'
+  std::string BucketRoot(const std::string& bucket) const;  // for bucket-level requests
   Status Clean(Status s) const;  // redacts secrets from a message
   template <class T>
   Result<T> Clean(Result<T> r) const {
