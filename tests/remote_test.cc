@@ -543,6 +543,23 @@ TEST_CASE("remote: s3rver multipart upload of 12 MB in 5 MB parts", "[remote]") 
   std::string buf(1 << 20, '\0');
   REQUIRE(s3.ReadRange(obj, (5 << 20) - 100, buf.size(), buf.data()).ok());  // across a part boundary
   CHECK(buf == data.substr((5 << 20) - 100, buf.size()));
+
+  // 8 threads of signed ranged reads share the client's handles.
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(100 + t);
+      for (int i = 0; i < 20; ++i) {
+        uint64_t off = rng() % data.size();
+        uint64_t len = 1 + rng() % std::min<uint64_t>(data.size() - off, 200000);
+        std::string b(len, '\0');
+        if (!s3.ReadRange(obj, off, len, b.data()).ok() || b != data.substr(off, len)) ++bad;
+      }
+    });
+  for (auto& th : threads) th.join();
+  CHECK(bad == 0);
+  CHECK(s3.http().handles_created() <= 8);
 }
 
 TEST_CASE("remote: s3rver rejects an unknown access key with a clear 403", "[remote]") {
