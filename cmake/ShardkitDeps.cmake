@@ -23,3 +23,6 @@ find_package(Threads REQUIRED)
 if(SHARDKIT_BUILD_TOOLS)
   find_package(CLI11 CONFIG REQUIRED)
 endif()
+# Remote objects (lib/io/remote): libcurl (HTTP, TLS, SigV4 signing) and expat (S3's XML answers).
+find_package(CURL REQUIRED)
+pkg_check_modules(EXPAT REQUIRED IMPORTED_TARGET expat)

@@ -15,17 +15,22 @@ PKGS=(
   python3-protobuf python3-msgpack python3-pytest pybind11-dev
   # Python module tests of shardkit.Loader (torch 1.13; ~50 MB download, ~580 MB installed)
   python3-torch
+  # Remote objects (lib/io/remote, issue 14): libcurl signs SigV4; expat reads S3's XML;
+  # boto3 and node (s3rver, scripts/install-s3rver.sh) for tests/remote_test.cc
+  libcurl4-openssl-dev libexpat1-dev python3-boto3 nodejs
 )
+# npm: Debian's package, unless a node install that brings its own npm is there.
+command -v npm >/dev/null 2>&1 || PKGS+=(npm)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ]; then
-  exit 0
-fi
+if [ ${#missing[@]} -ne 0 ]; then
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 echo "install-deps: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+"$(dirname "$0")/install-s3rver.sh"

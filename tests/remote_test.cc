@@ -1,0 +1,654 @@
+// Remote objects (lib/io/remote): the HTTP client and the S3 client against servers
+// the tests start themselves: tests/remote_http_server.py (Range, fault injection,
+// SigV4 checked by botocore, a multipart emulation) and s3rver (an S3-compatible
+// server from npm, .deps/npm, installed by scripts/install-deps.sh). None is skipped:
+// a missing server fails the test with the command that installs it.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "io/remote/credentials.h"
+#include "io/remote/http_client.h"
+#include "io/remote/object_store.h"
+#include "io/remote/s3.h"
+#include "support.h"
+
+extern char** environ;
+
+using namespace shardkit;
+using namespace shardkit::remote;
+using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kSecret = "wJalrXUtnFEMI-K7MDENG-bPxRfiCYSECRETKEY";  // must never be printed
+const std::string kKeyId = "AKIDSHARDKITTEST";
+
+// A server child process; killed (and reaped) on destruction.
+class ServerProcess {
+ public:
+  ServerProcess(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env,
+                const std::string& port_file) {
+    std::vector<std::string> envs;
+    for (char** e = environ; *e; ++e) envs.emplace_back(*e);
+    for (const auto& e : extra_env) envs.push_back(e);
+    std::vector<char*> av, ev;
+    for (const auto& a : argv) av.push_back(const_cast<char*>(a.c_str()));
+    av.push_back(nullptr);
+    for (const auto& e : envs) ev.push_back(const_cast<char*>(e.c_str()));
+    ev.push_back(nullptr);
+    if (posix_spawnp(&pid_, av[0], nullptr, nullptr, av.data(), ev.data()) != 0) {
+      pid_ = -1;
+      FAIL("cannot start " << argv[0]);
+    }
+    auto until = Clock::now() + std::chrono::seconds(60);
+    while (!fs::exists(port_file)) {
+      int st = 0;
+      if (waitpid(pid_, &st, WNOHANG) == pid_) {
+        pid_ = -1;
+        FAIL("server " << argv[1] << " exited before listening");
+      }
+      if (Clock::now() > until) FAIL("server " << argv[1] << " did not listen within 60 s");
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    port_ = std::stoi(sk_test::ReadFile(port_file));
+  }
+  ~ServerProcess() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  int port() const { return port_; }
+  std::string base() const { return fmt::format("http://127.0.0.1:{}", port_); }
+
+ private:
+  pid_t pid_ = -1;
+  int port_ = 0;
+};
+
+// tests/remote_http_server.py serving `root` (optionally requiring SigV4 with kKeyId/kSecret).
+struct HttpServer {
+  sk_test::TempDir dir;
+  std::string root = dir / "root";
+  std::unique_ptr<ServerProcess> proc;
+  explicit HttpServer(bool auth = false) {
+    fs::create_directories(root);
+    std::vector<std::string> argv = {"python3", std::string(SHARDKIT_SOURCE_DIR) + "/tests/remote_http_server.py",
+                                     "--root", root, "--port-file", dir / "port", "--stall-seconds", "30"};
+    if (auth) {
+      argv.push_back("--auth");
+      argv.push_back(kKeyId + ":" + kSecret);
+    }
+    proc = std::make_unique<ServerProcess>(argv, std::vector<std::string>{}, dir / "port");
+  }
+  std::string Url(const std::string& path) const { return proc->base() + "/" + path; }
+  // Control endpoints (see the script's docstring).
+  void Fault(const std::string& path, const std::string& fault, int count, const std::string& query = "") {
+    HttpClient c;
+    std::string body = nlohmann::json{{"path", "/" + path}, {"fault", fault}, {"count", count}, {"query", query}}.dump();
+    auto r = c.Perform(HttpRequest{.method = "POST", .url = proc->base() + "/_fault", .body = body});
+    REQUIRE(r.ok());
+  }
+  void Clear() {
+    HttpClient c;
+    REQUIRE(c.Perform(HttpRequest{.method = "POST", .url = proc->base() + "/_clear", .body = "{}"}).ok());
+  }
+  nlohmann::json Stats() {
+    HttpClient c;
+    auto r = c.Get(proc->base() + "/_stats");
+    REQUIRE(r.ok());
+    return nlohmann::json::parse(*r);
+  }
+};
+
+std::string NpmDir() { return std::string(SHARDKIT_SOURCE_DIR) + "/.deps/npm"; }
+
+// s3rver with the bucket "test".
+struct S3rverServer {
+  sk_test::TempDir dir;
+  std::unique_ptr<ServerProcess> proc;
+  S3rverServer() {
+    INFO("s3rver is missing: run scripts/install-deps.sh (it runs scripts/install-s3rver.sh)");
+    REQUIRE(fs::exists(NpmDir() + "/node_modules/s3rver/package.json"));
+    fs::create_directories(dir / "data");
+    proc = std::make_unique<ServerProcess>(
+        // s3rver makes continuation tokens with DES, which OpenSSL 3 keeps in its legacy provider.
+        std::vector<std::string>{"node", "--openssl-legacy-provider", std::string(SHARDKIT_SOURCE_DIR) + "/tests/s3rver_launch.js", dir / "data",
+                                 dir / "port"},
+        std::vector<std::string>{"NODE_PATH=" + NpmDir() + "/node_modules"}, dir / "port");
+  }
+};
+
+S3Settings SettingsFor(const std::string& endpoint, const std::string& key_id = "S3RVER",
+                       const std::string& secret = kSecret) {
+  S3Settings s;
+  s.credentials.access_key_id = key_id;
+  s.credentials.secret_access_key = secret;  // s3rver checks the key id only
+  s.credentials.source = "test";
+  s.endpoint = endpoint;
+  s.path_style = true;
+  return s;
+}
+
+// Fast retries for fault tests: 4 attempts, 10 ms first backoff, short timeouts. (The
+// low-speed abort needs a few seconds more than low_speed_time after a burst: curl
+// averages the speed over the last 5 s; the 4 s request timeout cuts a stall first.)
+HttpOptions FastOptions() {
+  HttpOptions o;
+  o.connect_timeout = std::chrono::milliseconds(2000);
+  o.request_timeout = std::chrono::milliseconds(4000);
+  o.low_speed_limit = 1;
+  o.low_speed_time = std::chrono::seconds(1);
+  o.retry.max_attempts = 4;
+  o.retry.initial_backoff = std::chrono::milliseconds(10);
+  o.retry.max_backoff = std::chrono::milliseconds(100);
+  // Room for two 4 s stalls and a good third attempt, also on a loaded CI machine.
+  o.retry.budget = std::chrono::milliseconds(20000);
+  return o;
+}
+
+std::string RandomBytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::string s(n, '\0');
+  for (auto& c : s) c = static_cast<char>(rng());
+  return s;
+}
+
+double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
+
+void CheckNoSecret(const Status& s) {
+  INFO(s.ToString());
+  CHECK(s.ToString().find(kSecret) == std::string::npos);
+  CHECK(s.ToString().find("SECRETKEY") == std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE("remote: S3 settings from the environment and the credentials file", "[remote]") {
+  sk_test::TempDir tmp;
+  std::map<std::string, std::string> env;
+  auto lookup = [&](const char* n) -> const char* {
+    auto it = env.find(n);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+  env["HOME"] = tmp.path();
+  auto none = S3SettingsFromEnvironment(lookup);
+  REQUIRE(none.ok());
+  CHECK(none->credentials.empty());
+  CHECK(none->region == "us-east-1");
+  CHECK_FALSE(none->path_style);
+
+  fs::create_directories(tmp / ".aws");
+  sk_test::WriteFile(tmp / ".aws/credentials",
+                     "[default]\naws_access_key_id = AKIDDEFAULT\naws_secret_access_key = " + kSecret +
+                         "\n\n[other]\naws_access_key_id=AKIDOTHER\naws_secret_access_key=s2\naws_session_token=tok\n");
+  auto def = S3SettingsFromEnvironment(lookup);
+  REQUIRE(def.ok());
+  CHECK(def->credentials.access_key_id == "AKIDDEFAULT");
+  CHECK(def->credentials.secret_access_key == kSecret);
+  CHECK(def->credentials.source.find("profile 'default'") != std::string::npos);
+  CHECK(def->credentials.source.find(kSecret) == std::string::npos);
+
+  env["AWS_PROFILE"] = "other";
+  env["AWS_DEFAULT_REGION"] = "eu-west-1";
+  env["AWS_ENDPOINT_URL"] = "http://127.0.0.1:9000/";
+  auto other = S3SettingsFromEnvironment(lookup);
+  REQUIRE(other.ok());
+  CHECK(other->credentials.access_key_id == "AKIDOTHER");
+  CHECK(other->credentials.session_token == "tok");
+  CHECK(other->region == "eu-west-1");
+  CHECK(other->endpoint == "http://127.0.0.1:9000");
+  CHECK(other->path_style);
+
+  env["AWS_PROFILE"] = "missing";
+  auto missing = S3SettingsFromEnvironment(lookup);
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.status().message().find("missing") != std::string::npos);
+
+  env.erase("AWS_PROFILE");
+  env["AWS_ACCESS_KEY_ID"] = "AKIDENV";
+  env["AWS_SECRET_ACCESS_KEY"] = "envsecret";
+  env["AWS_REGION"] = "ap-south-1";
+  auto fromenv = S3SettingsFromEnvironment(lookup);
+  REQUIRE(fromenv.ok());
+  CHECK(fromenv->credentials.access_key_id == "AKIDENV");
+  CHECK(fromenv->credentials.source == "environment");
+  CHECK(fromenv->region == "ap-south-1");
+
+  env.erase("AWS_SECRET_ACCESS_KEY");
+  CHECK(S3SettingsFromEnvironment(lookup).status().code() == Code::kInvalidArgument);
+  env["AWS_SECRET_ACCESS_KEY"] = "x";
+  env["AWS_ENDPOINT_URL"] = "ftp://x";
+  CHECK(S3SettingsFromEnvironment(lookup).status().code() == Code::kInvalidArgument);
+
+  AwsCredentials c{.access_key_id = "A", .secret_access_key = kSecret, .session_token = "TOKEN123"};
+  CHECK(Redact("a " + kSecret + " b TOKEN123", c) == "a <redacted> b <redacted>");
+}
+
+TEST_CASE("remote: addresses and URL helpers", "[remote]") {
+  auto o = ParseS3Address("s3://bucket/dir/train-000001.tar");
+  REQUIRE(o.ok());
+  CHECK(o->bucket == "bucket");
+  CHECK(o->key == "dir/train-000001.tar");
+  CHECK(o->ToString() == "s3://bucket/dir/train-000001.tar");
+  CHECK(ParseS3Address("s3:///key").status().code() == Code::kInvalidArgument);
+  CHECK(ParseS3Address("http://x/y").status().code() == Code::kInvalidArgument);
+  CHECK(UriEncode("a b/c+d~e", true) == "a%20b/c%2Bd~e");
+  CHECK(UriEncode("a/b", false) == "a%2Fb");
+  CHECK(SafeUrl("https://user:pw@host:1/p?q=1") == "https://host:1/p?q=1");
+  CHECK(SafeUrl("https://h/p?X-Amz-Signature=abc&X-Amz-Credential=k") == "https://h/p?<redacted>");
+  CHECK(ContentMd5("") == "1B2M2Y8AsgTpgAmY7PhCfg==");
+
+  S3Client aws(S3Settings{.region = "eu-west-1"});
+  CHECK(aws.Url({"bkt", "a b/c"}) == "https://bkt.s3.eu-west-1.amazonaws.com/a%20b/c");
+  CHECK(aws.Url({"my.bkt", "k"}) == "https://s3.eu-west-1.amazonaws.com/my.bkt/k");
+  S3Client local(SettingsFor("http://127.0.0.1:9"));
+  CHECK(local.Url({"bkt", "k/x"}) == "http://127.0.0.1:9/bkt/k/x");
+}
+
+TEST_CASE("remote: http ranged reads are byte-identical", "[remote]") {
+  HttpServer srv;
+  const std::string data = RandomBytes(3 << 20, 7);
+  sk_test::WriteFile(srv.root + "/shard.tar", data);
+  HttpClient http;
+  auto info = http.Head(srv.Url("shard.tar"));
+  REQUIRE(info.ok());
+  CHECK(info->size == data.size());
+  CHECK_FALSE(info->etag.empty());
+
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 200; ++i) {
+    uint64_t off = rng() % data.size();
+    uint64_t len = 1 + rng() % std::min<uint64_t>(data.size() - off, 100000);
+    std::string buf(len, '\0');
+    REQUIRE(http.ReadRange(srv.Url("shard.tar"), off, len, buf.data()).ok());
+    REQUIRE(buf == data.substr(off, len));
+  }
+  std::string tail(10, '\0');
+  REQUIRE(http.ReadRange(srv.Url("shard.tar"), data.size() - 10, 10, tail.data()).ok());
+  CHECK(tail == data.substr(data.size() - 10));
+  auto whole = http.Get(srv.Url("shard.tar"));
+  REQUIRE(whole.ok());
+  CHECK(*whole == data);
+  // Past the end: a clear error naming the size, not retried.
+  std::string over(100, '\0');
+  Status past = http.ReadRange(srv.Url("shard.tar"), data.size() - 10, 100, over.data());
+  CHECK(past.code() == Code::kInvalidArgument);
+  CHECK(past.message().find(fmt::format("({} bytes)", data.size())) != std::string::npos);
+  Status beyond = http.ReadRange(srv.Url("shard.tar"), data.size() + 5, 100, over.data());
+  CHECK(beyond.code() == Code::kInvalidArgument);
+  CHECK(beyond.message().find(fmt::format("({} bytes)", data.size())) != std::string::npos);
+  CHECK(beyond.message().find("attempts") == std::string::npos);
+  // One handle, one connection: keep-alive reuse.
+  CHECK(http.handles_created() == 1);
+  CHECK(srv.Stats()["connections"].get<int>() <= 3);
+}
+
+TEST_CASE("remote: concurrent ranged reads from 8 threads reuse connections", "[remote]") {
+  HttpServer srv;
+  const std::string data = RandomBytes(4 << 20, 11);
+  sk_test::WriteFile(srv.root + "/big.bin", data);
+  HttpClient http;
+  std::atomic<int> bad{0}, failed{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(t);
+      for (int i = 0; i < 50; ++i) {
+        uint64_t off = rng() % data.size();
+        uint64_t len = 1 + rng() % std::min<uint64_t>(data.size() - off, 65536);
+        std::string buf(len, '\0');
+        Status s = http.ReadRange(srv.Url("big.bin"), off, len, buf.data());
+        if (!s.ok()) ++failed;
+        else if (buf != data.substr(off, len)) ++bad;
+      }
+    });
+  for (auto& th : threads) th.join();
+  CHECK(failed == 0);
+  CHECK(bad == 0);
+  CHECK(http.handles_created() <= 8);
+  // 400 requests over about one connection per thread, not one each.
+  CHECK(srv.Stats()["connections"].get<int>() <= 16);
+}
+
+TEST_CASE("remote: http PUT then GET round trip", "[remote]") {
+  HttpServer srv;
+  HttpClient http;
+  const std::string data = RandomBytes(1500000, 5);
+  REQUIRE(http.Put(srv.Url("up/obj.bin"), data).ok());
+  CHECK(sk_test::ReadFile(srv.root + "/up/obj.bin") == data);
+  auto back = http.Get(srv.Url("up/obj.bin"));
+  REQUIRE(back.ok());
+  CHECK(*back == data);
+  REQUIRE(http.Delete(srv.Url("up/obj.bin")).ok());
+  CHECK_FALSE(fs::exists(srv.root + "/up/obj.bin"));
+}
+
+TEST_CASE("remote: transient faults are retried and the bytes stay right", "[remote]") {
+  HttpServer srv;
+  const std::string data = RandomBytes(1 << 20, 13);
+  sk_test::WriteFile(srv.root + "/f.bin", data);
+  HttpClient http(FastOptions());
+  for (std::string fault : {"500", "503", "429", "reset", "truncate", "longlength", "shortlength", "stall"}) {
+    DYNAMIC_SECTION("fault " << fault) {
+      srv.Clear();
+      srv.Fault("f.bin", fault, 2);
+      std::string buf(300000, '\0');
+      auto t0 = Clock::now();
+      Status s = http.ReadRange(srv.Url("f.bin"), 1000, buf.size(), buf.data());
+      INFO(s.ToString());
+      REQUIRE(s.ok());
+      CHECK(buf == data.substr(1000, buf.size()));
+      CHECK(srv.Stats()["requests"]["/f.bin"].get<int>() == 3);
+      CHECK(Seconds(t0) < 30);
+      // Whole GETs too (except "shortlength": without a Range, a body that matches its
+      // own too-small Content-Length cannot be told from a complete one).
+      if (fault == "shortlength") return;
+      srv.Clear();
+      srv.Fault("f.bin", fault, 1);
+      auto whole = http.Get(srv.Url("f.bin"));
+      INFO(whole.status().ToString());
+      REQUIRE(whole.ok());
+      CHECK(*whole == data);
+    }
+  }
+}
+
+TEST_CASE("remote: persistent faults fail in bounded time naming the URL and offset and length", "[remote]") {
+  HttpServer srv;
+  sk_test::WriteFile(srv.root + "/g.bin", RandomBytes(1 << 20, 17));
+  HttpClient http(FastOptions());
+  for (std::string fault : {"500", "503", "429", "reset", "truncate", "longlength", "shortlength", "stall"}) {
+    DYNAMIC_SECTION("fault " << fault) {
+      srv.Clear();
+      srv.Fault("g.bin", fault, -1);
+      std::string buf(200000, '\0');
+      auto t0 = Clock::now();
+      Status s = http.ReadRange(srv.Url("g.bin"), 4096, buf.size(), buf.data());
+      double secs = Seconds(t0);
+      INFO(s.ToString());
+      REQUIRE_FALSE(s.ok());
+      CHECK(s.code() == Code::kIOError);
+      CHECK(secs < 40);  // budget 20 s; a stall costs a 4 s request timeout per attempt
+      CHECK(s.where().file == srv.Url("g.bin"));
+      CHECK(s.where().offset == 4096);
+      CHECK(s.message().find(srv.Url("g.bin")) != std::string::npos);
+      CHECK(s.message().find("offset 4096, length 200000") != std::string::npos);
+      CHECK(s.message().find("attempts") != std::string::npos);
+      CHECK(srv.Stats()["requests"]["/g.bin"].get<int>() >= 2);
+    }
+  }
+}
+
+TEST_CASE("remote: 404 is kNotFound naming the URL and 403 is access denied", "[remote]") {
+  HttpServer srv;
+  sk_test::WriteFile(srv.root + "/h.bin", "hello");
+  HttpClient http(FastOptions());
+  auto head = http.Head(srv.Url("nope.bin"));
+  REQUIRE_FALSE(head.ok());
+  CHECK(head.status().code() == Code::kNotFound);
+  CHECK(head.status().message().find(srv.Url("nope.bin")) != std::string::npos);
+  char buf[4];
+  Status s = http.ReadRange(srv.Url("nope.bin"), 0, 4, buf);
+  CHECK(s.code() == Code::kNotFound);
+  CHECK(srv.Stats()["requests"]["/nope.bin"].get<int>() == 2);  // not retried
+
+  srv.Fault("h.bin", "403", -1);
+  Status d = http.ReadRange(srv.Url("h.bin"), 0, 4, buf);
+  CHECK(d.code() == Code::kIOError);
+  CHECK(d.message().find("access denied (check AWS credentials / bucket policy)") != std::string::npos);
+  CHECK(d.message().find(srv.Url("h.bin")) != std::string::npos);
+  CHECK(srv.Stats()["requests"]["/h.bin"].get<int>() == 1);
+}
+
+TEST_CASE("remote: SigV4 signatures are checked by botocore and a wrong secret is a clear 403", "[remote]") {
+  HttpServer srv(/*auth=*/true);
+  fs::create_directories(srv.root + "/bkt");
+  const std::string data = RandomBytes(11 << 20, 19);
+  S3Client good(SettingsFor(srv.proc->base(), kKeyId, kSecret), FastOptions());
+  S3Object obj{"bkt", "dir/a b+c.bin"};
+  REQUIRE(good.Put(obj, data.substr(0, 100000)).ok());
+  auto head = good.Head(obj);
+  REQUIRE(head.ok());
+  CHECK(head->size == 100000);
+  std::string buf(5000, '\0');
+  REQUIRE(good.ReadRange(obj, 777, buf.size(), buf.data()).ok());
+  CHECK(buf == data.substr(777, buf.size()));
+  // Multipart: the signed queries ?uploads=, ?partNumber=&uploadId=, ?uploadId=.
+  REQUIRE(good.PutMultipart({"bkt", "mp.bin"}, data, 5 << 20).ok());
+  CHECK(sk_test::ReadFile(srv.root + "/bkt/mp.bin") == data);
+
+  S3Client bad(SettingsFor(srv.proc->base(), kKeyId, "not-the-secret-" + kSecret), FastOptions());
+  auto denied = bad.Head(obj);
+  REQUIRE_FALSE(denied.ok());
+  CHECK(denied.status().message().find("access denied (check AWS credentials / bucket policy)") != std::string::npos);
+  CHECK(denied.status().message().find("s3://bkt/dir/a b+c.bin") != std::string::npos);
+  CheckNoSecret(denied.status());
+  Status get = bad.ReadRange(obj, 0, buf.size(), buf.data());
+  CHECK(get.message().find("SignatureDoesNotMatch") != std::string::npos);  // a GET has the S3 error body
+  CheckNoSecret(get);
+  Status put = bad.Put({"bkt", "x"}, "data");
+  CHECK_FALSE(put.ok());
+  CheckNoSecret(put);
+
+  // No credentials at all: unsigned requests, and the 403 says what is missing.
+  S3Settings anon_settings = SettingsFor(srv.proc->base(), "", "");
+  anon_settings.credentials = AwsCredentials{};
+  S3Client anon(anon_settings, FastOptions());
+  Status a = anon.ReadRange(obj, 0, buf.size(), buf.data());
+  CHECK(a.message().find("access denied") != std::string::npos);
+  CHECK(a.message().find("no AWS credentials were found") != std::string::npos);
+}
+
+TEST_CASE("remote: a failed multipart upload is aborted", "[remote]") {
+  HttpServer srv;
+  fs::create_directories(srv.root + "/bkt");
+  S3Client s3(SettingsFor(srv.proc->base(), kKeyId, kSecret), FastOptions());
+  srv.Fault("bkt/big.bin", "500", -1, "partNumber=2");
+  const std::string data = RandomBytes(12 << 20, 23);
+  Status s = s3.PutMultipart({"bkt", "big.bin"}, data, 5 << 20);
+  INFO(s.ToString());
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.message().find("s3://bkt/big.bin (part 2)") != std::string::npos);
+  CheckNoSecret(s);
+  auto stats = srv.Stats();
+  CHECK(stats["uploads"].empty());
+  CHECK(stats["aborted"].size() == 1);
+  CHECK_FALSE(fs::exists(srv.root + "/bkt/big.bin"));
+  auto left = s3.ListMultipartUploads("bkt", "");
+  REQUIRE(left.ok());
+  CHECK(left->empty());
+
+  // An upload dropped before Complete is aborted too.
+  {
+    auto up = MultipartUpload::Begin(&s3, {"bkt", "dropped.bin"});
+    REQUIRE(up.ok());
+    REQUIRE((*up)->Add(data.substr(0, 5 << 20)).ok());
+    CHECK(srv.Stats()["uploads"].size() == 1);
+  }
+  CHECK(srv.Stats()["uploads"].empty());
+  CHECK(srv.Stats()["aborted"].size() == 2);
+}
+
+TEST_CASE("remote: s3rver put get ranges list-by-prefix and delete", "[remote]") {
+  S3rverServer srv;
+  S3Client s3(SettingsFor(srv.proc->base()), FastOptions());
+  const std::string data = RandomBytes(2 << 20, 29);
+  for (int i = 0; i < 5; ++i)
+    REQUIRE(s3.Put({"test", fmt::format("train/shard-{:06d}.tar", i)}, data.substr(i * 1000, 100000)).ok());
+  REQUIRE(s3.Put({"test", "val/shard-000000.tar"}, "v").ok());
+  REQUIRE(s3.Put({"test", "trainer.txt"}, "t").ok());
+
+  auto head = s3.Head({"test", "train/shard-000003.tar"});
+  REQUIRE(head.ok());
+  CHECK(head->size == 100000);
+  std::string buf(4321, '\0');
+  REQUIRE(s3.ReadRange({"test", "train/shard-000003.tar"}, 999, buf.size(), buf.data()).ok());
+  CHECK(buf == data.substr(3000 + 999, buf.size()));
+  auto whole = s3.Get({"test", "val/shard-000000.tar"});
+  REQUIRE(whole.ok());
+  CHECK(*whole == "v");
+
+  auto list = s3.List("test", "train/", /*page_size=*/2);  // three pages: continuation tokens
+  INFO(list.status().ToString());
+  REQUIRE(list.ok());
+  REQUIRE(list->size() == 5);
+  for (int i = 0; i < 5; ++i) {
+    CHECK((*list)[i].key == fmt::format("train/shard-{:06d}.tar", i));
+    CHECK((*list)[i].size == 100000);
+  }
+  auto all = s3.List("test", "");
+  REQUIRE(all.ok());
+  CHECK(all->size() == 7);
+
+  REQUIRE(s3.Delete({"test", "train/shard-000001.tar"}).ok());
+  auto gone = s3.Head({"test", "train/shard-000001.tar"});
+  CHECK(gone.status().code() == Code::kNotFound);
+  CHECK(gone.status().message().find("s3://test/train/shard-000001.tar") != std::string::npos);
+  char c;
+  Status nf = s3.ReadRange({"test", "no/such.tar"}, 0, 1, &c);
+  CHECK(nf.code() == Code::kNotFound);
+  CHECK(nf.message().find("s3://test/no/such.tar") != std::string::npos);
+  CheckNoSecret(nf);
+  CHECK(s3.Delete({"test", "train/shard-000001.tar"}).ok());  // missing: fine, as on S3
+  CHECK(s3.List("test", "train/")->size() == 4);
+}
+
+TEST_CASE("remote: s3rver multipart upload of 12 MB in 5 MB parts", "[remote]") {
+  S3rverServer srv;
+  S3Client s3(SettingsFor(srv.proc->base()), FastOptions());
+  const std::string data = RandomBytes(12 << 20, 31);
+  S3Object obj{"test", "out/train-000000.tar"};
+  REQUIRE(s3.PutMultipart(obj, data, 5 << 20).ok());
+  auto head = s3.Head(obj);
+  REQUIRE(head.ok());
+  CHECK(head->size == data.size());
+  auto back = s3.Get(obj);
+  REQUIRE(back.ok());
+  CHECK(*back == data);
+  std::string buf(1 << 20, '\0');
+  REQUIRE(s3.ReadRange(obj, (5 << 20) - 100, buf.size(), buf.data()).ok());  // across a part boundary
+  CHECK(buf == data.substr((5 << 20) - 100, buf.size()));
+
+  // 8 threads of signed ranged reads share the client's handles.
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(100 + t);
+      for (int i = 0; i < 20; ++i) {
+        uint64_t off = rng() % data.size();
+        uint64_t len = 1 + rng() % std::min<uint64_t>(data.size() - off, 200000);
+        std::string b(len, '\0');
+        if (!s3.ReadRange(obj, off, len, b.data()).ok() || b != data.substr(off, len)) ++bad;
+      }
+    });
+  for (auto& th : threads) th.join();
+  CHECK(bad == 0);
+  CHECK(s3.http().handles_created() <= 8);
+}
+
+TEST_CASE("remote: s3rver rejects an unknown access key with a clear 403", "[remote]") {
+  // s3rver checks the access key id but not the SigV4 signature itself (its V4
+  // support is "incomplete"): a wrong secret is tested against the Python server.
+  S3rverServer srv;
+  S3Client s3(SettingsFor(srv.proc->base(), "AKIDUNKNOWN", kSecret), FastOptions());
+  auto r = s3.Get({"test", "k"});
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().message().find("access denied (check AWS credentials / bucket policy)") != std::string::npos);
+  CHECK(r.status().message().find("InvalidAccessKeyId") != std::string::npos);
+  CheckNoSecret(r.status());
+  CHECK_FALSE(s3.Head({"test", "k"}).ok());
+  Status p = s3.Put({"test", "k"}, "x");
+  CHECK_FALSE(p.ok());
+  CheckNoSecret(p);
+  Status m = s3.PutMultipart({"test", "m"}, "x", 5 << 20);
+  CHECK_FALSE(m.ok());
+  CheckNoSecret(m);
+}
+
+TEST_CASE("remote: objects cross between boto3 and shardkit through s3rver", "[remote]") {
+  S3rverServer srv;
+  sk_test::TempDir tmp;
+  S3Client s3(SettingsFor(srv.proc->base()), FastOptions());
+  const std::string ours = RandomBytes(7 << 20, 37), theirs = RandomBytes(3 << 20, 41);
+  sk_test::WriteFile(tmp / "theirs.bin", theirs);
+  REQUIRE(s3.PutMultipart({"test", "x/from-shardkit.bin"}, ours, 5 << 20).ok());
+  REQUIRE(s3.Put({"test", "x/small-from-shardkit.bin"}, ours.substr(0, 1000)).ok());
+  sk_test::WriteFile(tmp / "boto.py", R"(
+import sys, boto3
+from botocore.config import Config
+endpoint, tmp = sys.argv[1], sys.argv[2]
+s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="S3RVER",
+                  aws_secret_access_key="S3RVER", config=Config(s3={"addressing_style": "path"}))
+s3.upload_file(tmp + "/theirs.bin", "test", "x/from-boto3.bin")
+s3.download_file("test", "x/from-shardkit.bin", tmp + "/ours.bin")
+s3.download_file("test", "x/small-from-shardkit.bin", tmp + "/small.bin")
+keys = [o["Key"] for o in s3.list_objects_v2(Bucket="test", Prefix="x/")["Contents"]]
+print(",".join(sorted(keys)))
+)");
+  auto r = sk_test::Run(fmt::format("python3 {} {} {}", sk_test::Q(tmp / "boto.py"), srv.proc->base(),
+                                    sk_test::Q(tmp.path())));
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out == "x/from-boto3.bin,x/from-shardkit.bin,x/small-from-shardkit.bin\n");
+  CHECK(sk_test::ReadFile(tmp / "ours.bin") == ours);
+  CHECK(sk_test::ReadFile(tmp / "small.bin") == ours.substr(0, 1000));
+  auto got = s3.Get({"test", "x/from-boto3.bin"});
+  REQUIRE(got.ok());
+  CHECK(*got == theirs);
+  std::string buf(100, '\0');
+  REQUIRE(s3.ReadRange({"test", "x/from-boto3.bin"}, theirs.size() - 100, 100, buf.data()).ok());
+  CHECK(buf == theirs.substr(theirs.size() - 100));
+}
+
+TEST_CASE("remote: ObjectStore picks the client by scheme", "[remote]") {
+  HttpServer web;
+  S3rverServer s3srv;
+  ObjectStore store(SettingsFor(s3srv.proc->base()), FastOptions());
+  CHECK(IsRemoteAddress("s3://b/k"));
+  CHECK(IsRemoteAddress("https://h/p"));
+  CHECK_FALSE(IsRemoteAddress("/data/x.tar"));
+  CHECK_FALSE(IsRemoteAddress("pipe:cat x.tar"));
+  CHECK(store.Stat("/data/x.tar").status().code() == Code::kInvalidArgument);
+
+  const std::string data = RandomBytes(6 << 20, 43);
+  WriteOptions small_parts{.multipart_threshold = 5 << 20, .part_size = 5 << 20};
+  for (const std::string& addr : {web.Url("o/a.bin"), std::string("s3://test/o/a.bin")}) {
+    INFO(addr);
+    REQUIRE(store.Write(addr, data, small_parts).ok());  // S3: a 2-part multipart upload
+    auto st = store.Stat(addr);
+    REQUIRE(st.ok());
+    CHECK(st->size == data.size());
+    std::string buf(1000, '\0');
+    REQUIRE(store.ReadRange(addr, 123456, buf.size(), buf.data()).ok());
+    CHECK(buf == data.substr(123456, buf.size()));
+    auto all = store.ReadAll(addr);
+    REQUIRE(all.ok());
+    CHECK(*all == data);
+  }
+  auto list = store.List("s3://test/o/");
+  REQUIRE(list.ok());
+  REQUIRE(list->size() == 1);
+  CHECK((*list)[0].address == "s3://test/o/a.bin");
+  CHECK((*list)[0].size == data.size());
+  CHECK(store.List(web.Url("o/")).status().code() == Code::kUnsupported);
+  REQUIRE(store.Remove("s3://test/o/a.bin").ok());
+  CHECK(store.Stat("s3://test/o/a.bin").status().code() == Code::kNotFound);
+  REQUIRE(store.Remove(web.Url("o/a.bin")).ok());
+  CHECK(store.Stat(web.Url("o/a.bin")).status().code() == Code::kNotFound);
+}
