@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Installs s3rver (an S3-compatible test server, npm) into .deps/npm for tests/remote_test.cc.
+# Installs s3rver (an S3-compatible test server, npm) into .npm-deps for tests/remote_test.cc.
 # A no-op when the pinned version is there. Needs node and npm (scripts/install-deps.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VERSION=3.7.1
-DIR=.deps/npm
+DIR=.npm-deps
 if [ -f "$DIR/node_modules/s3rver/package.json" ] &&
    grep -q "\"version\": \"$VERSION\"" "$DIR/node_modules/s3rver/package.json"; then
   exit 0

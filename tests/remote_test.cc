@@ -1,7 +1,7 @@
 // Remote objects (lib/io/remote): the HTTP client and the S3 client against servers
 // the tests start themselves: tests/remote_http_server.py (Range, fault injection,
 // SigV4 checked by botocore, a multipart emulation) and s3rver (an S3-compatible
-// server from npm, .deps/npm, installed by scripts/install-deps.sh). None is skipped:
+// server from npm, .npm-deps, installed by scripts/install-deps.sh). None is skipped:
 // a missing server fails the test with the command that installs it.
 #include <catch2/catch.hpp>
 
@@ -115,7 +115,7 @@ struct HttpServer {
   }
 };
 
-std::string NpmDir() { return std::string(SHARDKIT_SOURCE_DIR) + "/.deps/npm"; }
+std::string NpmDir() { return std::string(SHARDKIT_SOURCE_DIR) + "/.npm-deps"; }
 
 // s3rver with the bucket "test".
 struct S3rverServer {

@@ -1,5 +1,5 @@
 // Starts s3rver (an S3-compatible server from npm, installed by scripts/install-deps.sh
-// into .deps/npm) on a free loopback port for tests/remote_test.cc:
+// into .npm-deps) on a free loopback port for tests/remote_test.cc:
 //   node --openssl-legacy-provider s3rver_launch.js DATA_DIR PORT_FILE
 // (s3rver 3.7.1 encrypts ListObjectsV2 continuation tokens with DES; OpenSSL 3 has it
 // in its legacy provider only, and without it every truncated listing is a 500.)
