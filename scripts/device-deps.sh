@@ -9,4 +9,5 @@ exec bash ../shared/device/carry-debs.sh \
   libtbb-dev libtbb12 libtbbmalloc2 libtbbbind-2-5 libhwloc15 \
   libxxhash-dev libxxhash0 libcli11-dev nlohmann-json3-dev libfmt-dev libfmt9 \
   libmsgpack-cxx-dev libdlpack-dev catch2 pybind11-dev \
-  libprotobuf-dev libprotobuf32 libprotoc32 protobuf-compiler
+  libprotobuf-dev libprotobuf32 libprotoc32 protobuf-compiler \
+  libcurl4-openssl-dev libcurl4 libexpat1-dev libexpat1
