@@ -22,7 +22,7 @@ PY=$(command -v python3)
 
 build_new() {
   [ -x "$NEW/tools/shardkit" ] && return 0
-  cmake -S . -B "$NEW" -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE="$PY" -DSHARDKIT_WITH_CUDA=ON \
+  cmake -S . -B "$NEW" -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE="$PY" -DSHARDKIT_WITH_CUDA=ON -DSHARDKIT_WITH_REMOTE=OFF \
     -DCMAKE_CUDA_ARCHITECTURES=90 > "$OUTDIR/new_cfg.log" 2>&1 || { tail -30 "$OUTDIR/new_cfg.log"; return 1; }
   grep "shardkit:" "$OUTDIR/new_cfg.log"
   cmake --build "$NEW" -j10 --target shardkit_cli _shardkit test_gpu > "$OUTDIR/new_build.log" 2>&1 \

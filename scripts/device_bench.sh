@@ -19,7 +19,7 @@ W=${WORK:-/tmp/skbench}
 COUNT=${COUNT:-500}   # per generator run; 16 runs
 
 step "build ($B)"
-cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DSHARDKIT_BUILD_TESTS=ON >"$OUT/cmake.log" 2>&1 || { tail -40 "$OUT/cmake.log"; exit 1; }
+cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DSHARDKIT_BUILD_TESTS=ON -DSHARDKIT_WITH_REMOTE=OFF >"$OUT/cmake.log" 2>&1 || { tail -40 "$OUT/cmake.log"; exit 1; }
 cmake --build "$B" -j "$NPROC" >"$OUT/build.log" 2>&1 || { grep -E "error" -A4 "$OUT/build.log" | head -60; exit 1; }
 S="$B/tools/shardkit"
 

@@ -46,7 +46,7 @@ nvcc --version | tail -1 | tee -a "$OUTDIR/gpu_device.txt"
 
 build() {
   say "configure"
-  cmake -S . -B "$B" -DSHARDKIT_WITH_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+  cmake -S . -B "$B" -DSHARDKIT_WITH_CUDA=ON -DSHARDKIT_WITH_REMOTE=OFF -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
     > "$OUTDIR/gpu_configure.log" 2>&1 || { tail -40 "$OUTDIR/gpu_configure.log"; return 1; }
   grep -A30 "shardkit:" "$OUTDIR/gpu_configure.log" | grep -v "^--" | head -60
   say "build"

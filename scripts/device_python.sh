@@ -28,7 +28,7 @@ $PY -c "import torch, torchvision; print('torch', torch.__version__, 'cuda', tor
   2>&1 | tee -a "$OUTDIR/py_device.txt"
 
 say "configure ($B, $PY)"
-cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE="$PY" -DSHARDKIT_WITH_CUDA=ON \
+cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE="$PY" -DSHARDKIT_WITH_CUDA=ON -DSHARDKIT_WITH_REMOTE=OFF \
   -DCMAKE_CUDA_ARCHITECTURES=90 > "$OUTDIR/py_configure.log" 2>&1 || { tail -40 "$OUTDIR/py_configure.log"; exit 1; }
 grep -E "shardkit:" "$OUTDIR/py_configure.log"
 say "build (_shardkit, shardkit CLI)"
