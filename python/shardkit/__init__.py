@@ -15,7 +15,42 @@
 Errors from the library raise shardkit.Error (a RuntimeError) whose attributes name
 the culprit: code, message, file, shard, offset, key, index. See docs/python.md.
 """
-from . import _shardkit
+
+
+def _preload_pip_cuda_libraries():
+    """Loads the CUDA runtime and nvJPEG of pip's nvidia-* wheels, when present, before
+    libshardkit, as torch itself does at import.
+
+    A CUDA build of libshardkit needs libcudart.so.N and libnvjpeg.so.N. Loaded first, it
+    would bring the system toolkit's copies; torch, imported later, then finds those
+    sonames already loaded and uses them instead of the versions its wheel was built
+    with, and crashes (issue 13: `import shardkit; import torch` with pip's torch).
+    Loading the wheels' copies first makes every library in the process share them.
+    A no-op without the wheels (CPU builds, Debian's torch, no torch)."""
+    import ctypes
+    import glob
+    import importlib.util
+    import os
+
+    try:
+        spec = importlib.util.find_spec("nvidia")
+    except (ImportError, ValueError):
+        return
+    if spec is None or not spec.submodule_search_locations:
+        return
+    for pattern in ("libcudart.so.[0-9]*", "libnvjpeg.so.[0-9]*"):
+        for root in spec.submodule_search_locations:
+            for path in sorted(glob.glob(os.path.join(root, "**", "lib", pattern), recursive=True)):
+                if path.rsplit(".so.", 1)[-1].isdigit():  # the soname file, not libx.so.13.0.1
+                    try:
+                        ctypes.CDLL(path)
+                    except OSError:
+                        pass
+
+
+_preload_pip_cuda_libraries()
+
+from . import _shardkit  # noqa: E402
 from ._shardkit import Dataset, Error, __version__, detect_format, formats, info, open  # noqa: A004
 
 HAVE_CONVERT = _shardkit.HAVE_CONVERT

@@ -34,10 +34,15 @@ def test_pip_install_from_the_source_tree(tmp_path):
 
 # ---- shardkit beside torch -----------------------------------------------------------------
 # Issue 13: with pip's torch 2.11, `import shardkit; import torch` aborted with
-# `free(): invalid pointer` while `import torch; import shardkit` worked. libshardkit exported
-# GNU-unique symbols (fmt, nlohmann-json, boost, std::) and every dependency's template code;
-# unique symbols bind process-wide even under RTLD_LOCAL, so torch's libraries, loaded second,
-# bound to our copies. Each case runs in a fresh interpreter: an abort kills only the child.
+# `free(): invalid pointer` while `import torch; import shardkit` worked. Two causes were
+# found on the GPU machine: (1) libshardkit exported GNU-unique symbols (fmt, nlohmann-json,
+# std::), which bind process-wide even under RTLD_LOCAL: fixed, the library exports only its
+# API (tests/exports_test.sh); (2) a CUDA build of libshardkit brings the system toolkit's
+# libcudart.so.13 / libnvjpeg.so.13, and torch, imported second, then uses those sonames
+# instead of its wheel's (a CPU-only libshardkit loaded before torch does not crash):
+# shardkit/__init__.py loads the wheels' copies first, as torch does. A bare ctypes.CDLL of a
+# CUDA build before torch still takes the system's (docs/python.md). Each case runs in a
+# fresh interpreter: a crash kills only the child.
 
 needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 
