@@ -1,4 +1,4 @@
-// Tests of the image folder format (lib/formats/folder.cc).
+// Tests of the image folder format (lib/formats/folder/folder.cc).
 #include <catch2/catch.hpp>
 
 #include <sys/stat.h>

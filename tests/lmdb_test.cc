@@ -18,7 +18,7 @@
 
 #include "core/file.h"
 #include "core/paths.h"
-#include "formats/lmdb.h"
+#include "formats/lmdb/lmdb.h"
 #include "formats/registry.h"
 #include "shardkit/shardkit.h"
 #include "fault_fs.h"

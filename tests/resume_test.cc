@@ -13,7 +13,7 @@
 #include <map>
 
 #include "core/file.h"
-#include "formats/lmdb.h"
+#include "formats/lmdb/lmdb.h"
 #include "shardkit/shardkit.h"
 #include "fault_fs.h"
 #include "support.h"

@@ -20,7 +20,7 @@
 // the Env (and so the read transaction it came from) alive, which pins the
 // snapshot the bytes belong to: a writer in another process cannot reuse those
 // pages while the bytes exist.
-#include "formats/lmdb.h"
+#include "formats/lmdb/lmdb.h"
 
 #include <fcntl.h>
 #include <lmdb.h>
