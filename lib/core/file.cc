@@ -143,28 +143,8 @@ MappedFile::~MappedFile() {
   if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 
-Result<std::string> ReadFile(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return errno == ENOENT ? Status::NotFound("no such file", Location{.file = path})
-                                     : Status::FromErrno(errno, "cannot open", Location{.file = path});
-  std::string out;
-  struct stat st;
-  if (::fstat(fd, &st) == 0 && st.st_size > 0) out.reserve(size_t(st.st_size));
-  char buf[1 << 16];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int e = errno;
-      ::close(fd);
-      return Status::FromErrno(e, "read failed", Location{.file = path, .offset = int64_t(out.size())});
-    }
-    if (n == 0) break;
-    out.append(buf, size_t(n));
-  }
-  ::close(fd);
-  return out;
-}
+// The local file system's ReadFile: one implementation of the read loop.
+Result<std::string> ReadFile(const std::string& path) { return FileSystem::Local()->ReadFile(path); }
 
 Status WriteFileAtomic(const std::string& path, std::string_view contents, bool overwrite,
                        const std::shared_ptr<FileSystem>& fs) {

@@ -48,6 +48,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/file.h"
+#include "core/resume.h"
 #include "core/paths.h"
 #include "core/per_thread.h"
 #include "formats/caffe.pb.h"
@@ -1114,12 +1115,7 @@ class LmdbWriter : public SampleWriter {
     Location loc{.file = final_};
     if (failed_) return Status::Invalid("writer failed earlier; nothing was finished", loc);
     if (finished_) return Status::Invalid("Finish() called twice", loc);
-    if (skipped_ < resume_samples_)
-      return Status::Invalid(fmt::format("the source ended after {} samples, but the interrupted write this one "
-                                         "resumes had committed {}: resume needs the same source, in the same "
-                                         "order, with the same options",
-                                         skipped_, resume_samples_),
-                             Location{.file = temp_});
+    if (skipped_ < resume_samples_) return resume::SourceEndedEarly(skipped_, resume_samples_, Location{.file = temp_});
     Result<WriteSummary> r = FinishImpl();
     if (!r.ok() && !finished_) return Resumable(std::move(r).take_status());
     return r;
@@ -1236,13 +1232,7 @@ class LmdbWriter : public SampleWriter {
       json j = json::parse(text);
       if (j.value("format", "") != "shardkit-lmdb-partial" || j.value("version", 0) != 1)
         return Status::Corrupt("cannot resume: not a shardkit LMDB journal", where);
-      json want = JournalOptions();
-      for (auto& [k, v] : want.items())
-        if (!j["options"].contains(k) || j["options"][k] != v)
-          return Status::Invalid(fmt::format("cannot resume: the interrupted write used {} = {}, this one {} = {}; "
-                                             "resume with the same options, or start over with --overwrite",
-                                             k, j["options"].value(k, json()).dump(), k, v.dump()),
-                                 where);
+      SK_RETURN_IF_ERROR(resume::CheckSameOptions(j["options"], JournalOptions(), where));
       samples = j.at("samples").get<uint64_t>();
       std::string d = j.at("digest").get<std::string>();
       if (d.size() != 21 || d.substr(0, 5) != "xxh3:") return Status::Corrupt("cannot resume: bad digest", where);

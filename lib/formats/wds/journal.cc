@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "core/resume.h"
 #include "core/paths.h"
 #include "formats/wds/names.h"
 #include "formats/wds/writer.h"
@@ -90,13 +91,7 @@ Status WdsWriter::LoadJournal() {
     if (j.value("pattern", "") != BaseOf(pattern_))
       return bad(fmt::format("it was written for the pattern '{}', not '{}'", j.value("pattern", ""),
                              BaseOf(pattern_)));
-    json want = OptionsJson();
-    for (auto& [k, v] : want.items())
-      if (!j["options"].contains(k) || j["options"][k] != v)
-        return Status::Invalid(fmt::format("cannot resume: the interrupted write used {} = {}, this one {} = {}; "
-                                           "resume with the same options, or start over with --overwrite",
-                                           k, j["options"].value(k, json()).dump(), k, v.dump()),
-                               where);
+    SK_RETURN_IF_ERROR(resume::CheckSameOptions(j["options"], OptionsJson(), where));
     for (const auto& f : j.at("fields")) fields_.insert(f.get<std::string>());
     const json& shards = j.at("shards");
     for (size_t i = 0; i < shards.size(); ++i) {

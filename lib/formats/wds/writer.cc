@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "core/resume.h"
 #include "core/paths.h"
 #include "formats/tar/tar.h"
 #include "formats/wds/manifest.h"
@@ -201,11 +202,7 @@ Result<WriteSummary> WdsWriter::Finish() {
   if (finished_) return Status::Internal("Finish() called twice");
   if (!error_.ok()) return error_;
   if (total_samples_ < resume_samples_)
-    return Status::Invalid(fmt::format("the source ended after {} samples, but the interrupted write this one "
-                                       "resumes had committed {}: resume needs the same source, in the same "
-                                       "order, with the same options",
-                                       total_samples_, resume_samples_),
-                           Location{.file = journal_});
+    return resume::SourceEndedEarly(total_samples_, resume_samples_, Location{.file = journal_});
   if (ar_) SK_RETURN_IF_ERROR(Keep(FinishShard()));
   uint64_t total = 0;
   std::string manifest = ManifestText(pattern_, total_samples_, opts_.class_names,
