@@ -1,9 +1,11 @@
 #include <catch2/catch.hpp>
+#include <sched.h>
 
 #include <filesystem>
 #include <set>
 #include <thread>
 
+#include "core/cores.h"
 #include "core/file.h"
 #include "core/paths.h"
 #include "core/per_thread.h"
@@ -180,4 +182,23 @@ TEST_CASE("PerThreadViewOwner: a control block per thread, reused, released with
   CHECK(!watch.expired());
   kept.reset();
   CHECK(watch.expired());
+}
+
+TEST_CASE("UsableCores counts the CPU affinity mask, not the machine") {
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  REQUIRE(sched_getaffinity(0, sizeof mine, &mine) == 0);
+  CHECK(shardkit::core::UsableCores() == CPU_COUNT(&mine));
+  // sched_setaffinity(0) pins the calling thread only: do it on a thread of our own.
+  int pinned = 0;
+  std::thread t([&] {
+    int first = 0;
+    while (!CPU_ISSET(first, &mine)) ++first;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    if (sched_setaffinity(0, sizeof one, &one) == 0) pinned = shardkit::core::UsableCores();
+  });
+  t.join();
+  CHECK(pinned == 1);
 }

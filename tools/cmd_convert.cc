@@ -35,7 +35,7 @@ void AddCopyFlags(CLI::App* sub, CopyFlags* f) {
   sub->add_option("--seed", f->seed, "Seed of --shuffle (default 0): same seed, same order")
       ->needs(shuffle);
   sub->add_option("--threads", f->threads,
-                  "Threads reading ahead of the writer (default: the number of cores, 2 to 8); the "
+                  "Threads reading ahead of the writer (default: the cores this process may run on (its CPU affinity), 2 to 8); the "
                   "output is the same for any N")
       ->check(CLI::Range(1, 1024));
   sub->add_option("--key-dots", f->key_dots,

@@ -116,7 +116,8 @@ SHARDKIT_API std::vector<uint64_t> ShufflePermutation(uint64_t n, uint64_t seed)
 SHARDKIT_API Result<uint64_t> ParseByteSize(std::string_view s);
 
 // The `threads` that `shardkit convert` and `shardkit shard` use unless told, and
-// shardkit.convert() and shard() in Python: the cores, at least 2 (reading overlaps
+// shardkit.convert() and shard() in Python: the cores this process may run on (its CPU
+// affinity mask, not the machine's size), at least 2 (reading overlaps
 // writing), at most 8. (ConvertOptions::threads and ShardOptions::threads stay 1.)
 SHARDKIT_API int DefaultCopyThreads();
 

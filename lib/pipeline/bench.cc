@@ -22,6 +22,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/cores.h"
 #include "formats/registry.h"
 #include "shardkit/dataset.h"
 
@@ -664,7 +665,7 @@ Result<LoaderBenchResult> RunLoaderBench(const std::string& address, const Loade
   SK_ASSIGN_OR_RETURN(auto loader, Loader::Create(address, opts.loader));
   LoaderBenchResult r;
   r.dataset = address;
-  r.threads = opts.loader.threads > 0 ? opts.loader.threads : int(std::thread::hardware_concurrency());
+  r.threads = opts.loader.threads > 0 ? opts.loader.threads : core::UsableCores();
   r.batch_size = opts.loader.batch_size;
   r.step_ms = opts.step_ms;
   uint64_t want = opts.batches ? opts.batches : std::min<uint64_t>(loader->num_batches(), 200);

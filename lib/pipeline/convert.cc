@@ -17,6 +17,7 @@
 #include <random>
 #include <thread>
 
+#include "core/cores.h"
 #include "formats/registry.h"
 
 namespace shardkit {
@@ -378,6 +379,6 @@ Result<ConvertSummary> Shard(std::string_view src, std::string_view dst, const S
   return sum;
 }
 
-int DefaultCopyThreads() { return int(std::clamp(std::thread::hardware_concurrency(), 2u, 8u)); }
+int DefaultCopyThreads() { return std::clamp(core::UsableCores(), 2, 8); }
 
 }  // namespace shardkit

@@ -22,6 +22,7 @@
 
 #include <fmt/format.h>
 
+#include "core/cores.h"
 #include "core/file.h"
 #include "decode/jpeg.h"
 #include "core/paths.h"
@@ -459,7 +460,7 @@ class Verifier {
 
   size_t Threads() const {
     if (opts_.threads > 0) return size_t(opts_.threads);
-    return std::max<size_t>(1, std::thread::hardware_concurrency());
+    return size_t(core::UsableCores());
   }
 
   void FlushDecodes() {
