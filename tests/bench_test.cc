@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <map>
-#include <regex>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -90,6 +89,50 @@ TEST_CASE("bench report on an image folder: structure, JSON schema, SVG", "[benc
   CHECK(BenchTable(*r).find("p99.9 us") != std::string::npos);
 }
 
+// The plot's data lines, in document order: (stroke colour, dataset) of each
+// `<polyline fill="none" stroke="#rrggbb" ...><title>DATASET (MODE)</title>`. Plain
+// string scanning: std::regex's recursive matcher overflows the stack under ASan on an
+// SVG this size.
+std::vector<std::pair<std::string, std::string>> PlotLines(const std::string& svg) {
+  std::vector<std::pair<std::string, std::string>> out;
+  const std::string open = "<polyline fill=\"none\" stroke=\"";
+  for (size_t p = svg.find(open); p != std::string::npos; p = svg.find(open, p + 1)) {
+    const size_t c = p + open.size();
+    std::string colour = svg.substr(c, 7);
+    if (colour.size() != 7 || colour[0] != '#' ||
+        colour.find_first_not_of("0123456789abcdef", 1) != std::string::npos)
+      continue;
+    const size_t gt = svg.find('>', c);
+    if (gt == std::string::npos || svg.compare(gt + 1, 7, "<title>") != 0) continue;
+    const size_t t0 = gt + 8, t1 = svg.find("</title>", t0);
+    if (t1 == std::string::npos) continue;
+    std::string title = svg.substr(t0, t1 - t0);
+    const size_t paren = title.rfind(" (");
+    if (paren == std::string::npos || title.back() != ')') continue;
+    out.emplace_back(colour, title.substr(0, paren));
+  }
+  return out;
+}
+
+// The legend's entries: (y, dataset) of each `<text x="N" y="Y">DATASET <tspan`.
+std::vector<std::pair<int, std::string>> LegendEntries(const std::string& svg) {
+  std::vector<std::pair<int, std::string>> out;
+  const std::string open = "<text x=\"";
+  for (size_t p = svg.find(open); p != std::string::npos; p = svg.find(open, p + 1)) {
+    size_t q = p + open.size();
+    const size_t xend = svg.find_first_not_of("0123456789", q);
+    if (xend == q || xend == std::string::npos || svg.compare(xend, 5, "\" y=\"") != 0) continue;
+    q = xend + 5;
+    const size_t yend = svg.find_first_not_of("0123456789", q);
+    if (yend == q || yend == std::string::npos || svg.compare(yend, 2, "\">") != 0) continue;
+    const int y = std::stoi(svg.substr(q, yend - q));
+    const size_t t0 = yend + 2, lt = svg.find('<', t0);
+    if (lt == std::string::npos || lt == t0 || svg[lt - 1] != ' ' || svg.compare(lt, 6, "<tspan") != 0) continue;
+    out.emplace_back(y, svg.substr(t0, lt - 1 - t0));
+  }
+  return out;
+}
+
 TEST_CASE("bench plot: title, human units, one colour per dataset in both panels, legend outside", "[bench]") {
   BenchReport r;
   const std::vector<std::string> datasets = {"wds:a-{0..3}.tar", "lmdb:b.lmdb", "floor:memcpy"};
@@ -123,10 +166,9 @@ TEST_CASE("bench plot: title, human units, one colour per dataset in both panels
   // Every line of a dataset, in either panel, has the dataset's colour; datasets differ.
   std::map<std::string, std::set<std::string>> colours;
   std::vector<std::string> order;
-  std::regex line(R"re(<polyline fill="none" stroke="(#[0-9a-f]{6})"[^>]*><title>([^<]*) \(([a-z-]+)\)</title>)re");
-  for (auto it = std::sregex_iterator(svg.begin(), svg.end(), line); it != std::sregex_iterator(); ++it) {
-    colours[(*it)[2]].insert((*it)[1]);
-    order.push_back((*it)[2]);
+  for (const auto& [colour, name] : PlotLines(svg)) {
+    colours[name].insert(colour);
+    order.push_back(name);
   }
   REQUIRE(colours.size() == 3);
   std::set<std::string> all;
@@ -142,11 +184,10 @@ TEST_CASE("bench plot: title, human units, one colour per dataset in both panels
   CHECK(order[0] == "wds:a-{0..3}.tar");
   CHECK(order[2] == "lmdb:b.lmdb");
   // The legend names each dataset once, below the plot areas (which end at y = 390).
-  std::regex legend(R"re(<text x="\d+" y="(\d+)">([^<]*) <tspan)re");
   int entries = 0;
-  for (auto it = std::sregex_iterator(svg.begin(), svg.end(), legend); it != std::sregex_iterator(); ++it) {
-    CHECK(std::stoi((*it)[1]) > 390);
-    CHECK(colours.count((*it)[2]) == 1);
+  for (const auto& [y, name] : LegendEntries(svg)) {
+    CHECK(y > 390);
+    CHECK(colours.count(name) == 1);
     ++entries;
   }
   CHECK(entries == 3);
