@@ -18,7 +18,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   shardkit::decode::Region region;
   shardkit::decode::ImageInfo info;
   auto choose = [](const shardkit::decode::ImageInfo& i) {
-    shardkit::pipeline::CropBox b;
+    shardkit::decode::CropBox b;
     b.x = i.width / 4.0;
     b.y = i.height / 4.0;
     b.w = i.width / 2.0;
