@@ -40,7 +40,8 @@ def _preload_pip_cuda_libraries():
         return
     for pattern in ("libcudart.so.[0-9]*", "libnvjpeg.so.[0-9]*"):
         for root in spec.submodule_search_locations:
-            for path in sorted(glob.glob(os.path.join(root, "**", "lib", pattern), recursive=True)):
+            # nvidia/<pkg>/lib (cu12 wheels) or nvidia/cu13/lib: two levels, no tree walk
+            for path in sorted(glob.glob(os.path.join(root, "*", "lib", pattern))):
                 if path.rsplit(".so.", 1)[-1].isdigit():  # the soname file, not libx.so.13.0.1
                     try:
                         ctypes.CDLL(path)

@@ -10,7 +10,6 @@
 
 namespace shardkit::formats {
 
-using wds::EndsWith;
 
 Format WdsFormat() {
   return Format{
@@ -20,7 +19,7 @@ Format WdsFormat() {
                      "write: out/x-%06d.tar)",
       .bid_read = wds::BidRead,
       .bid_write = [](const std::string& path) -> int {
-        return EndsWith(paths::Lower(path), ".tar") && paths::CheckShardPattern(path).ok() ? 90 : 0;
+        return paths::EndsWith(paths::Lower(path), ".tar") && paths::CheckShardPattern(path).ok() ? 90 : 0;
       },
       .open = wds::OpenWds,
       .create = wds::WdsWriter::Make,

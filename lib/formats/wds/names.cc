@@ -11,10 +11,6 @@ namespace shardkit::formats::wds {
 // ---------------------------------------------------------------------------
 // Naming rules.
 
-bool EndsWith(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
 std::string BaseOf(const std::string& path) {
   auto slash = path.rfind('/');
   return slash == std::string::npos ? path : path.substr(slash + 1);

@@ -14,7 +14,6 @@
 
 namespace shardkit::formats::wds {
 
-bool EndsWith(std::string_view s, std::string_view suffix);
 // The part of a path after its last '/'.
 std::string BaseOf(const std::string& path);
 // dir + "/" + name ("." and "" mean the current directory).

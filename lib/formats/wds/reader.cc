@@ -242,7 +242,7 @@ Result<std::unique_ptr<Dataset>> OpenManifest(const std::string& path) {
 }  // namespace
 
 Result<std::unique_ptr<Dataset>> OpenWds(const std::string& path, const OpenOptions&) {
-  if (EndsWith(path, ".manifest.json")) return OpenManifest(path);
+  if (paths::EndsWith(path, ".manifest.json")) return OpenManifest(path);
   SK_ASSIGN_OR_RETURN(std::vector<std::string> paths, paths::ExpandBraces(path));
   auto ds = std::make_unique<WdsDataset>();
   DatasetInfo& info = ds->info_;
