@@ -18,6 +18,11 @@ PKGS=(
   # Remote objects (lib/io/remote, issue 14): libcurl signs SigV4; expat reads S3's XML;
   # boto3 and node (s3rver, scripts/install-s3rver.sh) for tests/remote_test.cc
   libcurl4-openssl-dev libexpat1-dev python3-boto3 nodejs
+  # More formats (issue 18): zlib (gzip TFRecord), zstd (MDS compression) and their
+  # Python bindings for the tests' independent clients
+  zlib1g-dev libzstd-dev python3-zstandard
+  # Conversion over several processes (issue 15): OpenMPI, optional at build time
+  libopenmpi-dev openmpi-bin
 )
 # npm: Debian's package, unless a node install that brings its own npm is there.
 command -v npm >/dev/null 2>&1 || PKGS+=(npm)
