@@ -61,14 +61,38 @@ if(SHARDKIT_HAVE_CUDA)
   # An object library cannot hold other objects: both libraries take the kernels directly.
   target_link_libraries(shardkit PRIVATE shardkit_gpu_kernels)
   target_link_libraries(shardkit_internal PRIVATE shardkit_gpu_kernels)
-  target_link_libraries(shardkit_objects PUBLIC CUDA::cudart)
+  # The CUDA runtime and nvJPEG are linked statically (their symbols stay hidden behind
+  # lib/shardkit.map), as NCCL and the nvidia wheels' own libraries do. Linked as shared
+  # libraries, libshardkit loaded before pip's torch put the system toolkit's
+  # libcudart.so.N / libnvjpeg.so.N into the process; torch then found those sonames
+  # already loaded, used them instead of its wheel's newer copies, and crashed (issue 13).
+  # A static runtime brings no soname at all. -DSHARDKIT_CUDA_STATIC_RUNTIME=OFF links
+  # the shared ones (ctest no_shared_cuda_runtime then does not run).
+  option(SHARDKIT_CUDA_STATIC_RUNTIME "Link the CUDA runtime and nvJPEG statically" ON)
+  if(SHARDKIT_CUDA_STATIC_RUNTIME AND TARGET CUDA::cudart_static)
+    set_target_properties(shardkit_objects shardkit shardkit_internal shardkit_gpu_kernels PROPERTIES
+      CUDA_RUNTIME_LIBRARY Static)
+    target_link_libraries(shardkit_objects PUBLIC CUDA::cudart_static)
+    set(SHARDKIT_STATIC_CUDA_RUNTIME ON)
+  else()
+    target_link_libraries(shardkit_objects PUBLIC CUDA::cudart)
+    set(SHARDKIT_STATIC_CUDA_RUNTIME OFF)
+  endif()
   target_compile_definitions(shardkit_objects PRIVATE SHARDKIT_HAVE_CUDA=1)
   if(SHARDKIT_HAVE_NVJPEG)
     target_sources(shardkit_objects PRIVATE ${CMAKE_CURRENT_LIST_DIR}/nvjpeg_decoder.cc)
-    target_link_libraries(shardkit_objects PUBLIC CUDA::nvjpeg)
+    if(SHARDKIT_STATIC_CUDA_RUNTIME AND TARGET CUDA::nvjpeg_static)
+      target_link_libraries(shardkit_objects PUBLIC CUDA::nvjpeg_static)
+    else()
+      target_link_libraries(shardkit_objects PUBLIC CUDA::nvjpeg)
+      set(SHARDKIT_STATIC_CUDA_RUNTIME OFF)  # libnvjpeg.so brings the shared runtime
+    endif()
     target_compile_definitions(shardkit_objects PRIVATE SHARDKIT_HAVE_NVJPEG=1)
   endif()
+  message(STATUS "shardkit: static CUDA runtime: ${SHARDKIT_STATIC_CUDA_RUNTIME}")
+  set(SHARDKIT_STATIC_CUDA_RUNTIME ${SHARDKIT_STATIC_CUDA_RUNTIME} CACHE INTERNAL "libshardkit links no shared CUDA runtime")
 else()
+  set(SHARDKIT_STATIC_CUDA_RUNTIME OFF CACHE INTERNAL "libshardkit links no shared CUDA runtime")
   target_sources(shardkit_objects PRIVATE ${CMAKE_CURRENT_LIST_DIR}/no_cuda.cc ${CMAKE_CURRENT_LIST_DIR}/jpeg_header.cc)
 endif()
 

@@ -39,6 +39,21 @@ def _range(v, name):
     return (lo, hi)
 
 
+def _rank_threads():
+    """threads=0: the CPUs this process may run on (its affinity mask); under a launcher that
+    starts several ranks on this host (torchrun's LOCAL_WORLD_SIZE) and left every rank the
+    whole machine, this rank's share of them, so that G ranks do not start G x all-cores
+    threads. A rank pinned by the launcher (taskset, numactl, srun --cpu-bind) keeps its mask."""
+    try:
+        mask = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return 0
+    local = _env_int("LOCAL_WORLD_SIZE") or 1
+    if local > 1 and mask >= (os.cpu_count() or mask):
+        return max(1, mask // local)
+    return 0  # the library's default: its pool follows the affinity mask
+
+
 def _env_int(name):
     v = os.environ.get(name)
     return int(v) if v not in (None, "") else None
@@ -79,7 +94,9 @@ class Loader:
       dtype: "float32" | "float16" | "bfloat16" | "uint8".
       layout: "NCHW", "NHWC", or "channels_last" (NCHW shape over NHWC memory, what
         model.to(memory_format=torch.channels_last) wants).
-      threads: decoding threads (0 = all hardware threads).
+      threads: decoding threads (0 = the CPUs of this process's affinity mask; under
+        torchrun with several ranks on the host and no pinning, this rank's share:
+        mask / LOCAL_WORLD_SIZE).
       prefetch: pool buffers = batches decoded ahead + batches you hold. Holding many
         batches at once is allowed up to the pool size; beyond it, iteration waits up to
         `buffer_wait` seconds for a batch to be freed (by another thread), then collects
@@ -161,7 +178,7 @@ class Loader:
         args = dict(
             batch_size=int(batch_size), shuffle=bool(shuffle), seed=int(seed),
             rank=-1 if rank is None else int(rank), world_size=-1 if world_size is None else int(world_size),
-            drop_last=bool(drop_last), threads=int(threads), prefetch=int(prefetch),
+            drop_last=bool(drop_last), threads=int(threads) or _rank_threads(), prefetch=int(prefetch),
             output_height=height, output_width=width, train=train, scale=scale, ratio=ratio,
             flip_p=flip_p if train else 0.0, resize_size=int(resize_size), dct_scaling=bool(dct_scaling),
             mean=list(mean), std=list(std), dtype=dtype,
@@ -192,6 +209,7 @@ class Loader:
         if self._loader is None:
             self._loader = _shardkit._Loader(str(address), **args)
         self._class_names = None
+        self._threads = args["threads"] or len(os.sched_getaffinity(0))
         self.batch_size = int(batch_size)
         self.drop_last = bool(drop_last)
         self._epoch = 0
@@ -257,6 +275,11 @@ class Loader:
                 self._class_names = list(_shardkit.open(str(self._address)).class_names)
             return list(self._class_names)
         return list(self._loader.class_names)
+
+    @property
+    def threads(self):
+        """Host decoding threads this loader asked for (threads=, or its default)."""
+        return self._threads
 
     @property
     def decoder(self):

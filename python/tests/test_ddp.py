@@ -109,3 +109,17 @@ def test_checkpoint_mid_epoch_resumes_on_the_same_world(data, tmp_path):
         assert saved[r]["before"] == full[r]["batches"][:2]
         assert resumed[r]["after"] == full[r]["batches"][2:], f"rank {r} did not resume where it stopped"
     assert len(resumed[0]["after"]) == len(resumed[1]["after"])
+
+
+def test_rank_threads_share_the_host_under_torchrun(monkeypatch):
+    # threads=0 under torchrun with G local ranks and no pinning: each rank takes mask / G.
+    from shardkit import loader as skl
+
+    mask = len(os.sched_getaffinity(0))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    if mask >= (os.cpu_count() or mask):
+        assert skl._rank_threads() == max(1, mask // 2)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    assert skl._rank_threads() == 0  # one rank: the library's default (the whole mask)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    assert skl._rank_threads() == 0

@@ -1,0 +1,253 @@
+#!/usr/bin/env python3
+"""DDP training fed by shardkit.Loader vs the DataLoader, on G GPUs of one host, in one run.
+
+    python3 scripts/bench_ddp.py --shards ADDRESS --folder DIR [--gpus 1,2] [--models resnet50,resnet18]
+        [--feeds synthetic,dataloader,shardkit] [--batch 256] [--warmup 10] [--steps 40]
+
+For each G in --gpus the script starts one process tree, `torchrun --standalone
+--nproc_per_node=G` over itself, and every rank trains each model in turn (torchvision
+ResNet, DistributedDataParallel over NCCL, bf16 autocast, channels_last, SGD) from each
+feed in turn:
+  synthetic   one random batch resident on the GPU: the ceiling for this G
+  dataloader  torchvision ImageFolder + DistributedSampler + DataLoader (pinned memory,
+              cores-per-rank - 1 workers), RandomResizedCrop(224) + flip + normalise
+  shardkit    shardkit.Loader with its defaults (rank and world from torchrun, decoder
+              "auto", threads from the rank's CPU affinity), device=cuda:LOCAL_RANK
+  shardkit_cpu / shardkit_gpu   the same with decoder pinned
+  feed        (no model) shardkit.Loader alone: what the feed delivers
+Each rank is pinned (os.sched_setaffinity) to its own block of the host's cores,
+cores / GPUs-on-the-host of them, whatever G is, so that G = 1 and G = 2 see the same
+cores per GPU, as on a full 8-GPU host. Images/s are for the whole job (G x batch x
+steps / the slowest rank's time, timed between barriers after the warm-up steps).
+One JSON line per (G, model, feed) on stdout, then a table with each feed's share of the
+ceiling and the scaling G x / (G x 1-GPU).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+MEAN = (0.485, 0.456, 0.406)
+STD = (0.229, 0.224, 0.225)
+# NVLink multicast stays off on shared hosts (the device machines' rule); harmless elsewhere.
+SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def pin_rank(local_rank, gpus_on_host):
+    """Pins this process to its block of the host's cores; returns the block's size."""
+    cores = sorted(os.sched_getaffinity(0))
+    per = max(1, len(cores) // max(1, gpus_on_host))
+    mine = cores[local_rank * per:(local_rank + 1) * per] or cores
+    os.sched_setaffinity(0, mine)
+    return len(mine)
+
+
+def worker(args):
+    local_rank = int(os.environ["LOCAL_RANK"])
+    import torch  # after the environment is read; before pinning would not matter (no threads yet)
+
+    per_rank = pin_rank(local_rank, args.host_gpus or torch.cuda.device_count())
+    import torch.distributed as dist
+    import torchvision
+
+    torch.cuda.set_device(local_rank)
+    dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    device = torch.device("cuda", local_rank)
+    torch.backends.cudnn.benchmark = True
+    out = []
+
+    def endless(make_iter):
+        epoch = 0
+        while True:
+            for batch in make_iter(epoch):
+                yield batch
+            epoch += 1
+
+    def feed_synthetic():
+        g = torch.Generator(device=device).manual_seed(rank)
+        x = torch.randn(args.batch, 3, 224, 224, device=device, generator=g).to(memory_format=torch.channels_last)
+        y = torch.randint(0, 1000, (args.batch,), device=device, generator=g)
+        while True:
+            yield x, y
+
+    def feed_shardkit(decoder):
+        import shardkit
+
+        kw = {} if decoder == "auto" else {"decoder": decoder}
+        ld = shardkit.Loader(args.shards, batch_size=args.batch, seed=0, device=f"cuda:{local_rank}",
+                             layout="channels_last", drop_last=True, **kw)
+        info = {"decoder": ld.decoder, "threads": getattr(ld, "threads", None), "batches_per_epoch": len(ld)}
+
+        def epoch(e):
+            ld.set_epoch(e)
+            return iter(ld)
+
+        return ld, endless(epoch), info
+
+    def feed_dataloader():
+        from torchvision import datasets, transforms
+
+        tf = transforms.Compose([transforms.RandomResizedCrop(224), transforms.RandomHorizontalFlip(),
+                                 transforms.ToTensor(), transforms.Normalize(MEAN, STD)])
+        ds = datasets.ImageFolder(args.folder, transform=tf)
+        sampler = torch.utils.data.distributed.DistributedSampler(ds, num_replicas=world, rank=rank, seed=0,
+                                                                  drop_last=True)
+        workers = max(1, per_rank - 1)
+        dl = torch.utils.data.DataLoader(ds, batch_size=args.batch, sampler=sampler, num_workers=workers,
+                                         pin_memory=True, persistent_workers=True, drop_last=True,
+                                         prefetch_factor=4)
+
+        def epoch(e):
+            sampler.set_epoch(e)
+            return iter(dl)
+
+        return dl, endless(epoch), {"workers": workers}
+
+    for model_name in args.models.split(","):
+        for feed in args.feeds.split(","):
+            torch.manual_seed(0)
+            owner, info = None, {}
+            if feed == "synthetic":
+                batches = feed_synthetic()
+            elif feed == "dataloader":
+                owner, batches, info = feed_dataloader()
+            elif feed == "feed" or feed.startswith("shardkit"):
+                owner, batches, info = feed_shardkit(feed.split("_", 1)[1] if "_" in feed else "auto")
+            else:
+                raise SystemExit(f"unknown feed {feed!r}")
+            step = None
+            if feed != "feed":
+                model = getattr(torchvision.models, model_name)().to(device, memory_format=torch.channels_last)
+                model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank])
+                opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+                loss_fn = torch.nn.CrossEntropyLoss()
+
+                def step(images, labels):
+                    images = images.to(device, non_blocking=True, memory_format=torch.channels_last)
+                    if labels.device.type == "cpu" and not labels.is_pinned():
+                        labels = labels.pin_memory()
+                    labels = labels.to(device, non_blocking=True)
+                    with torch.autocast("cuda", dtype=torch.bfloat16):
+                        loss = loss_fn(model(images), labels)
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    opt.step()
+            else:
+                if model_name != args.models.split(",")[0]:
+                    owner.close()
+                    continue  # the feed alone does not depend on the model
+
+            it = iter(batches)
+            for _ in range(args.warmup):
+                images, labels = next(it)
+                if step:
+                    step(images, labels)
+            torch.cuda.synchronize(device)
+            dist.barrier()
+            t0 = time.perf_counter()
+            wait = 0.0
+            for _ in range(args.steps):
+                tw = time.perf_counter()
+                images, labels = next(it)
+                wait += time.perf_counter() - tw
+                if step:
+                    step(images, labels)
+                else:
+                    images.sum()  # consume on the GPU
+            torch.cuda.synchronize(device)
+            mine = time.perf_counter() - t0
+            dist.barrier()
+            slowest = torch.tensor([mine], device=device)
+            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+            r = {"gpus": world, "model": model_name if feed != "feed" else "none", "feed": feed,
+                 "images_per_s": round(world * args.batch * args.steps / float(slowest), 1),
+                 "rank0_wait_in_next_s": round(wait, 3), "cores_per_rank": per_rank, **info}
+            if hasattr(owner, "close"):
+                owner.close()
+            del batches, owner, step
+            torch.cuda.empty_cache()
+            if rank == 0:
+                print(json.dumps(r), flush=True)
+                out.append(r)
+    if rank == 0 and args.out:
+        with open(args.out, "w") as f:
+            json.dump(out, f)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def driver(args):
+    rows = []
+    env = dict(os.environ, **SAFE_ENV)
+    for g in [int(x) for x in args.gpus.split(",")]:
+        out = os.path.join(args.workdir, f"ddp-g{g}.json")
+        if os.path.exists(out):
+            os.remove(out)
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={g}",
+               os.path.abspath(__file__), "--worker", "--out", out, "--host-gpus", str(args.host_gpus),
+               "--shards", args.shards, "--folder", args.folder, "--models", args.models, "--feeds", args.feeds,
+               "--batch", str(args.batch), "--warmup", str(args.warmup), "--steps", str(args.steps)]
+        print(f"== G={g}: {' '.join(cmd[3:6])} ...", file=sys.stderr, flush=True)
+        t = time.time()
+        rc = subprocess.call(cmd, env=env, timeout=args.timeout)
+        print(f"== G={g}: exit {rc} after {time.time() - t:.0f} s", file=sys.stderr, flush=True)
+        if rc == 0 and os.path.exists(out):
+            rows += json.load(open(out))
+        else:
+            rows.append({"gpus": g, "error": f"torchrun exit {rc}"})
+    table(rows)
+    return 0 if all("error" not in r for r in rows) else 1
+
+
+def table(rows):
+    ok = [r for r in rows if "error" not in r]
+    ceiling = {(r["gpus"], r["model"]): r["images_per_s"] for r in ok if r["feed"] == "synthetic"}
+    one = {(r["model"], r["feed"]): r["images_per_s"] for r in ok if r["gpus"] == 1}
+    print()
+    print("DDP training, images/s of the whole job (share of that G's synthetic ceiling; "
+          "scaling = G-GPU rate / (G x 1-GPU rate))")
+    print(f"{'model':9s} {'G':>2s} {'feed':14s} {'images/s':>9s} {'x ceiling':>9s} {'scaling':>8s} {'wait s':>7s}")
+    for r in ok:
+        c = ceiling.get((r["gpus"], r["model"]))
+        base = one.get((r["model"], r["feed"]))
+        share = f"{r['images_per_s'] / c:.2f}" if c and r["feed"] != "synthetic" else "-"
+        scale = f"{r['images_per_s'] / (r['gpus'] * base):.2f}" if base and r["gpus"] > 1 else "-"
+        print(f"{r['model']:9s} {r['gpus']:2d} {r['feed']:14s} {r['images_per_s']:9.1f} {share:>9s} {scale:>8s} "
+              f"{r['rank0_wait_in_next_s']:7.2f}")
+    for r in rows:
+        if "error" in r:
+            print(f"G={r['gpus']}: {r['error']}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shards", required=True)
+    ap.add_argument("--folder", required=True)
+    ap.add_argument("--gpus", default="1,2")
+    ap.add_argument("--host-gpus", type=int, default=0, help="GPUs whose share of the cores a rank takes "
+                    "(0 = all GPUs of the host)")
+    ap.add_argument("--models", default="resnet50,resnet18")
+    ap.add_argument("--feeds", default="synthetic,shardkit,dataloader")
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--timeout", type=int, default=400)
+    ap.add_argument("--workdir", default="/tmp")
+    ap.add_argument("--out", default="")
+    ap.add_argument("--worker", action="store_true")
+    args = ap.parse_args()
+    if args.worker:
+        worker(args)
+        return 0
+    if not args.host_gpus:
+        import torch
+
+        args.host_gpus = torch.cuda.device_count()
+    return driver(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Issue 19 (and issue 13's import-order check) on a GPU machine with 2+ GPUs, in one call:
+# build the CUDA module, run the GPU tests and the fresh-interpreter torch import-order
+# tests with the machine's pip torch, make the 8,000-image corpus, convert it to tar
+# shards, then scripts/bench_ddp.py: DDP training (ResNet-50, ResNet-18) on G = 1 and 2
+# GPUs (GPUS=1,2,4,...) from synthetic data, shardkit.Loader and the DataLoader; table last.
+# There (carry .deps .corpus):  source .deps/unpack.sh && bash scripts/device_ddp.sh
+# Env: GPUS (1,2), MODELS (resnet50,resnet18), FEEDS (synthetic,shardkit,dataloader),
+# STEPS (40), WARMUP (10), SKIP_TESTS=1.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+T0=$(date +%s)
+say() { echo "== device_ddp [$(( $(date +%s) - T0 ))s] $*"; }
+[[ "${CMAKE_PREFIX_PATH:-}" == */opt/deps/* ]] || source .deps/unpack.sh
+export PATH=/usr/local/cuda/bin:$PATH
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+OUTDIR=${OUT:-/tmp/ddp-out}; mkdir -p "$OUTDIR"
+W=/tmp/ddp; mkdir -p "$W"
+B=$W/build
+PY=$(command -v python3)
+J=$(nproc)
+nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee "$OUTDIR/device.txt"
+nvidia-smi topo -m 2>/dev/null | head -5 >> "$OUTDIR/device.txt"
+echo "$J CPUs; $($PY -c 'import torch; print("torch", torch.__version__, "GPUs", torch.cuda.device_count())')" | tee -a "$OUTDIR/device.txt"
+
+say "build (CUDA + nvJPEG, static CUDA runtime)"
+cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE="$PY" -DSHARDKIT_WITH_CUDA=ON -DSHARDKIT_WITH_REMOTE=OFF \
+  -DCMAKE_CUDA_ARCHITECTURES=90 > "$OUTDIR/cfg.log" 2>&1 || { tail -30 "$OUTDIR/cfg.log"; exit 1; }
+grep "shardkit:" "$OUTDIR/cfg.log"
+(cd "$W" && for k in $(seq 0 15); do $PY "$OLDPWD/.corpus/make_corpus.py" "$W/imgs" --count 500 --seed "$k" >/dev/null 2>&1 & done; wait) &
+corpus=$!
+cmake --build "$B" -j"$J" --target shardkit_cli _shardkit test_gpu > "$OUTDIR/build.log" 2>&1 \
+  || { grep -E "error" -A5 "$OUTDIR/build.log" | head -60; exit 1; }
+LIB=$(ls "$B"/python/shardkit/libshardkit.so.* | head -1)
+echo "libshardkit NEEDED cuda: $(readelf -d "$LIB" | grep -cE 'NEEDED.*(cudart|nvjpeg)') (0 = static runtime)" | tee -a "$OUTDIR/device.txt"
+export PYTHONPATH=$PWD/$B/python
+rc=0
+if [ -z "${SKIP_TESTS:-}" ]; then
+  say "GPU tests"
+  $B/tests/test_gpu > "$OUTDIR/gpu_tests.log" 2>&1 || rc=1
+  tail -2 "$OUTDIR/gpu_tests.log"; grep -B3 -A12 FAILED "$OUTDIR/gpu_tests.log" | head -40
+  say "import order with pip torch; python/tests/test_cuda.py, test_packaging.py, test_ddp.py"
+  for order in "import shardkit; import torch" "import torch; import shardkit"; do
+    $PY -c "$order; import torch; x = torch.ones(4, device='cuda'); print('ok', float(x.sum()))" > "$OUTDIR/imp.log" 2>&1
+    echo "[$order] rc=$? $(tail -1 "$OUTDIR/imp.log")" | tee -a "$OUTDIR/device.txt"
+  done
+  timeout 240 $PY -m pytest -q -p no:cacheprovider -rs python/tests/test_cuda.py python/tests/test_packaging.py \
+    python/tests/test_ddp.py > "$OUTDIR/pytest.log" 2>&1 || rc=1
+  grep -E "passed|failed|FAILED" "$OUTDIR/pytest.log" | tail -8 | tee -a "$OUTDIR/device.txt"
+fi
+wait $corpus
+say "corpus: $(find "$W/imgs" -type f | wc -l) images; convert to tar shards"
+"$B/tools/shardkit" convert "$W/imgs" "wds:$W/wds/train-%06d.tar" --shard-size 64MB --overwrite > "$OUTDIR/convert.log" 2>&1 \
+  || { tail -5 "$OUTDIR/convert.log"; exit 1; }
+say "DDP training benchmark"
+timeout 480 $PY scripts/bench_ddp.py --shards "$W/wds/train.manifest.json" --folder "$W/imgs" --gpus "${GPUS:-1,2}" \
+  --models "${MODELS:-resnet50,resnet18}" --feeds "${FEEDS:-synthetic,shardkit,dataloader}" --steps "${STEPS:-40}" \
+  --warmup "${WARMUP:-10}" --workdir "$OUTDIR" > "$OUTDIR/ddp.txt" 2> "$OUTDIR/ddp.err" || rc=1
+grep -E "^== |Error|error" "$OUTDIR/ddp.err" | tail -12
+say "done rc=$rc"
+cat "$OUTDIR/device.txt"
+sed -n '/^DDP training/,$p' "$OUTDIR/ddp.txt"
+exit $rc
