@@ -13,8 +13,9 @@ feed in turn:
               cores-per-rank - 1 workers), RandomResizedCrop(224) + flip + normalise
   shardkit    shardkit.Loader with its defaults (rank and world from torchrun, decoder
               "auto", threads from the rank's CPU affinity), device=cuda:LOCAL_RANK
-  shardkit_cpu / shardkit_gpu   the same with decoder pinned
-  feed        (no model) shardkit.Loader alone: what the feed delivers
+  shardkit_cpu / shardkit_gpu   the same with the decoder pinned; a suffix @X pins the
+              engines' share (hardware_load=X), e.g. shardkit_gpu@1.0, shardkit_gpu@0
+  feed, feed_cpu, feed_gpu@1.0, ...   (no model) the loader alone: what the feed delivers
 Each rank is pinned (os.sched_setaffinity) to its own block of the host's cores,
 cores / GPUs-on-the-host of them, whatever G is, so that G = 1 and G = 2 see the same
 cores per GPU, as on a full 8-GPU host. Images/s are for the whole job (G x batch x
@@ -73,10 +74,14 @@ def worker(args):
         while True:
             yield x, y
 
-    def feed_shardkit(decoder):
+    def feed_shardkit(spec):
         import shardkit
 
+        spec, _, load = spec.partition("@")
+        decoder = spec.split("_", 1)[1] if "_" in spec else "auto"
         kw = {} if decoder == "auto" else {"decoder": decoder}
+        if load:
+            kw["hardware_load"] = float(load)
         ld = shardkit.Loader(args.shards, batch_size=args.batch, seed=0, device=f"cuda:{local_rank}",
                              layout="channels_last", drop_last=True, **kw)
         info = {"decoder": ld.decoder, "threads": getattr(ld, "threads", None), "batches_per_epoch": len(ld)}
@@ -114,12 +119,12 @@ def worker(args):
                 batches = feed_synthetic()
             elif feed == "dataloader":
                 owner, batches, info = feed_dataloader()
-            elif feed == "feed" or feed.startswith("shardkit"):
-                owner, batches, info = feed_shardkit(feed.split("_", 1)[1] if "_" in feed else "auto")
+            elif feed.startswith("feed") or feed.startswith("shardkit"):
+                owner, batches, info = feed_shardkit(feed)
             else:
                 raise SystemExit(f"unknown feed {feed!r}")
             step = None
-            if feed != "feed":
+            if not feed.startswith("feed"):
                 model = getattr(torchvision.models, model_name)().to(device, memory_format=torch.channels_last)
                 model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank])
                 opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
@@ -162,7 +167,10 @@ def worker(args):
             dist.barrier()
             slowest = torch.tensor([mine], device=device)
             dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-            r = {"gpus": world, "model": model_name if feed != "feed" else "none", "feed": feed,
+            if hasattr(owner, "summary"):
+                info["summary"] = owner.summary()
+                info["hardware_share"] = round(owner.input_stats()["hardware_share"], 3)
+            r = {"gpus": world, "model": model_name if not feed.startswith("feed") else "none", "feed": feed,
                  "images_per_s": round(world * args.batch * args.steps / float(slowest), 1),
                  "rank0_wait_in_next_s": round(wait, 3), "cores_per_rank": per_rank, **info}
             if hasattr(owner, "close"):
@@ -209,14 +217,17 @@ def table(rows):
     print()
     print("DDP training, images/s of the whole job (share of that G's synthetic ceiling; "
           "scaling = G-GPU rate / (G x 1-GPU rate))")
-    print(f"{'model':9s} {'G':>2s} {'feed':14s} {'images/s':>9s} {'x ceiling':>9s} {'scaling':>8s} {'wait s':>7s}")
+    print(f"{'model':9s} {'G':>2s} {'feed':16s} {'images/s':>9s} {'x ceiling':>9s} {'scaling':>8s} {'wait s':>7s} "
+          f"{'engines':>7s}")
     for r in ok:
         c = ceiling.get((r["gpus"], r["model"]))
         base = one.get((r["model"], r["feed"]))
         share = f"{r['images_per_s'] / c:.2f}" if c and r["feed"] != "synthetic" else "-"
         scale = f"{r['images_per_s'] / (r['gpus'] * base):.2f}" if base and r["gpus"] > 1 else "-"
-        print(f"{r['model']:9s} {r['gpus']:2d} {r['feed']:14s} {r['images_per_s']:9.1f} {share:>9s} {scale:>8s} "
-              f"{r['rank0_wait_in_next_s']:7.2f}")
+        hw = r.get("hardware_share")
+        hw = f"{hw:.2f}" if isinstance(hw, float) and hw >= 0 else "-"
+        print(f"{r['model']:9s} {r['gpus']:2d} {r['feed']:16s} {r['images_per_s']:9.1f} {share:>9s} {scale:>8s} "
+              f"{r['rank0_wait_in_next_s']:7.2f} {hw:>7s}")
     for r in rows:
         if "error" in r:
             print(f"G={r['gpus']}: {r['error']}")

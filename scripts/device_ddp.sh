@@ -27,13 +27,13 @@ say "build (CUDA + nvJPEG, static CUDA runtime)"
 cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE="$PY" -DSHARDKIT_WITH_CUDA=ON -DSHARDKIT_WITH_REMOTE=OFF \
   -DCMAKE_CUDA_ARCHITECTURES=90 > "$OUTDIR/cfg.log" 2>&1 || { tail -30 "$OUTDIR/cfg.log"; exit 1; }
 grep "shardkit:" "$OUTDIR/cfg.log"
-(cd "$W" && for k in $(seq 0 15); do $PY "$OLDPWD/.corpus/make_corpus.py" "$W/imgs" --count 500 --seed "$k" >/dev/null 2>&1 & done; wait) &
+[ -d "$W/imgs" ] || (cd "$W" && for k in $(seq 0 15); do $PY "$OLDPWD/.corpus/make_corpus.py" "$W/imgs" --count 500 --seed "$k" >/dev/null 2>&1 & done; wait) &
 corpus=$!
 cmake --build "$B" -j"$J" --target shardkit_cli _shardkit test_gpu > "$OUTDIR/build.log" 2>&1 \
   || { grep -E "error" -A5 "$OUTDIR/build.log" | head -60; exit 1; }
 LIB=$(ls "$B"/python/shardkit/libshardkit.so.* | head -1)
 echo "libshardkit NEEDED cuda: $(readelf -d "$LIB" | grep -cE 'NEEDED.*(cudart|nvjpeg)') (0 = static runtime)" | tee -a "$OUTDIR/device.txt"
-export PYTHONPATH=$PWD/$B/python
+export PYTHONPATH=$B/python
 rc=0
 if [ -z "${SKIP_TESTS:-}" ]; then
   say "GPU tests"
@@ -44,9 +44,26 @@ if [ -z "${SKIP_TESTS:-}" ]; then
     $PY -c "$order; import torch; x = torch.ones(4, device='cuda'); print('ok', float(x.sum()))" > "$OUTDIR/imp.log" 2>&1
     echo "[$order] rc=$? $(tail -1 "$OUTDIR/imp.log")" | tee -a "$OUTDIR/device.txt"
   done
+  if [ -n "${PYTEST:-1}" ]; then
   timeout 240 $PY -m pytest -q -p no:cacheprovider -rs python/tests/test_cuda.py python/tests/test_packaging.py \
     python/tests/test_ddp.py > "$OUTDIR/pytest.log" 2>&1 || rc=1
   grep -E "passed|failed|FAILED" "$OUTDIR/pytest.log" | tail -8 | tee -a "$OUTDIR/device.txt"
+  grep -E "^(E  |FAILED)" "$OUTDIR/pytest.log" | head -20
+  fi
+fi
+if [ -n "${DIAG:-}" ]; then
+  say "import-order diagnostics"
+  {
+    $PY -X faulthandler -c "import shardkit; print('A shardkit imported', flush=True); import torch; print('B torch imported', flush=True); torch.ones(1, device='cuda'); print('C cuda ok', flush=True)" 2>&1 | tail -25
+    echo "--- CDLL(libshardkit) then torch: $($PY -c "import ctypes, sys; ctypes.CDLL(sys.argv[1]); import torch; torch.ones(1, device='cuda'); print('ok')" "$LIB" 2>&1 | tail -1) rc=$?"
+    for dep in $(ldd "$LIB" | awk '/=> \//{print $3}'); do
+      $PY -c "import ctypes, sys; ctypes.CDLL(sys.argv[1]); import torch; torch.ones(1, device='cuda')" "$dep" > /dev/null 2>&1
+      echo "  CDLL $dep then torch: exit $?"
+    done
+    echo "--- LD_DEBUG=files, last lines before the crash:"
+    LD_DEBUG=files $PY -c "import shardkit; import torch" 2>&1 | grep -E "calling init|file=" | tail -12
+  } > "$OUTDIR/diag.txt" 2>&1
+  cat "$OUTDIR/diag.txt"
 fi
 wait $corpus
 say "corpus: $(find "$W/imgs" -type f | wc -l) images; convert to tar shards"

@@ -76,9 +76,12 @@ struct GpuOptions {
   bool hardware_decoder = true;            // gpu decode: use the hardware JPEG engines when present
   // gpu decode: the share of the JPEGs the hardware engines could take that they do take;
   // the rest are decoded by the host threads at the same time, so that both the engines
-  // and the CPU cores work. Which images go where is a function of the sample index only
-  // (never of timing). < 0: the default (kDefaultHardwareLoad); 1: every image the
-  // engines accept. (Python: Loader(hardware_load=); the benchmark: --hw-load.)
+  // and the CPU cores work. Set (in [0, 1]): which images go where is a function of the
+  // sample index only (never of timing): bit-exact reruns. < 0 with decoder kGpu: the
+  // default (kDefaultHardwareLoad). < 0 with decoder kAuto: adaptive placement, starting
+  // at the default and moved after every batch by what the consumer waits (docs/gpu.md
+  // "Placement"); pixels then differ between runs within the cross-decoder tolerance.
+  // 1: every image the engines accept. (Python: Loader(hardware_load=).)
   double hardware_load = -1;
   static constexpr double kDefaultHardwareLoad = 0.7;  // best of 1, 0.7, 0.65, 0.55 on an H200 (docs/gpu.md)
   // gpu decode, for tests: route every image through libjpeg-turbo on the host (the
@@ -199,6 +202,11 @@ class SHARDKIT_API GpuLoader {
     uint64_t images_roi = 0;       // of the nvJPEG ones, decoded as a region only
     uint64_t bytes_uploaded = 0;   // host -> device
     double next_wait_s = 0;        // time the consumer spent inside Next()
+    // gpu decode: the share of engine-decodable JPEGs sent to the engines now (< 0 on the
+    // copy path); adaptive: it moves with the consumer (decoder auto, hardware_load unset).
+    double hardware_share = -1;
+    bool adaptive = false;
+    uint64_t nvjpeg_device_bytes = 0;  // nvJPEG's own device buffers (a cache that only grows)
   };
   Stats stats() const;
 

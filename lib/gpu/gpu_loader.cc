@@ -88,6 +88,8 @@ struct GpuLoader::Impl {
   pipeline::Delivery out;
   std::atomic<uint64_t> batches{0}, hw{0}, cuda{0}, host{0}, roi{0}, uploaded{0};
   double wait_s = 0;
+  // The consumer's last Next(): when it returned (for the consumer's step time).
+  std::chrono::steady_clock::time_point last_return{};
 
   virtual ~Impl() {
     if (stream) {
@@ -103,10 +105,21 @@ struct GpuLoader::Impl {
   virtual uint64_t NumSamples() const = 0;
   virtual std::vector<Status> Skipped() const = 0;
   virtual GpuLoader::Profile Profile() const { return {}; }
+  // Consumer thread, after each Next() that returned a batch: how long it waited in
+  // Next() and how long since its previous Next() returned (its step).
+  virtual void Observe(double /*wait_s*/, double /*step_s*/) {}
+  // The engines' share now (< 0: no GPU decoding), whether it adapts, nvJPEG's buffers.
+  virtual double HardwareShare() const { return -1; }
+  virtual bool Adaptive() const { return false; }
+  virtual size_t NvjpegBytes() const { return 0; }
 
   Status InitCommon(size_t out_bytes, size_t staging_bytes, bool staging_is_out) {
     SK_CUDA_RETURN(cudaSetDevice(g.device));
-    SK_CUDA_RETURN(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    // The lowest priority there is: where the consumer's stream has a higher one, its
+    // kernels are scheduled before ours (docs/gpu.md).
+    int least = 0, greatest = 0;
+    SK_CUDA_RETURN(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    SK_CUDA_RETURN(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, least));
     ring = std::make_shared<detail::DeviceRing>();
     ring->consumer_stream = g.consumer_stream;
     SK_RETURN_IF_ERROR(ring->Init(g.device, g.ring, out_bytes, staging_bytes, staging_is_out));
@@ -405,7 +418,7 @@ struct Row {
   int pw = 0, ph = 0;           // their width, height
   bool flip = false;
   pipeline::AxisWeights wx, wy;
-  size_t blob_off = 0, pix_off = 0, arena_off = 0;
+  size_t blob_off = 0, pix_off = 0, arena_off = 0, bits_off = 0;
 };
 
 struct Set {
@@ -420,6 +433,7 @@ struct Set {
 };
 
 struct DecodeImpl final : ProducerImpl {
+  DecoderKind kind_requested = DecoderKind::kGpu;  // GpuOptions::decoder as asked (auto or gpu)
   std::unique_ptr<Dataset> dataset;
   std::shared_ptr<RandomAccess> data;
   uint64_t n = 0;
@@ -433,6 +447,51 @@ struct DecodeImpl final : ProducerImpl {
   Set sets[2];
   std::vector<uint64_t> order;
   double hw_load = 1.0;  // GpuOptions::hardware_load, resolved
+
+  // Adaptive placement (decoder auto with hardware_load unset; docs/gpu.md "Placement").
+  // The share of engine-decodable JPEGs sent to the engines moves after every batch the
+  // consumer takes: while the consumer waits for the feed (and the producer was not held
+  // back by the ring, i.e. the feed is the bottleneck), towards the split where the host
+  // threads' phase 1 and the submitter's engine work take equal time (the feed's
+  // maximum); once the consumer no longer waits, down by a small step, so that the GPU
+  // does the least work that still keeps the consumer fed. The SM-hungry CUDA backend
+  // takes the engines' rejects only while the consumer waits with every engine-decodable
+  // image on the engines. Which image goes where depends on the share when its batch is
+  // prepared, so on timing; crops and order never do.
+  bool adaptive = false;
+  std::atomic<double> share{GpuOptions::kDefaultHardwareLoad};
+  std::atomic<bool> cuda_on{false};
+  std::atomic<double> last_prepare_s{0}, last_acquire_s{0}, last_submit_s{0};
+  double wait_ewma = 0;  // the consumer's wait / step, smoothed (consumer thread)
+  static constexpr double kWaitingShare = 0.02;  // the consumer waits: > 2% of its step
+  static constexpr double kStepDown = 0.02;
+
+  void Observe(double wait_s, double step_s) override {
+    if (!adaptive) return;
+    const double frac = step_s > 0 ? wait_s / step_s : 0;
+    wait_ewma = 0.6 * wait_ewma + 0.4 * frac;
+    const double tp = last_prepare_s.load(), ts = last_submit_s.load(), ta = last_acquire_s.load();
+    double sh = share.load();
+    const bool feed_bound = wait_ewma > kWaitingShare && ta < 0.25 * std::max(tp, 1e-6);
+    if (feed_bound) {
+      const double err = (tp - ts) / std::max({tp, ts, 1e-6});  // > 0: the host side is slower
+      sh += 0.3 * err;
+      cuda_on.store(sh >= 0.999 && err > 0);
+    } else {
+      sh -= kStepDown;
+      cuda_on.store(false);
+    }
+    share.store(std::clamp(sh, 0.0, 1.0));
+  }
+  double HardwareShare() const override { return adaptive ? share.load() : hw_load; }
+  bool Adaptive() const override { return adaptive; }
+  size_t NvjpegBytes() const override {
+#ifdef SHARDKIT_HAVE_NVJPEG
+    return nv ? nv->cached_device_bytes() : 0;
+#else
+    return 0;
+#endif
+  }
 
   // GpuOptions::profile: where the producer's time goes, read by GpuLoader::profile()
   // (host seconds per phase; GPU milliseconds of the hardware decode and the resize, from
@@ -510,6 +569,8 @@ struct DecodeImpl final : ProducerImpl {
     int threads = g.host_threads > 0 ? g.host_threads : (o.threads > 0 ? o.threads : tbb::info::default_concurrency());
     arena = std::make_unique<tbb::task_arena>(threads);
     hw_load = pipeline::ResolvedHardwareLoad(g);  // (in [0, 1]: checked by Validate)
+    adaptive = kind_requested == DecoderKind::kAuto && g.hardware_load < 0;
+    share.store(hw_load);
     SK_RETURN_IF_ERROR(InitCommon(RowElems() * DTypeSize(o.dtype) * o.batch_size, 0, false));
     if (g.profile) {
       prof.on = true;
@@ -593,7 +654,9 @@ struct DecodeImpl final : ProducerImpl {
         continue;
       }
       QueueItem it;
+      auto tsub = PClock::now();
       auto r = FinishBatch(sets[b % 2], int(b % 2), e, b, slot, &it);
+      last_submit_s.store(Since(tsub));
       if (r.ok()) {
         it.batch = std::move(r).value();
       } else {
@@ -633,8 +696,11 @@ struct DecodeImpl final : ProducerImpl {
         ProfileCollect(int(b % 2));
         ++prof.batches;
       }
+      auto tprep = PClock::now();
       Status st = ce == cudaSuccess ? PrepareBatch(set, e, b) : gpu::CudaError(ce, "cudaEventSynchronize(set)");
       auto tw = PClock::now();
+      last_acquire_s.store(std::chrono::duration<double>(t1 - t0).count());
+      last_prepare_s.store(std::chrono::duration<double>(tw - tprep).count());
       ok = wait_idle();  // the submitter is done with batch b-1 (and so with this set)
       if (prof.on) prof.handoff += Since(tw);
       if (!ok || !st.ok()) {
@@ -694,10 +760,13 @@ struct DecodeImpl final : ProducerImpl {
     if (!gpu::ParseJpegHeader(r.data, r.size, &h)) return false;
     gpu::JpegClass cls = gpu::Classify(h);
     if (cls == gpu::JpegClass::kHost) return false;
-    // The engines' share: a fixed function of the sample index (see hardware_load).
-    if (cls == gpu::JpegClass::kHardware && hw_load < 1.0 &&
-        double(pipeline::Mix64(index ^ 0x6877'6c6f'6164ull) >> 11) * 0x1.0p-53 >= hw_load)
+    // The engines' share: a fixed function of the sample index (see hardware_load), or
+    // of the index and the adaptive share.
+    const double load = adaptive ? share.load(std::memory_order_relaxed) : hw_load;
+    if (cls == gpu::JpegClass::kHardware && load < 1.0 &&
+        double(pipeline::Mix64(index ^ 0x6877'6c6f'6164ull) >> 11) * 0x1.0p-53 >= load)
       return false;
+    if (adaptive && cls != gpu::JpegClass::kHardware && !cuda_on.load(std::memory_order_relaxed)) return false;
     if (h.width > 32768 || h.height > 32768 || uint64_t(h.width) * h.height > 200'000'000ull) return false;
     pipeline::Augment aug = pipeline::ChooseCrop(o, rrc, e, index, h.width, h.height);
     int xlo, xhi, ylo, yhi;
@@ -895,7 +964,16 @@ struct DecodeImpl final : ProducerImpl {
     }
     const size_t blob_bytes = Align(words * 4);
     const size_t total = desc_bytes + blob_bytes + pix;
-    SK_RETURN_IF_ERROR(Grow(&set.host, &set.host_cap, total, true));
+    // The engines' bitstreams go to nvJPEG from pinned memory, after the upload's bytes:
+    // from the dataset's pageable pages every one was a staged, host-synchronous copy.
+    size_t bits = 0;
+    for (size_t i : keep) {
+      Row& r = set.rows[i];
+      if (r.route != 1) continue;
+      r.bits_off = bits;
+      bits += Align(r.size, 64);
+    }
+    SK_RETURN_IF_ERROR(Grow(&set.host, &set.host_cap, total + bits, true));
     SK_RETURN_IF_ERROR(Grow(&set.dev, &set.dev_cap, total, false));
     SK_RETURN_IF_ERROR(Grow(&set.arena, &set.arena_cap, arena_bytes, false));
     auto* descs = reinterpret_cast<gpu::ResizeDesc*>(set.host);
@@ -918,6 +996,11 @@ struct DecodeImpl final : ProducerImpl {
 #ifdef SHARDKIT_HAVE_NVJPEG
         r.item.dst = set.arena + r.arena_off;
         r.item.pitch = d.pitch;
+        if (r.route == 1) {
+          uint8_t* pinned_bits = set.host + total + r.bits_off;
+          std::memcpy(pinned_bits, r.data, r.size);
+          r.item.data = pinned_bits;
+        }
 #endif
       }
       descs[k] = d;
@@ -1009,6 +1092,7 @@ Result<std::unique_ptr<GpuLoader::Impl>> MakeImpl(std::shared_ptr<RandomAccess> 
   impl->o = o;
   impl->g = gopts;
   impl->kind = kind;
+  impl->kind_requested = gopts.decoder;
   if (data) {
     impl->data = std::move(data);
   } else {
@@ -1050,7 +1134,16 @@ std::vector<Status> GpuLoader::skipped() const { return impl_->Skipped(); }
 Result<DeviceBatch> GpuLoader::Next() {
   auto t0 = Clock::now();
   auto r = impl_->Next();
-  impl_->wait_s += std::chrono::duration<double>(Clock::now() - t0).count();
+  auto t1 = Clock::now();
+  const double wait = std::chrono::duration<double>(t1 - t0).count();
+  impl_->wait_s += wait;
+  if (r.ok() && !r->end_of_epoch()) {
+    if (impl_->last_return != Clock::time_point{})
+      impl_->Observe(wait, std::chrono::duration<double>(t1 - impl_->last_return).count());
+    impl_->last_return = t1;
+  } else {
+    impl_->last_return = {};  // an epoch's end: the next step time starts afresh
+  }
   return r;
 }
 
@@ -1074,6 +1167,9 @@ GpuLoader::Stats GpuLoader::stats() const {
   s.images_roi = impl_->roi.load();
   s.bytes_uploaded = impl_->uploaded.load();
   s.next_wait_s = impl_->wait_s;
+  s.hardware_share = impl_->HardwareShare();
+  s.adaptive = impl_->Adaptive();
+  s.nvjpeg_device_bytes = impl_->NvjpegBytes();
   return s;
 }
 

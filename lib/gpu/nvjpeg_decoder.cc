@@ -4,7 +4,10 @@
 #include <cuda_runtime_api.h>
 #include <nvjpeg.h>
 
+#include <map>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include "gpu/cuda_util.h"
 
@@ -38,10 +41,102 @@ Status NvError(nvjpegStatus_t s, const char* what) {
     if (sk_ns_ != NVJPEG_STATUS_SUCCESS) return NvError(sk_ns_, #expr);    \
   } while (0)
 
+// nvJPEG's buffers (its decoder states, the hardware batch's pools, the pinned and device
+// buffers of the CUDA backends) grow to the largest image seen. With the default
+// allocators every growth is a cudaFree / cudaFreeHost of the old buffer, and each of
+// those waits for the whole device and holds the driver's lock meanwhile: the training
+// loop's kernel launches stall behind it (issue 16 counted ~35 such frees per 30 steps).
+// This cache hands nvJPEG blocks that are never returned to CUDA while the decoder lives:
+// a freed block goes to a free list (with an event recorded on the stream nvJPEG names,
+// waited for on the host before the block is handed out again), and the next request of
+// a size it covers (at most twice the request) takes it. Memory stays at the high-water
+// mark, reported by bytes(). Thread-safe (nvJPEG calls it from every decoding thread).
+class BlockCache {
+ public:
+  explicit BlockCache(bool pinned) : pinned_(pinned) {}
+  ~BlockCache() {
+    for (auto& [p, b] : blocks_) {
+      if (b.ev) SK_CUDA_IGNORE(cudaEventSynchronize(b.ev));
+      if (b.ev) SK_CUDA_IGNORE(cudaEventDestroy(b.ev));
+      if (pinned_) {
+        SK_CUDA_IGNORE(cudaFreeHost(p));
+      } else {
+        SK_CUDA_IGNORE(cudaFree(p));
+      }
+    }
+  }
+  int Alloc(void** p, size_t size) {
+    const size_t want = RoundUp(size);
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = free_.lower_bound(want);
+    if (it != free_.end() && it->first <= 2 * want) {
+      void* q = it->second;
+      free_.erase(it);
+      Block& b = blocks_[q];
+      if (b.ev && cudaEventSynchronize(b.ev) != cudaSuccess) return 1;  // its last user is done
+      *p = q;
+      return 0;
+    }
+    void* q = nullptr;
+    cudaError_t e = pinned_ ? cudaHostAlloc(&q, want, cudaHostAllocDefault) : cudaMalloc(&q, want);
+    if (e != cudaSuccess) return 1;
+    blocks_[q] = Block{want, nullptr};
+    bytes_ += want;
+    *p = q;
+    return 0;
+  }
+  int Free(void* p, cudaStream_t stream) {
+    if (!p) return 0;
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = blocks_.find(p);
+    if (it == blocks_.end()) return 1;
+    Block& b = it->second;
+    if (!b.ev && cudaEventCreateWithFlags(&b.ev, cudaEventDisableTiming) != cudaSuccess) b.ev = nullptr;
+    if (b.ev && cudaEventRecord(b.ev, stream) != cudaSuccess) {
+      SK_CUDA_IGNORE(cudaEventDestroy(b.ev));
+      b.ev = nullptr;
+      SK_CUDA_IGNORE(cudaStreamSynchronize(stream));  // (never seen: be safe, not fast)
+    }
+    free_.emplace(b.size, p);
+    return 0;
+  }
+  size_t bytes() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    return bytes_;
+  }
+
+  static int DevMalloc(void* ctx, void** p, size_t size, cudaStream_t) {
+    return static_cast<BlockCache*>(ctx)->Alloc(p, size);
+  }
+  static int DevFree(void* ctx, void* p, size_t, cudaStream_t stream) {
+    return static_cast<BlockCache*>(ctx)->Free(p, stream);
+  }
+
+ private:
+  static size_t RoundUp(size_t n) {
+    size_t r = size_t(64) << 10;  // 64 KiB, then powers of two: few sizes, easy reuse
+    while (r < n) r <<= 1;
+    return r;
+  }
+  struct Block {
+    size_t size = 0;
+    cudaEvent_t ev = nullptr;  // recorded when freed
+  };
+  const bool pinned_;
+  mutable std::mutex mu_;
+  std::unordered_map<void*, Block> blocks_;
+  std::multimap<size_t, void*> free_;
+  size_t bytes_ = 0;
+};
+
 }  // namespace
 
 struct NvjpegDecoder::Impl {
   int device = 0;
+  // Declared before the handle: destroyed after everything nvJPEG allocated from them.
+  BlockCache dev_cache{false}, pinned_cache{true};
+  nvjpegDevAllocatorV2_t dev_alloc{};
+  nvjpegPinnedAllocatorV2_t pinned_alloc{};
   nvjpegHandle_t handle = nullptr;
   // Hardware, batched: one state and one set of per-image params per set.
   std::vector<nvjpegJpegState_t> hw_state;
@@ -99,13 +194,25 @@ Result<std::unique_ptr<NvjpegDecoder>> NvjpegDecoder::Create(int device, int thr
   Impl& m = *d->impl_;
   m.device = device;
   SK_CUDA_RETURN(cudaSetDevice(device));
+  m.dev_alloc.dev_malloc = &BlockCache::DevMalloc;
+  m.dev_alloc.dev_free = &BlockCache::DevFree;
+  m.dev_alloc.dev_ctx = &m.dev_cache;
+  m.pinned_alloc.pinned_malloc = &BlockCache::DevMalloc;
+  m.pinned_alloc.pinned_free = &BlockCache::DevFree;
+  m.pinned_alloc.pinned_ctx = &m.pinned_cache;
   // The hardware backend exists only on GPUs with JPEG engines (A100, H100, H200, ...).
-  if (use_hardware && nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, 0, &m.handle) == NVJPEG_STATUS_SUCCESS) {
+  if (use_hardware && nvjpegCreateExV2(NVJPEG_BACKEND_HARDWARE, &m.dev_alloc, &m.pinned_alloc, 0, &m.handle) ==
+                          NVJPEG_STATUS_SUCCESS) {
     d->hw_ = true;
   } else {
     m.handle = nullptr;
-    SK_NVJPEG_RETURN(nvjpegCreateEx(NVJPEG_BACKEND_DEFAULT, nullptr, nullptr, 0, &m.handle));
+    SK_NVJPEG_RETURN(nvjpegCreateExV2(NVJPEG_BACKEND_DEFAULT, &m.dev_alloc, &m.pinned_alloc, 0, &m.handle));
   }
+  // Grown buffers get 1 MiB of headroom: fewer growths (each now only a cache lookup).
+  (void)nvjpegSetDeviceMemoryPadding(size_t(1) << 20, m.handle);
+  (void)nvjpegSetPinnedMemoryPadding(size_t(1) << 20, m.handle);
+  int least_priority = 0, greatest_priority = 0;
+  SK_CUDA_RETURN(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority));
   if (d->hw_) {
     m.hw_state.assign(size_t(sets), nullptr);
     m.hw_params.assign(size_t(sets), std::vector<nvjpegDecodeParams_t>(size_t(max_batch), nullptr));
@@ -136,8 +243,8 @@ Result<std::unique_ptr<NvjpegDecoder>> NvjpegDecoder::Create(int device, int thr
     SK_NVJPEG_RETURN(nvjpegDecodeParamsCreate(m.handle, &c.params));
     SK_NVJPEG_RETURN(nvjpegDecodeParamsSetOutputFormat(c.params, NVJPEG_OUTPUT_RGBI));
     if (!d->cuda_) continue;
-    SK_NVJPEG_RETURN(nvjpegBufferPinnedCreate(m.handle, nullptr, &c.pinned));
-    SK_NVJPEG_RETURN(nvjpegBufferDeviceCreate(m.handle, nullptr, &c.devbuf));
+    SK_NVJPEG_RETURN(nvjpegBufferPinnedCreateV2(m.handle, &m.pinned_alloc, &c.pinned));
+    SK_NVJPEG_RETURN(nvjpegBufferDeviceCreateV2(m.handle, &m.dev_alloc, &c.devbuf));
     if (m.dec_gpu) {
       SK_NVJPEG_RETURN(nvjpegDecoderStateCreate(m.handle, m.dec_gpu, &c.st_gpu));
       SK_NVJPEG_RETURN(nvjpegStateAttachPinnedBuffer(c.st_gpu, c.pinned));
@@ -148,7 +255,8 @@ Result<std::unique_ptr<NvjpegDecoder>> NvjpegDecoder::Create(int device, int thr
       SK_NVJPEG_RETURN(nvjpegStateAttachPinnedBuffer(c.st_host, c.pinned));
       SK_NVJPEG_RETURN(nvjpegStateAttachDeviceBuffer(c.st_host, c.devbuf));
     }
-    SK_CUDA_RETURN(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking));
+    // The lowest priority: the model's kernels go first (docs/gpu.md).
+    SK_CUDA_RETURN(cudaStreamCreateWithPriority(&c.stream, cudaStreamNonBlocking, least_priority));
     SK_CUDA_RETURN(cudaEventCreateWithFlags(&c.event, cudaEventDisableTiming));
   }
   return d;
@@ -243,6 +351,9 @@ Status NvjpegDecoder::DecodeCuda(int tid, const NvItem& it) {
   c.used = true;
   return Status::OK();
 }
+
+size_t NvjpegDecoder::cached_device_bytes() const { return impl_->dev_cache.bytes(); }
+size_t NvjpegDecoder::cached_pinned_bytes() const { return impl_->pinned_cache.bytes(); }
 
 Status NvjpegDecoder::Join(void* stream) {
   for (auto& c : impl_->ctx) {

@@ -55,6 +55,11 @@ class NvjpegDecoder {
   // Makes `stream` wait for every DecodeCuda issued since the last Join.
   Status Join(void* stream);
 
+  // nvJPEG's own buffers, from a cache that never frees while the decoder lives (no
+  // device-wide synchronisation in steady state): bytes held, device and pinned.
+  size_t cached_device_bytes() const;
+  size_t cached_pinned_bytes() const;
+
  private:
   struct Impl;
   NvjpegDecoder() = default;

@@ -87,7 +87,9 @@ Status ResolveOptions(LoaderOptions* o, const GpuOptions& g) {
   SK_RETURN_IF_ERROR(CheckOptions(*o, kMaxGpuOutputSide));
   SK_RETURN_IF_ERROR(CheckGpuOptions(g));
   SK_RETURN_IF_ERROR(ResolveRank(o));
-  if (o->threads == 0) o->threads = tbb::info::default_concurrency();
+  // Feeding a GPU: one core is left to the thread that launches the model's kernels
+  // (starved of a core, it leaves the GPU idle between kernels: issue 16).
+  if (o->threads == 0) o->threads = std::max(1, int(tbb::info::default_concurrency()) - 1);
   return Status::OK();
 }
 

@@ -39,7 +39,7 @@ def _range(v, name):
     return (lo, hi)
 
 
-def _rank_threads():
+def _rank_threads(gpu=False):
     """threads=0: the CPUs this process may run on (its affinity mask); under a launcher that
     starts several ranks on this host (torchrun's LOCAL_WORLD_SIZE) and left every rank the
     whole machine, this rank's share of them, so that G ranks do not start G x all-cores
@@ -50,7 +50,8 @@ def _rank_threads():
         return 0
     local = _env_int("LOCAL_WORLD_SIZE") or 1
     if local > 1 and mask >= (os.cpu_count() or mask):
-        return max(1, mask // local)
+        # feeding a GPU: one core of the share stays with the training loop's thread
+        return max(1, mask // local - (1 if gpu else 0))
     return 0  # the library's default: its pool follows the affinity mask
 
 
@@ -172,13 +173,14 @@ class Loader:
         if decoder == "gpu" and str(device) == "cpu":
             raise NotImplementedError('decoder="gpu" needs device="cuda:N"')
         self._device = _parse_device(device)
+        self_gpu = self._device.type == "cuda"
         self._channels_last = layout == "channels_last"
         self._return_keys = bool(return_keys)
         self._address = address
         args = dict(
             batch_size=int(batch_size), shuffle=bool(shuffle), seed=int(seed),
             rank=-1 if rank is None else int(rank), world_size=-1 if world_size is None else int(world_size),
-            drop_last=bool(drop_last), threads=int(threads) or _rank_threads(), prefetch=int(prefetch),
+            drop_last=bool(drop_last), threads=int(threads) or _rank_threads(self_gpu), prefetch=int(prefetch),
             output_height=height, output_width=width, train=train, scale=scale, ratio=ratio,
             flip_p=flip_p if train else 0.0, resize_size=int(resize_size), dct_scaling=bool(dct_scaling),
             mean=list(mean), std=list(std), dtype=dtype,
@@ -209,7 +211,11 @@ class Loader:
         if self._loader is None:
             self._loader = _shardkit._Loader(str(address), **args)
         self._class_names = None
-        self._threads = args["threads"] or len(os.sched_getaffinity(0))
+        self._t_first = None
+        self._host_wait = 0.0
+        self._host_batches = 0
+        self._host_images = 0
+        self._threads = args["threads"] or max(1, len(os.sched_getaffinity(0)) - (1 if self._gpu else 0))
         self.batch_size = int(batch_size)
         self.drop_last = bool(drop_last)
         self._epoch = 0
@@ -290,6 +296,46 @@ class Loader:
         """Counters of the GPU feed (dict), or None on the host path."""
         return self._loader.stats() if self._gpu else None
 
+    def input_stats(self):
+        """Is the input the bottleneck? A dict: batches, the consumer's wait in next()
+        (seconds, and its share of the time since the first batch), images per decoder
+        and their rates (images/s over that time), the engines' share of the placement and
+        whether it adapts (GPU decode path). See docs/python.md "Is the input the
+        bottleneck?"."""
+        import time
+
+        now = time.perf_counter()
+        t0 = getattr(self, "_t_first", None)
+        elapsed = (now - t0) if t0 else 0.0
+        if self._gpu:
+            s = self._loader.stats()
+        else:
+            s = {"batches": getattr(self, "_host_batches", 0), "next_wait_s": getattr(self, "_host_wait", 0.0),
+                 "images_host": getattr(self, "_host_images", 0), "images_hardware": 0, "images_cuda": 0,
+                 "hardware_share": -1.0, "adaptive": False}
+        out = {"batches": s["batches"], "elapsed_s": elapsed, "wait_s": s["next_wait_s"],
+               "wait_share": (s["next_wait_s"] / elapsed) if elapsed > 0 else 0.0,
+               "decoder": self.decoder, "hardware_share": s["hardware_share"], "adaptive": s["adaptive"]}
+        for k in ("host", "hardware", "cuda"):
+            n = s[f"images_{k}"]
+            out[f"images_{k}"] = n
+            out[f"rate_{k}"] = n / elapsed if elapsed > 0 else 0.0
+        return out
+
+    def summary(self):
+        """input_stats() as one line, for a training log."""
+        s = self.input_stats()
+        line = (f"shardkit: {s['batches']} batches in {s['elapsed_s']:.1f} s, waited {s['wait_s']:.2f} s in next() "
+                f"({100 * s['wait_share']:.1f}%: {'input-bound' if s['wait_share'] > 0.05 else 'not input-bound'}); "
+                f"decoder {s['decoder']}")
+        if s["hardware_share"] >= 0:
+            line += (f", engines' share {s['hardware_share']:.2f}{' (adaptive)' if s['adaptive'] else ''}; "
+                     f"images/s: engines {s['rate_hardware']:.0f}, host {s['rate_host']:.0f}, "
+                     f"CUDA {s['rate_cuda']:.0f}")
+        else:
+            line += f"; images/s: host {s['rate_host']:.0f}"
+        return line
+
     def gpu_profile(self):
         """Where the GPU decode path spends its time (dict of host seconds per phase and GPU
         milliseconds, summed; "enabled" is False unless profile=True), or None on the host
@@ -323,6 +369,20 @@ class Loader:
 
     # --- internals -----------------------------------------------------------------------
     def _next_raw(self):
+        import time
+
+        t = time.perf_counter()
+        if self._t_first is None:
+            self._t_first = t
+        b = self._next_raw_inner()
+        if not self._gpu:  # (the device path counts in the library: gpu_stats())
+            self._host_wait += time.perf_counter() - t
+            if b is not None:
+                self._host_batches += 1
+                self._host_images += len(b.indices)
+        return b
+
+    def _next_raw_inner(self):
         try:
             return self._loader.next()
         except _shardkit.Error as e:

@@ -577,6 +577,9 @@ tensor made from it is freed.)doc")
         d["images_roi"] = s.images_roi;
         d["bytes_uploaded"] = s.bytes_uploaded;
         d["next_wait_s"] = s.next_wait_s;
+        d["hardware_share"] = s.hardware_share;
+        d["adaptive"] = s.adaptive;
+        d["nvjpeg_device_bytes"] = s.nvjpeg_device_bytes;
         return d;
       })
       .def("profile", [](PyGpuLoader& l) {

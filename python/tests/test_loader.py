@@ -406,3 +406,18 @@ def test_stream_option_errors(data):
     address, _ = data[:2]
     with pytest.raises(ValueError, match="shuffle_buffer"):
         loader(address, shuffle_buffer=-1)
+
+
+def test_input_stats_and_summary_say_whether_the_input_waits(data):
+    ld = loader(data[0], batch_size=4, threads=1)
+    assert ld.input_stats()["batches"] == 0
+    n = 0
+    for images, _ in ld:
+        n += images.shape[0]
+    s = ld.input_stats()
+    assert s["batches"] == len(ld)
+    assert s["images_host"] == n and s["images_hardware"] == 0 and s["images_cuda"] == 0
+    assert s["elapsed_s"] > 0 and 0 <= s["wait_s"] <= s["elapsed_s"]
+    assert s["rate_host"] > 0 and s["hardware_share"] < 0
+    line = ld.summary()
+    assert line.startswith(f"shardkit: {len(ld)} batches") and "decoder cpu" in line and "host" in line
