@@ -44,9 +44,10 @@ if [ -z "${SKIP_TESTS:-}" ]; then
     $PY -c "$order; import torch; x = torch.ones(4, device='cuda'); print('ok', float(x.sum()))" > "$OUTDIR/imp.log" 2>&1
     echo "[$order] rc=$? $(tail -1 "$OUTDIR/imp.log")" | tee -a "$OUTDIR/device.txt"
   done
-  if [ -n "${PYTEST:-1}" ]; then
-  timeout 240 $PY -m pytest -q -p no:cacheprovider -rs python/tests/test_cuda.py python/tests/test_packaging.py \
-    python/tests/test_ddp.py > "$OUTDIR/pytest.log" 2>&1 || rc=1
+  if [ "${PYTEST:-1}" = 1 ] || [ "${PYTEST:-1}" = torch ]; then
+  if [ "${PYTEST:-1}" = torch ]; then PT=(python/tests/test_packaging.py -k torch); else
+    PT=(python/tests/test_cuda.py python/tests/test_packaging.py python/tests/test_ddp.py); fi
+  timeout 240 $PY -m pytest -q -p no:cacheprovider -rs "${PT[@]}" > "$OUTDIR/pytest.log" 2>&1 || rc=1
   grep -E "passed|failed|FAILED" "$OUTDIR/pytest.log" | tail -8 | tee -a "$OUTDIR/device.txt"
   grep -E "^(E  |FAILED)" "$OUTDIR/pytest.log" | head -20
   fi
@@ -54,14 +55,14 @@ fi
 if [ -n "${DIAG:-}" ]; then
   say "import-order diagnostics"
   {
-    $PY -X faulthandler -c "import shardkit; print('A shardkit imported', flush=True); import torch; print('B torch imported', flush=True); torch.ones(1, device='cuda'); print('C cuda ok', flush=True)" 2>&1 | tail -25
-    echo "--- CDLL(libshardkit) then torch: $($PY -c "import ctypes, sys; ctypes.CDLL(sys.argv[1]); import torch; torch.ones(1, device='cuda'); print('ok')" "$LIB" 2>&1 | tail -1) rc=$?"
-    for dep in $(ldd "$LIB" | awk '/=> \//{print $3}'); do
-      $PY -c "import ctypes, sys; ctypes.CDLL(sys.argv[1]); import torch; torch.ones(1, device='cuda')" "$dep" > /dev/null 2>&1
-      echo "  CDLL $dep then torch: exit $?"
-    done
+    $PY -X faulthandler -c "import shardkit; print('A shardkit imported', flush=True); import torch; print('B torch imported', flush=True); torch.ones(1, device='cuda'); print('C cuda ok', flush=True)" 2>&1 | head -14
+    echo "--- CDLL(libshardkit) then torch: $($PY -c "import ctypes, sys; ctypes.CDLL(sys.argv[1]); import torch; torch.ones(1, device='cuda'); print('ok')" "$LIB" 2>&1 | tail -1)"
+    MOD=$(ls "$B"/python/shardkit/_shardkit*.so | head -1)
+    echo "--- the extension module alone (no package __init__), then torch: $($PY -c "import importlib.util, sys; s = importlib.util.spec_from_file_location('_shardkit', sys.argv[1]); m = importlib.util.module_from_spec(s); s.loader.exec_module(m); import torch; torch.ones(1, device='cuda'); print('ok')" "$MOD" 2>&1 | tail -1)"
+    echo "--- pip CUDA preload alone, then torch: $($PY -c "import ctypes, glob, importlib.util, os; sp = importlib.util.find_spec('nvidia'); [ctypes.CDLL(p) for r in sp.submodule_search_locations for p in sorted(glob.glob(os.path.join(r, '*', 'lib', 'libcudart.so.[0-9]*')))]; import torch; torch.ones(1, device='cuda'); print('ok')" 2>&1 | tail -1)"
+    echo "--- pybind11 internals: ours $(grep -m1 -h 'define PYBIND11_INTERNALS_VERSION' /opt/deps/usr/include/pybind11/detail/internals.h /usr/include/pybind11/detail/internals.h 2>/dev/null | head -1); torch's $(grep -rh -m1 'define PYBIND11_INTERNALS_VERSION' "$($PY -c 'import torch, os; print(os.path.dirname(torch.__file__))')/include/pybind11/detail/" 2>/dev/null | head -2 | tr '\n' ' ')"
     echo "--- LD_DEBUG=files, last lines before the crash:"
-    LD_DEBUG=files $PY -c "import shardkit; import torch" 2>&1 | grep -E "calling init|file=" | tail -12
+    LD_DEBUG=files $PY -c "import shardkit; import torch" 2>&1 | grep -E "calling init" | tail -5
   } > "$OUTDIR/diag.txt" 2>&1
   cat "$OUTDIR/diag.txt"
 fi

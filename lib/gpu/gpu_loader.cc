@@ -439,7 +439,7 @@ struct DecodeImpl final : ProducerImpl {
   uint64_t n = 0;
   pipeline::Partition part;
   pipeline::RrcParams rrc;
-  std::unique_ptr<tbb::task_arena> arena;
+  std::unique_ptr<tbb::task_arena> arena, pack_arena;
   tbb::enumerable_thread_specific<decode::ImageDecoder> host_decoders;
 #ifdef SHARDKIT_HAVE_NVJPEG
   std::unique_ptr<gpu::NvjpegDecoder> nv;
@@ -568,6 +568,9 @@ struct DecodeImpl final : ProducerImpl {
     rrc = {o.scale_min, o.scale_max, o.ratio_min, o.ratio_max, o.flip_p};
     int threads = g.host_threads > 0 ? g.host_threads : (o.threads > 0 ? o.threads : tbb::info::default_concurrency());
     arena = std::make_unique<tbb::task_arena>(threads);
+    // The submitter's packing runs in an arena of its own: in the host threads' arena it
+    // queued behind phase-1 decodes of the next batch and left the engines idle.
+    pack_arena = std::make_unique<tbb::task_arena>(std::min(threads, 4));
     hw_load = pipeline::ResolvedHardwareLoad(g);  // (in [0, 1]: checked by Validate)
     adaptive = kind_requested == DecoderKind::kAuto && g.hardware_load < 0;
     share.store(hw_load);
@@ -980,7 +983,7 @@ struct DecodeImpl final : ProducerImpl {
     uint32_t* blob = reinterpret_cast<uint32_t*>(set.host + desc_bytes);
     uint8_t* hpix = set.host + desc_bytes + blob_bytes;
     uint8_t* dpix = set.dev + desc_bytes + blob_bytes;
-    arena->execute([&] { tbb::parallel_for(size_t(0), keep.size(), [&](size_t k) {
+    pack_arena->execute([&] { tbb::parallel_for(size_t(0), keep.size(), [&](size_t k) {
       Row& r = set.rows[keep[k]];
       gpu::ResizeDesc d;
       d.pitch = int64_t(r.pw) * 3;
