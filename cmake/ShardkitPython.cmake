@@ -15,7 +15,21 @@ set(_sk_py_found OFF)
 if(Python3_FOUND)
   execute_process(COMMAND ${Python3_EXECUTABLE} -m pybind11 --cmakedir
     OUTPUT_VARIABLE _sk_pybind11_dir OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
-  find_package(pybind11 CONFIG QUIET HINTS ${_sk_pybind11_dir})
+  # The interpreter's own pybind11 first (a venv's pip pybind11), then the system's: a
+  # pybind11 older than the interpreter (Debian's 2.10 predates Python 3.12 support,
+  # which came in 2.11) builds a module that imports, but leaves the interpreter in a
+  # state where pip's torch, imported next, crashed (issue 13).
+  if(_sk_pybind11_dir)
+    find_package(pybind11 CONFIG QUIET PATHS ${_sk_pybind11_dir} NO_DEFAULT_PATH)
+  endif()
+  if(NOT pybind11_FOUND)
+    find_package(pybind11 CONFIG QUIET)
+  endif()
+  if(pybind11_FOUND AND pybind11_VERSION VERSION_LESS 2.11 AND Python3_VERSION VERSION_GREATER_EQUAL 3.12)
+    message(WARNING "shardkit: pybind11 ${pybind11_VERSION} predates Python ${Python3_VERSION} (supported from "
+      "pybind11 2.11): the module may break other extensions imported after it; install a newer pybind11 "
+      "for this interpreter (pip install pybind11)")
+  endif()
   if(pybind11_FOUND)
     set(_sk_py_found ON)
   endif()

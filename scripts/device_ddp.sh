@@ -66,6 +66,7 @@ if [ -n "${DIAG:-}" ]; then
   } > "$OUTDIR/diag.txt" 2>&1
   cat "$OUTDIR/diag.txt"
 fi
+[ "${BENCH:-1}" = 1 ] || { say "done rc=$rc (no benchmark: BENCH=0)"; cat "$OUTDIR/device.txt"; exit $rc; }
 wait $corpus
 say "corpus: $(find "$W/imgs" -type f | wc -l) images; convert to tar shards"
 "$B/tools/shardkit" convert "$W/imgs" "wds:$W/wds/train-%06d.tar" --shard-size 64MB --overwrite > "$OUTDIR/convert.log" 2>&1 \
