@@ -27,6 +27,7 @@
 #include "gpu/ring.h"
 #include "gpu/weights.h"
 #include "pipeline/engine.h"
+#include "pipeline/placement.h"
 #include "pipeline/plan.h"
 #include "pipeline/resize.h"
 #include "shardkit/gpu.h"
@@ -448,42 +449,18 @@ struct DecodeImpl final : ProducerImpl {
   std::vector<uint64_t> order;
   double hw_load = 1.0;  // GpuOptions::hardware_load, resolved
 
-  // Adaptive placement (decoder auto with hardware_load unset; docs/gpu.md "Placement").
-  // The share of engine-decodable JPEGs sent to the engines moves after every batch the
-  // consumer takes: while the consumer waits for the feed (and the producer was not held
-  // back by the ring, i.e. the feed is the bottleneck), towards the split where the host
-  // threads' phase 1 and the submitter's engine work take equal time (the feed's
-  // maximum); once the consumer no longer waits, down by a small step, so that the GPU
-  // does the least work that still keeps the consumer fed. The SM-hungry CUDA backend
-  // takes the engines' rejects only while the consumer waits with every engine-decodable
-  // image on the engines. Which image goes where depends on the share when its batch is
-  // prepared, so on timing; crops and order never do.
+  // Adaptive placement (decoder auto, hardware_load unset): pipeline/placement.h. Which
+  // image goes where depends on the share when its batch is prepared, so on timing;
+  // crops and order never do.
   bool adaptive = false;
-  std::atomic<double> share{GpuOptions::kDefaultHardwareLoad};
-  std::atomic<bool> cuda_on{false};
+  pipeline::PlacementController placement{GpuOptions::kDefaultHardwareLoad};
   std::atomic<double> last_prepare_s{0}, last_acquire_s{0}, last_submit_s{0};
-  double wait_ewma = 0;  // the consumer's wait / step, smoothed (consumer thread)
-  static constexpr double kWaitingShare = 0.02;  // the consumer waits: > 2% of its step
-  static constexpr double kStepDown = 0.02;
 
   void Observe(double wait_s, double step_s) override {
-    if (!adaptive) return;
-    const double frac = step_s > 0 ? wait_s / step_s : 0;
-    wait_ewma = 0.6 * wait_ewma + 0.4 * frac;
-    const double tp = last_prepare_s.load(), ts = last_submit_s.load(), ta = last_acquire_s.load();
-    double sh = share.load();
-    const bool feed_bound = wait_ewma > kWaitingShare && ta < 0.25 * std::max(tp, 1e-6);
-    if (feed_bound) {
-      const double err = (tp - ts) / std::max({tp, ts, 1e-6});  // > 0: the host side is slower
-      sh += 0.3 * err;
-      cuda_on.store(sh >= 0.999 && err > 0);
-    } else {
-      sh -= kStepDown;
-      cuda_on.store(false);
-    }
-    share.store(std::clamp(sh, 0.0, 1.0));
+    if (adaptive)
+      placement.Observe(wait_s, step_s, last_prepare_s.load(), last_acquire_s.load(), last_submit_s.load());
   }
-  double HardwareShare() const override { return adaptive ? share.load() : hw_load; }
+  double HardwareShare() const override { return adaptive ? placement.share() : hw_load; }
   bool Adaptive() const override { return adaptive; }
   size_t NvjpegBytes() const override {
 #ifdef SHARDKIT_HAVE_NVJPEG
@@ -573,7 +550,6 @@ struct DecodeImpl final : ProducerImpl {
     pack_arena = std::make_unique<tbb::task_arena>(std::min(threads, 4));
     hw_load = pipeline::ResolvedHardwareLoad(g);  // (in [0, 1]: checked by Validate)
     adaptive = kind_requested == DecoderKind::kAuto && g.hardware_load < 0;
-    share.store(hw_load);
     SK_RETURN_IF_ERROR(InitCommon(RowElems() * DTypeSize(o.dtype) * o.batch_size, 0, false));
     if (g.profile) {
       prof.on = true;
@@ -765,11 +741,11 @@ struct DecodeImpl final : ProducerImpl {
     if (cls == gpu::JpegClass::kHost) return false;
     // The engines' share: a fixed function of the sample index (see hardware_load), or
     // of the index and the adaptive share.
-    const double load = adaptive ? share.load(std::memory_order_relaxed) : hw_load;
+    const double load = adaptive ? placement.share() : hw_load;
     if (cls == gpu::JpegClass::kHardware && load < 1.0 &&
         double(pipeline::Mix64(index ^ 0x6877'6c6f'6164ull) >> 11) * 0x1.0p-53 >= load)
       return false;
-    if (adaptive && cls != gpu::JpegClass::kHardware && !cuda_on.load(std::memory_order_relaxed)) return false;
+    if (adaptive && cls != gpu::JpegClass::kHardware && !placement.cuda_on()) return false;
     if (h.width > 32768 || h.height > 32768 || uint64_t(h.width) * h.height > 200'000'000ull) return false;
     pipeline::Augment aug = pipeline::ChooseCrop(o, rrc, e, index, h.width, h.height);
     int xlo, xhi, ylo, yhi;
