@@ -71,7 +71,10 @@ struct GpuOptions {
   int device = 0;                          // CUDA device ordinal
   DecoderKind decoder = DecoderKind::kAuto;
   int ring = 3;                            // device batch slots (>= 2)
-  int host_threads = 0;                    // gpu decode: host threads (read, parse, CPU fallback); 0 = all
+  // gpu decode: host threads (read, parse, host decode). 0 = LoaderOptions::threads, or
+  // when that is 0 too, the CPUs of the affinity mask minus 2 (the consumer's thread and
+  // the submitter's, which spins in nvJPEG's batched call). The copy path: minus 1.
+  int host_threads = 0;
   bool roi_decode = true;                  // gpu decode: decode only the crop's region where nvJPEG allows
   bool hardware_decoder = true;            // gpu decode: use the hardware JPEG engines when present
   // gpu decode: the share of the JPEGs the hardware engines could take that they do take;

@@ -435,6 +435,7 @@ struct Set {
 
 struct DecodeImpl final : ProducerImpl {
   DecoderKind kind_requested = DecoderKind::kGpu;  // GpuOptions::decoder as asked (auto or gpu)
+  bool threads_defaulted = false;                 // LoaderOptions::threads was 0
   std::unique_ptr<Dataset> dataset;
   std::shared_ptr<RandomAccess> data;
   uint64_t n = 0;
@@ -543,7 +544,14 @@ struct DecodeImpl final : ProducerImpl {
     n = data->size();
     part = pipeline::PartitionEpoch(n, uint32_t(o.world_size), o.batch_size, o.drop_last);
     rrc = {o.scale_min, o.scale_max, o.ratio_min, o.ratio_max, o.flip_p};
-    int threads = g.host_threads > 0 ? g.host_threads : (o.threads > 0 ? o.threads : tbb::info::default_concurrency());
+    // Default: the CPUs minus two, one for the consumer's thread and one for the submitter,
+    // which spins in nvJPEG's batched call for most of the engines' time (CUDA's default
+    // scheduling spins while there are more cores than contexts); the producer works in
+    // the arena. With all but one, the engines' batches waited for a core (issue 16's
+    // third table: 14 threads fed ResNet-18 faster than 16).
+    int threads = g.host_threads > 0 ? g.host_threads
+                  : threads_defaulted ? std::max(1, int(tbb::info::default_concurrency()) - 2)
+                                      : o.threads;
     arena = std::make_unique<tbb::task_arena>(threads);
     // The submitter's packing runs in an arena of its own: in the host threads' arena it
     // queued behind phase-1 decodes of the next batch and left the engines idle.
@@ -1072,6 +1080,7 @@ Result<std::unique_ptr<GpuLoader::Impl>> MakeImpl(std::shared_ptr<RandomAccess> 
   impl->g = gopts;
   impl->kind = kind;
   impl->kind_requested = gopts.decoder;
+  impl->threads_defaulted = opts.threads == 0;
   if (data) {
     impl->data = std::move(data);
   } else {
