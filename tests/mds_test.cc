@@ -212,7 +212,7 @@ TEST_CASE("mds: writes index.json and shards as MDSWriter does, and reads them b
   CHECK(sh["raw_data"]["hashes"]["xxh64"] == fmt::format("{:016x}", XXH64(raw.data(), raw.size(), 0)));
   // Known digests of the same algorithms on a fixed input (RFC 3174, RFC 1321).
   CHECK(*formats::mds::HashHex("sha1", "abc", 3) == "a9993e364706816aba3e25717850c26c9cd0d89d");
-  CHECK(*formats::mds::HashHex("md5", "abc", 3) == "900150983cd24fb0d28e17f72e661f72");
+  CHECK(*formats::mds::HashHex("md5", "abc", 3) == "900150983cd24fb0d6963f7d28e17f72");
   std::string long_in(1000, 'a');
   CHECK(*formats::mds::HashHex("sha1", long_in.data(), long_in.size()) == "291e9a6c66994949b57ba5e650361e98fc36b1ba");
 

@@ -287,8 +287,9 @@ Target Resolve(const std::string& path_in) {
   std::string p = paths::StripTrailingSlashes(path_in);
   if (io::IsDir(p)) return Target{p, ""};
   if (paths::BaseName(p) == kIndexName) return Target{io::DirName(p), ""};
-  // A shard file: the nearest directory above it holding index.json (a merged
-  // index names shards in subdirectories).
+  // A shard file (its name holds ".mds"): the nearest directory above it
+  // holding index.json (a merged index names shards in subdirectories).
+  if (std::string(paths::BaseName(p)).find(".mds") == std::string::npos) return Target{};
   std::string dir = io::DirName(p);
   for (int up = 0; up < 8; ++up) {
     if (io::Exists(dir + "/" + kIndexName)) {
@@ -305,6 +306,7 @@ Target Resolve(const std::string& path_in) {
 
 int BidRead(const std::string& path) {
   Target t = Resolve(path);
+  if (t.dir.empty()) return 0;
   std::string ip = t.dir + "/" + kIndexName;
   if (!io::Exists(ip)) return 0;
   auto text = io::ReadFile(ip);
@@ -327,6 +329,7 @@ int BidWrite(const std::string& path) {
 
 Result<ShardListing> ListShards(const std::string& path) {
   Target t = Resolve(path);
+  if (t.dir.empty()) return Status::NotFound("not an MDS directory, index.json or shard file", Location{.file = path});
   ShardListing out;
   out.metadata = t.dir + "/" + kIndexName;
   auto idx = ReadIndex(t.dir, FileSystem::Local());

@@ -4,6 +4,7 @@
 // first use into a small cache (samples keep their shard's buffer alive).
 // The sequential reader checks each shard's recorded hashes before handing out
 // its first sample; random access does not (verify reads sequentially).
+#include <algorithm>
 #include <atomic>
 #include <list>
 #include <mutex>
@@ -185,6 +186,10 @@ class MdsDataset : public Dataset {
 Result<std::unique_ptr<Dataset>> OpenMds(const std::string& path, const OpenOptions& opts) {
   std::shared_ptr<FileSystem> fs = FileSystem::OrLocal(opts.filesystem);
   Target t = Resolve(path);
+  if (t.dir.empty())
+    return Status::NotFound("not an MDS dataset: expected a directory holding index.json, its index.json, or one "
+                            "shard.NNNNN.mds file of it",
+                            Location{.file = path});
   SK_ASSIGN_OR_RETURN(Index idx, ReadIndex(t.dir, fs));
   if (!t.shard_file.empty()) {
     std::string want = t.dir + "/" + t.shard_file;
@@ -263,6 +268,7 @@ Result<std::unique_ptr<Dataset>> OpenMds(const std::string& path, const OpenOpti
 
 Result<std::vector<SampleExtent>> LocateSamples(const std::string& shard_path, int64_t) {
   Target t = Resolve(shard_path);
+  if (t.dir.empty()) return Status::NotFound("not an MDS shard", Location{.file = shard_path});
   SK_ASSIGN_OR_RETURN(Index idx, ReadIndex(t.dir, FileSystem::Local()));
   for (const auto& m : idx.shards) {
     if (m.path != shard_path && m.path != t.dir + "/" + t.shard_file) continue;

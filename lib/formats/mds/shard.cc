@@ -111,13 +111,15 @@ Result<std::string> Unzstd(const uint8_t* p, size_t n, uint64_t limit, const Loc
   out.resize(std::max<size_t>(cap, 1));
   ZSTD_inBuffer in{p, n, 0};
   size_t pos = 0, last = 0;
-  while (in.pos < in.size) {
+  auto bomb = [&] {
+    return Status::Corrupt(fmt::format("zstd data decompresses to more than the {} bytes index.json records for the "
+                                       "uncompressed shard (a decompression bomb?)",
+                                       limit),
+                           Location{.file = at.file, .shard = at.shard, .offset = int64_t(in.pos)});
+  };
+  for (;;) {
     if (pos == out.size()) {
-      if (out.size() > limit)
-        return Status::Corrupt(fmt::format("zstd data decompresses to more than the {} bytes index.json records for "
-                                           "the uncompressed shard (a decompression bomb?)",
-                                           limit),
-                               Location{.file = at.file, .shard = at.shard, .offset = int64_t(in.pos)});
+      if (out.size() > limit) return bomb();
       out.resize(size_t(std::min<uint64_t>(limit + 1, uint64_t(out.size()) * 2)));
     }
     ZSTD_outBuffer ob{out.data(), out.size(), pos};
@@ -126,13 +128,8 @@ Result<std::string> Unzstd(const uint8_t* p, size_t n, uint64_t limit, const Loc
       return Status::Corrupt(fmt::format("zstd: {}", ZSTD_getErrorName(last)),
                              Location{.file = at.file, .shard = at.shard, .offset = int64_t(in.pos)});
     pos = ob.pos;
-    if (pos > limit)
-      return Status::Corrupt(fmt::format("zstd data decompresses to more than the {} bytes index.json records for "
-                                         "the uncompressed shard (a decompression bomb?)",
-                                         limit),
-                             Location{.file = at.file, .shard = at.shard, .offset = int64_t(in.pos)});
-    if (last != 0 && in.pos == in.size && ob.pos < ob.size)
-      break;  // wants more input than there is
+    if (pos > limit) return bomb();
+    if (in.pos == in.size && (last == 0 || ob.pos < ob.size)) break;  // done, or out of input
   }
   if (last != 0)
     return Status::Corrupt("truncated zstd data (the frame does not end)",
