@@ -2,8 +2,8 @@
 // cut before the sample that would take it past the size limit (counting the
 // header and 4 bytes per sample, as MDSWriter does), shard.NNNNN.mds files
 // (+ ".zstd" when compressed), index.json with sorted keys. Everything is
-// staged in "<dir>.partial-PID-XXXXXX" and published with one
-// FileSystem::Publish at Finish().
+// staged in "<dir>.partial-PID-XXXXXX" (each file fsynced, then the directory)
+// and published with one FileSystem::Publish at Finish().
 #include <unistd.h>
 
 #include <algorithm>
@@ -348,6 +348,9 @@ class MdsWriter : public SampleWriter {
     auto f = fs_->NewWritableFile(path, CreateMode::kExclusive);
     if (!f.ok()) return std::move(f).take_status().At(Location{.file = shown});
     Status st = (*f)->Append(data);
+    // Each file synced on its own: syncfs (SyncTree) would also flush every other
+    // writer's dirty pages on the same file system.
+    if (st.ok()) st = (*f)->Sync();
     if (st.ok()) st = (*f)->Close();
     if (!st.ok()) st.where().file = shown;
     return st;
@@ -371,7 +374,7 @@ class MdsWriter : public SampleWriter {
     side["version"] = 1;
     std::string side_text = PyDumps(side) + "\n";
     SK_RETURN_IF_ERROR(WriteNew(partial_ + "/" + kSidecarName, side_text, root_ + "/" + kSidecarName));
-    SK_RETURN_IF_ERROR(fs_->SyncTree(partial_));
+    SK_RETURN_IF_ERROR(fs_->SyncDir(partial_));
     SK_RETURN_IF_ERROR(CheckOutput(*fs_, root_, opts_.overwrite));
     SK_RETURN_IF_ERROR(fs_->Publish(partial_, root_, PublishOptions{.replace = true, .published = &finished_}));
     finished_ = true;
