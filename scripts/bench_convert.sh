@@ -89,3 +89,9 @@ if has_format hdf5; then
   row "shardkit convert -> hdf5" "$(best_of "$SK" convert "$CORPUS" "hdf5:$OUT/x/train.h5" "${TFLAG[@]}")"
 fi
 row "python peer_lmdb.py (py-lmdb)" "$(best_of /usr/bin/python3 scripts/peer_lmdb.py "$CORPUS" "$OUT/x/peer.lmdb")"
+if has_format mds; then
+  row "shardkit convert -> mds" "$(best_of "$SK" convert "$CORPUS" "mds:$OUT/x/train.mds" "${TFLAG[@]}")"
+  # MDS -> tar shards (the MDS source is made once, outside the timing).
+  rm -rf "$OUT/src.mds" && "$SK" convert "$CORPUS" "mds:$OUT/src.mds" > /dev/null
+  row "shardkit convert mds -> wds" "$(best_of "$SK" convert "mds:$OUT/src.mds" "wds:$OUT/x/m-%06d.tar" "${TFLAG[@]}")"
+fi

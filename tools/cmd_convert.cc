@@ -66,6 +66,8 @@ RunFn SetupConvert(CLI::App* sub) {
     std::string shard_size;
     uint64_t samples_per_shard = 0;
     std::string lmdb_layout = "shardkit";
+    std::string mds_compression;
+    std::string mds_hashes = "xxh3_64";
   };
   auto f = std::make_shared<Flags>();
   AddCopyFlags(sub, f.get());
@@ -78,6 +80,12 @@ RunFn SetupConvert(CLI::App* sub) {
                   "LMDB output layout: 'shardkit' (default; one record per sample, see docs/formats.md) "
                   "or 'caffe' (Caffe Datum values, readable by Caffe and DALI)")
       ->check(CLI::IsMember({"shardkit", "caffe"}));
+  sub->add_option("--mds-compression", f->mds_compression,
+                  "MDS output: compress each shard with 'zstd' or 'zstd:LEVEL' (1..22), as streaming names it "
+                  "(default: none)");
+  sub->add_option("--mds-hashes", f->mds_hashes,
+                  "MDS output: comma-separated hashes of each shard file for index.json (md5, sha1, xxh32, "
+                  "xxh64, xxh3_64, xxh3_128, xxh128; default xxh3_64; 'none' for none)");
   sub->footer(std::string(
                   "Examples:\n"
                   "  shardkit convert images/ wds:out/train-%06d.tar --shard-size 500MB\n"
@@ -96,6 +104,15 @@ RunFn SetupConvert(CLI::App* sub) {
     o.write.key_dots = ToKeyDots(f->key_dots);
     o.write.wds.write_index = !f->no_index;
     o.write.lmdb.layout = f->lmdb_layout;
+    o.write.mds.compression = f->mds_compression;
+    o.write.mds.hashes.clear();
+    for (size_t start = 0; f->mds_hashes != "none" && start <= f->mds_hashes.size();) {
+      size_t comma = f->mds_hashes.find(',', start);
+      std::string h = f->mds_hashes.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      if (!h.empty()) o.write.mds.hashes.push_back(h);
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
     o.shuffle = f->shuffle;
     o.seed = f->seed;
     o.threads = f->threads;

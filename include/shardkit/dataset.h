@@ -2,6 +2,7 @@
 //
 // An address is a path with an optional scheme that overrides detection:
 //   folder:DIR   wds:PATTERN   lmdb:DIR   hdf5:FILE
+//   mds:DIR (MosaicML Streaming: a directory holding index.json)
 // Without a scheme the format is detected from the content (a tar header, LMDB's
 // meta page, the HDF5 signature, a manifest), else from the path. Anything that
 // reads as a scheme (2+ letters and digits, then ':') but names no format is an
@@ -72,6 +73,10 @@ struct DatasetInfo {
   // e.g. "xxh3 in every record, checked on every read"; may be empty).
   SampleChecksums sample_checksums = SampleChecksums::kNone;
   std::string sample_checksums_where;
+  // Whole-file checksums that the format's own reader checks (MDS: index.json's
+  // hashes of each shard file), in words for reports; empty when none. A
+  // mismatch fails with kCorrupt and Detail::kShardChecksum.
+  std::string shard_checksums_where;
   // Each sample is a file of its own (an image folder): the layout other formats are
   // measured against (`shardkit bench`'s baseline).
   bool file_per_sample = false;
@@ -121,6 +126,13 @@ struct WdsWriteOptions {
 struct LmdbWriteOptions {
   std::string layout = "shardkit";  // or "caffe" (Datum records, "%08d_<key>" keys)
 };
+struct MdsWriteOptions {
+  // "" (none), "zstd" or "zstd:LEVEL" (1..22), as streaming names it.
+  std::string compression;
+  // Hashes of each shard file recorded in index.json (streaming's names, sorted):
+  // md5, sha1, xxh32, xxh64, xxh3_64, xxh3_128, xxh128.
+  std::vector<std::string> hashes = {"xxh3_64"};
+};
 
 struct WriteOptions {
   uint64_t shard_size = 1ull << 30;  // sharded formats (wds): start a new shard at this many bytes
@@ -130,6 +142,7 @@ struct WriteOptions {
   KeyDots key_dots = KeyDots::kError;
   WdsWriteOptions wds;               // per-format options
   LmdbWriteOptions lmdb;
+  MdsWriteOptions mds;
   // wds, lmdb: continue an interrupted write of the same source with the same
   // options. The writer reads its journal (wds: "<manifest>.partial"; lmdb: the
   // sidecar in "<dir>.partial"), checks what was committed, and then expects

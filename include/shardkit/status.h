@@ -41,6 +41,8 @@ enum class Detail : int {
   kSampleChecksum,  // kCorrupt: a sample's bytes do not match the checksum recorded for it
   kOutputExists,    // kAlreadyExists: the output is there and overwrite was not asked for;
                     // WriteOptions::overwrite would replace it (the CLI says "--overwrite")
+  kShardChecksum,   // kCorrupt: a whole file's size or hash differs from what the dataset's metadata
+                    // records for it (MDS: index.json's bytes and hashes of a shard file)
 };
 
 // Where a problem is. Unset members are empty / -1 and are not printed.

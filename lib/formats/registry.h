@@ -91,6 +91,7 @@ Format FolderFormat();
 Format WdsFormat();
 Format LmdbFormat();
 Format Hdf5Format();
+Format MdsFormat();
 
 // Splits "scheme:rest" when scheme is a registered name; otherwise {"", address}.
 std::pair<std::string, std::string> SplitScheme(std::string_view address);

@@ -214,7 +214,10 @@ class Verifier {
     // A shard verified alone is shard 0 of its own dataset: name it by its place in the whole.
     if (at.shard >= 0) st.where().shard = at.shard;
     st.At(at);
-    Add(IsChecksumError(st) ? FindingKind::kSampleChecksum : FindingKind::kStructure, st.where(),
+    Add(IsChecksumError(st)                            ? FindingKind::kSampleChecksum
+        : st.detail() == Detail::kShardChecksum ? FindingKind::kShardChecksum
+                                                : FindingKind::kStructure,
+        st.where(),
         fmt::format("{}: {}", CodeName(st.code()), st.message()));
   }
 
@@ -272,6 +275,11 @@ class Verifier {
     if (u.shard < 0)
       for (const auto& sh : info.shards) CheckFileChecksum(sh.path, -1, sh.checksum, std::nullopt);
 
+    if (!info.shard_checksums_where.empty()) {
+      // The format's reader checks them (Detail::kShardChecksum on a mismatch).
+      rep_.shard_checksums = true;
+      NoteOnce("shard checksums: " + info.shard_checksums_where);
+    }
     std::vector<uint64_t> sums;
     auto rs = ds.RecordedChecksums();
     if (!rs.ok()) AddStatus(rs.status(), at);

@@ -83,8 +83,11 @@ void BindConvert(py::module_& m) {
            std::optional<int> threads, size_t window, const py::object& shard_size, uint64_t samples_per_shard,
            const std::vector<std::string>& class_names, bool overwrite, const std::string& key_dots,
            const std::string& lmdb_layout, bool write_index,
-           const std::map<std::string, std::string>& field_map, const py::object& progress) {
+           const std::map<std::string, std::string>& field_map, const py::object& progress,
+           const std::string& mds_compression, const std::optional<std::vector<std::string>>& mds_hashes) {
           ConvertOptions o;
+          o.write.mds.compression = mds_compression;
+          if (mds_hashes) o.write.mds.hashes = *mds_hashes;
           o.shuffle = shuffle;
           o.seed = seed;
           o.threads = threads.value_or(DefaultCopyThreads());
@@ -107,12 +110,14 @@ void BindConvert(py::module_& m) {
         py::arg("overwrite") = false, py::arg("key_dots") = "error", py::arg("lmdb_layout") = "shardkit",
         py::arg("write_index") = true, py::arg("field_map") = std::map<std::string, std::string>{},
         py::arg("progress") = py::none(),
+        py::arg("mds_compression") = "", py::arg("mds_hashes") = py::none(),
         R"doc(Copies every sample of the dataset `src` into a new dataset `dst` (any formats).
 
 Keeps dataset order, or with shuffle=True writes a seeded global permutation (needs random
 access). wds outputs: shard_size (bytes, or a string such as "1GiB"), samples_per_shard,
 write_index (DALI .idx files). key_dots: "error" or "replace" (keys with a dot in their
-last component). lmdb_layout: "shardkit" or "caffe". class_names: default the source's.
+last component). lmdb_layout: "shardkit" or "caffe". mds outputs: mds_compression ("" or
+"zstd[:LEVEL]"), mds_hashes (list of hash names for index.json; default ["xxh3_64"]). class_names: default the source's.
 threads: reader threads, default (None) what the `shardkit convert` command uses: the
 cores, 2 to 8 (the output is the same for any number). field_map: HDF5 source dataset
 names to fields. progress: a callable taking a dict

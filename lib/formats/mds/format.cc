@@ -1,0 +1,24 @@
+// The mds format's registry row: MosaicML Streaming MDS directories (index.json
+// version 2 + shard.NNNNN.mds[.zstd]). Layout and field mapping:
+// docs/formats-mds.md.
+#include "formats/mds/mds.h"
+#include "formats/registry.h"
+
+namespace shardkit::formats {
+
+Format MdsFormat() {
+  return Format{
+      .name = "mds",
+      .description = "MosaicML Streaming MDS (read: a directory holding index.json, or one shard.NNNNN.mds of it; "
+                     "write: out/train.mds or mds:DIR)",
+      .bid_read = mds::BidRead,
+      .bid_write = mds::BidWrite,
+      .open = mds::OpenMds,
+      .create = mds::CreateMds,
+      .extensions = {"mds", "zstd"},
+      .list_shards = mds::ListShards,
+      .locate_samples = mds::LocateSamples,
+  };
+}
+
+}  // namespace shardkit::formats
