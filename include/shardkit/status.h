@@ -41,6 +41,9 @@ enum class Detail : int {
   kSampleChecksum,  // kCorrupt: a sample's bytes do not match the checksum recorded for it
   kOutputExists,    // kAlreadyExists: the output is there and overwrite was not asked for;
                     // WriteOptions::overwrite would replace it (the CLI says "--overwrite")
+  kRecordFraming,   // kCorrupt: a record's framing is broken (a bad magic number, a length past the
+                    // end of the file, a continuation that never ends or runs out of order)
+  kIndexEntry,      // kCorrupt: an index entry points outside its data file or not at a record start
 };
 
 // Where a problem is. Unset members are empty / -1 and are not printed.
