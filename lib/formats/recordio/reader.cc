@@ -69,6 +69,7 @@ struct Meta {
   std::vector<std::string> fields;
   std::vector<uint64_t> checksums;
   std::map<uint64_t, std::string> exts;  // record -> payload extension, where sniffing says otherwise
+  std::set<uint64_t> unlabeled;          // records whose sample had no label (the header holds 0)
 };
 
 Result<Meta> ReadMeta(const std::string& rec_path) {
@@ -90,6 +91,8 @@ Result<Meta> ReadMeta(const std::string& rec_path) {
     if (j.contains("checksums")) m.checksums = j.at("checksums").get<std::vector<uint64_t>>();
     if (j.contains("exts"))
       for (auto& [k, v] : j.at("exts").items()) m.exts[std::stoull(k)] = v.get<std::string>();
+    if (j.contains("unlabeled"))
+      for (uint64_t i : j.at("unlabeled").get<std::vector<uint64_t>>()) m.unlabeled.insert(i);
   } catch (const std::exception& e) {
     return bad(e.what());
   }
@@ -177,6 +180,7 @@ Status FillSample(const Shard& sh, uint64_t local, uint64_t offset, const Record
   if (auto it = sh.meta.exts.find(local); it != sh.meta.exts.end()) ext = it->second;
   else ext = paths::SniffImageExt(img, ir.image.size());
   SetLabelFields(ir, out);
+  if (sh.meta.unlabeled.count(local) && ir.flag == 0 && ir.label == 0) out->erase("cls");
   out->set(std::move(ext), std::move(image));
   return Status::OK();
 }

@@ -121,6 +121,8 @@ class RecWriter : public SampleWriter {
     Sample back;
     back.key = s.key;
     SetLabelFields(ir, &back);
+    const bool unlabeled = !labels && !has_cls;
+    if (unlabeled) back.erase("cls");  // the header holds 0; the sidecar says there was none
     back.set(payload->ext, payload->data);
     if (back.label() != s.label() || (labels && !back.find("labels.json")))
       return Status::Internal("label does not read back the same", where);
@@ -137,6 +139,7 @@ class RecWriter : public SampleWriter {
     sums_.push_back(back.checksum());
     std::string sniffed = paths::SniffImageExt(payload->data.data(), payload->data.size());
     if (sniffed != payload->ext) exts_[std::to_string(shard_samples_)] = payload->ext;
+    if (unlabeled) unlabeled_.push_back(shard_samples_);
     for (const auto& f : back.fields) fields_.insert(f.ext);
     ++shard_samples_;
     ++total_;
@@ -179,6 +182,7 @@ class RecWriter : public SampleWriter {
     keys_.clear();
     sums_.clear();
     exts_ = json::object();
+    unlabeled_.clear();
     shard_samples_ = 0;
     return Status::OK();
   }
@@ -193,7 +197,8 @@ class RecWriter : public SampleWriter {
               {"fields", std::vector<std::string>(fields_.begin(), fields_.end())},
               {"keys", keys_},
               {"checksums", sums_},
-              {"exts", exts_}};
+              {"exts", exts_},
+              {"unlabeled", unlabeled_}};
     std::string text = meta.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
     SK_RETURN_IF_ERROR(io::WriteFileAtomic(IdxPathFor(p), idx_, true, opts_.filesystem));
     committed_.push_back(IdxPathFor(p));
@@ -216,6 +221,7 @@ class RecWriter : public SampleWriter {
   std::vector<std::string> keys_;
   std::vector<uint64_t> sums_;
   json exts_ = json::object();
+  std::vector<uint64_t> unlabeled_;
   std::set<std::string> fields_;
   uint64_t shard_samples_ = 0, total_ = 0;
   WriteSummary summary_;
