@@ -139,7 +139,8 @@ def test_shardkit_reads_client_written_rec(client_rec):
             assert json.loads(s["labels.json"]) == label
     assert list(ds) == [ds[i] for i in range(len(ds))]
     rep = shardkit.verify("recordio:" + rec)
-    assert rep["ok"], rep
+    # Only the mixed label fields (cls, labels.json) on purpose; no structure finding.
+    assert {f["kind"] for f in rep["findings"]} == {"missing-field"}, rep
 
 
 def test_client_reads_shardkit_written_rec(folder, tmp_path):
@@ -196,8 +197,23 @@ def test_hostile_rec_raises_error_naming_file_and_offset(tmp_path):
     path = str(tmp_path / "bad.rec")
     with open(path, "wb") as f:
         f.write(bad)
+    # Without an .idx: read in order (the error at the damage), no random access (the
+    # error says how to make an index).
+    ds = shardkit.open("recordio:" + path)
     with pytest.raises(shardkit.Error) as ei:
-        list(shardkit.open("recordio:" + path))
+        for _ in ds:
+            pass
+    assert ei.value.code == "corrupt"
+    assert ei.value.file == path and ei.value.offset == len(bad)
+    with pytest.raises(shardkit.Error) as ei:
+        ds[0]
+    assert ei.value.code == "unsupported" and "shardkit index" in str(ei.value)
+    with open(path[:-4] + ".idx", "w") as f:
+        f.write(f"0\t0\n1\t{len(good)}\n")
+    ds = shardkit.open("recordio:" + path)
+    assert ds[0]["cls"] == b"1"
+    with pytest.raises(shardkit.Error) as ei:
+        ds[1]
     assert ei.value.code == "corrupt"
     assert ei.value.file == path and ei.value.offset == len(bad)
     assert path in str(ei.value)
