@@ -335,3 +335,32 @@ TEST_CASE("recordio hostile files: errors name file and offset, with typed detai
     }
   }
 }
+
+TEST_CASE("recordio through the CLI: index, info, verify, convert to tar and back, bench", "[recordio]") {
+  TempDir t;
+  std::string file, idx;
+  for (int i = 0; i < 6; ++i) {
+    idx += fmt::format("{}\t{}\n", i, file.size());
+    file += Part(0, Header(0, float(i % 3), uint64_t(i)) + MakeJpeg(12, 12, uint32_t(i)));
+  }
+  WriteFile(t / "im2rec.rec", file);
+  auto r = Cli("index " + Q(t / "im2rec.rec"));
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find(t / "im2rec.idx") != std::string::npos);
+  CHECK(ReadFile(t / "im2rec.idx") == idx);
+  r = Cli("info " + Q(t / "im2rec.rec"));
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("recordio") != std::string::npos);
+  r = Cli("verify " + Q(t / "im2rec.rec"));
+  CHECK(r.exit_code == 0);
+  r = Cli("convert " + Q(t / "im2rec.rec") + " " + Q("wds:" + t / "w-%06d.tar"));
+  REQUIRE(r.exit_code == 0);
+  r = Cli("convert " + Q("wds:" + t / "w-000000.tar") + " " + Q(t / "back.rec"));
+  REQUIRE(r.exit_code == 0);
+  // Same records, byte for byte: the keys were the ids, so the ids come back.
+  CHECK(ReadFile(t / "back.rec") == file);
+  CHECK(ReadFile(t / "back.idx") == idx);
+  r = Cli("bench --samples 50 " + Q(t / "back.rec"));
+  CHECK(r.exit_code == 0);
+}
