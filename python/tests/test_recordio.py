@@ -217,3 +217,21 @@ def test_hostile_rec_raises_error_naming_file_and_offset(tmp_path):
     assert ei.value.code == "corrupt"
     assert ei.value.file == path and ei.value.offset == len(bad)
     assert path in str(ei.value)
+
+
+def test_loader_reads_client_rec(client_rec):
+    torch = pytest.importorskip("torch")
+    if not shardkit.HAVE_LOADER:
+        pytest.skip("no loader in this build")
+    rec, items = client_rec
+    # The magic-word records are no longer valid JPEGs: load the others.
+    clean = [it for i, it in enumerate(items) if i not in (7, 8)]
+    path = rec[:-4] + "-clean.rec"
+    write_rec(path, clean)
+    ld = shardkit.Loader("recordio:" + path, batch_size=4, output_size=16, threads=2, seed=1, return_keys=True)
+    want = {str(k): (lab if isinstance(lab, int) else -1) for k, lab, _ in clean}
+    seen = {}
+    for images, labels, keys in ld:
+        assert images.shape[1:] == (3, 16, 16) and images.dtype == torch.float32
+        seen.update(zip(keys, labels.tolist()))
+    assert seen == want
