@@ -6,6 +6,7 @@
 // published.
 #include <unistd.h>
 
+#include <cfloat>
 #include <charconv>
 #include <cmath>
 #include <set>
@@ -28,7 +29,8 @@ using json = nlohmann::json;
 bool JsonFloat(const json& v, float* out) {
   if (v.is_number()) {
     double d = v.get<double>();
-    *out = float(d);
+    // Beyond float's range the conversion is undefined: saturate to infinity instead.
+    *out = d > FLT_MAX ? INFINITY : d < -FLT_MAX ? -INFINITY : float(d);
     return true;
   }
   if (v.is_string()) {
@@ -239,6 +241,11 @@ Result<std::unique_ptr<SampleWriter>> MakeWriter(const std::string& path, const 
                                        path),
                            Location{.file = path});
   bool sharded = path.find('%') != std::string::npos;
+  if (!sharded && opts.samples_per_shard)
+    return Status::Invalid(fmt::format("samples per shard asks for several files, but '{}' names one; give a "
+                                       "pattern such as out/train-%05d.rec",
+                                       path),
+                           Location{.file = path});
   if (sharded) {
     SK_RETURN_IF_ERROR(paths::CheckShardPattern(path).At(Location{.file = path}));
     auto slash = path.rfind('/');
