@@ -275,3 +275,22 @@ TEST_CASE("registry: typed answers: shards, checksum kinds, file per sample") {
   CHECK((*dir)->info().file_per_sample);
   CHECK_FALSE(formats::Find((*dir)->info().format)->list_shards);
 }
+
+TEST_CASE("registry: recordio bids on its magic first, then on the .rec name") {
+  TempDir t;
+  WriteTwo(t / "a.rec");
+  CHECK(Bid("recordio", t / "a.rec") == 100);
+  // A renamed .rec is still found by its first record header.
+  fs::copy_file(t / "a.rec", t / "renamed.bin");
+  CHECK(Bid("recordio", t / "renamed.bin") == 100);
+  CHECK(*DetectFormat(t / "renamed.bin") == "recordio");
+  // A damaged first header: the name still says so (and open reports the damage).
+  sk_test::WriteFile(t / "bad.rec", std::string(16, 'x'));
+  CHECK(Bid("recordio", t / "bad.rec") == 90);
+  CHECK(Bid("recordio", t / "renamed-not.tar") == 0);
+  for (const auto& f : formats::All())
+    if (std::string(f.name) != "recordio") CHECK(f.bid_read(t / "a.rec") < 90);
+  CHECK(Bid("recordio", t / "x-{0..1}.rec") == 90);
+  CHECK(formats::Find("recordio")->bid_write(t / "out-%05d.rec") == 90);
+  CHECK(formats::ClaimedByAnother("rec", *formats::Find("folder")));
+}

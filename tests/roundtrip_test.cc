@@ -40,7 +40,8 @@ std::vector<Sample> Fixture() {
 // A path under `dir` that `format` claims for writing (its highest write bid
 // among a few generic shapes), always used with the scheme.
 std::string WriteAddress(const std::string& format, const std::string& dir) {
-  static const char* kShapes[] = {"data", "data.lmdb", "data.h5", "data-%06d.tar"};
+  static const char* kShapes[] = {"data", "data.lmdb", "data.h5", "data-%06d.tar",
+                                  "data.rec"};
   std::string best = "data";
   int best_bid = 0;
   for (const auto& f : formats::All()) {

@@ -21,7 +21,8 @@ RunFn SetupIndex(CLI::App* sub) {
   };
   auto f = std::make_shared<Flags>();
   sub->add_option("SHARD", f->shards, "Tar shards (paths; a brace range such as 'train-{000000..000009}.tar' "
-                                      "is expanded by shardkit when quoted)")
+                                      "is expanded by shardkit when quoted), or files of a format with an index "
+                                      "of its own (MXNet RecordIO x.rec: writes x.idx)")
       ->required();
   sub->add_option("--format", f->format,
                   "dali: one DALI index per shard (train-000000.idx beside train-000000.tar); "
@@ -49,10 +50,15 @@ RunFn SetupIndex(CLI::App* sub) {
       if (!f->output.empty() && shards.size() != 1)
         return UsageError(fmt::format("--output names one index file, but {} shards were given", shards.size()));
       for (const auto& s : shards) {
-        auto n = WriteDaliIndex(s, f->output);
+        // A format with an index of its own (RecordIO's .idx) writes it; tar shards get DALI's.
+        std::string written;
+        auto n = WriteFormatIndex(s, f->output, &written);
+        if (!n.ok() && (n.status().code() == Code::kUnsupported || n.status().code() == Code::kInvalidArgument)) {
+          n = WriteDaliIndex(s, f->output);
+          written = f->output.empty() ? DaliIndexPathFor(s) : f->output;
+        }
         if (!n.ok()) return Fail(n.status());
-        std::printf("%s: %llu samples -> %s\n", s.c_str(), static_cast<unsigned long long>(*n),
-                    (f->output.empty() ? DaliIndexPathFor(s) : f->output).c_str());
+        std::printf("%s: %llu samples -> %s\n", s.c_str(), static_cast<unsigned long long>(*n), written.c_str());
       }
       return kExitOk;
     }

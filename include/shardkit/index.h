@@ -47,6 +47,13 @@ SHARDKIT_API Result<TarShardSummary> DescribeTarShard(const std::string& tar_pat
 // shard paths; a plain path expands to itself.
 SHARDKIT_API Result<std::vector<std::string>> ExpandShardList(std::string_view pattern);
 
+// Scans one file and writes the index its own format defines (MXNet RecordIO:
+// FILE.idx, `key<TAB>offset` lines, beside FILE.rec) at `output` (empty: the
+// format's default place, returned in *written). Returns the number of records.
+// kUnsupported when the address's format defines none (tar shards: WriteDaliIndex).
+SHARDKIT_API Result<uint64_t> WriteFormatIndex(std::string_view address, const std::string& output = "",
+                                               std::string* written = nullptr);
+
 // Writes a small index file atomically (temporary name, fsync, rename).
 SHARDKIT_API Status WriteIndexFile(const std::string& path, std::string_view text);
 

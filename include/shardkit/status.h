@@ -43,6 +43,9 @@ enum class Detail : int {
                     // WriteOptions::overwrite would replace it (the CLI says "--overwrite")
   kShardChecksum,   // kCorrupt: a whole file's size or hash differs from what the dataset's metadata
                     // records for it (MDS: index.json's bytes and hashes of a shard file)
+  kRecordFraming,   // kCorrupt: a record's framing is broken (a bad magic number, a length past the
+                    // end of the file, a continuation that never ends or runs out of order)
+  kIndexEntry,      // kCorrupt: an index entry points outside its data file or not at a record start
 };
 
 // Where a problem is. Unset members are empty / -1 and are not printed.

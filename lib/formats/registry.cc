@@ -1,6 +1,7 @@
 // The format registry: one row per format. Adding a format = its files in
 // lib/formats/, one row here, its lines in lib/CMakeLists.txt (docs/architecture.md).
 #include "formats/registry.h"
+#include "shardkit/index.h"
 
 #include <fmt/format.h>
 
@@ -15,6 +16,7 @@ const std::vector<Format>& All() {
       LmdbFormat(),
       Hdf5Format(),
       MdsFormat(),
+      RecordioFormat(),
   };
   return kFormats;
 }
@@ -129,6 +131,15 @@ std::vector<std::string> FormatNames() {
   std::vector<std::string> out;
   for (const auto& f : formats::All()) out.push_back(f.name);
   return out;
+}
+
+Result<uint64_t> WriteFormatIndex(std::string_view address, const std::string& output, std::string* written) {
+  std::string path;
+  SK_ASSIGN_OR_RETURN(const formats::Format* f, formats::Resolve(address, false, &path));
+  if (!f->write_index)
+    return Status::Unsupported(fmt::format("the {} format defines no index of its own", f->name),
+                               Location{.file = path});
+  return f->write_index(path, output, written);
 }
 
 Result<std::string> DetectFormat(std::string_view address) {

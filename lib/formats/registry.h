@@ -74,6 +74,10 @@ struct Format {
   Result<ShardListing> (*list_shards)(const std::string& path) = nullptr;
   // Optional: where each sample of one shard starts, for pointing at bytes.
   Result<std::vector<SampleExtent>> (*locate_samples)(const std::string& shard_path, int64_t shard) = nullptr;
+  // Optional: scans one file of this format and writes the index the format
+  // itself defines (recordio: FILE.idx beside FILE.rec) at `output` (empty: its
+  // default place, returned in *written). Returns the number of records indexed.
+  Result<uint64_t> (*write_index)(const std::string& path, const std::string& output, std::string* written) = nullptr;
 };
 
 // Every format, in registry order.
@@ -92,6 +96,7 @@ Format WdsFormat();
 Format LmdbFormat();
 Format Hdf5Format();
 Format MdsFormat();
+Format RecordioFormat();
 
 // Splits "scheme:rest" when scheme is a registered name; otherwise {"", address}.
 std::pair<std::string, std::string> SplitScheme(std::string_view address);

@@ -1,0 +1,93 @@
+// The recordio format's registry row (MXNet RecordIO: FILE.rec + FILE.idx), its
+// bids and `shardkit index` for .rec files. Reading: reader.cc; writing:
+// writer.cc; the bytes: framing.h. Documented in docs/formats-recordio.md.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "core/file.h"
+#include "core/paths.h"
+#include "formats/recordio/recordio.h"
+#include "formats/registry.h"
+
+namespace shardkit::formats {
+
+namespace recordio {
+
+namespace {
+
+// 100 when the file starts with a record header (the magic, a cflag of 0 or 1
+// and a length that fits the file), 0 when it does not, -1 when unreadable.
+int Content(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return -1;
+  struct stat st{};
+  uint8_t h[8];
+  ssize_t r = -1;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) r = ::pread(fd, h, sizeof h, 0);
+  ::close(fd);
+  if (r != ssize_t(sizeof h)) return -1;
+  uint32_t lrec = Load32(h + 4);
+  bool ok = Load32(h) == kMagic && (lrec >> 29) <= 1 && uint64_t(lrec & kMaxPart) + 8 <= uint64_t(st.st_size);
+  return ok ? 100 : 0;
+}
+
+int BidRead(const std::string& path) {
+  if (path.find('{') != std::string::npos || path.find("::") != std::string::npos) {
+    auto r = paths::ExpandBraces(path);
+    if (!r.ok() || r->empty()) return 0;
+    for (const auto& e : *r)
+      if (!paths::HasExtension(e, {".rec"})) return 0;
+    return 90;
+  }
+  int c = Content(path);
+  if (c == 100) return 100;
+  return paths::HasExtension(path, {".rec"}) ? 90 : 0;  // a damaged first record is still ours to report on
+}
+
+int BidWrite(const std::string& path) { return paths::HasExtension(path, {".rec"}) ? 90 : 0; }
+
+}  // namespace
+
+Result<uint64_t> WriteIdx(const std::string& rec_path, const std::string& output, std::string* written) {
+  struct stat st;
+  if (::stat(rec_path.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
+    return Status::NotFound("no such RecordIO file", Location{.file = rec_path});
+  SK_ASSIGN_OR_RETURN(auto map, io::MappedFile::Open(rec_path));
+  std::string text, scratch;
+  uint64_t offset = 0, n = 0;
+  while (offset < map->size()) {
+    Record rec;
+    SK_RETURN_IF_ERROR(ReadRecord(map->data(), map->size(), offset, rec_path, &scratch, &rec));
+    ImageRecord ir;
+    uint64_t id = ParseImageRecord(rec.payload, Location{}, &ir).ok() ? ir.id : n;
+    text += fmt::format("{}\t{}\n", id, offset);
+    offset = rec.next;
+    ++n;
+  }
+  std::string path = output.empty() ? IdxPathFor(rec_path) : output;
+  if (path == rec_path) return Status::Invalid("index path would overwrite the .rec", Location{.file = path});
+  SK_RETURN_IF_ERROR(io::WriteFileAtomic(path, text, true));
+  if (written) *written = path;
+  return n;
+}
+
+}  // namespace recordio
+
+Format RecordioFormat() {
+  return Format{
+      .name = "recordio",
+      .description = "MXNet RecordIO (read: x.rec with x.idx beside it, x-{000..009}.rec, a.rec::b.rec; "
+                     "write: out/x.rec or out/x-%05d.rec)",
+      .bid_read = recordio::BidRead,
+      .bid_write = recordio::BidWrite,
+      .open = recordio::Open,
+      .create = recordio::MakeWriter,
+      .extensions = {"rec", "idx"},
+      .write_index = recordio::WriteIdx,
+  };
+}
+
+}  // namespace shardkit::formats
