@@ -78,7 +78,16 @@ def torchrun(tmp_path, address, phase, world=2):
     # cannot parse its own default "0" (IntFlag iteration changed); harmless on newer torch.
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}",
            "--redirects", "1", "--tee", "1", str(script), address, str(out), phase, str(world)]
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    # The launch's own rendezvous (a TCP store on a free port, gloo's connections) can fail
+    # on a loaded machine before the worker runs a line of ours ("Broken pipe", "Connection
+    # reset"): such a launch is retried, at most twice. A failure in the worker is not.
+    for attempt in range(3):
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+        text = p.stdout + p.stderr
+        launch_failed = any(w in text for w in ("Broken pipe", "Connection reset", "DistNetworkError",
+                                                "address already in use"))
+        if p.returncode == 0 or not launch_failed or (out / f"{phase}-0.json").exists():
+            break
     assert p.returncode == 0, f"torchrun {phase} failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
     return [json.loads((out / f"{phase}-{r}.json").read_text()) for r in range(world)]
 
