@@ -14,6 +14,7 @@ const std::vector<Format>& All() {
       WdsFormat(),
       LmdbFormat(),
       Hdf5Format(),
+      TfrecordFormat(),
   };
   return kFormats;
 }

@@ -74,6 +74,11 @@ struct Format {
   Result<ShardListing> (*list_shards)(const std::string& path) = nullptr;
   // Optional: where each sample of one shard starts, for pointing at bytes.
   Result<std::vector<SampleExtent>> (*locate_samples)(const std::string& shard_path, int64_t shard) = nullptr;
+  // Optional: DALI's index of one file of this format (`shardkit index --format dali`,
+  // WriteDaliIndex()) when it is not the tar shards' one: its default path beside the
+  // file, and the writer (to `output`, or the default when empty; returns the records).
+  std::string (*dali_index_path)(const std::string& path) = nullptr;
+  Result<uint64_t> (*write_dali_index)(const std::string& path, const std::string& output) = nullptr;
 };
 
 // Every format, in registry order.
@@ -91,6 +96,7 @@ Format FolderFormat();
 Format WdsFormat();
 Format LmdbFormat();
 Format Hdf5Format();
+Format TfrecordFormat();
 
 // Splits "scheme:rest" when scheme is a registered name; otherwise {"", address}.
 std::pair<std::string, std::string> SplitScheme(std::string_view address);
