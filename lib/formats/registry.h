@@ -103,12 +103,12 @@ std::pair<std::string, std::string> SplitScheme(std::string_view address);
 
 // kInvalidArgument when the address starts with what reads as a scheme (2+
 // letters and digits, then ':') that is neither a format's name nor one of
-// their prefixes: `tfrecord:x`, `wsd:x`. `./odd:name`, `/a:b`, `c:x` pass.
+// their prefixes: `parquet:x`, `wsd:x`. `./odd:name`, `/a:b`, `c:x` pass.
 Status CheckScheme(std::string_view address);
 
 // The format an address resolves to (its scheme, else the highest bid) and the
 // path without the scheme. kInvalidArgument for an empty address, an unknown
-// scheme (`tfrecord:x`; `./odd:name` is a path) and an address no format bids on.
+// scheme (`parquet:x`; `./odd:name` is a path) and an address no format bids on.
 Result<const Format*> Resolve(std::string_view address, bool for_write, std::string* path);
 
 }  // namespace shardkit::formats

@@ -448,16 +448,17 @@ Result<std::string> SampleToRecord(const Mapping& m, const Sample& s) {
     return Status::OK();
   };
   // The label, when `cls` holds one in canonical decimal (else `cls` goes as bytes).
-  std::optional<int64_t> label = s.label();
   const Field* cls = s.find("cls");
-  if (label && cls->data.view() != std::to_string(*label)) label.reset();
+  const std::optional<int64_t> parsed = s.label();
+  const bool has_label = parsed.has_value() && cls->data.view() == std::to_string(parsed.value_or(0));
+  const int64_t label_value = parsed.value_or(0);
   if (m.preset == "field-map") {
     for (const auto& [feature, target] : m.field_map) {
       if (target == "__key__") {
         SK_RETURN_IF_ERROR(put_bytes(feature, s.key, "the key"));
       } else if (target == "cls" || target == "cls-1") {
-        if (!label) continue;
-        SK_RETURN_IF_ERROR(put_int(feature, *label + (target == "cls-1" ? 1 : 0), "the label"));
+        if (!has_label) continue;
+        SK_RETURN_IF_ERROR(put_int(feature, label_value + (target == "cls-1" ? 1 : 0), "the label"));
         used[index_of(cls)] = true;
       } else if (const Field* f = s.find(target)) {
         SK_RETURN_IF_ERROR(put_bytes(feature, f->data.view(), fmt::format("field '{}'", target)));
@@ -472,8 +473,8 @@ Result<std::string> SampleToRecord(const Mapping& m, const Sample& s) {
       if (!m.format_feature.empty() && !fm.count(m.format_feature))
         fm[m.format_feature].mutable_bytes_list()->add_value(FormatName(img->ext));
     }
-    if (label) {
-      SK_RETURN_IF_ERROR(put_int(m.label_feature, *label + m.label_offset, "the label"));
+    if (has_label) {
+      SK_RETURN_IF_ERROR(put_int(m.label_feature, label_value + m.label_offset, "the label"));
       used[index_of(cls)] = true;
     }
     std::string name = s.key;
