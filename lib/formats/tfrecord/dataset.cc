@@ -155,8 +155,13 @@ Result<std::unique_ptr<Dataset>> TfDataset::Open(const std::string& path, const 
     if (!loaded.ok()) return std::move(loaded).take_status().At(Location{.shard = int64_t(i)});
     f.data = std::move(*loaded);
     std::string idx = IdxPathFor(f.data.path);
+    std::string text;
     if (f.data.compression == Compression::kNone && idx != f.data.path && io::Exists(idx) && !io::IsDir(idx)) {
-      SK_ASSIGN_OR_RETURN(std::string text, io::ReadFile(idx));
+      SK_ASSIGN_OR_RETURN(text, io::ReadFile(idx));
+      // A tar shard's DALI index ("v1.2 N", x.idx beside x.tar) is not one of ours: scan instead.
+      if (text.rfind("v1.", 0) == 0) text.clear();
+    }
+    if (!text.empty()) {
       auto fr = FramesFromIdx(f.data, idx, text);
       if (!fr.ok()) return std::move(fr).take_status().At(Location{.shard = int64_t(i)});
       f.frames = std::move(*fr);

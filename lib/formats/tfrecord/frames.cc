@@ -200,8 +200,8 @@ Result<Frame> ReadHeader(const FileData& f, uint64_t offset) {
   uint64_t left = f.size - offset - kHeaderBytes;
   if (len > left || left - len < 4)
     return Status::Corrupt(fmt::format("record length {} runs past the end of the file ({} bytes left after the "
-                                       "header, {} needed with the data CRC){}",
-                                       len, left, len + 4 <= len ? len : len + 4, Where(f)),
+                                       "header, the data and its 4-byte CRC need more){}",
+                                       len, left, Where(f)),
                            at);
   return Frame{offset, len};
 }
