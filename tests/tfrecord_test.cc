@@ -15,6 +15,7 @@
 #include "formats/tfrecord/example.h"
 #include "formats/tfrecord/example.pb.h"
 #include "formats/tfrecord/frames.h"
+#include "loader_support.h"
 #include "shardkit/index.h"
 #include "shardkit/shardkit.h"
 #include "shardkit/verify.h"
@@ -444,6 +445,17 @@ TEST_CASE("tfrecord: hostile files fail with the file and offset named, never cr
     WriteFile(t / "x.idx", fmt::format("0 {}\n{} {}\n", good.size(), good.size(), second.size()));
     CHECK(OpenAndRead("tfrecord:" + path).ok());
   }
+  SECTION("through the CLI: exit 1, the file and offset named, nothing written") {
+    std::string bad = second;
+    bad[9] ^= 0x40;
+    WriteFile(t / "cli.tfrecord", good + bad);
+    RunResult r = Cli(fmt::format("convert {} wds:{}", Q(t / "cli.tfrecord"), Q(t / "out/x-%06d.tar")));
+    INFO(r.err);
+    CHECK(r.exit_code == 1);
+    CHECK(r.err.find("cli.tfrecord") != std::string::npos);
+    CHECK(r.err.find(fmt::format("offset {}", good.size())) != std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(t / "out/x-000000.tar"));
+  }
   SECTION("an empty file is an empty dataset") {
     WriteFile(t / "empty.tfrecord", "");
     auto ds = Open("tfrecord:" + (t / "empty.tfrecord"));
@@ -523,4 +535,33 @@ TEST_CASE("tfrecord: writer refuses what it cannot write and leaves nothing half
   WriteDs("tfrecord:" + (t / "e.tfrecord"), MakeSamples(2));
   auto again = Create("tfrecord:" + (t / "e.tfrecord"));
   CHECK(again.status().detail() == Detail::kOutputExists);
+}
+
+TEST_CASE("tfrecord: the loader reads TFRecords by index and streamed, file by file", "[tfrecord][loader]") {
+  TempDir t;
+  auto want = MakeSamples(10);
+  WriteOptions o;
+  o.samples_per_shard = 4;
+  WriteDs("tfrecord:" + (t / "l-%05d.tfrecord"), want, o);
+  for (bool stream : {false, true}) {
+    INFO("stream " << stream);
+    LoaderOptions lo;
+    lo.batch_size = 3;
+    lo.output_width = 16;
+    lo.output_height = 16;
+    lo.threads = 2;
+    lo.stream = stream;
+    lo.shuffle = true;
+    lo.seed = 3;
+    auto l = Loader::Create(t / "l.tfrecord.json", lo);
+    INFO(l.status().ToString());
+    REQUIRE(l.ok());
+    CHECK((*l)->class_names() == kClasses);
+    CHECK((*l)->streaming() == stream);
+    std::map<std::string, int64_t> seen;
+    for (const auto& b : Drain(**l))
+      for (size_t i = 0; i < b.keys.size(); ++i) seen[b.keys[i]] = b.labels[i];
+    REQUIRE(seen.size() == want.size());
+    for (const auto& s : want) CHECK(seen.at(s.key) == *s.label());
+  }
 }
