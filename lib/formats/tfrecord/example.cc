@@ -350,8 +350,8 @@ Status RecordToSample(const Mapping& m, const Bytes& record, uint64_t index, Sam
     if (auto it = m.field_map.find(std::string(f.key)); it != m.field_map.end()) target = it->second;
     if (f.key == m.image_feature && one_bytes) {
       image = v.bytes[0];
-    } else if (f.key == m.label_feature && one_int) {
-      label = v.ints[0] - m.label_offset;
+    } else if (int64_t l; f.key == m.label_feature && one_int && !__builtin_sub_overflow(v.ints[0], m.label_offset, &l)) {
+      label = l;
     } else if (f.key == m.key_feature && one_bytes) {
       key = v.bytes[0];
     } else if (f.key == m.format_feature && one_bytes) {
@@ -359,8 +359,9 @@ Status RecordToSample(const Mapping& m, const Bytes& record, uint64_t index, Sam
       continue;  // consumed below only when it agrees with the extension
     } else if (target == "__key__" && one_bytes) {
       key = v.bytes[0];
-    } else if ((target == "cls" || target == "cls-1") && one_int) {
-      label = v.ints[0] - (target == "cls-1" ? 1 : 0);
+    } else if (int64_t l; (target == "cls" || target == "cls-1") && one_int &&
+                          !__builtin_sub_overflow(v.ints[0], target == "cls-1" ? 1 : 0, &l)) {
+      label = l;
     } else if (!target.empty() && target != "__key__" && target != "cls" && target != "cls-1" && v.count() == 1) {
       if (v.kind == Kind::kBytes)
         out->set(target, Slice(record, v.bytes[0]));
@@ -450,8 +451,10 @@ Result<std::string> SampleToRecord(const Mapping& m, const Sample& s) {
   // The label, when `cls` holds one in canonical decimal (else `cls` goes as bytes).
   const Field* cls = s.find("cls");
   const std::optional<int64_t> parsed = s.label();
-  const bool has_label = parsed.has_value() && cls->data.view() == std::to_string(parsed.value_or(0));
   const int64_t label_value = parsed.value_or(0);
+  int64_t room;  // a label that the preset's offset would overflow is written as bytes
+  const bool has_label = parsed.has_value() && cls->data.view() == std::to_string(label_value) &&
+                         !__builtin_add_overflow(label_value, int64_t(1), &room);
   if (m.preset == "field-map") {
     for (const auto& [feature, target] : m.field_map) {
       if (target == "__key__") {

@@ -128,6 +128,12 @@ class TfWriter : public SampleWriter {
   // Writes bytes of the raw stream (through deflate when compressing).
   Status Emit(const void* p, size_t n, int flush) {
     if (compression_ == Compression::kNone) return Put(p, n);
+    if (n > (1u << 30)) {  // zlib counts in 32 bits: feed a huge record in parts
+      auto* b = static_cast<const uint8_t*>(p);
+      for (size_t at = 0; at < n; at += 1u << 30)
+        SK_RETURN_IF_ERROR(Emit(b + at, std::min<size_t>(1u << 30, n - at), at + (1u << 30) >= n ? flush : Z_NO_FLUSH));
+      return Status::OK();
+    }
     zs_.next_in = reinterpret_cast<Bytef*>(const_cast<void*>(p));
     zs_.avail_in = uInt(n);
     uint8_t out[1 << 16];
