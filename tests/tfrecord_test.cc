@@ -565,3 +565,32 @@ TEST_CASE("tfrecord: the loader reads TFRecords by index and streamed, file by f
     for (const auto& s : want) CHECK(seen.at(s.key) == *s.label());
   }
 }
+
+TEST_CASE("tfrecord: shard --num-shards writes even TFRecord shards", "[tfrecord]") {
+  TempDir t;
+  auto want = MakeSamples(10);
+  WriteDs("tfrecord:" + (t / "src.tfrecord"), want);
+  for (std::string dst : {"tfrecord:" + (t / "a/x-%05d.tfrecord"), t / "b/x-%05d.tfrecord"}) {
+    INFO(dst);
+    ShardOptions so;
+    so.num_shards = 3;
+    auto r = Shard(t / "src.tfrecord.json", dst, so);
+    INFO(r.status().ToString());
+    REQUIRE(r.ok());
+    CHECK(r->destination_format == "tfrecord");
+    REQUIRE(r->shards.size() == 3);
+    CHECK(r->shards[0].samples == 4);
+    CHECK(r->shards[2].samples == 3);
+    std::string manifest = dst.substr(dst.find(':') == std::string::npos ? 0 : dst.find(':') + 1);
+    manifest = manifest.substr(0, manifest.find("/x-")) + "/x.tfrecord.json";
+    DatasetInfo info;
+    CheckSame(ReadAll(manifest, &info), want);
+    CHECK(info.class_names == kClasses);
+  }
+  // Tar shard patterns still go to tar shards.
+  ShardOptions so;
+  so.num_shards = 2;
+  auto r = Shard(t / "src.tfrecord.json", t / "c/x-%06d.tar", so);
+  REQUIRE(r.ok());
+  CHECK(r->destination_format == "wds");
+}

@@ -172,7 +172,8 @@ RunFn SetupShard(CLI::App* sub) {
                   "Examples:\n"
                   "  shardkit shard train.lmdb out/train-%06d.tar --num-shards 64\n"
                   "  shardkit shard images/ wds:out/train-%06d.tar --samples-per-shard 10000 --shuffle --seed 1\n"
-                  "  shardkit shard 'old-{000..099}.tar' new-%04d.tar --shard-size 1GiB --json\n") +
+                  "  shardkit shard 'old-{000..099}.tar' new-%04d.tar --shard-size 1GiB --json\n"
+                  "  shardkit shard images/ tfrecord:out/train-%05d.tfrecord --num-shards 1024  # TFRecords\n") +
               kSizeHelp + kExitHelp);
   return [f]() -> int {
     ShardOptions o;

@@ -76,7 +76,7 @@ Format TfrecordFormat() {
       .open = tfrecord::OpenTfrecord,
       .create = tfrecord::CreateTfrecord,
       .extensions = {"tfrecord", "tfrecords"},
-      .writes_shards = false,
+      .writes_shards = true,
       .list_shards = tfrecord::ListShards,
       .dali_index_path = tfrecord::IdxPathFor,
       .write_dali_index = WriteDaliIndex,
