@@ -19,6 +19,7 @@ else()
   set(SHARDKIT_MSGPACK_TARGET msgpackc-cxx)
 endif()
 find_package(Protobuf REQUIRED)
+find_package(ZLIB REQUIRED)  # tfrecord: GZIP/ZLIB-compressed files
 find_package(PNG REQUIRED)
 find_package(Threads REQUIRED)
 if(SHARDKIT_BUILD_TOOLS)

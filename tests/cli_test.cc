@@ -98,7 +98,7 @@ TEST_CASE("cli: a missing input or an unknown format exits 1 naming the address"
 TEST_CASE("cli: an unknown scheme exits 1 listing the known ones and writes nothing") {
   TempDir t;
   MakeImageFolder(t / "images", 2, 2);
-  for (std::string dst : {"tfrecord:/data/x-%05d.tfrecord", "wsd:out/x-%06d.tar"}) {
+  for (std::string dst : {"parquet:/data/x-%05d.parquet", "wsd:out/x-%06d.tar"}) {
     auto r = Run(fmt::format("cd {} && {} convert images {}", Q(t.path()), Q(SHARDKIT_CLI), Q(dst)));
     ExpectError(r, "unknown scheme '" + dst.substr(0, dst.find(':') + 1) + "'");
     for (const auto& name : shardkit::FormatNames()) CHECK_THAT(r.err, Catch::Contains(name + ":"));

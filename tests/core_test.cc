@@ -133,7 +133,7 @@ TEST_CASE("Unknown addresses give a clear error", "[core]") {
   REQUIRE_FALSE(r.ok());
   CHECK(r.status().message().find("/nonexistent/thing.xyz") != std::string::npos);
   auto names = FormatNames();
-  CHECK(names == std::vector<std::string>{"folder", "wds", "lmdb", "hdf5", "mds", "recordio"});
+  CHECK(names == std::vector<std::string>{"folder", "wds", "lmdb", "hdf5", "mds", "recordio", "tfrecord"});
 }
 
 // core::PerThread (the per-thread owner of zero-copy views): one slot per thread,

@@ -60,7 +60,7 @@ TEST_CASE("registry: an unknown scheme is an error listing the known ones, not a
   TempDir t;
   InDir here(t.path());
   sk_test::MakeImageFolder(t / "images", 2, 2);
-  for (std::string dst : {"tfrecord:/data/x-%05d.tfrecord", "wsd:out/x-%06d.tar", "s3:bucket/x"}) {
+  for (std::string dst : {"parquet:/data/x-%05d.parquet", "wsd:out/x-%06d.tar", "s3:bucket/x"}) {
     INFO(dst);
     ConvertOptions o;
     auto r = Convert(t / "images", dst, o);
@@ -71,7 +71,7 @@ TEST_CASE("registry: an unknown scheme is an error listing the known ones, not a
     for (const auto& name : FormatNames()) CHECK_THAT(r.status().message(), Catch::Contains(name + ":"));
     CHECK_THAT(r.status().message(), Catch::Contains("pipe:"));
     CHECK_THAT(r.status().message(), Catch::Contains("'./" + dst + "'"));
-    CHECK_FALSE(fs::exists(scheme));  // no directory named "tfrecord:" appeared
+    CHECK_FALSE(fs::exists(scheme));  // no directory named "parquet:" appeared
     CHECK_FALSE(fs::exists(t / scheme));
     // So does Shard(), which otherwise puts the wds scheme in front.
     auto sh = Shard(t / "images", dst, ShardOptions{});

@@ -59,6 +59,24 @@ void AddCopyFlags(CLI::App* sub, CopyFlags* f) {
 
 KeyDots ToKeyDots(const std::string& s) { return s == "replace" ? KeyDots::kReplace : KeyDots::kError; }
 
+// "a=b,c=d" -> {a: b, c: d}; a usage error for an entry without '='.
+bool ParseFieldMap(const char* flag, const std::string& text, std::map<std::string, std::string>* out) {
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t comma = text.find(',', pos);
+    std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    pos = comma == std::string::npos ? text.size() : comma + 1;
+    if (item.empty()) continue;
+    size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == item.size()) {
+      UsageError(fmt::format("{}: '{}' is not NAME=FIELD", flag, item));
+      return false;
+    }
+    (*out)[item.substr(0, eq)] = item.substr(eq + 1);
+  }
+  return true;
+}
+
 }  // namespace
 
 RunFn SetupConvert(CLI::App* sub) {
@@ -68,9 +86,23 @@ RunFn SetupConvert(CLI::App* sub) {
     std::string lmdb_layout = "shardkit";
     std::string mds_compression;
     std::string mds_hashes = "xxh3_64";
+    std::string field_map, tfrecord_preset = "imagenet", tfrecord_compression = "none", tfrecord_field_map;
   };
   auto f = std::make_shared<Flags>();
   AddCopyFlags(sub, f.get());
+  sub->add_option("--field-map", f->field_map,
+                  "Source fields by name, 'NAME=FIELD,...': TFRecord feature names (FIELD: __key__, cls, "
+                  "cls-1 for a 1-based label, or an extension), instead of the preset detected from the first "
+                  "record; HDF5 dataset names");
+  sub->add_option("--tfrecord-preset", f->tfrecord_preset,
+                  "TFRecord output features: 'imagenet' (default; TensorFlow's ImageNet scripts: image/encoded, "
+                  "image/class/label = label + 1, image/filename, image/format) or 'tfds' (image, label, file_name)")
+      ->check(CLI::IsMember({"imagenet", "tfds"}));
+  sub->add_option("--tfrecord-field-map", f->tfrecord_field_map,
+                  "TFRecord output features by name, 'FEATURE=FIELD,...' (as --field-map), instead of the preset");
+  sub->add_option("--tfrecord-compression", f->tfrecord_compression,
+                  "TFRecord output files: 'none' (default), 'gzip' or 'zlib' (DALI reads uncompressed only)")
+      ->check(CLI::IsMember({"none", "gzip", "zlib"}));
   sub->add_option("--shard-size", f->shard_size,
                   "Tar shards: start a new shard at this many bytes (default 1GiB)");
   sub->add_option("--samples-per-shard", f->samples_per_shard,
@@ -92,6 +124,8 @@ RunFn SetupConvert(CLI::App* sub) {
                   "  shardkit convert folder:images lmdb:train.lmdb --shuffle --seed 42 --threads 8\n"
                   "  shardkit convert out/train.manifest.json hdf5:train.h5 --json\n"
                   "  shardkit convert images/ lmdb:caffe.lmdb --lmdb-layout caffe\n"
+                  "  shardkit convert 'train-{00000..01023}-of-01024' wds:out/train-%06d.tar  # TFRecords\n"
+                  "  shardkit convert images/ tfrecord:out/train-%05d.tfrecord --tfrecord-preset tfds\n"
                   "  shardkit convert raw/ wds:out/x-%06d.tar --key-dots replace --overwrite\n") +
               kSizeHelp + kExitHelp);
   return [f]() -> int {
@@ -113,6 +147,10 @@ RunFn SetupConvert(CLI::App* sub) {
       if (comma == std::string::npos) break;
       start = comma + 1;
     }
+    if (!ParseFieldMap("--field-map", f->field_map, &o.open.field_map)) return kExitUsage;
+    if (!ParseFieldMap("--tfrecord-field-map", f->tfrecord_field_map, &o.write.tfrecord.field_map)) return kExitUsage;
+    o.write.tfrecord.preset = f->tfrecord_preset;
+    o.write.tfrecord.compression = f->tfrecord_compression;
     o.shuffle = f->shuffle;
     o.seed = f->seed;
     o.threads = f->threads;
@@ -151,7 +189,8 @@ RunFn SetupShard(CLI::App* sub) {
                   "Examples:\n"
                   "  shardkit shard train.lmdb out/train-%06d.tar --num-shards 64\n"
                   "  shardkit shard images/ wds:out/train-%06d.tar --samples-per-shard 10000 --shuffle --seed 1\n"
-                  "  shardkit shard 'old-{000..099}.tar' new-%04d.tar --shard-size 1GiB --json\n") +
+                  "  shardkit shard 'old-{000..099}.tar' new-%04d.tar --shard-size 1GiB --json\n"
+                  "  shardkit shard images/ tfrecord:out/train-%05d.tfrecord --num-shards 1024  # TFRecords\n") +
               kSizeHelp + kExitHelp);
   return [f]() -> int {
     ShardOptions o;

@@ -36,6 +36,7 @@ RunFn SetupIndex(CLI::App* sub) {
   sub->add_option("--name", f->name, "wids: the shard list's \"name\" (default: the output's base name)");
   sub->footer(std::string("Examples:\n"
                           "  shardkit index out/train-000000.tar out/train-000001.tar\n"
+                          "  shardkit index out/train-00000.tfrecord  # DALI's tfrecord2idx index: train-00000.idx\n"
                           "  shardkit index 'out/train-{000000..000009}.tar' --format wids --output "
                           "out/train.wids.json\n") +
               kExitHelp);

@@ -3,6 +3,7 @@
 // An address is a path with an optional scheme that overrides detection:
 //   folder:DIR   wds:PATTERN   lmdb:DIR   hdf5:FILE
 //   mds:DIR (MosaicML Streaming: a directory holding index.json)
+//   tfrecord:PATTERN (a file, brace range, list or x.tfrecord.json; writing: out/x-%05d.tfrecord)
 // Without a scheme the format is detected from the content (a tar header, LMDB's
 // meta page, the HDF5 signature, a manifest), else from the path. Anything that
 // reads as a scheme (2+ letters and digits, then ':') but names no format is an
@@ -101,6 +102,8 @@ class SHARDKIT_API RandomAccess {
 
 struct OpenOptions {
   // HDF5: map dataset names to fields, e.g. {"images": "jpg", "labels": "cls"}.
+  // TFRecord: map feature names to fields, e.g. {"image/encoded": "jpg", "image/class/label": "cls-1",
+  // "image/filename": "__key__"} (instead of the preset detected from the first record).
   std::map<std::string, std::string> field_map;
   // Where the files are (null = FileSystem::Local()). The readers map and read
   // local files today; this is where a remote store will plug in.
@@ -132,6 +135,12 @@ struct MdsWriteOptions {
   // Hashes of each shard file recorded in index.json (streaming's names, sorted):
   // md5, sha1, xxh32, xxh64, xxh3_64, xxh3_128, xxh128.
   std::vector<std::string> hashes = {"xxh3_64"};
+// TFRecord (docs/formats-tfrecord.md): which tf.train.Example features the fields become.
+struct TfrecordWriteOptions {
+  std::string preset = "imagenet";  // or "tfds"; ignored when field_map is given
+  // Feature name -> "__key__", "cls", "cls-1" (1-based label) or a field extension.
+  std::map<std::string, std::string> field_map;
+  std::string compression = "none";  // or "gzip", "zlib" (whole files, as TFRecordOptions)
 };
 
 struct WriteOptions {
@@ -143,6 +152,7 @@ struct WriteOptions {
   WdsWriteOptions wds;               // per-format options
   LmdbWriteOptions lmdb;
   MdsWriteOptions mds;
+  TfrecordWriteOptions tfrecord;
   // wds, lmdb: continue an interrupted write of the same source with the same
   // options. The writer reads its journal (wds: "<manifest>.partial"; lmdb: the
   // sidecar in "<dir>.partial"), checks what was committed, and then expects

@@ -17,6 +17,7 @@ const std::vector<Format>& All() {
       Hdf5Format(),
       MdsFormat(),
       RecordioFormat(),
+      TfrecordFormat(),
   };
   return kFormats;
 }

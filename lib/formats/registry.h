@@ -78,6 +78,11 @@ struct Format {
   // itself defines (recordio: FILE.idx beside FILE.rec) at `output` (empty: its
   // default place, returned in *written). Returns the number of records indexed.
   Result<uint64_t> (*write_index)(const std::string& path, const std::string& output, std::string* written) = nullptr;
+  // Optional: DALI's index of one file of this format (`shardkit index --format dali`,
+  // WriteDaliIndex()) when it is not the tar shards' one: its default path beside the
+  // file, and the writer (to `output`, or the default when empty; returns the records).
+  std::string (*dali_index_path)(const std::string& path) = nullptr;
+  Result<uint64_t> (*write_dali_index)(const std::string& path, const std::string& output) = nullptr;
 };
 
 // Every format, in registry order.
@@ -97,18 +102,19 @@ Format LmdbFormat();
 Format Hdf5Format();
 Format MdsFormat();
 Format RecordioFormat();
+Format TfrecordFormat();
 
 // Splits "scheme:rest" when scheme is a registered name; otherwise {"", address}.
 std::pair<std::string, std::string> SplitScheme(std::string_view address);
 
 // kInvalidArgument when the address starts with what reads as a scheme (2+
 // letters and digits, then ':') that is neither a format's name nor one of
-// their prefixes: `tfrecord:x`, `wsd:x`. `./odd:name`, `/a:b`, `c:x` pass.
+// their prefixes: `parquet:x`, `wsd:x`. `./odd:name`, `/a:b`, `c:x` pass.
 Status CheckScheme(std::string_view address);
 
 // The format an address resolves to (its scheme, else the highest bid) and the
 // path without the scheme. kInvalidArgument for an empty address, an unknown
-// scheme (`tfrecord:x`; `./odd:name` is a path) and an address no format bids on.
+// scheme (`parquet:x`; `./odd:name` is a path) and an address no format bids on.
 Result<const Format*> Resolve(std::string_view address, bool for_write, std::string* path);
 
 }  // namespace shardkit::formats

@@ -314,6 +314,11 @@ Result<ConvertSummary> Shard(std::string_view src, std::string_view dst, const S
                     "`shardkit convert` for other formats",
                     dst, scheme),
         Location{.file = rest});
+  // A scheme that writes shards, or an unprefixed pattern that such a format bids on
+  // (out/x-%05d.tfrecord), picks that format instead of the first.
+  if (!scheme.empty()) sharded = formats::Find(scheme);
+  std::string bid_path;
+  if (auto r = formats::Resolve(dst, true, &bid_path); scheme.empty() && r.ok() && (*r)->writes_shards) sharded = *r;
   const std::string out_address = std::string(sharded->name) + ":" + rest;
 
   ConvertOptions c;

@@ -83,7 +83,9 @@ void BindConvert(py::module_& m) {
            std::optional<int> threads, size_t window, const py::object& shard_size, uint64_t samples_per_shard,
            const std::vector<std::string>& class_names, bool overwrite, const std::string& key_dots,
            const std::string& lmdb_layout, bool write_index,
-           const std::map<std::string, std::string>& field_map, const py::object& progress,
+           const std::map<std::string, std::string>& field_map,
+           const std::string& tfrecord_preset, const std::string& tfrecord_compression,
+           const std::map<std::string, std::string>& tfrecord_field_map, const py::object& progress,
            const std::string& mds_compression, const std::optional<std::vector<std::string>>& mds_hashes) {
           ConvertOptions o;
           o.write.mds.compression = mds_compression;
@@ -100,6 +102,9 @@ void BindConvert(py::module_& m) {
           o.write.lmdb.layout = lmdb_layout;
           o.write.wds.write_index = write_index;
           o.open.field_map = field_map;
+          o.write.tfrecord.preset = tfrecord_preset;
+          o.write.tfrecord.compression = tfrecord_compression;
+          o.write.tfrecord.field_map = tfrecord_field_map;
           py::dict d = RunWithProgress(progress, [&](const ProgressFn& fn) { return Convert(src, dst, o, fn); });
           d["threads"] = o.threads;
           return d;
@@ -109,6 +114,8 @@ void BindConvert(py::module_& m) {
         py::arg("samples_per_shard") = 0, py::arg("class_names") = std::vector<std::string>{},
         py::arg("overwrite") = false, py::arg("key_dots") = "error", py::arg("lmdb_layout") = "shardkit",
         py::arg("write_index") = true, py::arg("field_map") = std::map<std::string, std::string>{},
+        py::arg("tfrecord_preset") = "imagenet", py::arg("tfrecord_compression") = "none",
+        py::arg("tfrecord_field_map") = std::map<std::string, std::string>{},
         py::arg("progress") = py::none(),
         py::arg("mds_compression") = "", py::arg("mds_hashes") = py::none(),
         R"doc(Copies every sample of the dataset `src` into a new dataset `dst` (any formats).
@@ -120,7 +127,10 @@ last component). lmdb_layout: "shardkit" or "caffe". mds outputs: mds_compressio
 "zstd[:LEVEL]"), mds_hashes (list of hash names for index.json; default ["xxh3_64"]). class_names: default the source's.
 threads: reader threads, default (None) what the `shardkit convert` command uses: the
 cores, 2 to 8 (the output is the same for any number). field_map: HDF5 source dataset
-names to fields. progress: a callable taking a dict
+names to fields; TFRecord source feature names to fields ("__key__", "cls", "cls-1" or an
+extension). tfrecord_preset ("imagenet" or "tfds"), tfrecord_compression ("none", "gzip",
+"zlib"), tfrecord_field_map (feature -> field, instead of the preset): TFRecord outputs
+(docs/formats-tfrecord.md). progress: a callable taking a dict
 {samples, bytes, elapsed, total}, called about ten times a second on this thread.
 Returns a summary dict (with the `threads` used). Nothing appears under `dst` unless it
 succeeds.)doc");

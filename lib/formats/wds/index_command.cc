@@ -8,13 +8,27 @@
 #include "core/file.h"
 #include "core/md5.h"
 #include "core/paths.h"
+#include "formats/registry.h"
 #include "formats/wds/index.h"
 
 namespace shardkit {
 
-std::string DaliIndexPathFor(const std::string& tar_path) { return formats::wds::DaliIndexPath(tar_path); }
+namespace {
+// The format of a file with its own DALI index (Format::write_dali_index), or null (tar shards).
+const formats::Format* OwnDaliIndex(const std::string& path) {
+  std::string rest;
+  auto f = formats::Resolve(path, false, &rest);
+  return f.ok() && (*f)->write_dali_index && rest == path ? *f : nullptr;
+}
+}  // namespace
+
+std::string DaliIndexPathFor(const std::string& tar_path) {
+  if (const formats::Format* f = OwnDaliIndex(tar_path); f && f->dali_index_path) return f->dali_index_path(tar_path);
+  return formats::wds::DaliIndexPath(tar_path);
+}
 
 Result<uint64_t> WriteDaliIndex(const std::string& tar_path, const std::string& output) {
+  if (const formats::Format* f = OwnDaliIndex(tar_path)) return f->write_dali_index(tar_path, output);
   SK_ASSIGN_OR_RETURN(auto scan, formats::wds::ScanShardMembers(tar_path));
   if (scan.keys.empty())
     return Status::Invalid("shard holds no samples; DALI's index needs at least one", Location{.file = tar_path});
