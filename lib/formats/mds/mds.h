@@ -33,6 +33,7 @@ enum class Conv {
   kInt,    // little-endian integer of `width` bytes -> ASCII decimal
   kUInt,
   kFloat,  // IEEE float of `width` bytes (2, 4, 8) -> shortest round-trip text
+  kPil,    // streaming's "pil" (uint32 width, height, mode length, mode, raw pixels) -> PNG file
 };
 
 enum class Role { kField, kKey };
@@ -133,6 +134,9 @@ Result<std::string> Unzstd(const uint8_t* p, size_t n, uint64_t limit, const Loc
 Result<std::string> Zstd(std::string_view raw, int level);
 // "zstd" or "zstd:N": the level (3 by default); false when not zstd.
 bool ParseZstd(std::string_view compression, int* level);
+
+// streaming's "pil" encoding as a PNG file (modes L, LA, RGB, RGBA; others kUnsupported).
+Result<std::string> PilToPng(const uint8_t* p, size_t n, const Location& at);
 
 // ---- hashes (hash.cc), as streaming's get_hash() hexdigest()s them
 
