@@ -144,6 +144,18 @@ Result<std::string> PilToPng(const uint8_t* p, size_t n, const Location& at);
 bool KnownHash(std::string_view algo);
 // The lowercase hex digest; kUnsupported for an unknown algorithm.
 Result<std::string> HashHex(std::string_view algo, const void* data, size_t size);
+// The same over pieces. One thread at a time; Hex() once, at the end.
+class Hasher {
+ public:
+  explicit Hasher(std::string_view algo);
+  ~Hasher();
+  void Update(const void* data, size_t size);
+  Result<std::string> Hex();
+
+ private:
+  struct State;
+  std::unique_ptr<State> st_;
+};
 
 // ---- the format's hooks (reader.cc, writer.cc, index.cc)
 int BidRead(const std::string& path);
