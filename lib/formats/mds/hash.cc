@@ -99,6 +99,7 @@ Hasher::Hasher(std::string_view algo) : st_(std::make_unique<State>()) {
 Hasher::~Hasher() = default;
 
 void Hasher::Update(const void* data, size_t size) {
+  if (size == 0) return;  // an empty view's data() may be null (memcpy must not see it)
   State& s = *st_;
   if (s.x32) XXH32_update(s.x32, data, size);
   else if (s.x64) XXH64_update(s.x64, data, size);
