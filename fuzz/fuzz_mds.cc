@@ -1,7 +1,7 @@
 // libFuzzer target: the mds format's parsers on arbitrary bytes, in memory.
 // The first byte picks what the rest is:
 //   0: an uncompressed shard (header, offsets, samples) read with a column set
-//      the second byte picks (fixed and variable sizes, key, int, float columns)
+//      the second byte picks (fixed and variable sizes, key, int, float, pil columns)
 //   1: a zstd shard, decompressed under a 1 MiB limit, then read as in 0
 //   2: index.json text (structure checks and the column -> field mapping)
 #include <cstring>
@@ -18,7 +18,7 @@ void ReadShard(const uint8_t* p, size_t n, uint8_t pick) {
   ShardMeta m;
   m.path = "fuzz.mds";
   std::vector<Column> cols = {{"__key__", "str"}, {"cls", "int", 8}, {"jpg", "jpeg"}, {"h", "float16", 2},
-                              {"u", "uint16", 2}, {"t", "bytes"}};
+                              {"u", "uint16", 2}, {"t", "bytes"}, {"x", "pil"}};
   for (size_t i = 0; i < cols.size(); ++i)
     if (pick & (1u << i)) m.columns.push_back(cols[i]);
   if (!MapColumns(&m.columns, Location{}).ok()) return;

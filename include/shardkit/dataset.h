@@ -135,6 +135,7 @@ struct MdsWriteOptions {
   // Hashes of each shard file recorded in index.json (streaming's names, sorted):
   // md5, sha1, xxh32, xxh64, xxh3_64, xxh3_128, xxh128.
   std::vector<std::string> hashes = {"xxh3_64"};
+};
 // TFRecord (docs/formats-tfrecord.md): which tf.train.Example features the fields become.
 struct TfrecordWriteOptions {
   std::string preset = "imagenet";  // or "tfds"; ignored when field_map is given

@@ -33,6 +33,9 @@ def _encode(encoding, value):
         return json.dumps(value).encode("utf-8")
     if encoding in ("bytes", "jpeg", "png"):  # jpeg/png: the image file's bytes
         return bytes(value)
+    if encoding == "pil":  # streaming's PIL encoding: width, height, mode length, mode, raw pixels
+        mode = value.mode.encode("utf-8")
+        return struct.pack("<III", value.size[0], value.size[1], len(mode)) + mode + value.tobytes()
     raise ValueError(encoding)
 
 
@@ -260,3 +263,27 @@ def test_damaged_mds_names_the_file(tmp_path, folder):
     with pytest.raises(shardkit.Error) as ei:
         shardkit.open("mds:" + out)
     assert ei.value.file == path and ei.value.code == "corrupt"
+
+
+def test_pil_columns_become_png_images(tmp_path):
+    from PIL import Image
+
+    imgs = [Image.new(mode, (5 + i, 3 + i), color) for i, (mode, color) in
+            enumerate([("RGB", (10, 200, 30)), ("L", 77), ("RGBA", (1, 2, 3, 4))])]
+    imgs[0].putpixel((1, 1), (255, 0, 0))
+    out = str(tmp_path / "cifar")
+    mds_write(out, {"x": "pil", "y": "int"}, [{"x": im, "y": i} for i, im in enumerate(imgs)])
+    ds = shardkit.open("mds:" + out)
+    assert ds.info["fields"] == ["cls", "png"]
+    for i, im in enumerate(imgs):
+        s = ds[i]
+        assert s["__key__"] == "%08d" % i and int(s["cls"]) == i
+        back = Image.open(io.BytesIO(s["png"]))
+        assert back.format == "PNG" and back.mode == im.mode and back.size == im.size
+        assert back.tobytes() == im.tobytes()
+    # A mode shardkit does not convert is an error naming the file, not a wrong image.
+    out2 = str(tmp_path / "cmyk")
+    mds_write(out2, {"x": "pil"}, [{"x": Image.new("CMYK", (2, 2))}])
+    with pytest.raises(shardkit.Error) as ei:
+        shardkit.open("mds:" + out2)[0]
+    assert ei.value.code == "unsupported" and ei.value.file.endswith("shard.00000.mds")

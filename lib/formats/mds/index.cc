@@ -208,6 +208,12 @@ Status MapColumns(std::vector<Column>* cols, const Location& at) {
     if (!label_done && IsLabelName(ext) && IsIntegerEncoding(c.encoding)) {
       ext = "cls";
       label_done = true;
+    } else if (c.encoding == "pil") {
+      c.conv = Conv::kPil;  // a PNG file is made of it
+      if (ext != "png") {
+        images.push_back(&c);
+        continue;
+      }
     } else if ((c.encoding == "jpeg" || c.encoding == "png") && !IsImageExt(ext)) {
       images.push_back(&c);
       continue;
@@ -219,7 +225,7 @@ Status MapColumns(std::vector<Column>* cols, const Location& at) {
     c.ext = std::move(ext);
   }
   for (Column* c : images) {
-    std::string e = c->encoding == "jpeg" ? "jpg" : "png";
+    std::string e = c->encoding == "jpeg" ? "jpg" : "png";  // png, pil
     std::string ext = taken.count(e) ? ExtOf(c->name) + "." + e : e;
     auto [it, fresh] = taken.emplace(ext, c->name);
     if (!fresh)

@@ -33,6 +33,7 @@ enum class Conv {
   kInt,    // little-endian integer of `width` bytes -> ASCII decimal
   kUInt,
   kFloat,  // IEEE float of `width` bytes (2, 4, 8) -> shortest round-trip text
+  kPil,    // streaming's "pil" (uint32 width, height, mode length, mode, raw pixels) -> PNG file
 };
 
 enum class Role { kField, kKey };
@@ -134,12 +135,27 @@ Result<std::string> Zstd(std::string_view raw, int level);
 // "zstd" or "zstd:N": the level (3 by default); false when not zstd.
 bool ParseZstd(std::string_view compression, int* level);
 
+// streaming's "pil" encoding as a PNG file (modes L, LA, RGB, RGBA; others kUnsupported).
+Result<std::string> PilToPng(const uint8_t* p, size_t n, const Location& at);
+
 // ---- hashes (hash.cc), as streaming's get_hash() hexdigest()s them
 
 // Whether shardkit computes this algorithm.
 bool KnownHash(std::string_view algo);
 // The lowercase hex digest; kUnsupported for an unknown algorithm.
 Result<std::string> HashHex(std::string_view algo, const void* data, size_t size);
+// The same over pieces. One thread at a time; Hex() once, at the end.
+class Hasher {
+ public:
+  explicit Hasher(std::string_view algo);
+  ~Hasher();
+  void Update(const void* data, size_t size);
+  Result<std::string> Hex();
+
+ private:
+  struct State;
+  std::unique_ptr<State> st_;
+};
 
 // ---- the format's hooks (reader.cc, writer.cc, index.cc)
 int BidRead(const std::string& path);

@@ -2,6 +2,7 @@
 // decompression, the header (uint32 count, uint32 offsets[count + 1], the
 // writer's config JSON) and the samples (uint32 sizes of the variable columns,
 // then every column's bytes).
+#include <png.h>
 #include <zstd.h>
 
 #include <cmath>
@@ -67,6 +68,40 @@ std::string IntText(const uint8_t* p, int width, bool is_signed) {
 }
 
 }  // namespace
+
+Result<std::string> PilToPng(const uint8_t* p, size_t n, const Location& at) {
+  if (n < 12) return Status::Corrupt(fmt::format("pil value of {} bytes is shorter than its header", n), at);
+  uint64_t w = U32(p), h = U32(p + 4), ml = U32(p + 8);
+  if (ml > n - 12) return Status::Corrupt("pil mode runs past the value", at);
+  std::string mode(reinterpret_cast<const char*>(p + 12), size_t(ml));
+  uint32_t format;
+  uint64_t channels;
+  if (mode == "L") format = PNG_FORMAT_GRAY, channels = 1;
+  else if (mode == "LA") format = PNG_FORMAT_GA, channels = 2;
+  else if (mode == "RGB") format = PNG_FORMAT_RGB, channels = 3;
+  else if (mode == "RGBA") format = PNG_FORMAT_RGBA, channels = 4;
+  else
+    return Status::Unsupported(fmt::format("pil image mode '{}' is not converted (L, LA, RGB and RGBA are)", mode), at);
+  uint64_t raw = n - 12 - ml;
+  if (w == 0 || h == 0 || w > 0x7fffffff || h > 0x7fffffff || raw / channels / w != h || raw != w * h * channels)
+    return Status::Corrupt(fmt::format("pil {}x{} {} image needs {} pixel bytes, the value holds {}", w, h, mode,
+                                       w * h * channels, raw),
+                           at);
+  png_image img{};
+  img.version = PNG_IMAGE_VERSION;
+  img.width = uint32_t(w);
+  img.height = uint32_t(h);
+  img.format = format;
+  png_alloc_size_t size = 0;
+  const uint8_t* px = p + 12 + ml;
+  if (!png_image_write_to_memory(&img, nullptr, &size, 0, px, 0, nullptr))
+    return Status::Internal(fmt::format("libpng: {}", img.message), at);
+  std::string out(size, '\0');
+  if (!png_image_write_to_memory(&img, out.data(), &size, 0, px, 0, nullptr))
+    return Status::Internal(fmt::format("libpng: {}", img.message), at);
+  out.resize(size);
+  return out;
+}
 
 uint32_t ShardData::offset(uint64_t i) const { return U32(data + 4 + 4 * i); }
 
@@ -267,7 +302,12 @@ Status DecodeSample(const ShardData& d, const ShardMeta& m, uint64_t i, Sample* 
                  b + pos);
     const uint8_t* v = p + pos;
     Bytes bytes;
-    if (c.conv == Conv::kRaw || int64_t(sz) != c.width) {
+    if (c.conv == Conv::kPil) {
+      auto png = PilToPng(v, size_t(sz), Location{.file = m.path, .shard = m.index, .offset = int64_t(b + pos),
+                                                  .index = int64_t(m.first + i)});
+      if (!png.ok()) return png.status();
+      bytes = Bytes::Take(std::move(png).value());
+    } else if (c.conv == Conv::kRaw || int64_t(sz) != c.width) {
       bytes = Bytes(d.owner, v, size_t(sz));
     } else if (c.conv == Conv::kFloat) {
       bytes = Bytes::Take(FloatText(v, c.width));

@@ -226,28 +226,20 @@ class MdsWriter : public SampleWriter {
     std::vector<Col> sorted;
     for (size_t i : order) sorted.push_back(cols[i]);
 
-    // The sample: uint32 sizes of the variable columns, then the data.
-    std::string enc;
-    for (size_t i : order)
-      if (cols[i].encoding != "int") {
-        if (vals[i]->size() > kMaxShardBytes) return Status::Invalid("field over 4 GiB does not fit an MDS shard", at);
-        PutU32(&enc, uint32_t(vals[i]->size()));
-      }
+    // The sample's size: a uint32 per variable column, then the data.
+    uint64_t size = 0;
     for (size_t i : order) {
       if (cols[i].encoding == "int") {
-        int64_t x = std::strtoll(vals[i]->str().c_str(), nullptr, 10);
-        char b[8];
-        std::memcpy(b, &x, 8);
-        enc.append(b, 8);
+        size += 8;
       } else {
-        enc.append(vals[i]->view());
+        if (vals[i]->size() > kMaxShardBytes) return Status::Invalid("field over 4 GiB does not fit an MDS shard", at);
+        size += 4 + vals[i]->size();
       }
     }
     // A new shard when the columns change (each shard has its own in index.json)
     // or the size or count limit is reached.
-    if (!buf_.empty() || shard_samples_ > 0) {
-      uint64_t next = shard_size_ + enc.size() + 4;
-      bool cut = sorted != cols_ || next > limit_ ||
+    if (shard_samples_ > 0) {
+      bool cut = sorted != cols_ || shard_size_ + size + 4 > limit_ ||
                  (opts_.samples_per_shard && shard_samples_ >= opts_.samples_per_shard);
       if (cut) SK_RETURN_IF_ERROR(Flush());
     }
@@ -255,12 +247,26 @@ class MdsWriter : public SampleWriter {
       cols_ = sorted;
       config_ = PyDumps(Config());
       shard_size_ = 4 + 4 + config_.size();
+      // Address space only until written (a large malloc is an untouched mapping):
+      // no copies as the shard grows.
+      if (buf_.capacity() == 0) buf_.reserve(size_t(std::min<uint64_t>(limit_, 1ull << 30)));
     }
-    if (shard_size_ + enc.size() + 4 > kMaxShardBytes)
-      return Status::Invalid(fmt::format("sample of {} bytes does not fit an MDS shard (under 4 GiB)", enc.size()), at);
-    sizes_.push_back(uint32_t(enc.size()));
-    buf_ += enc;
-    shard_size_ += enc.size() + 4;
+    if (shard_size_ + size + 4 > kMaxShardBytes)
+      return Status::Invalid(fmt::format("sample of {} bytes does not fit an MDS shard (under 4 GiB)", size), at);
+    for (size_t i : order)
+      if (cols[i].encoding != "int") PutU32(&buf_, uint32_t(vals[i]->size()));
+    for (size_t i : order) {
+      if (cols[i].encoding == "int") {
+        int64_t x = std::strtoll(vals[i]->str().c_str(), nullptr, 10);
+        char b[8];
+        std::memcpy(b, &x, 8);
+        buf_.append(b, 8);
+      } else {
+        buf_.append(vals[i]->view());
+      }
+    }
+    sizes_.push_back(uint32_t(size));
+    shard_size_ += size + 4;
     ++shard_samples_;
     ++samples_;
     return Status::OK();
@@ -285,57 +291,64 @@ class MdsWriter : public SampleWriter {
     return c;
   }
 
-  json FileInfoJson(const std::string& base, std::string_view data) const {
+  // {basename, bytes, hashes} of the bytes a + b (the file as written).
+  json FileInfoJson(const std::string& base, std::string_view a, std::string_view b = {}) const {
     json h = json::object();
-    for (const auto& a : hashes_) {
-      auto hex = HashHex(a, data.data(), data.size());
-      h[a] = hex.ok() ? *hex : "";
+    for (const auto& algo : hashes_) {
+      Hasher hs(algo);
+      hs.Update(a.data(), a.size());
+      hs.Update(b.data(), b.size());
+      auto hex = hs.Hex();
+      h[algo] = hex.ok() ? *hex : "";
     }
     json o = json::object();
     o["basename"] = base;
-    o["bytes"] = data.size();
+    o["bytes"] = a.size() + b.size();
     o["hashes"] = h;
     return o;
   }
 
   Status Flush() {
     if (shard_samples_ == 0) return Status::OK();
-    std::string raw;
-    raw.reserve(shard_size_);
-    PutU32(&raw, uint32_t(shard_samples_));
+    // The header (count, offsets, config); the samples stay where they are.
+    std::string head;
+    head.reserve(4 + 4 * (shard_samples_ + 1) + config_.size());
+    PutU32(&head, uint32_t(shard_samples_));
     uint64_t off = 4 + 4 * (shard_samples_ + 1) + config_.size();
-    PutU32(&raw, uint32_t(off));
+    PutU32(&head, uint32_t(off));
     for (uint32_t s : sizes_) {
       off += s;
-      PutU32(&raw, uint32_t(off));
+      PutU32(&head, uint32_t(off));
     }
-    raw += config_;
-    raw += buf_;
+    head += config_;
     std::string base = fmt::format("shard.{:05d}.mds", shards_.size());
     json entry = Config();
-    entry["raw_data"] = FileInfoJson(base, raw);
+    entry["raw_data"] = FileInfoJson(base, head, buf_);
     entry["samples"] = shard_samples_;
     std::string stored_name = base;
     std::string zipped;
-    if (!opts_.mds.compression.empty()) {
+    bool zip = !opts_.mds.compression.empty();
+    if (zip) {
+      std::string raw = head + buf_;
       SK_ASSIGN_OR_RETURN(zipped, Zstd(raw, level_));
       stored_name = base + ".zstd";
       entry["zip_data"] = FileInfoJson(stored_name, zipped);
     } else {
       entry["zip_data"] = nullptr;
     }
-    const std::string& data = opts_.mds.compression.empty() ? raw : zipped;
     std::string staged = partial_ + "/" + stored_name;
     std::string final_path = root_ + "/" + stored_name;
-    SK_RETURN_IF_ERROR(WriteNew(staged, data, final_path));
+    uint64_t stored_bytes = zip ? zipped.size() : head.size() + buf_.size();
+    if (zip) SK_RETURN_IF_ERROR(WriteNew(staged, zipped, {}, final_path));
+    else SK_RETURN_IF_ERROR(WriteNew(staged, head, buf_, final_path));
     ShardInfo si;
     si.path = final_path;
     si.samples = shard_samples_;
-    si.bytes = data.size();
+    si.bytes = stored_bytes;
     si.address = "mds:" + final_path;
     auto x = entry["zip_data"].is_null() ? entry["raw_data"]["hashes"] : entry["zip_data"]["hashes"];
     if (x.contains("xxh3_64")) si.checksum = "xxh3:" + x["xxh3_64"].get<std::string>();
-    bytes_ += data.size();
+    bytes_ += stored_bytes;
     done_.push_back(std::move(si));
     shards_.push_back(std::move(entry));
     buf_.clear();
@@ -344,10 +357,12 @@ class MdsWriter : public SampleWriter {
     return Status::OK();
   }
 
-  Status WriteNew(const std::string& path, std::string_view data, const std::string& shown) {
+  // Creates `path` with the bytes a + b, synced.
+  Status WriteNew(const std::string& path, std::string_view a, std::string_view b, const std::string& shown) {
     auto f = fs_->NewWritableFile(path, CreateMode::kExclusive);
     if (!f.ok()) return std::move(f).take_status().At(Location{.file = shown});
-    Status st = (*f)->Append(data);
+    Status st = (*f)->Append(a);
+    if (st.ok() && !b.empty()) st = (*f)->Append(b);
     // Each file synced on its own: syncfs (SyncTree) would also flush every other
     // writer's dirty pages on the same file system.
     if (st.ok()) st = (*f)->Sync();
@@ -366,14 +381,14 @@ class MdsWriter : public SampleWriter {
     for (const auto& c : opts_.class_names)
       if (!paths::IsValidUtf8(c)) return Status::Invalid("a class name is not UTF-8", Location{.file = root_});
     std::string text = PyDumps(index);
-    SK_RETURN_IF_ERROR(WriteNew(partial_ + "/" + kIndexName, text, root_ + "/" + kIndexName));
+    SK_RETURN_IF_ERROR(WriteNew(partial_ + "/" + kIndexName, text, {}, root_ + "/" + kIndexName));
     json side = json::object();
     side["class_names"] = opts_.class_names;
     side["format"] = "mds";
     side["samples"] = samples_;
     side["version"] = 1;
     std::string side_text = PyDumps(side) + "\n";
-    SK_RETURN_IF_ERROR(WriteNew(partial_ + "/" + kSidecarName, side_text, root_ + "/" + kSidecarName));
+    SK_RETURN_IF_ERROR(WriteNew(partial_ + "/" + kSidecarName, side_text, {}, root_ + "/" + kSidecarName));
     SK_RETURN_IF_ERROR(fs_->SyncDir(partial_));
     SK_RETURN_IF_ERROR(CheckOutput(*fs_, root_, opts_.overwrite));
     SK_RETURN_IF_ERROR(fs_->Publish(partial_, root_, PublishOptions{.replace = true, .published = &finished_}));
