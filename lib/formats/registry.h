@@ -13,6 +13,9 @@
 #include <string_view>
 #include <vector>
 
+#include <functional>
+
+#include "shardkit/convert.h"
 #include "shardkit/dataset.h"
 
 namespace shardkit::formats {
@@ -74,6 +77,18 @@ struct Format {
   Result<ShardListing> (*list_shards)(const std::string& path) = nullptr;
   // Optional: where each sample of one shard starts, for pointing at bytes.
   Result<std::vector<SampleExtent>> (*locate_samples)(const std::string& shard_path, int64_t shard) = nullptr;
+  // Optional, for a writer that writes shards and can be split into parts
+  // (WriteOptions::part; `--part I/N`): the sample counts of the shards a write with
+  // these options cuts `n` samples into by size, from the samples in write order
+  // (`get(i, &s)`), the same for every part.
+  Result<std::vector<uint64_t>> (*plan_by_size)(const WriteOptions& opts, uint64_t n,
+                                                const std::function<Status(uint64_t, Sample*)>& get,
+                                                int threads) = nullptr;
+  // Optional: whether the write `opts` describes (the whole output, or one part)
+  // already finished, checked (`--resume` on a finished output); nullopt: not finished.
+  Result<std::optional<WriteSummary>> (*finished)(const std::string& path, const WriteOptions& opts) = nullptr;
+  // Optional: `shardkit merge` of the parts written to this address (Merge()).
+  Result<MergeSummary> (*merge)(const std::string& path, const MergeOptions& opts) = nullptr;
 };
 
 // Every format, in registry order.
