@@ -216,6 +216,11 @@ Result<MergeSummary> MergeParts(const std::string& pattern, const MergeOptions& 
   std::map<uint64_t, std::map<uint64_t, std::string>> found;
   std::set<std::string> journals;
   std::error_code ec;
+  if (!io::IsDir(dir))
+    return Status::NotFound(fmt::format("no part records beside '{}': the directory does not exist; run the parts "
+                                        "first (convert or shard with --part I/N)",
+                                        pattern),
+                            Location{.file = dir});
   for (auto it = std::filesystem::directory_iterator(dir, ec); !ec && it != std::filesystem::directory_iterator();
        it.increment(ec)) {
     std::string name = it->path().filename().string();
