@@ -349,3 +349,60 @@ TEST_CASE("ParsePart and PartFromEnvironment", "[parts]") {
   ::setenv("SLURM_ARRAY_TASK_ID", "50", 1);
   CHECK_FALSE(shardkit::PartFromEnvironment().ok());  // 4 tasks: part 4 of 4 is out of range
 }
+
+#include "pipeline/plan.h"
+#include "shardkit/loader.h"
+
+TEST_CASE("Bijection: a keyed permutation of [0, n) evaluated per position", "[parts][plan]") {
+  using shardkit::pipeline::Bijection;
+  for (uint64_t n : {0ull, 1ull, 2ull, 3ull, 4ull, 5ull, 15ull, 16ull, 17ull, 255ull, 256ull, 257ull, 1000ull, 4097ull}) {
+    Bijection b(n, 42, 7);
+    std::vector<bool> seen(n, false);
+    for (uint64_t i = 0; i < n; ++i) {
+      uint64_t v = b(i);
+      REQUIRE(v < n);
+      CHECK_FALSE(seen[v]);
+      seen[v] = true;
+    }
+    if (n >= 16) {
+      // Keyed: another seed or stream gives another order; not the identity.
+      std::vector<uint64_t> a, c, d;
+      Bijection b2(n, 43, 7), b3(n, 42, 8);
+      uint64_t fixed = 0;
+      for (uint64_t i = 0; i < n; ++i) {
+        a.push_back(b(i));
+        c.push_back(b2(i));
+        d.push_back(b3(i));
+        fixed += b(i) == i;
+      }
+      CHECK(a != c);
+      CHECK(a != d);
+      CHECK(fixed < n / 4);
+    }
+  }
+  Bijection id(100, 1, 2, /*shuffle=*/false);
+  for (uint64_t i = 0; i < 100; ++i) CHECK(id(i) == i);
+  // Huge domains cost nothing to set up and evaluate.
+  Bijection big(10'000'000'000ull, 5, 1);
+  CHECK(big(9'999'999'999ull) < 10'000'000'000ull);
+  CHECK(big(0) != big(1));
+}
+
+TEST_CASE("LoaderEpochOrder is the rank's share of EpochPermutation, computed per position", "[parts][plan]") {
+  using namespace shardkit::pipeline;
+  for (uint64_t n : {1ull, 7ull, 100ull, 1001ull})
+    for (uint32_t world : {1u, 3u, 8u})
+      for (bool drop_last : {false, true})
+        for (bool shuffle : {false, true}) {
+          shardkit::LoaderOptions o;
+          o.world_size = int(world);
+          o.batch_size = 4;
+          o.drop_last = drop_last;
+          o.shuffle = shuffle;
+          o.seed = 9;
+          for (uint32_t r = 0; r < world; ++r) {
+            o.rank = int(r);
+            CHECK(LoaderEpochOrder(n, o, 2) == RankIndices(EpochPermutation(n, 9, 2, shuffle), r, world, 4, drop_last));
+          }
+        }
+}

@@ -158,9 +158,11 @@ SHARDKIT_API Result<MergeSummary> Merge(std::string_view dst, const MergeOptions
 // empty when total < num_shards.
 SHARDKIT_API std::vector<uint64_t> EvenShardPlan(uint64_t total, uint64_t num_shards);
 
-// The permutation of [0, n) that `shuffle` with `seed` writes in: Fisher-Yates
-// driven by std::mt19937_64(seed) with unbiased bounded draws, so it is the same
-// on every platform and build.
+// The permutation of [0, n) that `shuffle` with `seed` writes in, written out: a
+// keyed bijection evaluated per position (a Feistel network with cycle walking,
+// docs/cluster.md), so a conversion or a part of one needs no table of n indices;
+// the same on every platform and build. (Until 0.x it was Fisher-Yates on
+// std::mt19937_64: orders changed once, see CHANGELOG.md.)
 SHARDKIT_API std::vector<uint64_t> ShufflePermutation(uint64_t n, uint64_t seed);
 
 // Parses a byte size: a non-negative number with an optional unit, decimal

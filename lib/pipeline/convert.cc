@@ -14,7 +14,6 @@
 #include <chrono>
 #include <future>
 #include <limits>
-#include <random>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -22,6 +21,7 @@
 
 #include "core/cores.h"
 #include "formats/registry.h"
+#include "pipeline/plan.h"
 
 namespace shardkit {
 
@@ -31,15 +31,6 @@ using Clock = std::chrono::steady_clock;
 
 double Since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// A uniform draw in [0, bound) from a 64-bit engine, without modulo bias.
-uint64_t Bounded(std::mt19937_64& gen, uint64_t bound) {
-  const uint64_t threshold = (0 - bound) % bound;
-  for (;;) {
-    uint64_t r = gen();
-    if (r >= threshold) return r % bound;
-  }
 }
 
 // The registry name an output address resolves to (scheme, else the best write bid).
@@ -55,12 +46,17 @@ std::string OutputFormat(std::string_view address) {
   return best;
 }
 
+// The --shuffle write order: a keyed bijection of [0, n), evaluated per position.
+pipeline::Bijection ShuffleOrder(uint64_t n, uint64_t seed) {
+  return pipeline::Bijection(n, seed, pipeline::Mix64(0x53687566666c65ull /* "Shuffle" */));
+}
+
 // Reads the source window by window: all of it, or positions [begin, end) of the
 // write order (a part; needs random access), the order being `order` when given.
 class Fetcher {
  public:
   Fetcher(const ConvertOptions& opts, uint64_t begin = 0, uint64_t end = UINT64_MAX,
-          const std::vector<uint64_t>* order = nullptr)
+          const pipeline::Bijection* order = nullptr)
       : opts_(opts), window_(std::max<size_t>(1, opts.window)), begin_(begin), end_(end), order_(order) {}
 
   Status Init(const Dataset& src) {
@@ -88,8 +84,8 @@ class Fetcher {
       reader_ = std::move(r).value();
     }
     if (opts_.shuffle && !order_) {
-      perm_ = ShufflePermutation(ra_->size(), opts_.seed);
-      order_ = &perm_;
+      perm_.emplace(ShuffleOrder(ra_->size(), opts_.seed));
+      order_ = &*perm_;
     }
     if (ra_) {
       end_ = std::min<uint64_t>(end_, ra_->size());
@@ -115,7 +111,7 @@ class Fetcher {
       batch->resize(count);
       std::vector<Status> st(count);
       auto get = [&](size_t j) {
-        uint64_t idx = order_ ? (*order_)[begin + j] : begin + j;
+        uint64_t idx = order_ ? (*order_)(begin + j) : begin + j;
         Status s = ra_->Get(idx, &(*batch)[j]);
         if (!s.ok()) s.At(Location{.index = int64_t(idx)});
         st[j] = std::move(s);
@@ -163,9 +159,9 @@ class Fetcher {
   std::optional<uint64_t> total_;
   std::shared_ptr<RandomAccess> ra_;
   std::unique_ptr<SampleReader> reader_;
-  std::vector<uint64_t> perm_;
+  std::optional<pipeline::Bijection> perm_;
   uint64_t begin_, end_;
-  const std::vector<uint64_t>* order_;
+  const pipeline::Bijection* order_;
   uint64_t next_ = 0;
   bool eof_ = false;
 };
@@ -244,7 +240,7 @@ ConvertSummary CompleteSummary(WriteSummary w) {
 
 // The global plan of a conversion split into parts, and this part's share of it.
 struct PartPlan {
-  std::vector<uint64_t> order;         // write position -> source index (empty: identity)
+  std::optional<pipeline::Bijection> order;  // write position -> source index (none: identity)
   std::vector<uint64_t> shard_counts;  // samples per shard, the whole output
   uint64_t first_shard = 0, end_shard = 0;
   uint64_t begin = 0, end = 0;         // write positions of this part
@@ -273,7 +269,7 @@ Result<PartPlan> MakePartPlan(const Dataset& in, const formats::Format& fmt, Con
   std::shared_ptr<RandomAccess> ra = std::move(ra_r).value();
   const uint64_t n = ra->size();
   PartPlan p;
-  if (c->shuffle) p.order = ShufflePermutation(n, c->seed);
+  if (c->shuffle) p.order.emplace(ShuffleOrder(n, c->seed));
   WriteOptions& w = c->write;
   if (!w.wds.shard_plan.empty()) {
     p.shard_counts = w.wds.shard_plan;
@@ -283,7 +279,7 @@ Result<PartPlan> MakePartPlan(const Dataset& in, const formats::Format& fmt, Con
   } else {
     if (!fmt.plan_by_size) return Status::Unsupported(fmt::format("the {} writer cannot plan shards by size", fmt.name));
     auto get = [&](uint64_t pos, Sample* s) {
-      uint64_t idx = p.order.empty() ? pos : p.order[pos];
+      uint64_t idx = p.order ? (*p.order)(pos) : pos;
       Status st = ra->Get(idx, s);
       if (!st.ok()) st.At(Location{.index = int64_t(idx)});
       return st;
@@ -370,7 +366,7 @@ Result<ConvertSummary> CopyInto(const Dataset& in, std::string_view src, const s
   SK_ASSIGN_OR_RETURN(std::unique_ptr<SampleWriter> out, Create(out_address, c.write));
   if (!plan) return ConvertDataset(in, out.get(), c, progress);
   // The part's slice of the write order, through the same copy loop.
-  Fetcher fetch(c, plan->begin, plan->end, plan->order.empty() ? nullptr : &plan->order);
+  Fetcher fetch(c, plan->begin, plan->end, plan->order ? &*plan->order : nullptr);
   SK_ASSIGN_OR_RETURN(ConvertSummary sum, ConvertFetched(&fetch, in, out.get(), c, progress));
   sum.part = c.part;
   return sum;
@@ -387,10 +383,9 @@ std::vector<uint64_t> EvenShardPlan(uint64_t total, uint64_t num_shards) {
 }
 
 std::vector<uint64_t> ShufflePermutation(uint64_t n, uint64_t seed) {
+  pipeline::Bijection b = ShuffleOrder(n, seed);
   std::vector<uint64_t> p(n);
-  for (uint64_t i = 0; i < n; ++i) p[i] = i;
-  std::mt19937_64 gen(seed);
-  for (uint64_t i = n; i > 1; --i) std::swap(p[i - 1], p[Bounded(gen, i)]);
+  for (uint64_t i = 0; i < n; ++i) p[i] = b(i);
   return p;
 }
 
