@@ -61,7 +61,23 @@ int main(int argc, char** argv) {
   uint64_t first = order(0);
   auto t1 = Clock::now();
   fmt::print("| epoch order: set-up + first index ({}) | {} | {:.3f} ms | {:.1f} MB |\n", first, n, Ms(t0, t1), PeakMb());
-  // 1b. A loader rank's share (rank 3 of 1024 ranks, batch 256).
+  // 1b. The loader's plan as the loader holds it (pipeline::RankOrder, per position):
+  // one rank of one, and rank 3 of 1024; then a rank's share written out.
+  for (int world : {1, 1024}) {
+    LoaderOptions lo;
+    lo.seed = 1234;
+    lo.shuffle = true;
+    lo.rank = world == 1 ? 0 : 3;
+    lo.world_size = world;
+    lo.batch_size = 256;
+    t0 = Clock::now();
+    pipeline::RankOrder ro(n, lo, 0);
+    uint64_t f = ro[0];
+    t1 = Clock::now();
+    fmt::print("| loader plan (RankOrder), rank {} of {}: set-up + first index ({}) of {} | {} | {:.3f} ms | {:.1f} MB |\n",
+               lo.rank, world, f, ro.size(), n, Ms(t0, t1), PeakMb());
+  }
+  // 1c. A loader rank's share written out (rank 3 of 1024 ranks, batch 256).
   LoaderOptions o;
   o.seed = 1234;
   o.shuffle = true;
@@ -75,7 +91,7 @@ int main(int argc, char** argv) {
              Ms(t0, t1), PeakMb());
   share.clear();
   share.shrink_to_fit();
-  // 1c. convert --part 417/1000 --samples-per-shard 10000 --shuffle: the shard plan, the
+  // 1d. convert --part 417/1000 --samples-per-shard 10000 --shuffle: the shard plan, the
   // part's slice, its first source index.
   t0 = Clock::now();
   const uint64_t per_shard = 10000, count = 1000, index = 417;

@@ -98,15 +98,19 @@ std::vector<uint64_t> RankIndices(const std::vector<uint64_t>& perm, uint32_t ra
   return out;
 }
 
+RankOrder::RankOrder(uint64_t n, const LoaderOptions& o, uint64_t epoch)
+    : order_(n, o.seed, PermutationStream(epoch), o.shuffle),
+      n_(n == 0 ? 1 : n),
+      rank_(uint64_t(o.rank)),
+      world_(uint64_t(o.world_size)),
+      size_(n == 0 ? 0 : PartitionEpoch(n, uint32_t(o.world_size), o.batch_size, o.drop_last).per_rank) {}
+
 std::vector<uint64_t> LoaderEpochOrder(uint64_t n, const LoaderOptions& o, uint64_t epoch) {
   // RankIndices(EpochPermutation(...)) without the permutation: this rank's positions only.
-  const uint32_t world = uint32_t(o.world_size), rank = uint32_t(o.rank);
-  Partition part = PartitionEpoch(n, world, o.batch_size, o.drop_last);
+  RankOrder r(n, o, epoch);
   std::vector<uint64_t> out;
-  if (n == 0) return out;
-  Bijection b(n, o.seed, PermutationStream(epoch), o.shuffle);
-  out.reserve(part.per_rank);
-  for (uint64_t k = 0; k < part.per_rank; ++k) out.push_back(b((uint64_t(rank) + k * world) % n));
+  out.reserve(r.size());
+  for (uint64_t k = 0; k < r.size(); ++k) out.push_back(r[k]);
   return out;
 }
 

@@ -93,6 +93,22 @@ Partition PartitionEpoch(uint64_t n, uint32_t world, uint64_t batch_size, bool d
 // DistributedSampler.
 std::vector<uint64_t> RankIndices(const std::vector<uint64_t>& perm, uint32_t rank, uint32_t world,
                                   uint64_t batch_size, bool drop_last);
+// A loader rank's order of epoch e, evaluated per position in O(1) memory: element
+// k is the epoch's Bijection at position (rank + k * world) mod n (the pad wraps to
+// the first positions), for k < PartitionEpoch(...).per_rank; what LoaderEpochOrder
+// writes out. Copyable; const members are thread-safe.
+class RankOrder {
+ public:
+  RankOrder() = default;
+  RankOrder(uint64_t n, const LoaderOptions& o, uint64_t epoch);
+  uint64_t size() const { return size_; }
+  uint64_t operator[](uint64_t k) const { return order_((rank_ + k * world_) % n_); }
+
+ private:
+  Bijection order_{0, 0, 0, false};
+  uint64_t n_ = 1, rank_ = 0, world_ = 1, size_ = 0;
+};
+
 // A loader's order of epoch e (o.rank's share, `n` samples): RankIndices of
 // EpochPermutation with the loader's seed, shuffle, rank, world, batch size and drop_last,
 // computed per position (O(share) time and memory, no whole permutation).
