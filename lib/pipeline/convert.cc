@@ -335,7 +335,7 @@ Result<ConvertSummary> CopyInto(const Dataset& in, std::string_view src, const s
     std::optional<WriteSummary> done;
     if (fmt->finished) {
       SK_ASSIGN_OR_RETURN(done, fmt->finished(out_path, c.write));
-    } else if (auto d = Open(out_address, c.open); d.ok()) {
+    } else if (auto d = Open(out_address, OpenOptions{.filesystem = c.write.filesystem}); d.ok()) {
       // Formats that publish the whole output at the end: it is there, so it finished.
       std::optional<uint64_t> have = (*d)->info().num_samples, want = in.info().num_samples;
       if (!want)
