@@ -117,10 +117,11 @@ Result<std::unique_ptr<SampleWriter>> WdsWriter::Make(const std::string& pattern
       return Status::Exists("an interrupted write left its journal here: pass --resume to continue it, or "
                             "--overwrite to start over",
                             Location{.file = w->journal_});
-    std::vector<std::string> outputs = {w->manifest_};
+    std::vector<std::string> outputs;
     // A part with no shards (more parts than shards) writes only its record; the
     // shard after it belongs to the next part.
     if (!w->part() || !opts.wds.shard_plan.empty()) outputs.push_back(first);
+    outputs.push_back(w->manifest_);
     if (w->part()) outputs.push_back(w->record_);
     for (const std::string& p : outputs)
       if (io::Exists(p))
