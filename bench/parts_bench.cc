@@ -111,6 +111,7 @@ int main(int argc, char** argv) {
   for (uint64_t i = 0; i < 1'000'000; ++i) x ^= shuffle(begin + i);
   t1 = Clock::now();
   fmt::print("| 10^6 positions of the order (xor {:x}) | {} | {:.1f} ms | {:.1f} MB |\n", x & 0xfff, n, Ms(t0, t1), PeakMb());
+  std::fflush(stdout);
   if (!merge) return 0;
 
   // 2. Merge: `parts` records of one shard each (tiny files; no DALI index).
@@ -147,6 +148,7 @@ int main(int argc, char** argv) {
   }
   fmt::print("| merge of {} parts' records ({} shards, {} samples) | {} | {:.2f} s | {:.1f} MB (+{:.1f}) |\n", m->parts,
              m->shards, m->samples, m->samples, Ms(t0, t1) / 1000, PeakMb(), PeakMb() - before);
+  std::fflush(stdout);
   std::filesystem::remove_all(dir);
   return 0;
 }

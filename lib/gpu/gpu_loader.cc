@@ -431,7 +431,7 @@ struct DecodeImpl final : ProducerImpl {
   std::unique_ptr<gpu::NvjpegDecoder> nv;
 #endif
   Set sets[2];
-  std::vector<uint64_t> order;
+  pipeline::RankOrder order;  // evaluated per position (plan.h)
   double hw_load = 1.0;  // GpuOptions::hardware_load, resolved
 
   // GpuOptions::profile: where the producer's time goes, read by GpuLoader::profile()
@@ -539,7 +539,7 @@ struct DecodeImpl final : ProducerImpl {
   uint64_t NumSamples() const override { return n; }
 
   Status BeginEpoch(uint64_t e, uint64_t) override {
-    order = pipeline::LoaderEpochOrder(n, o, e);
+    order = pipeline::RankOrder(n, o, e);
     return Status::OK();  // (Start clears the skipped rows)
   }
 
