@@ -58,6 +58,7 @@ struct Record {
   bool write_index = true;
   std::string pattern;
   json plan;
+  bool same_plan = false;  // merge: equal to part 0's (and `plan` dropped to save memory)
   std::vector<std::string> class_names, fields;
   std::vector<ShardInfo> shards;  // paths joined to the record's directory
 };
@@ -286,6 +287,8 @@ Result<MergeSummary> MergeParts(const std::string& pattern, const MergeOptions& 
   // parsing dominate); the checks across parts then run in part order.
   std::vector<std::pair<uint64_t, std::string>> list(records.begin(), records.end());
   std::vector<Result<Record>> read(list.size(), Status::Internal("unread"));
+  json ref_plan;  // part 0's: the others' equal plans are dropped as they are read
+  if (auto r0 = ReadRecord(list[0].second); r0.ok()) ref_plan = r0->plan;
   {
     std::atomic<size_t> next{0};
     auto work = [&] {
@@ -293,7 +296,12 @@ Result<MergeSummary> MergeParts(const std::string& pattern, const MergeOptions& 
         auto r = ReadRecord(list[k].second);
         if (r.ok()) {
           Status st = CheckShards(r->shards, r->first_shard, r->write_index, opts.checksums, list[k].second);
-          if (!st.ok()) r = std::move(st);
+          if (!st.ok()) {
+            r = std::move(st);
+          } else if (k > 0 && r->plan == ref_plan) {
+            r->same_plan = true;
+            r->plan = json();
+          }
         }
         read[k] = std::move(r);
       }
@@ -316,7 +324,7 @@ Result<MergeSummary> MergeParts(const std::string& pattern, const MergeOptions& 
         return Status::Invalid(fmt::format("the parts wrote the pattern '{}', not '{}'", r.pattern, BaseOf(pattern)),
                                Location{.file = path});
     } else {
-      std::string diff = first.plan == r.plan ? std::string()
+      std::string diff = r.same_plan || first.plan == r.plan ? std::string()
                                               : PlanDifference(first.plan, r.plan, fmt::format("part 0/{}", count),
                                                                fmt::format("part {}/{}", i, count));
       if (diff.empty() && (r.pattern != first.pattern || r.write_index != first.write_index ||
