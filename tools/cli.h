@@ -37,6 +37,7 @@ RunFn SetupInfo(CLI::App* sub);
 RunFn SetupBench(CLI::App* sub);
 RunFn SetupVerify(CLI::App* sub);
 RunFn SetupIndex(CLI::App* sub);
+RunFn SetupMerge(CLI::App* sub);
 
 // Prints "shardkit: error: <status>" to stderr; returns kExitError. For a
 // command with --overwrite (overwrite_flag), an existing output
@@ -66,6 +67,13 @@ std::string HumanBytes(uint64_t bytes);
 
 // Prints the summary of convert/shard: one line, or JSON with --json.
 void PrintSummary(const char* command, const ConvertSummary& s, bool json);
+
+// The end of convert/shard: prints the summary or the error and returns the exit
+// code. A part (part.count > 0) run by an MPI launcher in a build with MPI
+// (tools/mpi.cc) first agrees with the other ranks: every rank's failure is
+// reported, and when all succeeded rank 0 merges `dst` (shardkit merge).
+int FinishCopy(const char* command, const Result<ConvertSummary>& r, const std::string& dst, bool json,
+               const PartSpec& part);
 
 // Help text: how size values are written, for footers.
 extern const char* const kSizeHelp;

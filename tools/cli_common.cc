@@ -90,6 +90,11 @@ void PrintSummary(const char* command, const ConvertSummary& s, bool json) {
     j["payload_bytes"] = s.payload_bytes;
     j["seconds"] = s.seconds;
     j["mb_per_s"] = mbs;
+    if (s.part.count > 0) {
+      j["part"] = s.part.index;
+      j["parts"] = s.part.count;
+    }
+    if (s.already_complete) j["already_complete"] = true;
     j["shards"] = nlohmann::json::array();
     for (const auto& sh : s.shards)
       j["shards"].push_back(
@@ -97,6 +102,16 @@ void PrintSummary(const char* command, const ConvertSummary& s, bool json) {
     std::printf("%s\n", j.dump().c_str());
     return;
   }
+  if (s.already_complete) {
+    std::printf("%s: %s%s is already complete (checked: %zu file%s, %llu samples, %s); nothing written\n", command,
+                s.part.count > 0 ? fmt::format("part {}/{} of ", s.part.index, s.part.count).c_str() : "",
+                s.destination.c_str(), s.shards.size(), s.shards.size() == 1 ? "" : "s",
+                static_cast<unsigned long long>(s.samples), HumanBytes(s.bytes).c_str());
+    return;
+  }
+  if (s.part.count > 0)
+    std::printf("part %llu/%llu: ", static_cast<unsigned long long>(s.part.index),
+                static_cast<unsigned long long>(s.part.count));
   std::printf("%s: %llu samples (%s) %s -> %s in %.2f s (%.1f MB/s), %zu output file%s, %s on disk\n",
               command, static_cast<unsigned long long>(s.samples), HumanBytes(s.payload_bytes).c_str(),
               s.source.c_str(), s.destination.c_str(), s.seconds, mbs, s.shards.size(),

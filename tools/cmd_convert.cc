@@ -23,6 +23,7 @@ struct CopyFlags {
   bool resume = false;
   bool json = false;
   bool no_index = false;
+  std::string part;
 };
 
 void AddCopyFlags(CLI::App* sub, CopyFlags* f) {
@@ -51,6 +52,12 @@ void AddCopyFlags(CLI::App* sub, CopyFlags* f) {
                 "tar shards from the last complete shard (same bytes as an uninterrupted run), "
                 "LMDB from the last durable point (a sync every 1 GiB or 30 s); HDF5 and folder outputs start over. "
                 "The source is read again from the start and checked against what was written");
+  sub->add_option("--part", f->part,
+                  "Write only part I of N of the output (I/N, 0 <= I < N), or 'env': I and N from the launcher "
+                  "(Slurm job array or srun, mpirun, torchrun). Every part plans the same shards and writes "
+                  "its own under their final names plus a part record; `shardkit merge DST` then writes the "
+                  "manifest (under mpirun in an MPI build, rank 0 merges). Tar shard outputs only; the output "
+                  "is byte for byte that of one process (docs/cluster.md)");
   sub->add_flag("--json", f->json,
                 "Print the summary as one JSON object: command, source, destination, "
                 "source_format, destination_format, samples, bytes, payload_bytes, seconds, "
@@ -74,6 +81,21 @@ bool ParseFieldMap(const char* flag, const std::string& text, std::map<std::stri
     }
     (*out)[item.substr(0, eq)] = item.substr(eq + 1);
   }
+  return true;
+}
+
+// --part: parsed and announced on stderr (which launcher variables gave it). False
+// (after a usage error) when it is malformed.
+bool TakePart(const CopyFlags& f, PartSpec* out, int* rc) {
+  if (f.part.empty()) return true;
+  auto p = ParsePart(f.part);
+  if (!p.ok()) {
+    *rc = UsageError(p.status().message());
+    return false;
+  }
+  *out = *p;
+  std::fprintf(stderr, "shardkit: writing part %llu/%llu (from %s)\n", static_cast<unsigned long long>(out->index),
+               static_cast<unsigned long long>(out->count), out->from.c_str());
   return true;
 }
 
@@ -154,13 +176,13 @@ RunFn SetupConvert(CLI::App* sub) {
     o.shuffle = f->shuffle;
     o.seed = f->seed;
     o.threads = f->threads;
+    int rc = kExitOk;
+    if (!TakePart(*f, &o.part, &rc)) return rc;
     Result<ConvertSummary> r = [&] {
       ProgressPrinter progress;
       return Convert(f->src, f->dst, o, progress.fn());
     }();
-    if (!r.ok()) return Fail(r.status(), /*overwrite_flag=*/true);
-    PrintSummary("convert", *r, f->json);
-    return kExitOk;
+    return FinishCopy("convert", r, f->dst, f->json, o.part);
   };
 }
 
@@ -205,13 +227,13 @@ RunFn SetupShard(CLI::App* sub) {
     o.resume = f->resume;
     o.key_dots = ToKeyDots(f->key_dots);
     o.write_index = !f->no_index;
+    int rc = kExitOk;
+    if (!TakePart(*f, &o.part, &rc)) return rc;
     Result<ConvertSummary> r = [&] {
       ProgressPrinter progress;
       return Shard(f->src, f->dst, o, progress.fn());
     }();
-    if (!r.ok()) return Fail(r.status(), /*overwrite_flag=*/true);
-    PrintSummary("shard", *r, f->json);
-    return kExitOk;
+    return FinishCopy("shard", r, f->dst, f->json, o.part);
   };
 }
 

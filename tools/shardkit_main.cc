@@ -22,6 +22,8 @@ const Command kCommands[] = {
     {"verify", "Check that a dataset is complete and intact (structure, counts, checksums, keys; --against, --decode)",
      shardkit::cli::SetupVerify},
     {"index", "Write DALI index files or a wids shard list for tar shards", shardkit::cli::SetupIndex},
+    {"merge", "Finish a conversion written in parts (--part I/N): check every part, write the manifest",
+     shardkit::cli::SetupMerge},
 };
 
 }  // namespace

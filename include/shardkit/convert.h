@@ -28,6 +28,27 @@
 
 namespace shardkit {
 
+// One part of a conversion split over processes or machines (`--part I/N`). Every
+// part computes the same global plan (the sample order, --shuffle included, and the
+// shard boundaries) and writes only its shards, under their final global names, plus
+// a part record; Merge() then writes the final metadata. count == 0: the whole
+// conversion in one process (the default). Only sharded outputs (wds) can be split.
+struct PartSpec {
+  uint64_t index = 0;
+  uint64_t count = 0;
+  std::string from;  // where it came from: "--part", or the variables read ("SLURM_PROCID/SLURM_NTASKS")
+};
+
+// "I/N" (0 <= I < N) or "env" (PartFromEnvironment()). kInvalidArgument names the text.
+SHARDKIT_API Result<PartSpec> ParsePart(std::string_view text);
+
+// The part from a launcher's variables, the first set of: SLURM_ARRAY_TASK_ID/
+// SLURM_ARRAY_TASK_COUNT (minus SLURM_ARRAY_TASK_MIN, divided by SLURM_ARRAY_TASK_STEP),
+// OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE, PMI_RANK/PMI_SIZE, SLURM_PROCID/
+// SLURM_NTASKS, RANK/WORLD_SIZE. PartSpec::from names the pair used. kInvalidArgument
+// when none is set or a value is not a number in range.
+SHARDKIT_API Result<PartSpec> PartFromEnvironment();
+
 struct ConvertOptions {
   // Passed to the destination's writer. When write.class_names is empty it is
   // filled from the source's DatasetInfo::class_names.
@@ -43,6 +64,8 @@ struct ConvertOptions {
   int threads = 1;
   // Samples per read-ahead window (memory bound: two windows).
   size_t window = 256;
+  // Write one part of the output (PartSpec; needs random access and a sharded output).
+  PartSpec part;
 };
 
 struct ConvertProgress {
@@ -64,6 +87,10 @@ struct ConvertSummary {
   uint64_t bytes = 0;              // bytes written to disk (WriteSummary::bytes)
   double seconds = 0;
   std::vector<ShardInfo> shards;   // the output files
+  // --resume found the output (or this part) already complete: it was checked and
+  // nothing was written.
+  bool already_complete = false;
+  PartSpec part;                   // the part written (count 0: the whole output)
 };
 
 // Opens `src`, creates `dst` and copies every sample.
@@ -91,6 +118,7 @@ struct ShardOptions {
   OpenOptions open;
   bool resume = false;  // WriteOptions::resume: continue an interrupted run
   std::shared_ptr<FileSystem> filesystem;  // WriteOptions::filesystem (null = local)
+  PartSpec part;  // ConvertOptions::part
 };
 
 // Re-shards any dataset into WebDataset tar shards. `dst` is a printf pattern
@@ -100,14 +128,41 @@ struct ShardOptions {
 SHARDKIT_API Result<ConvertSummary> Shard(std::string_view src, std::string_view dst, const ShardOptions& opts,
                              const ProgressFn& progress = {});
 
+struct MergeOptions {
+  // Also hash every shard and compare with the part records' checksums (a full
+  // read); without it merge checks names and sizes only (`shardkit verify` hashes).
+  bool checksums = false;
+  std::shared_ptr<FileSystem> filesystem;  // null = local
+};
+
+struct MergeSummary {
+  std::string destination;
+  uint64_t parts = 0;
+  uint64_t shards = 0;
+  uint64_t samples = 0;
+  uint64_t bytes = 0;
+  std::string metadata;        // the file written (wds: the manifest)
+  bool unchanged = false;      // it already existed with the same contents: nothing written
+};
+
+// Completes a conversion run as parts (ConvertOptions::part): reads the part records
+// beside `dst` (the same destination address the parts were given), checks that every
+// part of 0..N-1 finished, that all ran with the same plan (flags and source; the first
+// difference is named), that the shards are exactly 0..S-1 with none missing or twice
+// and that each exists with its recorded size, then writes the final metadata (wds: the
+// manifest) last. Idempotent: run again, it checks again and rewrites nothing.
+SHARDKIT_API Result<MergeSummary> Merge(std::string_view dst, const MergeOptions& opts = {});
+
 // Per-shard sample counts for `total` samples in `num_shards` shards: the first
 // total % num_shards shards hold one more. num_shards must be > 0; shards may be
 // empty when total < num_shards.
 SHARDKIT_API std::vector<uint64_t> EvenShardPlan(uint64_t total, uint64_t num_shards);
 
-// The permutation of [0, n) that `shuffle` with `seed` writes in: Fisher-Yates
-// driven by std::mt19937_64(seed) with unbiased bounded draws, so it is the same
-// on every platform and build.
+// The permutation of [0, n) that `shuffle` with `seed` writes in, written out: a
+// keyed bijection evaluated per position (a Feistel network with cycle walking,
+// docs/cluster.md), so a conversion or a part of one needs no table of n indices;
+// the same on every platform and build. (Until 0.x it was Fisher-Yates on
+// std::mt19937_64: orders changed once, see CHANGELOG.md.)
 SHARDKIT_API std::vector<uint64_t> ShufflePermutation(uint64_t n, uint64_t seed);
 
 // Parses a byte size: a non-negative number with an optional unit, decimal

@@ -126,6 +126,17 @@ struct WdsWriteOptions {
   // samples_per_shard are then ignored. Used by `shardkit shard --num-shards N`.
   std::vector<uint64_t> shard_plan;
 };
+// One part of a split conversion (ConvertOptions::part fills it): a writer that
+// writes shards writes only this part's shards of the global plan, numbered from
+// first_shard, and at Finish() a part record instead of the dataset's metadata
+// (Merge() writes that from all the records). count == 0: not a part.
+struct PartWriteOptions {
+  uint64_t index = 0, count = 0;
+  uint64_t first_shard = 0;     // global number of this part's first shard
+  uint64_t total_shards = 0;    // of the whole plan
+  uint64_t total_samples = 0;
+  std::string plan;             // JSON object every part must agree on (flags, source)
+};
 struct LmdbWriteOptions {
   std::string layout = "shardkit";  // or "caffe" (Datum records, "%08d_<key>" keys)
 };
@@ -154,6 +165,7 @@ struct WriteOptions {
   LmdbWriteOptions lmdb;
   MdsWriteOptions mds;
   TfrecordWriteOptions tfrecord;
+  PartWriteOptions part;
   // wds, lmdb: continue an interrupted write of the same source with the same
   // options. The writer reads its journal (wds: "<manifest>.partial"; lmdb: the
   // sidecar in "<dir>.partial"), checks what was committed, and then expects

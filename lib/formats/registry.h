@@ -13,6 +13,9 @@
 #include <string_view>
 #include <vector>
 
+#include <functional>
+
+#include "shardkit/convert.h"
 #include "shardkit/dataset.h"
 
 namespace shardkit::formats {
@@ -83,6 +86,18 @@ struct Format {
   // file, and the writer (to `output`, or the default when empty; returns the records).
   std::string (*dali_index_path)(const std::string& path) = nullptr;
   Result<uint64_t> (*write_dali_index)(const std::string& path, const std::string& output) = nullptr;
+  // Optional, for a writer that writes shards and can be split into parts
+  // (WriteOptions::part; `--part I/N`): the sample counts of the shards a write with
+  // these options cuts `n` samples into by size, from the samples in write order
+  // (`get(i, &s)`), the same for every part.
+  Result<std::vector<uint64_t>> (*plan_by_size)(const WriteOptions& opts, uint64_t n,
+                                                const std::function<Status(uint64_t, Sample*)>& get,
+                                                int threads) = nullptr;
+  // Optional: whether the write `opts` describes (the whole output, or one part)
+  // already finished, checked (`--resume` on a finished output); nullopt: not finished.
+  Result<std::optional<WriteSummary>> (*finished)(const std::string& path, const WriteOptions& opts) = nullptr;
+  // Optional: `shardkit merge` of the parts written to this address (Merge()).
+  Result<MergeSummary> (*merge)(const std::string& path, const MergeOptions& opts) = nullptr;
 };
 
 // Every format, in registry order.

@@ -447,7 +447,7 @@ struct DecodeImpl final : ProducerImpl {
   std::unique_ptr<gpu::NvjpegDecoder> nv;
 #endif
   Set sets[2];
-  std::vector<uint64_t> order;
+  pipeline::RankOrder order;  // evaluated per position (plan.h)
   double hw_load = 1.0;  // GpuOptions::hardware_load, resolved
 
   // Adaptive placement (decoder auto, hardware_load unset): pipeline/placement.h. Which
@@ -587,7 +587,7 @@ struct DecodeImpl final : ProducerImpl {
   uint64_t NumSamples() const override { return n; }
 
   Status BeginEpoch(uint64_t e, uint64_t) override {
-    order = pipeline::LoaderEpochOrder(n, o, e);
+    order = pipeline::RankOrder(n, o, e);
     return Status::OK();  // (Start clears the skipped rows)
   }
 

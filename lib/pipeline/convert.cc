@@ -14,11 +14,14 @@
 #include <chrono>
 #include <future>
 #include <limits>
-#include <random>
 #include <thread>
+
+#include <nlohmann/json.hpp>
+#include <xxhash.h>
 
 #include "core/cores.h"
 #include "formats/registry.h"
+#include "pipeline/plan.h"
 
 namespace shardkit {
 
@@ -28,15 +31,6 @@ using Clock = std::chrono::steady_clock;
 
 double Since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// A uniform draw in [0, bound) from a 64-bit engine, without modulo bias.
-uint64_t Bounded(std::mt19937_64& gen, uint64_t bound) {
-  const uint64_t threshold = (0 - bound) % bound;
-  for (;;) {
-    uint64_t r = gen();
-    if (r >= threshold) return r % bound;
-  }
 }
 
 // The registry name an output address resolves to (scheme, else the best write bid).
@@ -52,14 +46,23 @@ std::string OutputFormat(std::string_view address) {
   return best;
 }
 
-// Reads the source window by window.
+// The --shuffle write order: a keyed bijection of [0, n), evaluated per position.
+pipeline::Bijection ShuffleOrder(uint64_t n, uint64_t seed) {
+  return pipeline::Bijection(n, seed, pipeline::Mix64(0x53687566666c65ull /* "Shuffle" */));
+}
+
+// Reads the source window by window: all of it, or positions [begin, end) of the
+// write order (a part; needs random access), the order being `order` when given.
 class Fetcher {
  public:
-  Fetcher(const ConvertOptions& opts) : opts_(opts), window_(std::max<size_t>(1, opts.window)) {}
+  Fetcher(const ConvertOptions& opts, uint64_t begin = 0, uint64_t end = UINT64_MAX,
+          const pipeline::Bijection* order = nullptr)
+      : opts_(opts), window_(std::max<size_t>(1, opts.window)), begin_(begin), end_(end), order_(order) {}
 
   Status Init(const Dataset& src) {
     total_ = src.info().num_samples;
-    if (opts_.shuffle || opts_.threads > 1) {
+    const bool ranged = begin_ != 0 || end_ != UINT64_MAX;
+    if (opts_.shuffle || opts_.threads > 1 || ranged) {
       auto r = src.NewRandomAccess();
       if (r.ok()) {
         ra_ = std::move(r).value();
@@ -74,12 +77,23 @@ class Fetcher {
                       st.where());
       }
     }
+    if (!ra_ && ranged) return Status::Unsupported("a part of a conversion reads its slice by index: the source needs random access");
     if (!ra_) {
       auto r = src.NewReader();
       if (!r.ok()) return std::move(r).take_status();
       reader_ = std::move(r).value();
     }
-    if (opts_.shuffle) perm_ = ShufflePermutation(ra_->size(), opts_.seed);
+    if (opts_.shuffle && !order_) {
+      perm_.emplace(ShuffleOrder(ra_->size(), opts_.seed));
+      order_ = &*perm_;
+    }
+    if (ra_) {
+      end_ = std::min<uint64_t>(end_, ra_->size());
+      begin_ = std::min(begin_, end_);
+      next_ = begin_;
+      total_ = end_ - begin_;
+      if (begin_ == end_) eof_ = true;
+    }
     return Status::OK();
   }
 
@@ -91,13 +105,13 @@ class Fetcher {
     batch->clear();
     if (eof_) return Status::OK();
     if (ra_) {
-      const uint64_t n = ra_->size();
+      const uint64_t n = end_;
       const uint64_t begin = next_, end = std::min<uint64_t>(n, begin + window_);
       const size_t count = end - begin;
       batch->resize(count);
       std::vector<Status> st(count);
       auto get = [&](size_t j) {
-        uint64_t idx = perm_.empty() ? begin + j : perm_[begin + j];
+        uint64_t idx = order_ ? (*order_)(begin + j) : begin + j;
         Status s = ra_->Get(idx, &(*batch)[j]);
         if (!s.ok()) s.At(Location{.index = int64_t(idx)});
         st[j] = std::move(s);
@@ -145,10 +159,218 @@ class Fetcher {
   std::optional<uint64_t> total_;
   std::shared_ptr<RandomAccess> ra_;
   std::unique_ptr<SampleReader> reader_;
-  std::vector<uint64_t> perm_;
+  std::optional<pipeline::Bijection> perm_;
+  uint64_t begin_, end_;
+  const pipeline::Bijection* order_;
   uint64_t next_ = 0;
   bool eof_ = false;
 };
+
+// The copy loop: windows from `fetch` into `dst`, then Finish().
+Result<ConvertSummary> ConvertFetched(Fetcher* fetcher, const Dataset& src, SampleWriter* dst,
+                                      const ConvertOptions& opts, const ProgressFn& progress) {
+  Fetcher& fetch = *fetcher;
+  const auto t0 = Clock::now();
+  if (opts.threads < 1) return Status::Invalid(fmt::format("--threads must be >= 1, got {}", opts.threads));
+  SK_RETURN_IF_ERROR(fetch.Init(src));
+
+  ConvertSummary sum;
+  ConvertProgress prog;
+  prog.total = fetch.total();
+  auto last_report = t0;
+  auto report = [&](bool force) {
+    if (!progress) return;
+    auto now = Clock::now();
+    if (!force && now - last_report < std::chrono::milliseconds(100)) return;
+    last_report = now;
+    prog.samples = sum.samples;
+    prog.bytes = sum.payload_bytes;
+    prog.elapsed = Since(t0);
+    progress(prog);
+  };
+
+  std::vector<Sample> cur, nxt;
+  SK_RETURN_IF_ERROR(fetch.Next(&cur));
+  while (!cur.empty()) {
+    // Read the next window while this one is written (threads > 1).
+    std::future<Status> ahead;
+    bool more = !fetch.eof();
+    if (more && opts.threads > 1)
+      ahead = std::async(std::launch::async, [&] { return fetch.Next(&nxt); });
+    for (const Sample& s : cur) {
+      Status st = dst->Write(s);
+      if (!st.ok()) {
+        if (ahead.valid()) (void)ahead.get();
+        st.At(Location{.key = s.key});
+        return st;
+      }
+      ++sum.samples;
+      sum.payload_bytes += s.bytes();
+      report(false);
+    }
+    if (more) {
+      Status st = ahead.valid() ? ahead.get() : fetch.Next(&nxt);
+      if (!st.ok()) return st;
+    } else {
+      nxt.clear();
+    }
+    std::swap(cur, nxt);
+  }
+  auto fin = dst->Finish();
+  if (!fin.ok()) return std::move(fin).take_status();
+  sum.bytes = fin->bytes;
+  sum.shards = std::move(fin->shards);
+  if (fin->samples != sum.samples)
+    return Status::Internal(fmt::format("the writer reports {} samples, {} were written",
+                                        fin->samples, sum.samples));
+  sum.seconds = Since(t0);
+  report(true);
+  return sum;
+}
+
+// The summary of an output that --resume found complete (nothing written).
+ConvertSummary CompleteSummary(WriteSummary w) {
+  ConvertSummary sum;
+  sum.samples = w.samples;
+  sum.bytes = w.bytes;
+  sum.shards = std::move(w.shards);
+  sum.already_complete = true;
+  return sum;
+}
+
+// The global plan of a conversion split into parts, and this part's share of it.
+struct PartPlan {
+  std::optional<pipeline::Bijection> order;  // write position -> source index (none: identity)
+  std::vector<uint64_t> shard_counts;  // samples per shard, the whole output
+  uint64_t first_shard = 0, end_shard = 0;
+  uint64_t begin = 0, end = 0;         // write positions of this part
+};
+
+// Every part computes the same plan: the order (--shuffle's permutation), the shard
+// boundaries (a shard plan, samples per shard, or the sizes: the format's
+// plan_by_size over the source's samples in write order), then takes shards
+// [S*I/N, S*(I+1)/N) of the S shards.
+Result<PartPlan> MakePartPlan(const Dataset& in, const formats::Format& fmt, ConvertOptions* c, std::string_view src) {
+  const PartSpec& part = c->part;
+  if (part.count == 0 || part.index >= part.count)
+    return Status::Invalid(fmt::format("bad part {}/{}: expected 0 <= I < N", part.index, part.count));
+  if (!fmt.writes_shards || !fmt.merge)
+    return Status::Unsupported(fmt::format(
+        "--part: the {0} format writes one file or tree for the whole dataset, which separate processes cannot "
+        "write side by side and no merge can join without rewriting it; write tar shards (wds:out/x-%06d.tar) "
+        "with --part and merge them, then convert the merged dataset to {0} in one process",
+        fmt.name));
+  auto ra_r = in.NewRandomAccess();
+  if (!ra_r.ok())
+    return Status::Unsupported(fmt::format("--part reads its slice of the source by index, which the {} dataset "
+                                           "'{}' does not offer ({}); convert it to a format with random access "
+                                           "first",
+                                           in.info().format, src, ra_r.status().message()));
+  std::shared_ptr<RandomAccess> ra = std::move(ra_r).value();
+  const uint64_t n = ra->size();
+  PartPlan p;
+  if (c->shuffle) p.order.emplace(ShuffleOrder(n, c->seed));
+  WriteOptions& w = c->write;
+  if (!w.wds.shard_plan.empty()) {
+    p.shard_counts = w.wds.shard_plan;
+  } else if (w.shard_size == std::numeric_limits<uint64_t>::max()) {
+    const uint64_t k = w.samples_per_shard ? w.samples_per_shard : std::max<uint64_t>(n, 1);
+    for (uint64_t left = n; left > 0; left -= std::min(left, k)) p.shard_counts.push_back(std::min(left, k));
+  } else {
+    if (!fmt.plan_by_size) return Status::Unsupported(fmt::format("the {} writer cannot plan shards by size", fmt.name));
+    auto get = [&](uint64_t pos, Sample* s) {
+      uint64_t idx = p.order ? (*p.order)(pos) : pos;
+      Status st = ra->Get(idx, s);
+      if (!st.ok()) st.At(Location{.index = int64_t(idx)});
+      return st;
+    };
+    SK_ASSIGN_OR_RETURN(p.shard_counts, fmt.plan_by_size(w, n, get, c->threads));
+  }
+  const uint64_t shards = p.shard_counts.size();
+  p.first_shard = uint64_t((unsigned __int128)shards * part.index / part.count);
+  p.end_shard = uint64_t((unsigned __int128)shards * (part.index + 1) / part.count);
+  for (uint64_t i = 0; i < p.end_shard; ++i) {
+    if (i < p.first_shard) p.begin += p.shard_counts[i];
+    p.end += p.shard_counts[i];
+  }
+  // What every part must agree on; merge names the first member that differs.
+  nlohmann::json plan;
+  plan["source"] = std::string(src);
+  plan["source_format"] = in.info().format;
+  plan["source_samples"] = n;
+  plan["shuffle"] = c->shuffle;
+  plan["seed"] = c->shuffle ? c->seed : 0;
+  plan["shard_size"] = w.wds.shard_plan.empty() ? w.shard_size : 0;
+  plan["samples_per_shard"] = w.wds.shard_plan.empty() ? w.samples_per_shard : 0;
+  plan["num_shards"] = w.wds.shard_plan.empty() ? 0 : w.wds.shard_plan.size();
+  plan["key_dots"] = w.key_dots == KeyDots::kReplace ? "replace" : "error";
+  plan["write_index"] = w.wds.write_index;
+  plan["class_names"] = w.class_names;
+  plan["parts"] = part.count;
+  plan["shards"] = shards;
+  plan["boundaries"] = fmt::format("xxh3:{:016x}", XXH3_64bits(p.shard_counts.data(), shards * sizeof(uint64_t)));
+  w.part.index = part.index;
+  w.part.count = part.count;
+  w.part.first_shard = p.first_shard;
+  w.part.total_shards = shards;
+  w.part.total_samples = n;
+  w.part.plan = plan.dump();
+  w.wds.shard_plan.assign(p.shard_counts.begin() + int64_t(p.first_shard), p.shard_counts.begin() + int64_t(p.end_shard));
+  return p;
+}
+
+// The copy behind Convert() and Shard(): `in` into `out_address` with `c`, a part of
+// it (c.part), or nothing when --resume finds it complete.
+Result<ConvertSummary> CopyInto(const Dataset& in, std::string_view src, const std::string& out_address,
+                                ConvertOptions c, const ProgressFn& progress) {
+  std::string out_path;
+  SK_ASSIGN_OR_RETURN(const formats::Format* fmt, formats::Resolve(out_address, true, &out_path));
+  if (c.write.class_names.empty()) c.write.class_names = in.info().class_names;
+  std::optional<PartPlan> plan;
+  if (c.part.count > 0) {
+    SK_ASSIGN_OR_RETURN(plan, MakePartPlan(in, *fmt, &c, src));
+  }
+  if (c.write.resume) {
+    // A rerun of a finished conversion (or part): check it and write nothing.
+    std::optional<WriteSummary> done;
+    if (fmt->finished) {
+      SK_ASSIGN_OR_RETURN(done, fmt->finished(out_path, c.write));
+    } else if (auto d = Open(out_address, OpenOptions{.filesystem = c.write.filesystem}); d.ok()) {
+      // Formats that publish the whole output at the end: it is there, so it finished.
+      std::optional<uint64_t> have = (*d)->info().num_samples, want = in.info().num_samples;
+      if (!want)
+        if (auto ra = in.NewRandomAccess(); ra.ok()) want = (*ra)->size();
+      if (have && want && *have == *want) done = WriteSummary{*have, (*d)->info().total_bytes, (*d)->info().shards};
+    }
+    if (done) {
+      if (!plan) {
+        std::optional<uint64_t> want = in.info().num_samples;
+        if (!want)
+          if (auto ra = in.NewRandomAccess(); ra.ok()) want = (*ra)->size();
+        if (want && *want != done->samples)
+          return Status::Invalid(fmt::format("--resume: the finished output holds {} samples, the source {}; start "
+                                             "over with --overwrite",
+                                             done->samples, *want),
+                                 Location{.file = out_path});
+      } else if (done->samples != plan->end - plan->begin) {
+        return Status::Invalid(fmt::format("--resume: the finished part holds {} samples, its plan {}; start over "
+                                           "with --overwrite",
+                                           done->samples, plan->end - plan->begin),
+                               Location{.file = out_path});
+      }
+      ConvertSummary sum = CompleteSummary(std::move(*done));
+      sum.part = c.part;
+      return sum;
+    }
+  }
+  SK_ASSIGN_OR_RETURN(std::unique_ptr<SampleWriter> out, Create(out_address, c.write));
+  if (!plan) return ConvertDataset(in, out.get(), c, progress);
+  // The part's slice of the write order, through the same copy loop.
+  Fetcher fetch(c, plan->begin, plan->end, plan->order ? &*plan->order : nullptr);
+  SK_ASSIGN_OR_RETURN(ConvertSummary sum, ConvertFetched(&fetch, in, out.get(), c, progress));
+  sum.part = c.part;
+  return sum;
+}
 
 }  // namespace
 
@@ -161,10 +383,9 @@ std::vector<uint64_t> EvenShardPlan(uint64_t total, uint64_t num_shards) {
 }
 
 std::vector<uint64_t> ShufflePermutation(uint64_t n, uint64_t seed) {
+  pipeline::Bijection b = ShuffleOrder(n, seed);
   std::vector<uint64_t> p(n);
-  for (uint64_t i = 0; i < n; ++i) p[i] = i;
-  std::mt19937_64 gen(seed);
-  for (uint64_t i = n; i > 1; --i) std::swap(p[i - 1], p[Bounded(gen, i)]);
+  for (uint64_t i = 0; i < n; ++i) p[i] = b(i);
   return p;
 }
 
@@ -222,73 +443,15 @@ Result<uint64_t> ParseByteSize(std::string_view s) {
 
 Result<ConvertSummary> ConvertDataset(const Dataset& src, SampleWriter* dst,
                                       const ConvertOptions& opts, const ProgressFn& progress) {
-  const auto t0 = Clock::now();
-  if (opts.threads < 1) return Status::Invalid(fmt::format("--threads must be >= 1, got {}", opts.threads));
   Fetcher fetch(opts);
-  SK_RETURN_IF_ERROR(fetch.Init(src));
-
-  ConvertSummary sum;
-  ConvertProgress prog;
-  prog.total = fetch.total();
-  auto last_report = t0;
-  auto report = [&](bool force) {
-    if (!progress) return;
-    auto now = Clock::now();
-    if (!force && now - last_report < std::chrono::milliseconds(100)) return;
-    last_report = now;
-    prog.samples = sum.samples;
-    prog.bytes = sum.payload_bytes;
-    prog.elapsed = Since(t0);
-    progress(prog);
-  };
-
-  std::vector<Sample> cur, nxt;
-  SK_RETURN_IF_ERROR(fetch.Next(&cur));
-  while (!cur.empty()) {
-    // Read the next window while this one is written (threads > 1).
-    std::future<Status> ahead;
-    bool more = !fetch.eof();
-    if (more && opts.threads > 1)
-      ahead = std::async(std::launch::async, [&] { return fetch.Next(&nxt); });
-    for (const Sample& s : cur) {
-      Status st = dst->Write(s);
-      if (!st.ok()) {
-        if (ahead.valid()) (void)ahead.get();
-        st.At(Location{.key = s.key});
-        return st;
-      }
-      ++sum.samples;
-      sum.payload_bytes += s.bytes();
-      report(false);
-    }
-    if (more) {
-      Status st = ahead.valid() ? ahead.get() : fetch.Next(&nxt);
-      if (!st.ok()) return st;
-    } else {
-      nxt.clear();
-    }
-    std::swap(cur, nxt);
-  }
-  auto fin = dst->Finish();
-  if (!fin.ok()) return std::move(fin).take_status();
-  sum.bytes = fin->bytes;
-  sum.shards = std::move(fin->shards);
-  if (fin->samples != sum.samples)
-    return Status::Internal(fmt::format("the writer reports {} samples, {} were written",
-                                        fin->samples, sum.samples));
-  sum.seconds = Since(t0);
-  report(true);
-  return sum;
+  return ConvertFetched(&fetch, src, dst, opts, progress);
 }
 
 Result<ConvertSummary> Convert(std::string_view src, std::string_view dst, const ConvertOptions& opts,
                                const ProgressFn& progress) {
   const auto t0 = Clock::now();
   SK_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> in, Open(src, opts.open));
-  WriteOptions w = opts.write;
-  if (w.class_names.empty()) w.class_names = in->info().class_names;
-  SK_ASSIGN_OR_RETURN(std::unique_ptr<SampleWriter> out, Create(dst, w));
-  SK_ASSIGN_OR_RETURN(ConvertSummary sum, ConvertDataset(*in, out.get(), opts, progress));
+  SK_ASSIGN_OR_RETURN(ConvertSummary sum, CopyInto(*in, src, std::string(dst), opts, progress));
   sum.source = std::string(src);
   sum.destination = std::string(dst);
   sum.source_format = in->info().format;
@@ -331,6 +494,7 @@ Result<ConvertSummary> Shard(std::string_view src, std::string_view dst, const S
   c.write.key_dots = opts.key_dots;
   c.write.resume = opts.resume;
   c.write.wds.write_index = opts.write_index;
+  c.part = opts.part;
   if (opts.samples_per_shard > 0) {
     c.write.samples_per_shard = opts.samples_per_shard;
     c.write.shard_size = std::numeric_limits<uint64_t>::max();
@@ -364,9 +528,8 @@ Result<ConvertSummary> Shard(std::string_view src, std::string_view dst, const S
     c.write.shard_size = std::numeric_limits<uint64_t>::max();
     c.write.samples_per_shard = 0;
   }
-  SK_ASSIGN_OR_RETURN(std::unique_ptr<SampleWriter> out, Create(out_address, c.write));
-  SK_ASSIGN_OR_RETURN(ConvertSummary sum, ConvertDataset(*in, out.get(), c, progress));
-  if (!c.write.wds.shard_plan.empty()) {
+  SK_ASSIGN_OR_RETURN(ConvertSummary sum, CopyInto(*in, src, out_address, c, progress));
+  if (!c.write.wds.shard_plan.empty() && c.part.count == 0 && !sum.already_complete) {
     bool same = sum.shards.size() == c.write.wds.shard_plan.size();
     for (size_t i = 0; same && i < sum.shards.size(); ++i)
       same = sum.shards[i].samples == c.write.wds.shard_plan[i];

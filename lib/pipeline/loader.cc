@@ -289,7 +289,7 @@ struct Loader::Impl {
   // by Adopt under pool->mu), the batches submitted, the epoch's order.
   pipeline::Delivery out;
   uint64_t submitted = 0;
-  std::vector<uint64_t> order;
+  pipeline::RankOrder order;  // evaluated per position: no table of the rank's indices
 
   // ---- Streamed mode (see pipeline/stream.h). The reader thread runs the
   // StreamReader and queues up to kReadAhead batches of samples in `inputs`;
@@ -312,7 +312,7 @@ struct Loader::Impl {
     uint64_t epoch = 0;    // always the current epoch + 1
     bool planned = false;  // random access: `order` is computed
     bool failed = false;   // streamed: its StreamReader::Start failed (set_epoch redoes it)
-    std::vector<uint64_t> order;
+    pipeline::RankOrder order;
     uint64_t submitted = 0;
     std::map<uint64_t, std::shared_ptr<Job>> jobs;
     pipeline::StreamPos start;  // streamed: the stream's position before its batch 0
@@ -489,7 +489,7 @@ struct Loader::Impl {
       return;
     }
     Stop();
-    order = pipeline::LoaderEpochOrder(n, o, e);
+    order = pipeline::RankOrder(n, o, e);
     out.Start(e, std::min(start, part.num_batches));
     submitted = out.next;
     std::lock_guard<std::mutex> lk(pool->mu);
@@ -579,12 +579,7 @@ struct Loader::Impl {
       gen = ahead_gen;
       e = ahead.epoch;
     }
-    std::vector<uint64_t> ord;
-    try {
-      ord = pipeline::LoaderEpochOrder(n, o, e);
-    } catch (const std::exception&) {
-      return;  // (out of memory) no prefetch: set_epoch plans it again and reports
-    }
+    pipeline::RankOrder ord(n, o, e);
     std::lock_guard<std::mutex> lk(p->mu);
     if (gen == ahead_gen && ahead.on && ahead.epoch == e) {
       ahead.order = std::move(ord);
@@ -596,7 +591,7 @@ struct Loader::Impl {
   // Submits batches `sub`.. of epoch e (order `ord`; streamed: from `inputs`) into
   // `js` while a slot (and, streamed, the batch's samples) is there. True once every
   // batch of the epoch is submitted.
-  bool SubmitEpochLocked(uint64_t e, const std::vector<uint64_t>& ord, uint64_t& sub,
+  bool SubmitEpochLocked(uint64_t e, const pipeline::RankOrder& ord, uint64_t& sub,
                          std::map<uint64_t, std::shared_ptr<Job>>& js, bool speculative) {
     while (sub < part.num_batches) {
       const int slot = FreeSlotLocked();
@@ -632,7 +627,8 @@ struct Loader::Impl {
         }
       } else {
         const pipeline::BatchRows rows = pipeline::RowsOf(ord.size(), o.batch_size, sub);
-        job->indices.assign(ord.begin() + long(rows.begin), ord.begin() + long(rows.end));
+        job->indices.resize(rows.end - rows.begin);
+        for (uint64_t k = rows.begin; k < rows.end; ++k) job->indices[k - rows.begin] = ord[k];
       }
       const size_t count = job->indices.size();
       job->rows_total = count;

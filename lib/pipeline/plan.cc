@@ -35,8 +35,38 @@ std::vector<uint64_t> Shuffled(uint64_t n, uint64_t seed, uint64_t stream, bool 
 }
 }  // namespace
 
+Bijection::Bijection(uint64_t n, uint64_t seed, uint64_t stream, bool shuffle) : n_(n), identity_(!shuffle || n < 2) {
+  if (identity_) return;
+  unsigned bits = 64 - unsigned(__builtin_clzll(n - 1));  // to write n - 1
+  bits += bits & 1;
+  half_ = bits / 2;
+  mask_ = half_ >= 64 ? ~0ull : (1ull << half_) - 1;
+  Stream s(seed, stream);
+  for (auto& k : keys_) k = s.Next();
+}
+
+uint64_t Bijection::Round(uint64_t x) const {
+  uint64_t l = x >> half_, r = x & mask_;
+  for (uint64_t k : keys_) {
+    uint64_t t = l ^ (Mix64(k ^ r) & mask_);
+    l = r;
+    r = t;
+  }
+  return (l << half_) | r;
+}
+
+uint64_t Bijection::operator()(uint64_t i) const {
+  if (identity_) return i;
+  uint64_t x = Round(i);
+  while (x >= n_) x = Round(x);  // cycle walking: stays in i's cycle, which holds values < n
+  return x;
+}
+
 std::vector<uint64_t> EpochPermutation(uint64_t n, uint64_t seed, uint64_t epoch, bool shuffle) {
-  return Shuffled(n, seed, PermutationStream(epoch), shuffle);
+  Bijection b(n, seed, PermutationStream(epoch), shuffle);
+  std::vector<uint64_t> p(n);
+  for (uint64_t i = 0; i < n; ++i) p[i] = b(i);
+  return p;
 }
 
 Partition PartitionEpoch(uint64_t n, uint32_t world, uint64_t batch_size, bool drop_last) {
@@ -68,9 +98,20 @@ std::vector<uint64_t> RankIndices(const std::vector<uint64_t>& perm, uint32_t ra
   return out;
 }
 
+RankOrder::RankOrder(uint64_t n, const LoaderOptions& o, uint64_t epoch)
+    : order_(n, o.seed, PermutationStream(epoch), o.shuffle),
+      n_(n == 0 ? 1 : n),
+      rank_(uint64_t(o.rank)),
+      world_(uint64_t(o.world_size)),
+      size_(n == 0 ? 0 : PartitionEpoch(n, uint32_t(o.world_size), o.batch_size, o.drop_last).per_rank) {}
+
 std::vector<uint64_t> LoaderEpochOrder(uint64_t n, const LoaderOptions& o, uint64_t epoch) {
-  return RankIndices(EpochPermutation(n, o.seed, epoch, o.shuffle), uint32_t(o.rank), uint32_t(o.world_size),
-                     o.batch_size, o.drop_last);
+  // RankIndices(EpochPermutation(...)) without the permutation: this rank's positions only.
+  RankOrder r(n, o, epoch);
+  std::vector<uint64_t> out;
+  out.reserve(r.size());
+  for (uint64_t k = 0; k < r.size(); ++k) out.push_back(r[k]);
+  return out;
 }
 
 std::vector<uint64_t> ShardOrder(uint64_t num_shards, uint64_t seed, uint64_t epoch, bool shuffle) {

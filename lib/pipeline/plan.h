@@ -48,8 +48,32 @@ class Stream {
 inline uint64_t PermutationStream(uint64_t epoch) { return Mix64(epoch * 2 + 1); }
 inline uint64_t SampleStream(uint64_t epoch, uint64_t index) { return Mix64(Mix64(epoch * 2 + 2) ^ index); }
 
-// The global order of an epoch: Fisher-Yates (i from n-1 down to 1, j = UniformInt(i+1))
-// over [0, n) driven by Stream(seed, PermutationStream(epoch)); identity when !shuffle.
+// A keyed bijection of [0, n), evaluated per position in O(1) memory and expected
+// O(1) time (no table of n indices): a balanced Feistel network of kRounds rounds
+// over the smallest even number of bits 2h with 2^(2h) >= n, whose round r maps
+// (L, R) to (R, L ^ (Mix64(key_r ^ R) & (2^h - 1))), the keys being the first draws of
+// Stream(seed, stream); cycle walking makes it a permutation of [0, n) (apply it
+// again while the value is >= n: fewer than 4 applications on average, as
+// 2^(2h) < 4n). The identity when !shuffle or n < 2. Copyable, thread-safe (const).
+class Bijection {
+ public:
+  static constexpr int kRounds = 6;
+  Bijection(uint64_t n, uint64_t seed, uint64_t stream, bool shuffle = true);
+  uint64_t size() const { return n_; }
+  // The value at position i (i < size()).
+  uint64_t operator()(uint64_t i) const;
+
+ private:
+  uint64_t Round(uint64_t x) const;
+  uint64_t n_;
+  bool identity_;
+  unsigned half_ = 0;
+  uint64_t mask_ = 0;
+  uint64_t keys_[kRounds] = {};
+};
+
+// The global order of an epoch: Bijection(n, seed, PermutationStream(epoch), shuffle),
+// written out (O(n) memory; LoaderEpochOrder takes only a rank's share).
 std::vector<uint64_t> EpochPermutation(uint64_t n, uint64_t seed, uint64_t epoch, bool shuffle);
 
 // How one rank's share of an epoch is cut.
@@ -69,8 +93,25 @@ Partition PartitionEpoch(uint64_t n, uint32_t world, uint64_t batch_size, bool d
 // DistributedSampler.
 std::vector<uint64_t> RankIndices(const std::vector<uint64_t>& perm, uint32_t rank, uint32_t world,
                                   uint64_t batch_size, bool drop_last);
+// A loader rank's order of epoch e, evaluated per position in O(1) memory: element
+// k is the epoch's Bijection at position (rank + k * world) mod n (the pad wraps to
+// the first positions), for k < PartitionEpoch(...).per_rank; what LoaderEpochOrder
+// writes out. Copyable; const members are thread-safe.
+class RankOrder {
+ public:
+  RankOrder() = default;
+  RankOrder(uint64_t n, const LoaderOptions& o, uint64_t epoch);
+  uint64_t size() const { return size_; }
+  uint64_t operator[](uint64_t k) const { return order_((rank_ + k * world_) % n_); }
+
+ private:
+  Bijection order_{0, 0, 0, false};
+  uint64_t n_ = 1, rank_ = 0, world_ = 1, size_ = 0;
+};
+
 // A loader's order of epoch e (o.rank's share, `n` samples): RankIndices of
-// EpochPermutation with the loader's seed, shuffle, rank, world, batch size and drop_last.
+// EpochPermutation with the loader's seed, shuffle, rank, world, batch size and drop_last,
+// computed per position (O(share) time and memory, no whole permutation).
 std::vector<uint64_t> LoaderEpochOrder(uint64_t n, const LoaderOptions& o, uint64_t epoch);
 
 // ---- Streamed input (no random access, or LoaderOptions::stream) ----
@@ -85,7 +126,8 @@ inline uint64_t BufferStream(uint64_t epoch, uint64_t rank) {
   return Mix64(Mix64(epoch * 2 + 2) ^ Mix64(rank ^ 0xb0ffe4b0ffe4ull));
 }
 
-// The order of the shards in epoch e: Fisher-Yates as EpochPermutation, on stream
+// The order of the shards in epoch e: Fisher-Yates (i from n-1 down to 1, j =
+// UniformInt(i+1); a table of num_shards indices) on stream
 // (seed, ShardStream(e)); identity when !shuffle.
 std::vector<uint64_t> ShardOrder(uint64_t num_shards, uint64_t seed, uint64_t epoch, bool shuffle);
 

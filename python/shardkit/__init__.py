@@ -58,7 +58,7 @@ HAVE_CONVERT = _shardkit.HAVE_CONVERT
 HAVE_LOADER = _shardkit.HAVE_LOADER
 
 if HAVE_CONVERT:
-    from ._shardkit import convert, shard
+    from ._shardkit import convert, merge, shard
 else:  # the library was built without shardkit/convert.h
 
     def convert(src, dst, **options):
@@ -66,6 +66,10 @@ else:  # the library was built without shardkit/convert.h
         raise NotImplementedError("this build of shardkit has no convert pipeline")
 
     def shard(src, dst, **options):
+        """Not available: this build of shardkit has no convert pipeline."""
+        raise NotImplementedError("this build of shardkit has no convert pipeline")
+
+    def merge(dst, **options):
         """Not available: this build of shardkit has no convert pipeline."""
         raise NotImplementedError("this build of shardkit has no convert pipeline")
 
@@ -88,6 +92,7 @@ __all__ = [
     "Error",
     "Loader",
     "convert",
+    "merge",
     "detect_format",
     "formats",
     "info",

@@ -26,7 +26,20 @@ py::dict SummaryToDict(const ConvertSummary& s) {
   py::list shards;
   for (const ShardInfo& sh : s.shards) shards.append(ShardToDict(sh));
   d["shards"] = shards;
+  if (s.part.count > 0) {
+    d["part"] = s.part.index;
+    d["parts"] = s.part.count;
+  }
+  d["already_complete"] = s.already_complete;
   return d;
+}
+
+// part=None (the whole output), "I/N", "env" or a tuple (I, N).
+PartSpec ParsePartArg(const py::object& v) {
+  if (v.is_none()) return PartSpec{};
+  if (py::isinstance<py::str>(v)) return Unwrap(ParsePart(v.cast<std::string>()));
+  auto t = v.cast<std::pair<uint64_t, uint64_t>>();
+  return Unwrap(ParsePart(std::to_string(t.first) + "/" + std::to_string(t.second)));
 }
 
 // An int, or a string such as "1GiB" / "500MB"; None = 0 (the library's default).
@@ -86,10 +99,13 @@ void BindConvert(py::module_& m) {
            const std::map<std::string, std::string>& field_map,
            const std::string& tfrecord_preset, const std::string& tfrecord_compression,
            const std::map<std::string, std::string>& tfrecord_field_map, const py::object& progress,
-           const std::string& mds_compression, const std::optional<std::vector<std::string>>& mds_hashes) {
+           const std::string& mds_compression, const std::optional<std::vector<std::string>>& mds_hashes,
+           const py::object& part, bool resume) {
           ConvertOptions o;
           o.write.mds.compression = mds_compression;
           if (mds_hashes) o.write.mds.hashes = *mds_hashes;
+          o.part = ParsePartArg(part);
+          o.write.resume = resume;
           o.shuffle = shuffle;
           o.seed = seed;
           o.threads = threads.value_or(DefaultCopyThreads());
@@ -118,6 +134,7 @@ void BindConvert(py::module_& m) {
         py::arg("tfrecord_field_map") = std::map<std::string, std::string>{},
         py::arg("progress") = py::none(),
         py::arg("mds_compression") = "", py::arg("mds_hashes") = py::none(),
+        py::arg("part") = py::none(), py::arg("resume") = false,
         R"doc(Copies every sample of the dataset `src` into a new dataset `dst` (any formats).
 
 Keeps dataset order, or with shuffle=True writes a seeded global permutation (needs random
@@ -132,6 +149,10 @@ extension). tfrecord_preset ("imagenet" or "tfds"), tfrecord_compression ("none"
 "zlib"), tfrecord_field_map (feature -> field, instead of the preset): TFRecord outputs
 (docs/formats-tfrecord.md). progress: a callable taking a dict
 {samples, bytes, elapsed, total}, called about ten times a second on this thread.
+part: write only part I of N of a tar shard output ("I/N", (I, N), or "env" for the
+launcher's variables); merge(dst) then writes the manifest (docs/cluster.md). resume:
+continue an interrupted run; on a finished one, check it and write nothing
+(already_complete=True in the summary).
 Returns a summary dict (with the `threads` used). Nothing appears under `dst` unless it
 succeeds.)doc");
 
@@ -139,8 +160,10 @@ succeeds.)doc");
         [](const std::string& src, const std::string& dst, uint64_t num_shards, uint64_t samples_per_shard,
            const py::object& shard_size, bool shuffle, uint64_t seed, std::optional<int> threads, bool overwrite,
            const std::string& key_dots, const std::map<std::string, std::string>& field_map,
-           const py::object& progress) {
+           const py::object& progress, const py::object& part, bool resume) {
           ShardOptions o;
+          o.part = ParsePartArg(part);
+          o.resume = resume;
           o.num_shards = num_shards;
           o.samples_per_shard = samples_per_shard;
           o.shard_size = ByteSize(shard_size);
@@ -158,11 +181,37 @@ succeeds.)doc");
         py::arg("samples_per_shard") = 0, py::arg("shard_size") = py::none(), py::arg("shuffle") = false,
         py::arg("seed") = 0, py::arg("threads") = py::none(), py::arg("overwrite") = false,
         py::arg("key_dots") = "error", py::arg("field_map") = std::map<std::string, std::string>{},
-        py::arg("progress") = py::none(),
+        py::arg("progress") = py::none(), py::arg("part") = py::none(), py::arg("resume") = false,
         R"doc(Re-shards any dataset into WebDataset tar shards named by the printf pattern `dst`
 (e.g. "out/train-%06d.tar"). Cut by exactly one of num_shards (counts differ by at most
 one), samples_per_shard, shard_size (bytes or "1GiB"); none given: 1 GiB shards.
-Other arguments as in convert(). Returns a summary dict.)doc");
+Other arguments as in convert() (part, resume included). Returns a summary dict.)doc");
+
+  m.def("merge",
+        [](const std::string& dst, bool checksums) {
+          MergeOptions o;
+          o.checksums = checksums;
+          Result<MergeSummary> r = Status::Internal("unset");
+          {
+            py::gil_scoped_release nogil;
+            r = Merge(dst, o);
+          }
+          MergeSummary s = Unwrap(std::move(r));
+          py::dict d;
+          d["destination"] = s.destination;
+          d["metadata"] = s.metadata;
+          d["parts"] = s.parts;
+          d["shards"] = s.shards;
+          d["samples"] = s.samples;
+          d["bytes"] = s.bytes;
+          d["unchanged"] = s.unchanged;
+          return d;
+        },
+        py::arg("dst"), py::kw_only(), py::arg("checksums") = false,
+        R"doc(Finishes a conversion written in parts (convert/shard with part=...): checks that every
+part finished with the same flags and source and that no shard is missing or twice, then
+writes the manifest. Idempotent (unchanged=True when it was already written). checksums:
+also hash every shard. Raises on any problem, naming the part or shard.)doc");
 }
 
 

@@ -4,6 +4,7 @@
 #include "core/paths.h"
 #include "formats/registry.h"
 #include "formats/wds/names.h"
+#include "formats/wds/parts.h"
 #include "formats/wds/reader.h"
 #include "formats/wds/shards.h"
 #include "formats/wds/writer.h"
@@ -28,6 +29,9 @@ Format WdsFormat() {
       .writes_shards = true,
       .list_shards = wds::ListShards,
       .locate_samples = wds::LocateSamples,
+      .plan_by_size = wds::WdsWriter::PlanBySize,
+      .finished = wds::FinishedOutput,
+      .merge = wds::MergeParts,
   };
 }
 

@@ -48,6 +48,11 @@ json WdsWriter::OptionsJson() const {
   o["key_dots"] = opts_.key_dots == KeyDots::kReplace ? "replace" : "error";
   o["write_index"] = opts_.wds.write_index;
   o["shard_plan"] = opts_.wds.shard_plan;
+  if (part()) {
+    o["part"] = fmt::format("{}/{}", opts_.part.index, opts_.part.count);
+    o["first_shard"] = opts_.part.first_shard;
+    o["plan"] = opts_.part.plan;
+  }
   return o;
 }
 
@@ -96,11 +101,11 @@ Status WdsWriter::LoadJournal() {
     const json& shards = j.at("shards");
     for (size_t i = 0; i < shards.size(); ++i) {
       const json& o = shards[i];
-      std::string path = paths::FormatShardPattern(pattern_, i);
+      std::string path = paths::FormatShardPattern(pattern_, ShardNumber(i));
       if (o.at("path").get<std::string>() != BaseOf(path)) return bad(fmt::format("shard {} is misnamed", i));
       ShardInfo si{path, o.at("samples").get<uint64_t>(), o.at("bytes").get<uint64_t>(),
                    o.at("checksum").get<std::string>()};
-      Location at{.file = path, .shard = int64_t(i)};
+      Location at{.file = path, .shard = int64_t(ShardNumber(i))};
       struct stat st;
       if (::stat(path.c_str(), &st) != 0)
         return Status::Corrupt("cannot resume: a shard the journal lists as complete is missing; start over "
@@ -146,11 +151,13 @@ Status WdsWriter::LoadJournal() {
 
 // Temporary files a killed writer left for shard `from` and what follows it.
 void WdsWriter::RemoveStaleTemps(size_t from) {
-  std::string dir = io::DirName(paths::FormatShardPattern(pattern_, from));
-  std::vector<std::string> bases = {BaseOf(paths::FormatShardPattern(pattern_, from)), BaseOf(journal_),
-                                    BaseOf(manifest_)};
-  if (opts_.wds.write_index) bases.push_back(BaseOf(IdxPathFor(paths::FormatShardPattern(pattern_, from))));
-  bases.push_back(BaseOf(wds::SumsPath(paths::FormatShardPattern(pattern_, from))));
+  // A part owns only its own shards: the one after them is the next part's.
+  if (part() && from >= opts_.wds.shard_plan.size()) return;
+  const std::string shard = paths::FormatShardPattern(pattern_, ShardNumber(from));
+  std::string dir = io::DirName(shard);
+  std::vector<std::string> bases = {BaseOf(shard), BaseOf(journal_), BaseOf(part() ? record_ : manifest_)};
+  if (opts_.wds.write_index) bases.push_back(BaseOf(IdxPathFor(shard)));
+  bases.push_back(BaseOf(wds::SumsPath(shard)));
   std::error_code ec;
   for (auto it = std::filesystem::directory_iterator(dir, ec); !ec && it != std::filesystem::directory_iterator();
        it.increment(ec)) {

@@ -3,10 +3,14 @@
 
 #include <locale.h>
 #include <archive_entry.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -15,6 +19,7 @@
 #include "formats/tar/tar.h"
 #include "formats/wds/manifest.h"
 #include "formats/wds/names.h"
+#include "formats/wds/parts.h"
 
 namespace shardkit::formats::wds {
 
@@ -40,13 +45,37 @@ class Utf8Locale {
   locale_t old_;
 };
 
+// The key as written: with KeyDots::kReplace, '.' in the last component -> '_'.
+std::string WrittenKey(const std::string& key, KeyDots dots) {
+  std::string k = key;
+  size_t base = k.rfind('/');
+  base = base == std::string::npos ? 0 : base + 1;
+  if (dots == KeyDots::kReplace)
+    for (size_t i = base; i < k.size(); ++i)
+      if (k[i] == '.') k[i] = '_';
+  return k;
+}
+
+// Upper bound of the bytes a sample adds to a shard (headers, pax records,
+// padding): what Write() tests against the shard size before writing it.
+uint64_t NeedBytes(const std::string& key, const std::vector<const Field*>& fields) {
+  uint64_t need = 0;
+  for (const Field* f : fields) {
+    size_t name_len = key.size() + 1 + f->ext.size();
+    need += tar::kBlock + (f->data.size() + tar::kBlock - 1) / tar::kBlock * tar::kBlock;
+    need += tar::kBlock + (2 * name_len + 64 + tar::kBlock - 1) / tar::kBlock * tar::kBlock;  // pax header
+  }
+  return need;
+}
+
 }  // namespace
 
 WdsWriter::WdsWriter(std::string pattern, WriteOptions opts)
     : pattern_(std::move(pattern)),
       opts_(std::move(opts)),
       manifest_(ManifestPathFor(pattern_)),
-      journal_(manifest_ + ".partial"),
+      record_(opts_.part.count > 0 ? PartRecordPath(pattern_, opts_.part.index, opts_.part.count) : ""),
+      journal_(record_.empty() ? manifest_ + ".partial" : record_ + ".partial"),
       keep_state_(opts_.resume) {
   digest_ = XXH3_createState();
   XXH3_64bits_reset(digest_);
@@ -62,6 +91,7 @@ WdsWriter::~WdsWriter() {
   }
   if (hash_) XXH3_freeState(hash_);
   if (digest_) XXH3_freeState(digest_);
+  if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
 Result<std::unique_ptr<SampleWriter>> WdsWriter::Make(const std::string& pattern, const WriteOptions& opts) {
@@ -80,13 +110,20 @@ Result<std::unique_ptr<SampleWriter>> WdsWriter::Make(const std::string& pattern
   if (opts.shard_size < 2 * tar::kBlock)
     return Status::Invalid(fmt::format("shard size {} is too small", opts.shard_size));
   auto w = std::make_unique<WdsWriter>(pattern, opts);
+  if (w->part()) first = paths::FormatShardPattern(pattern, w->ShardNumber(0));
   bool resuming = opts.resume && io::Exists(w->journal_);
   if (!opts.overwrite && !resuming) {
     if (io::Exists(w->journal_))
       return Status::Exists("an interrupted write left its journal here: pass --resume to continue it, or "
                             "--overwrite to start over",
                             Location{.file = w->journal_});
-    for (const std::string& p : {first, w->manifest_})
+    std::vector<std::string> outputs;
+    // A part with no shards (more parts than shards) writes only its record; the
+    // shard after it belongs to the next part.
+    if (!w->part() || !opts.wds.shard_plan.empty()) outputs.push_back(first);
+    outputs.push_back(w->manifest_);
+    if (w->part()) outputs.push_back(w->record_);
+    for (const std::string& p : outputs)
       if (io::Exists(p))
         return io::OutputExists(p);
   }
@@ -94,6 +131,21 @@ Result<std::unique_ptr<SampleWriter>> WdsWriter::Make(const std::string& pattern
   if (!io::IsDir(dir)) SK_RETURN_IF_ERROR(io::MakeDirs(dir));
   if (::access(dir.c_str(), W_OK) != 0)
     return Status::FromErrno(errno, "output directory is not writable", Location{.file = dir});
+  if (w->part()) {
+    // One process per part: a second one given the same part fails at once instead
+    // of racing the first over the same files.
+    std::string lock = w->record_ + ".lock";
+    w->lock_fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (w->lock_fd_ < 0) return Status::FromErrno(errno, "cannot create the part's lock file", Location{.file = lock});
+    if (::flock(w->lock_fd_, LOCK_EX | LOCK_NB) != 0)
+      return Status::Exists(fmt::format("part {}/{} is being written by another process right now (it holds the "
+                                        "lock); two processes were given the same part",
+                                        opts.part.index, opts.part.count),
+                            Location{.file = lock});
+    // A merged manifest from an earlier run would describe shards this part replaces.
+    if (opts.overwrite && io::Exists(w->manifest_) && ::unlink(w->manifest_.c_str()) != 0)
+      return Status::FromErrno(errno, "cannot remove the old manifest", Location{.file = w->manifest_});
+  }
   w->RemoveStaleTemps(0);
   if (resuming) {
     SK_RETURN_IF_ERROR(w->LoadJournal());
@@ -145,12 +197,7 @@ Status WdsWriter::Write(const Sample& in) {
   if (total_samples_ < resume_samples_) return Skip(key, sample_sum, where);
 
   // Upper bound of the bytes this sample adds (headers, pax records, padding).
-  uint64_t need = 0;
-  for (const Field* f : fields) {
-    size_t name_len = key.size() + 1 + f->ext.size();
-    need += tar::kBlock + (f->data.size() + tar::kBlock - 1) / tar::kBlock * tar::kBlock;
-    need += tar::kBlock + (2 * name_len + 64 + tar::kBlock - 1) / tar::kBlock * tar::kBlock;  // pax header
-  }
+  const uint64_t need = NeedBytes(key, fields);
   const uint64_t max_samples =
       !opts_.wds.shard_plan.empty()
           ? opts_.wds.shard_plan[std::min(summary_.shards.size(), opts_.wds.shard_plan.size() - 1)]
@@ -205,13 +252,25 @@ Result<WriteSummary> WdsWriter::Finish() {
     return resume::SourceEndedEarly(total_samples_, resume_samples_, Location{.file = journal_});
   if (ar_) SK_RETURN_IF_ERROR(Keep(FinishShard()));
   uint64_t total = 0;
-  std::string manifest = ManifestText(pattern_, total_samples_, opts_.class_names,
-                                      std::vector<std::string>(fields_.begin(), fields_.end()), summary_.shards,
-                                      opts_.wds.write_index, &total);
-  SK_RETURN_IF_ERROR(Keep(io::WriteFileAtomic(manifest_, manifest, true, opts_.filesystem)));
+  if (part()) {
+    // A part writes its record; Merge() writes the manifest from all of them.
+    std::string record = PartRecordText(pattern_, opts_, std::vector<std::string>(fields_.begin(), fields_.end()),
+                                        summary_.shards, total_samples_, &total);
+    SK_RETURN_IF_ERROR(Keep(io::WriteFileAtomic(record_, record, true, opts_.filesystem)));
+  } else {
+    std::string manifest = ManifestText(pattern_, total_samples_, opts_.class_names,
+                                        std::vector<std::string>(fields_.begin(), fields_.end()), summary_.shards,
+                                        opts_.wds.write_index, &total);
+    SK_RETURN_IF_ERROR(Keep(io::WriteFileAtomic(manifest_, manifest, true, opts_.filesystem)));
+  }
   // Complete: the journal goes (a crash before this leaves a journal that lists
   // every shard, and a resume then only rewrites the manifest).
   if (::unlink(journal_.c_str()) == 0) (void)io::FsyncDir(io::DirName(journal_), opts_.filesystem);
+  if (lock_fd_ >= 0) {
+    ::unlink((record_ + ".lock").c_str());
+    ::close(lock_fd_);
+    lock_fd_ = -1;
+  }
   summary_.samples = total_samples_;
   summary_.bytes = total;
   finished_ = true;
@@ -243,7 +302,7 @@ uint64_t WdsWriter::ShardBytes() const { return ar_ ? uint64_t(archive_filter_by
 Status WdsWriter::ArchiveError(const char* what, const std::string& name) {
   if (!io_error_.ok()) return io_error_;
   return Status::IOError(fmt::format("{} for '{}': {}", what, name, archive_error_string(ar_)),
-                         Location{.file = file_ ? file_->path() : "", .shard = int64_t(summary_.shards.size())});
+                         Location{.file = file_ ? file_->path() : "", .shard = int64_t(ShardNumber(summary_.shards.size()))});
 }
 
 la_ssize_t WdsWriter::WriteCb(struct archive*, void* self, const void* buf, size_t n) {
@@ -259,7 +318,7 @@ la_ssize_t WdsWriter::WriteCb(struct archive*, void* self, const void* buf, size
 }
 
 Status WdsWriter::StartShard() {
-  std::string path = paths::FormatShardPattern(pattern_, summary_.shards.size());
+  std::string path = paths::FormatShardPattern(pattern_, ShardNumber(summary_.shards.size()));
   // Resuming: a shard past the journal may exist (committed just before a
   // crash, before the journal was rewritten); it is written again, identically.
   SK_ASSIGN_OR_RETURN(file_, io::AtomicFile::Create(path, opts_.overwrite || opts_.resume, opts_.filesystem));
@@ -326,6 +385,132 @@ Status WdsWriter::FinishShard() {
   committed_samples_ += shard_samples_;
   shard_samples_ = 0;
   return WriteJournal();
+}
+
+}  // namespace shardkit::formats::wds
+
+namespace shardkit::formats::wds {
+
+namespace {
+
+// Counts what libarchive writes for a sample's members when no data is given
+// (archive_write_finish_entry pads the missing data with zeros): the exact bytes the
+// writer adds for that sample, for the same names and sizes.
+class SizeProbe {
+ public:
+  SizeProbe() {
+    Utf8Locale utf8;
+    ar_ = archive_write_new();
+    ok_ = archive_write_set_format_pax_restricted(ar_) == ARCHIVE_OK &&
+          archive_write_set_bytes_per_block(ar_, 0) == ARCHIVE_OK &&
+          archive_write_open2(ar_, this, nullptr, &SizeProbe::Cb, nullptr, nullptr) == ARCHIVE_OK;
+  }
+  ~SizeProbe() {
+    if (ar_) {
+      archive_write_free(ar_);
+    }
+  }
+  // Bytes of the sample as written, or an error naming the member.
+  Result<uint64_t> Bytes(const std::string& key, const std::vector<const Field*>& fields) {
+    if (!ok_) return Status::Internal(fmt::format("libarchive setup failed: {}", archive_error_string(ar_)));
+    Utf8Locale utf8;
+    const uint64_t before = bytes_;
+    for (const Field* f : fields) {
+      std::string name = key + "." + f->ext;
+      struct archive_entry* e = archive_entry_new();
+      archive_entry_copy_pathname(e, name.c_str());
+      archive_entry_set_filetype(e, AE_IFREG);
+      archive_entry_set_perm(e, 0444);
+      archive_entry_set_size(e, int64_t(f->data.size()));
+      archive_entry_set_mtime(e, 0, 0);
+      archive_entry_set_uid(e, 0);
+      archive_entry_set_gid(e, 0);
+      int r = archive_write_header(ar_, e);
+      archive_entry_free(e);
+      if (r < ARCHIVE_WARN || archive_write_finish_entry(ar_) < ARCHIVE_WARN)
+        return Status::Invalid(fmt::format("cannot size tar member '{}': {}", name, archive_error_string(ar_)));
+    }
+    return bytes_ - before;
+  }
+
+ private:
+  static la_ssize_t Cb(struct archive*, void* self, const void*, size_t n) {
+    static_cast<SizeProbe*>(self)->bytes_ += n;
+    return la_ssize_t(n);
+  }
+  struct archive* ar_ = nullptr;
+  bool ok_ = false;
+  uint64_t bytes_ = 0;
+};
+
+}  // namespace
+
+Result<std::vector<uint64_t>> WdsWriter::PlanBySize(const WriteOptions& opts, uint64_t n,
+                                                    const std::function<Status(uint64_t, Sample*)>& get,
+                                                    int threads) {
+  struct Cost {
+    uint64_t need = 0, bytes = 0;
+  };
+  const uint64_t max_samples = opts.samples_per_shard ? opts.samples_per_shard : UINT64_MAX;
+  std::vector<uint64_t> plan;
+  uint64_t shard_bytes = 0, shard_samples = 0;
+  bool open = false;
+  // Windows of samples: their costs in parallel, then Write()'s cut rule in order.
+  constexpr uint64_t kWindow = 4096;
+  std::vector<Cost> costs;
+  const int nthreads = std::max(1, threads);
+  for (uint64_t begin = 0; begin < n; begin += kWindow) {
+    const uint64_t count = std::min(kWindow, n - begin);
+    costs.assign(count, Cost{});
+    std::vector<Status> errors(size_t(nthreads), Status::OK());
+    std::atomic<uint64_t> next{0};
+    auto work = [&](int t) {
+      SizeProbe probe;
+      Sample s;
+      for (uint64_t j; (j = next.fetch_add(1)) < count;) {
+        Status st = get(begin + j, &s);
+        if (!st.ok()) {
+          if (errors[size_t(t)].ok()) errors[size_t(t)] = st;
+          next = count;
+          return;
+        }
+        std::string key = WrittenKey(s.key, opts.key_dots);
+        std::vector<const Field*> fields;
+        for (const auto& f : s.fields) fields.push_back(&f);
+        std::sort(fields.begin(), fields.end(), [](const Field* a, const Field* b) { return a->ext < b->ext; });
+        auto b = probe.Bytes(key, fields);
+        if (!b.ok()) {
+          Status e = std::move(b).take_status();
+          e.At(Location{.key = s.key, .index = int64_t(begin + j)});
+          if (errors[size_t(t)].ok()) errors[size_t(t)] = e;
+          next = count;
+          return;
+        }
+        costs[j] = Cost{NeedBytes(key, fields), *b};
+      }
+    };
+    std::vector<std::thread> pool;
+    for (int t = 1; t < nthreads && uint64_t(t) < count; ++t) pool.emplace_back(work, t);
+    work(0);
+    for (auto& th : pool) th.join();
+    for (auto& e : errors)
+      if (!e.ok()) return e;
+    for (const Cost& c : costs) {
+      if (open && (shard_samples >= max_samples || shard_bytes + c.need + 2 * tar::kBlock > opts.shard_size)) {
+        plan.push_back(shard_samples);
+        open = false;
+      }
+      if (!open) {
+        open = true;
+        shard_bytes = 0;
+        shard_samples = 0;
+      }
+      shard_bytes += c.bytes;
+      ++shard_samples;
+    }
+  }
+  if (open) plan.push_back(shard_samples);
+  return plan;
 }
 
 }  // namespace shardkit::formats::wds

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <archive.h>
+#include <functional>
 #include <xxhash.h>
 
 #include <memory>
@@ -33,6 +34,16 @@ class WdsWriter : public SampleWriter {
   Status Write(const Sample& in) override;
   Result<WriteSummary> Finish() override;
 
+  // The sample counts of the shards that a write with `opts` (shard_size and
+  // samples_per_shard; no shard_plan) cuts `n` samples into, computed from the
+  // samples' keys and field sizes only (`get(i, &s)` gives the i-th sample in write
+  // order): the exact bytes libarchive writes for each sample's headers and padded
+  // data, with Write()'s cut rule. A part of a split conversion uses it so that its
+  // shard boundaries are those of a single-process write, for any number of parts.
+  static Result<std::vector<uint64_t>> PlanBySize(const WriteOptions& opts, uint64_t n,
+                                                  const std::function<Status(uint64_t, Sample*)>& get,
+                                                  int threads);
+
  private:
   // Makes a failure sticky and removes the unfinished shard's temporary file at
   // once. The committed shards and the journal stay: the resumable state, and the
@@ -54,6 +65,9 @@ class WdsWriter : public SampleWriter {
   // Temporary files a killed writer left for shard `from` and what follows it.
   void RemoveStaleTemps(size_t from);
   uint64_t ShardBytes() const;
+  // Global number of the i-th shard this writer writes (a part starts at first_shard).
+  size_t ShardNumber(size_t i) const { return size_t(opts_.part.first_shard) + i; }
+  bool part() const { return opts_.part.count > 0; }
   Status ArchiveError(const char* what, const std::string& name);
   static la_ssize_t WriteCb(struct archive*, void* self, const void* buf, size_t n);
   Status StartShard();
@@ -62,6 +76,8 @@ class WdsWriter : public SampleWriter {
   std::string pattern_;
   WriteOptions opts_;
   std::string manifest_;
+  std::string record_;  // a part's record (parts.h); empty when not a part
+  int lock_fd_ = -1;    // a part's lock: one process per part
   struct archive* ar_ = nullptr;
   std::unique_ptr<io::AtomicFile> file_;
   XXH3_state_t* hash_ = nullptr;
