@@ -68,6 +68,7 @@ RunFn SetupConvert(CLI::App* sub) {
     std::string lmdb_layout = "shardkit";
   };
   auto f = std::make_shared<Flags>();
+  AddCacheOptions(sub);
   AddCopyFlags(sub, f.get());
   sub->add_option("--shard-size", f->shard_size,
                   "Tar shards: start a new shard at this many bytes (default 1GiB)");
@@ -116,6 +117,7 @@ RunFn SetupShard(CLI::App* sub) {
     std::string shard_size;
   };
   auto f = std::make_shared<Flags>();
+  AddCacheOptions(sub);
   AddCopyFlags(sub, f.get());
   auto* n = sub->add_option("--num-shards", f->num_shards,
                             "Write exactly N shards whose sample counts differ by at most one "

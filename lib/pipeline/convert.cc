@@ -19,6 +19,7 @@
 
 #include "core/cores.h"
 #include "formats/registry.h"
+#include "io/upload_staging.h"
 
 namespace shardkit {
 
@@ -287,8 +288,15 @@ Result<ConvertSummary> Convert(std::string_view src, std::string_view dst, const
   SK_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> in, Open(src, opts.open));
   WriteOptions w = opts.write;
   if (w.class_names.empty()) w.class_names = in->info().class_names;
-  SK_ASSIGN_OR_RETURN(std::unique_ptr<SampleWriter> out, Create(dst, w));
+  io::StagedOutput staged;  // a remote output: written locally, each finished file uploaded (upload_staging.h)
+  if (io::IsRemoteOutput(dst)) {
+    SK_ASSIGN_OR_RETURN(staged, io::StageRemoteOutput(dst, w.filesystem));
+    w.filesystem = staged.fs;
+  }
+  SK_ASSIGN_OR_RETURN(std::unique_ptr<SampleWriter> out, Create(staged.fs ? std::string_view(staged.address) : dst, w));
   SK_ASSIGN_OR_RETURN(ConvertSummary sum, ConvertDataset(*in, out.get(), opts, progress));
+  SK_RETURN_IF_ERROR(staged.Finish());
+  for (auto& si : sum.shards) si.path = staged.RemoteOf(si.path);
   sum.source = std::string(src);
   sum.destination = std::string(dst);
   sum.source_format = in->info().format;
@@ -359,8 +367,15 @@ Result<ConvertSummary> Shard(std::string_view src, std::string_view dst, const S
     c.write.shard_size = std::numeric_limits<uint64_t>::max();
     c.write.samples_per_shard = 0;
   }
-  SK_ASSIGN_OR_RETURN(std::unique_ptr<SampleWriter> out, Create(out_address, c.write));
+  io::StagedOutput staged;  // a remote output: written locally, each finished file uploaded (upload_staging.h)
+  if (io::IsRemoteOutput(out_address)) {
+    SK_ASSIGN_OR_RETURN(staged, io::StageRemoteOutput(out_address, c.write.filesystem));
+    c.write.filesystem = staged.fs;
+  }
+  SK_ASSIGN_OR_RETURN(std::unique_ptr<SampleWriter> out, Create(staged.fs ? staged.address : out_address, c.write));
   SK_ASSIGN_OR_RETURN(ConvertSummary sum, ConvertDataset(*in, out.get(), c, progress));
+  SK_RETURN_IF_ERROR(staged.Finish());
+  for (auto& si : sum.shards) si.path = staged.RemoteOf(si.path);
   if (!c.write.wds.shard_plan.empty()) {
     bool same = sum.shards.size() == c.write.wds.shard_plan.size();
     for (size_t i = 0; same && i < sum.shards.size(); ++i)
