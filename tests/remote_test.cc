@@ -634,7 +634,7 @@ TEST_CASE("remote: ObjectStore picks the client by scheme", "[remote]") {
   CHECK(store.Stat("/data/x.tar").status().code() == Code::kInvalidArgument);
 
   const std::string data = RandomBytes(6 << 20, 43);
-  WriteOptions small_parts{.multipart_threshold = 5 << 20, .part_size = 5 << 20};
+  remote::WriteOptions small_parts{.multipart_threshold = 5 << 20, .part_size = 5 << 20};
   for (const std::string& addr : {web.Url("o/a.bin"), std::string("s3://test/o/a.bin")}) {
     INFO(addr);
     REQUIRE(store.Write(addr, data, small_parts).ok());  // S3: a 2-part multipart upload
@@ -685,7 +685,7 @@ std::map<std::string, std::map<std::string, std::string>> AllByKey(const std::st
   Sample s;
   auto put = [&] {
     auto& m = out[s.key];
-    for (const auto& f : s.fields) m[f.ext] = std::string(f.bytes.view());
+    for (const auto& f : s.fields) m[f.ext] = std::string(f.data.view());
   };
   if (random) {
     auto ra = (*ds)->NewRandomAccess();
@@ -791,7 +791,7 @@ TEST_CASE("remote wds: folder -> s3 -> folder, random access by ranges, streamed
   REQUIRE(sum.ok());
   REQUIRE(sum->shards.size() == 5);
   CHECK(sum->shards[0].path == "s3://test/ds/train-000000.tar");
-  CHECK(!fs::exists(tmp / "staging"));  // nothing left once uploaded
+  CHECK(fs::is_empty(tmp / "staging"));  // nothing left once uploaded
   // The objects are there, the manifest with them.
   S3Client s3(SettingsFor(srv.proc->base()), FastOptions());
   auto objects = s3.List("test", "ds/");

@@ -417,9 +417,14 @@ Result<std::unique_ptr<Dataset>> OpenWds(const std::string& path, const OpenOpti
     } else if (text.status().code() != Code::kNotFound && io::IsUrl(paths[i])) {
       return std::move(text).take_status();
     }
-    if (!idx && !io::IsUrl(paths[i])) {
-      // No usable index: scan the shard (this maps and reads it).
-      SK_ASSIGN_OR_RETURN(auto map, MapShard(paths[i], int64_t(i)));
+    if (!idx && (!io::IsUrl(paths[i]) || !ds->shards_->cache.dir.empty())) {
+      // No usable index: scan the shard (this maps and reads it; a remote one from the cache's copy).
+      std::string local = paths[i];
+      if (io::IsUrl(local)) {
+        SK_ASSIGN_OR_RETURN(auto fs, FileSystemFor(local));
+        SK_ASSIGN_OR_RETURN(local, io::CachedCopy(*fs, paths[i], st->size, ds->shards_->cache));
+      }
+      SK_ASSIGN_OR_RETURN(auto map, MapShard(local, int64_t(i)));
       SK_ASSIGN_OR_RETURN(auto scanned, ScanShard(*map, int64_t(i)));
       idx = std::make_shared<ShardIndex>(std::move(scanned));
       if (map->size() == st->size) {
