@@ -151,16 +151,20 @@ std::string DaliIndexText(const std::vector<IndexMember>& members, const std::ve
 namespace shardkit::formats::wds {
 
 Status CheckSampleHeaders(const uint8_t* bytes, uint64_t length, const SampleRef& ref, const std::string& path,
-                          int64_t shard) {
+                          int64_t shard, bool header_checksums) {
   for (const auto& f : ref.fields) {
     uint64_t h = f.offset - tar::kBlock - ref.offset;
     Location where{.file = path, .shard = shard, .offset = int64_t(f.offset - tar::kBlock), .key = ref.key};
     if (f.offset < ref.offset + tar::kBlock || h + tar::kBlock + f.size > length)
       return Status::Corrupt("index entry outside the sample's bytes", where);
     const uint8_t* b = bytes + h;
-    uint64_t hsize = 0;
+    uint64_t hsize = 0, stored = 0, computed = 0;
     char type = char(b[156]);
-    if (!tar::HeaderChecksumOk(b) || !tar::ParseNumber(b + 124, 12, &hsize) || hsize != f.size ||
+    if (header_checksums && !tar::HeaderChecksumOk(b, &stored, &computed))
+      return Status::Corrupt(fmt::format("tar header checksum mismatch (stored {}, computed {}): damaged or not a tar",
+                                         stored, computed),
+                             where);
+    if (!tar::ParseNumber(b + 124, 12, &hsize) || hsize != f.size ||
         (type != '0' && type != '\0'))
       return Status::Corrupt(fmt::format("the shard's member header for field '{}' does not match its index "
                                          "(the shard changed since it was indexed?)",

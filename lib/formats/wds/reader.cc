@@ -11,7 +11,9 @@
 // checks everything.
 #include "formats/wds/reader.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -25,6 +27,7 @@
 #include "core/file.h"
 #include "core/paths.h"
 #include "core/per_thread.h"
+#include "formats/tar/tar.h"
 #include "formats/wds/index.h"
 #include "formats/wds/manifest.h"
 #include "formats/wds/names.h"
@@ -36,6 +39,8 @@
 namespace shardkit::formats::wds {
 
 namespace {
+
+Result<uint64_t> FileSize(const std::string& path, int64_t shard);
 
 // One shard of an opened dataset, loaded on first use.
 struct ShardState {
@@ -49,6 +54,7 @@ struct ShardState {
   std::shared_ptr<io::MappedFile> map;        // local, or the cache's copy
   std::shared_ptr<ReadableFile> remote;       // remote and no cache: ranged reads
   std::shared_ptr<const ShardIndex> index;    // checked against the headers (remote: per sample)
+  bool check_headers = false;                 // check each sample's member headers when it is read
 };
 
 struct Shards {
@@ -104,8 +110,19 @@ Status LoadShard(ShardState& s, const io::CacheOptions& cache) {
       if (r.ok()) idx = std::make_shared<ShardIndex>(std::move(r).value());
     }
     if (!idx) {
-      SK_ASSIGN_OR_RETURN(auto scanned, ScanShard(*s.map, s.number));
-      idx = std::make_shared<ShardIndex>(std::move(scanned));
+      auto scanned = ScanShard(*s.map, s.number);
+      if (scanned.ok()) {
+        idx = std::make_shared<ShardIndex>(std::move(scanned).value());
+      } else if (auto trusted = text.ok() ? ParseIdx(*text, IdxPathFor(s.path), s.path, s.size, nullptr, s.number)
+                                          : Result<ShardIndex>(scanned.status());
+                 trusted.ok() && (!s.samples || trusted->samples.size() == *s.samples)) {
+        // A damaged member somewhere in an indexed shard: the other samples stay
+        // readable; each sample's headers are checked when it is read.
+        idx = std::make_shared<ShardIndex>(std::move(trusted).value());
+        s.check_headers = true;
+      } else {
+        return std::move(scanned).take_status();
+      }
     }
     s.index = std::move(idx);
   }
@@ -199,6 +216,9 @@ class WdsRandomAccess : public RandomAccess {
     ShardState& s = *shards_->list[k];
     SK_RETURN_IF_ERROR(EnsureLoaded(s, shards_->cache));
     const SampleRef& ref = s.index->samples[i - firsts_[k]];
+    if (s.map && s.check_headers)
+      SK_RETURN_IF_ERROR(
+          CheckSampleHeaders(s.map->data() + ref.offset, s.map->size() - ref.offset, ref, s.path, s.number, false));
     if (s.map) {
       // The views' owner keeps every shard's mapping alive, through a control block of this
       // thread's own (lib/core/per_thread.h).
@@ -214,7 +234,7 @@ class WdsRandomAccess : public RandomAccess {
       return Status::IOError(fmt::format("short read: {} of {} bytes", n, length),
                              Location{.file = s.path, .shard = s.number, .offset = int64_t(ref.offset), .key = ref.key});
     const auto* base = reinterpret_cast<const uint8_t*>(buf->data());
-    SK_RETURN_IF_ERROR(CheckSampleHeaders(base, length, ref, s.path, s.number));
+    SK_RETURN_IF_ERROR(CheckSampleHeaders(base, length, ref, s.path, s.number, true));
     out->clear();
     out->key = ref.key;
     std::shared_ptr<const void> owner(buf, buf.get());
@@ -254,6 +274,14 @@ class WdsDataset : public Dataset {
                         "(--cache-dir / cache_dir=) to read a local copy",
                         BaseOf(IdxPathFor(s->path))),
             Location{.file = s->path, .shard = s->number});
+    // A shard that changed size since it was indexed could SIGBUS a mapping: a stat each (no reads).
+    for (const auto& s : shards_->list) {
+      if (io::IsUrl(s->path)) continue;  // checked when the shard is first read
+      SK_ASSIGN_OR_RETURN(uint64_t size, FileSize(s->path, s->number));
+      if (size != s->size)
+        return Status::Corrupt(fmt::format("shard changed size since it was indexed ({} -> {} bytes)", s->size, size),
+                               Location{.file = s->path, .shard = s->number});
+    }
     return std::shared_ptr<RandomAccess>(new WdsRandomAccess(shards_));
   }
 
@@ -316,6 +344,34 @@ Result<uint64_t> FileSize(const std::string& path, int64_t shard) {
   if (!S_ISREG(st.st_mode))
     return Status::Invalid("shard is not a regular file", Location{.file = path, .shard = shard});
   return uint64_t(st.st_size);
+}
+
+// A cheap look at a trusted index against its local shard at open, without
+// mapping it (three blocks read): the first and the last indexed member header
+// and the end-of-archive block after the last member. An index of another or a
+// rewritten shard fails it; the shard is then scanned at open, as before.
+bool SpotCheck(const std::string& path, const ShardIndex& idx) {
+  if (idx.samples.empty()) return true;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  auto header_ok = [&](const FieldRef& f) {
+    uint8_t b[tar::kBlock];
+    uint64_t size = 0;
+    char type = 0;
+    // What LoadIdx checks of a header (size and type; not its checksum).
+    bool ok = ::pread(fd, b, sizeof b, off_t(f.offset - tar::kBlock)) == ssize_t(sizeof b) &&
+              tar::ParseNumber(b + 124, 12, &size) && size == f.size;
+    if (ok) type = char(b[156]);
+    return ok && (type == '0' || type == '\0');
+  };
+  const FieldRef& last = idx.samples.back().fields.back();
+  uint64_t end = last.offset + (last.size + tar::kBlock - 1) / tar::kBlock * tar::kBlock;
+  uint8_t z[tar::kBlock];
+  bool ok = header_ok(idx.samples.front().fields.front()) && header_ok(last) &&
+            ::pread(fd, z, sizeof z, off_t(end)) == ssize_t(sizeof z) &&
+            std::all_of(z, z + sizeof z, [](uint8_t c) { return c == 0; });
+  ::close(fd);
+  return ok;
 }
 
 bool HasSums(const std::string& first_shard) {
@@ -413,7 +469,7 @@ Result<std::unique_ptr<Dataset>> OpenWds(const std::string& path, const OpenOpti
     auto text = IdxText(paths[i]);
     if (text.ok()) {
       auto r = ParseIdx(*text, IdxPathFor(paths[i]), paths[i], st->size, nullptr, int64_t(i));
-      if (r.ok()) idx = std::make_shared<ShardIndex>(std::move(r).value());
+      if (r.ok() && (io::IsUrl(paths[i]) || SpotCheck(paths[i], *r))) idx = std::make_shared<ShardIndex>(std::move(r).value());
     } else if (text.status().code() != Code::kNotFound && io::IsUrl(paths[i])) {
       return std::move(text).take_status();
     }
