@@ -53,7 +53,7 @@ def test_open_convert_and_cache_over_http(folder, http_root, tmp_path):
     local = samples_of(shardkit.open(str(root / "train.manifest.json")))
     assert len(local) == 24
     remote = shardkit.open(base + "/train.manifest.json")
-    assert remote.info()["num_samples"] == 24
+    assert remote.info["num_samples"] == 24
     assert samples_of(remote) == local
     assert samples_of(remote, random=True) == local
     cache = tmp_path / "cache"
