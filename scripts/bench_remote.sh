@@ -26,10 +26,11 @@ SK=${SK:-build/tools/shardkit}
 [ -x "$SK" ] || { echo "build shardkit first (cmake --build build --target shardkit_cli)" >&2; exit 1; }
 W=$(mktemp -d "${TMPDIR:-/tmp}/skremote.XXXXXX")
 PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; rm -rf "$W"; }
-trap cleanup EXIT
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; rm -rf "$W"; }
+trap 'rc=$?; cleanup; exit $rc' EXIT
 
 MK="${MAKE_CORPUS:-../shared/corpus/make_corpus.py}"
+[ -f "$MK" ] || MK=/work/shared/corpus/make_corpus.py
 GEN="$W/gen"; mkdir -p "$GEN/sources"
 cp "$MK" "$GEN/make_corpus.py"
 find "$(dirname "$MK")/sources" -maxdepth 1 -type f \( -iname '*.png' -o -iname '*.jpg' -o -iname '*.jpeg' \) \
@@ -62,14 +63,20 @@ ips() {  # images/s of one `bench --loader` run
     { echo "FAILED: bench --loader $* ($(tail -1 "$W/err"))" >&2; exit 1; }
 }
 "$SK" bench --loader "$W/local/ds.manifest.json" --threads "$THREADS" --batch-size 64 --batches 2 >/dev/null 2>&1 || true
+max() { awk "BEGIN{print ($1 > $2) ? $1 : $2}"; }
+# Two rounds in alternating order (the best of each): a loaded machine drifts.
 L=$(ips "$W/local/ds.manifest.json")
 H=$(ips "$HTTP/ds.manifest.json")
+S3RANGE=$(ips "s3://test/ds/ds.manifest.json")
 S3COLD=$(ips "s3://test/ds/ds.manifest.json" --cache-dir "$W/cache")
 S3WARM=$(ips "s3://test/ds/ds.manifest.json" --cache-dir "$W/cache")
-S3RANGE=$(ips "s3://test/ds/ds.manifest.json")
+S3WARM=$(max "$S3WARM" "$(ips "s3://test/ds/ds.manifest.json" --cache-dir "$W/cache")")
+S3RANGE=$(max "$S3RANGE" "$(ips "s3://test/ds/ds.manifest.json")")
+H=$(max "$H" "$(ips "$HTTP/ds.manifest.json")")
+L=$(max "$L" "$(ips "$W/local/ds.manifest.json")")
 r() { awk "BEGIN{printf \"%.2f\", $1 / $2}"; }
 echo "remote storage, $N images in 8 shards, $THREADS threads, loopback servers"
-printf "%-44s %12s %8s\n" "loader (random order, decode+crop)" "images/s" "ratio"
+printf "%-44s %12s %8s\n" "loader (random order, decode+crop; best of 2)" "images/s" "ratio"
 printf "%-44s %12s %8s\n" "local disk" "$L" "1.00"
 printf "%-44s %12s %8s\n" "http (python server), range requests" "$H" "$(r "$H" "$L")"
 printf "%-44s %12s %8s\n" "s3rver, range requests, no cache" "$S3RANGE" "$(r "$S3RANGE" "$L")"

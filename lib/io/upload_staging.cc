@@ -45,9 +45,10 @@ bool EndsWith(const std::string& s, std::string_view suffix) {
 
 class UploadingFileSystem : public FileSystem {
  public:
+  static constexpr int kWorkers = 4;  // files uploaded at once (each a multipart upload of its own on s3)
   UploadingFileSystem(std::shared_ptr<FileSystem> base, std::string local_root, std::string remote_root)
       : base_(std::move(base)), local_root_(std::move(local_root)), remote_root_(std::move(remote_root)) {
-    worker_ = std::thread([this] { Work(); });
+    for (int i = 0; i < kWorkers; ++i) workers_.emplace_back([this] { Work(); });
   }
   ~UploadingFileSystem() override {
     {
@@ -56,7 +57,7 @@ class UploadingFileSystem : public FileSystem {
       queue_.clear();  // a failed write: no more uploads (Finish() drains a good one first)
     }
     cv_.notify_all();
-    worker_.join();
+    for (auto& w : workers_) w.join();
   }
 
   const std::string& local_root() const { return local_root_; }
@@ -68,7 +69,7 @@ class UploadingFileSystem : public FileSystem {
   // Waits for the queue; the first error.
   Status Drain() {
     std::unique_lock lock(mu_);
-    idle_cv_.wait(lock, [this] { return queue_.empty() && !busy_; });
+    idle_cv_.wait(lock, [this] { return queue_.empty() && busy_ == 0; });
     return error_;
   }
 
@@ -160,15 +161,15 @@ class UploadingFileSystem : public FileSystem {
       if (queue_.empty()) return;  // stop_
       std::string f = std::move(queue_.front());
       queue_.pop_front();
-      busy_ = true;
+      ++busy_;
       bool skip = !error_.ok();
       lock.unlock();
       Status s = skip ? Status::OK() : UploadFile(f, RemoteOf(f));
       lock.lock();
       if (!s.ok() && error_.ok()) error_ = s;
       if (s.ok() && !skip) uploaded_.push_back(f);
-      busy_ = false;
-      if (queue_.empty()) idle_cv_.notify_all();
+      --busy_;
+      if (queue_.empty() && busy_ == 0) idle_cv_.notify_all();
     }
   }
 
@@ -178,10 +179,10 @@ class UploadingFileSystem : public FileSystem {
   std::condition_variable cv_, idle_cv_;
   std::deque<std::string> queue_;
   std::vector<std::string> uploaded_;
-  bool busy_ = false;
+  int busy_ = 0;  // uploads in progress
   bool stop_ = false;
   Status error_;
-  std::thread worker_;
+  std::vector<std::thread> workers_;
 };
 
 Status StagedOutput::Finish() {

@@ -4,7 +4,8 @@
 // The writer writes local files as usual, through a FileSystem that wraps the
 // local one: each file it publishes (a finished shard, its .idx and .xxh3, an
 // LMDB/HDF5 output) is uploaded under the same relative name below the remote
-// root, on a background thread, while the writer goes on with the next shard.
+// root, by background threads (up to 4 files at once), while the writer goes on
+// with the next shard.
 // A manifest (*.manifest.json) is uploaded last: its Publish waits for every
 // upload before it, and fails (uploading nothing) when one failed, so a reader
 // that sees a remote manifest sees complete shards. Files ending in ".partial"
