@@ -79,3 +79,27 @@ def test_remote_lmdb_says_it_needs_a_local_copy(http_root):
     with pytest.raises(shardkit.Error) as e:
         shardkit.open("lmdb:" + base + "/x.lmdb")
     assert "local" in str(e.value)
+
+
+def test_loader_over_http_with_a_cache(folder, http_root, tmp_path):
+    if not (shardkit.HAVE_CONVERT and shardkit.HAVE_LOADER):
+        pytest.skip("no convert or loader in this build")
+    pytest.importorskip("torch")
+    address, _ = folder
+    root, base = http_root
+    shardkit.shard(address, str(root / "train-%06d.tar"), samples_per_shard=10)
+    cache = tmp_path / "cache"
+    try:
+        for kw in ({}, {"cache_dir": str(cache)}):
+            loader = shardkit.Loader(base + "/train.manifest.json", batch_size=4, output_size=32, threads=2,
+                                     shuffle=True, **kw)
+            n = 0
+            for images, labels in loader:
+                assert images.shape[1:] == (3, 32, 32)
+                n += images.shape[0]
+            assert n == 24
+            loader.close()
+        assert any(p.name.endswith("train-000000.tar") for p in cache.iterdir())
+    finally:
+        os.environ.pop("SHARDKIT_CACHE_DIR", None)
+        os.environ.pop("SHARDKIT_CACHE_BYTES", None)
