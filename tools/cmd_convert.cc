@@ -28,7 +28,12 @@ struct CopyFlags {
 void AddCopyFlags(CLI::App* sub, CopyFlags* f) {
   sub->add_option("SRC", f->src, "Source dataset address, e.g. images/ or wds:train-{000000..000009}.tar")
       ->required();
-  sub->add_option("DST", f->dst, "Destination address, e.g. wds:out/train-%06d.tar")->required();
+  sub->add_option("DST", f->dst,
+                  "Destination address, e.g. wds:out/train-%06d.tar or s3://bucket/out/train-%06d.tar (a remote "
+                  "output is written in a local staging directory and uploaded file by file as each is finished, "
+                  "the manifest last; LMDB and HDF5, single local files by nature, are uploaded once complete; "
+                  "docs/remote.md)")
+      ->required();
   auto* shuffle = sub->add_flag("--shuffle", f->shuffle,
                                 "Write the samples in a seeded global random order (the source needs "
                                 "random access by index)");
