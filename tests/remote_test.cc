@@ -10,7 +10,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <map>
+#include <set>
 #include <chrono>
 #include <filesystem>
 #include <random>
@@ -22,7 +25,11 @@
 #include "io/remote/credentials.h"
 #include "io/remote/http_client.h"
 #include "io/remote/object_store.h"
+#include "io/remote/remote_fs.h"
 #include "io/remote/s3.h"
+#include "io/shard_cache.h"
+#include "shardkit/convert.h"
+#include "shardkit/dataset.h"
 #include "support.h"
 
 extern char** environ;
@@ -627,7 +634,7 @@ TEST_CASE("remote: ObjectStore picks the client by scheme", "[remote]") {
   CHECK(store.Stat("/data/x.tar").status().code() == Code::kInvalidArgument);
 
   const std::string data = RandomBytes(6 << 20, 43);
-  WriteOptions small_parts{.multipart_threshold = 5 << 20, .part_size = 5 << 20};
+  remote::WriteOptions small_parts{.multipart_threshold = 5 << 20, .part_size = 5 << 20};
   for (const std::string& addr : {web.Url("o/a.bin"), std::string("s3://test/o/a.bin")}) {
     INFO(addr);
     REQUIRE(store.Write(addr, data, small_parts).ok());  // S3: a 2-part multipart upload
@@ -651,4 +658,286 @@ TEST_CASE("remote: ObjectStore picks the client by scheme", "[remote]") {
   CHECK(store.Stat("s3://test/o/a.bin").status().code() == Code::kNotFound);
   REQUIRE(store.Remove(web.Url("o/a.bin")).ok());
   CHECK(store.Stat(web.Url("o/a.bin")).status().code() == Code::kNotFound);
+}
+
+// ---------------------------------------------------------------- the storage seam (issue 14)
+
+namespace {
+
+// Points the environment's S3 settings at an s3rver (FileSystemFor("s3://...") reads them).
+void UseS3rver(const S3rverServer& srv) {
+  ::setenv("AWS_ENDPOINT_URL", srv.proc->base().c_str(), 1);
+  ::setenv("AWS_ACCESS_KEY_ID", "S3RVER", 1);
+  ::setenv("AWS_SECRET_ACCESS_KEY", kSecret.c_str(), 1);
+  ::setenv("AWS_REGION", "us-east-1", 1);
+  ::unsetenv("AWS_SESSION_TOKEN");
+  ::unsetenv("AWS_ENDPOINT_URL_S3");
+  ::unsetenv("SHARDKIT_CACHE_DIR");
+}
+
+// Every sample of a dataset by key: field -> bytes.
+std::map<std::string, std::map<std::string, std::string>> AllByKey(const std::string& address, OpenOptions o = {},
+                                                                   bool random = false) {
+  std::map<std::string, std::map<std::string, std::string>> out;
+  auto ds = Open(address, o);
+  INFO(address << ": " << ds.status().ToString());
+  REQUIRE(ds.ok());
+  Sample s;
+  auto put = [&] {
+    auto& m = out[s.key];
+    for (const auto& f : s.fields) m[f.ext] = std::string(f.data.view());
+  };
+  if (random) {
+    auto ra = (*ds)->NewRandomAccess();
+    INFO(ra.status().ToString());
+    REQUIRE(ra.ok());
+    // A scattered order, as a loader's.
+    std::vector<uint64_t> order((*ra)->size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(), std::mt19937(7));
+    for (uint64_t i : order) {
+      Status st = (*ra)->Get(i, &s);
+      INFO(st.ToString());
+      REQUIRE(st.ok());
+      put();
+    }
+  } else {
+    auto r = (*ds)->NewReader();
+    REQUIRE(r.ok());
+    for (;;) {
+      auto more = (*r)->Next(&s);
+      INFO(more.status().ToString());
+      REQUIRE(more.ok());
+      if (!*more) break;
+      put();
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("remote fs: s3:// and http:// file systems from the scheme registry", "[remote]") {
+  S3rverServer srv;
+  UseS3rver(srv);
+  auto fs = FileSystemFor("s3://test/a/b.bin");
+  INFO(fs.status().ToString());
+  REQUIRE(fs.ok());
+  // 20 MB: a multipart upload of 16 MiB parts as they are appended.
+  const std::string data = RandomBytes(20 << 20, 41);
+  {
+    auto w = (*fs)->NewWritableFile("s3://test/a/b.bin", CreateMode::kTruncate);
+    REQUIRE(w.ok());
+    for (size_t off = 0; off < data.size(); off += 1 << 20) REQUIRE((*w)->Append(data.substr(off, 1 << 20)).ok());
+    REQUIRE((*w)->Close().ok());
+  }
+  auto st = (*fs)->Stat("s3://test/a/b.bin");
+  REQUIRE(st.ok());
+  CHECK(st->type == FileType::kFile);
+  CHECK(st->size == data.size());
+  CHECK((*fs)->Stat("s3://test/a")->type == FileType::kDirectory);
+  CHECK((*fs)->Stat("s3://test/nothing")->type == FileType::kNotFound);
+  auto r = (*fs)->OpenForRead("s3://test/a/b.bin");
+  REQUIRE(r.ok());
+  std::string buf(100000, '\0');
+  REQUIRE((*r)->ReadAt((16 << 20) - 500, buf.size(), buf.data()).ok());  // across the part boundary
+  CHECK(buf == data.substr((16 << 20) - 500, buf.size()));
+  CHECK(*(*r)->ReadAt(data.size() - 10, 100, buf.data()) == 10);  // clamped at the end
+  CHECK((*r)->Map().status().code() == Code::kUnsupported);
+  REQUIRE((*fs)->NewWritableFile("s3://test/a/c/d.txt", CreateMode::kTruncate).ok());
+  {
+    auto w = (*fs)->NewWritableFile("s3://test/a/c/d.txt", CreateMode::kTruncate);
+    REQUIRE((*w)->Append("hello").ok());
+    REQUIRE((*w)->Close().ok());
+  }
+  CHECK((*fs)->NewWritableFile("s3://test/a/c/d.txt", CreateMode::kExclusive).status().code() == Code::kAlreadyExists);
+  auto list = (*fs)->ListDir("s3://test/a");
+  REQUIRE(list.ok());
+  REQUIRE(list->size() == 2);
+  CHECK((*list)[0].name == "b.bin");
+  CHECK((*list)[0].type == FileType::kFile);
+  CHECK((*list)[1].name == "c");
+  CHECK((*list)[1].type == FileType::kDirectory);
+  CHECK(*(*fs)->ReadFile("s3://test/a/c/d.txt") == "hello");
+  REQUIRE((*fs)->RemoveAll("s3://test/a").ok());
+  CHECK(!(*fs)->Exists("s3://test/a/b.bin"));
+  auto missing = (*fs)->OpenForRead("s3://test/no/such.tar");
+  CHECK(missing.status().code() == Code::kNotFound);
+  CHECK(missing.status().ToString().find("s3://test/no/such.tar") != std::string::npos);
+  CheckNoSecret(missing.status());
+
+  HttpServer http;
+  sk_test::WriteFile(http.root + "/x.bin", data.substr(0, 300000));
+  auto hfs = FileSystemFor(http.Url("x.bin"));
+  REQUIRE(hfs.ok());
+  auto hr = (*hfs)->OpenForRead(http.Url("x.bin"));
+  REQUIRE(hr.ok());
+  CHECK((*hr)->size() == 300000);
+  REQUIRE(*(*hr)->ReadAt(1234, 5000, buf.data()) == 5000);
+  CHECK(buf.substr(0, 5000) == data.substr(1234, 5000));
+  CHECK((*hfs)->ListDir(http.proc->base()).status().code() == Code::kUnsupported);
+}
+
+TEST_CASE("remote wds: folder -> s3 -> folder, random access by ranges, streamed without index, cache", "[remote]") {
+  S3rverServer srv;
+  UseS3rver(srv);
+  sk_test::TempDir tmp;
+  ::setenv("SHARDKIT_STAGING_DIR", (tmp / "staging").c_str(), 1);
+  sk_test::MakeImageFolder(tmp / "src", 3, 10, 5);
+  ConvertOptions co;
+  co.write.samples_per_shard = 7;
+  auto sum = Convert(tmp / "src", "s3://test/ds/train-%06d.tar", co);
+  INFO(sum.status().ToString());
+  REQUIRE(sum.ok());
+  REQUIRE(sum->shards.size() == 5);
+  CHECK(sum->shards[0].path == "s3://test/ds/train-000000.tar");
+  CHECK(fs::is_empty(tmp / "staging"));  // nothing left once uploaded
+  // The objects are there, the manifest with them.
+  S3Client s3(SettingsFor(srv.proc->base()), FastOptions());
+  auto objects = s3.List("test", "ds/");
+  REQUIRE(objects.ok());
+  std::set<std::string> keys;
+  for (const auto& o : *objects) keys.insert(o.key);
+  CHECK(keys.count("ds/train.manifest.json") == 1);
+  CHECK(keys.count("ds/train-000004.tar") == 1);
+  CHECK(keys.count("ds/train-000004.idx") == 1);
+
+  auto local = AllByKey(tmp / "src");
+  REQUIRE(local.size() == 30);
+  // Through the manifest (relative shard names resolve against it): in order, and by
+  // index in a scattered order (each sample one range request).
+  CHECK(AllByKey("s3://test/ds/train.manifest.json") == local);
+  CHECK(AllByKey("s3://test/ds/train.manifest.json", {}, /*random=*/true) == local);
+  // A brace range of shards with their .idx.
+  CHECK(AllByKey("s3://test/ds/train-{000000..000004}.tar", {}, true) == local);
+  auto info = Open("s3://test/ds/train-{000000..000004}.tar");
+  REQUIRE(info.ok());
+  CHECK((*info)->info().num_samples == 30u);
+  for (const auto& sh : (*info)->info().shards) CHECK(sh.path.find(kSecret) == std::string::npos);
+
+  // Without an index: streamed, in order only; random access says why.
+  REQUIRE(s3.Delete({"test", "ds/train-000001.idx"}).ok());
+  auto noidx = Open("s3://test/ds/train-{000000..000004}.tar");
+  REQUIRE(noidx.ok());
+  CHECK(!(*noidx)->info().num_samples);
+  auto ra = (*noidx)->NewRandomAccess();
+  CHECK(ra.status().code() == Code::kUnsupported);
+  CHECK(ra.status().ToString().find("train-000001") != std::string::npos);
+  CHECK(AllByKey("s3://test/ds/train-{000000..000004}.tar") == local);
+
+  // The cache: the shards are downloaded once, then read from local disk.
+  OpenOptions cached;
+  cached.cache_dir = tmp / "cache";
+  CHECK(AllByKey("s3://test/ds/train-{000000..000004}.tar", cached, true) == local);
+  uint64_t total = 0;
+  for (const auto& sh : sum->shards) total += sh.bytes;
+  CHECK(io::CacheBytes(tmp / "cache") == total);
+  CHECK(AllByKey("s3://test/ds/train.manifest.json", cached, true) == local);
+  CHECK(io::CacheBytes(tmp / "cache") == total);  // the same shards: no second copy
+
+  // Back to a local folder, byte-identical.
+  auto back = Convert("s3://test/ds/train.manifest.json", "folder:" + (tmp / "back"), {});
+  INFO(back.status().ToString());
+  REQUIRE(back.ok());
+  CHECK(AllByKey("folder:" + (tmp / "back")) == local);
+  ::unsetenv("SHARDKIT_STAGING_DIR");
+}
+
+TEST_CASE("remote wds: http shards with .idx are read by range requests, not downloaded", "[remote]") {
+  HttpServer http;
+  sk_test::TempDir tmp;
+  sk_test::MakeImageFolder(tmp / "src", 2, 12, 9);
+  ConvertOptions co;
+  co.write.samples_per_shard = 8;
+  REQUIRE(Convert(tmp / "src", http.root + "/train-%06d.tar", co).ok());
+  auto local = AllByKey(tmp / "src");
+  auto requests = [&] {
+    uint64_t n = 0;
+    for (const auto& [path, count] : http.Stats()["requests"].items()) n += count.get<uint64_t>();
+    return n;
+  };
+  uint64_t before = requests();
+  auto ds = Open(http.Url("train-{000000..000002}.tar"));
+  REQUIRE(ds.ok());
+  auto ra = (*ds)->NewRandomAccess();
+  REQUIRE(ra.ok());
+  Sample s;
+  REQUIRE((*ra)->Get(17, &s).ok());  // one sample of the third shard
+  uint64_t after = requests();
+  // Open: HEAD + .idx per shard; the read: HEAD + .idx of its shard, one range.
+  CHECK(after - before <= 3 * 2 + 3 + 1);
+  CHECK(AllByKey(http.Url("train.manifest.json"), {}, true) == local);
+  CHECK(AllByKey(http.Url("train.manifest.json")) == local);
+
+  // A shard that changed under its index: a clear error, not wrong bytes.
+  std::string shard = sk_test::ReadFile(http.root + "/train-000001.tar");
+  shard[8 * 0 + 124] ^= 1;  // the first member header's size field
+  sk_test::WriteFile(http.root + "/train-000001.tar", shard);
+  auto ds2 = Open(http.Url("train-{000000..000002}.tar"));
+  REQUIRE(ds2.ok());
+  auto ra2 = (*ds2)->NewRandomAccess();
+  REQUIRE(ra2.ok());
+  Status bad = (*ra2)->Get(8, &s);
+  CHECK(bad.code() == Code::kCorrupt);
+  CHECK(bad.ToString().find("train-000001.tar") != std::string::npos);
+}
+
+TEST_CASE("remote wds: a failed upload leaves no manifest", "[remote]") {
+  HttpServer http;
+  sk_test::TempDir tmp;
+  ::setenv("SHARDKIT_STAGING_DIR", (tmp / "staging").c_str(), 1);
+  sk_test::MakeImageFolder(tmp / "src", 2, 10, 3);
+  http.Fault("out/train-000001.tar", "500", -1);
+  ConvertOptions co;
+  co.write.samples_per_shard = 5;
+  auto sum = Convert(tmp / "src", http.Url("out/train-%06d.tar"), co);
+  REQUIRE(!sum.ok());
+  INFO(sum.status().ToString());
+  CHECK(sum.status().ToString().find("train-000001.tar") != std::string::npos);
+  CHECK(fs::exists(http.root + "/out/train-000000.tar"));
+  CHECK(!fs::exists(http.root + "/out/train.manifest.json"));
+  http.Clear();
+  // --resume continues from the staged shards and uploads the rest, manifest last.
+  co.write.resume = true;
+  auto again = Convert(tmp / "src", http.Url("out/train-%06d.tar"), co);
+  INFO(again.status().ToString());
+  REQUIRE(again.ok());
+  CHECK(fs::exists(http.root + "/out/train.manifest.json"));
+  CHECK(AllByKey(http.Url("out/train.manifest.json"), {}, true) == AllByKey(tmp / "src"));
+  ::unsetenv("SHARDKIT_STAGING_DIR");
+}
+
+TEST_CASE("remote cache: bounded LRU, one download for many threads", "[remote]") {
+  sk_test::TempDir tmp;
+  auto local = FileSystem::Local();
+  std::vector<std::string> files;
+  for (int i = 0; i < 4; ++i) {
+    files.push_back(tmp / fmt::format("f{}.tar", i));
+    sk_test::WriteFile(files.back(), RandomBytes(1 << 20, 100 + i));
+  }
+  io::CacheOptions c{tmp / "cache", (5 << 20) / 2};  // room for two
+  // 8 threads ask for the same file at once: one copy, all identical.
+  std::vector<std::string> got(8);
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 8; ++t)
+    ts.emplace_back([&, t] {
+      auto r = io::CachedCopy(*local, files[0], 1 << 20, c);
+      if (r.ok()) got[t] = *r;
+    });
+  for (auto& t : ts) t.join();
+  for (const auto& g : got) CHECK(g == got[0]);
+  CHECK(sk_test::ReadFile(got[0]) == sk_test::ReadFile(files[0]));
+  CHECK(io::CacheBytes(tmp / "cache") == (1u << 20));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  REQUIRE(io::CachedCopy(*local, files[1], 1 << 20, c).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  REQUIRE(io::CachedCopy(*local, files[0], 1 << 20, c).ok());  // a hit: now the most recent
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  REQUIRE(io::CachedCopy(*local, files[2], 1 << 20, c).ok());  // evicts files[1], the least recent
+  CHECK(io::CacheBytes(tmp / "cache") == (2u << 20));
+  CHECK(fs::exists(got[0]));
+  // A size that does not match the object: an error, nothing cached.
+  auto wrong = io::CachedCopy(*local, files[3], 12345, c);
+  CHECK(wrong.status().code() == Code::kCorrupt);
+  CHECK(io::CacheBytes(tmp / "cache") == (2u << 20));
 }

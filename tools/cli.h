@@ -50,6 +50,10 @@ int UsageError(const std::string& message);
 // `flag` and returns false.
 bool ParseSizeFlag(const std::string& flag, const std::string& value, uint64_t* out);
 
+// --cache-dir DIR and --cache-bytes SIZE: the local cache of remote shards
+// (docs/remote.md), passed to the library as SHARDKIT_CACHE_DIR/_BYTES.
+void AddCacheOptions(CLI::App* sub);
+
 // Progress on stderr (samples, MB/s, ETA) when stderr is a terminal, else a no-op.
 class ProgressPrinter {
  public:

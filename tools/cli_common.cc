@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
@@ -28,6 +29,23 @@ int Fail(const Status& st, bool overwrite_flag) {
 int UsageError(const std::string& message) {
   std::fprintf(stderr, "shardkit: error: %s\n", message.c_str());
   return kExitUsage;
+}
+
+void AddCacheOptions(CLI::App* sub) {
+  sub->add_option_function<std::string>(
+         "--cache-dir", [](const std::string& d) { ::setenv("SHARDKIT_CACHE_DIR", d.c_str(), 1); },
+         "Remote shards (http(s)://, s3://): download each shard whole on first use into DIR and read it from "
+         "there (a second epoch reads local disk); several processes may share DIR")
+      ->type_name("DIR");
+  sub->add_option_function<std::string>(
+         "--cache-bytes",
+         [](const std::string& v) {
+           auto r = ParseByteSize(v);
+           if (!r.ok()) throw CLI::ValidationError("--cache-bytes", std::string(r.status().message()));
+           ::setenv("SHARDKIT_CACHE_BYTES", std::to_string(*r).c_str(), 1);
+         },
+         "Bound of --cache-dir (e.g. 50G; least recently used shards are removed first; default unbounded)")
+      ->type_name("SIZE");
 }
 
 bool ParseSizeFlag(const std::string& flag, const std::string& value, uint64_t* out) {

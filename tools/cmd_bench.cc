@@ -52,6 +52,7 @@ RunFn SetupBench(CLI::App* sub) {
     std::string dtype = "float32";
   };
   auto f = std::make_shared<Flags>();
+  AddCacheOptions(sub);
   sub->add_option("DATASET", f->addresses,
                   "One or more dataset addresses (the same data in different formats, and the source folder "
                   "as the one-file-per-sample baseline); measured interleaved")

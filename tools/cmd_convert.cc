@@ -29,7 +29,12 @@ struct CopyFlags {
 void AddCopyFlags(CLI::App* sub, CopyFlags* f) {
   sub->add_option("SRC", f->src, "Source dataset address, e.g. images/ or wds:train-{000000..000009}.tar")
       ->required();
-  sub->add_option("DST", f->dst, "Destination address, e.g. wds:out/train-%06d.tar")->required();
+  sub->add_option("DST", f->dst,
+                  "Destination address, e.g. wds:out/train-%06d.tar or s3://bucket/out/train-%06d.tar (a remote "
+                  "output is written in a local staging directory and uploaded file by file as each is finished, "
+                  "the manifest last; LMDB and HDF5, single local files by nature, are uploaded once complete; "
+                  "docs/remote.md)")
+      ->required();
   auto* shuffle = sub->add_flag("--shuffle", f->shuffle,
                                 "Write the samples in a seeded global random order (the source needs "
                                 "random access by index)");
@@ -111,6 +116,7 @@ RunFn SetupConvert(CLI::App* sub) {
     std::string field_map, tfrecord_preset = "imagenet", tfrecord_compression = "none", tfrecord_field_map;
   };
   auto f = std::make_shared<Flags>();
+  AddCacheOptions(sub);
   AddCopyFlags(sub, f.get());
   sub->add_option("--field-map", f->field_map,
                   "Source fields by name, 'NAME=FIELD,...': TFRecord feature names (FIELD: __key__, cls, "
@@ -193,6 +199,7 @@ RunFn SetupShard(CLI::App* sub) {
     std::string shard_size;
   };
   auto f = std::make_shared<Flags>();
+  AddCacheOptions(sub);
   AddCopyFlags(sub, f.get());
   auto* n = sub->add_option("--num-shards", f->num_shards,
                             "Write exactly N shards whose sample counts differ by at most one "

@@ -20,6 +20,7 @@ RunFn SetupIndex(CLI::App* sub) {
     std::string name;
   };
   auto f = std::make_shared<Flags>();
+  AddCacheOptions(sub);
   sub->add_option("SHARD", f->shards, "Tar shards (paths; a brace range such as 'train-{000000..000009}.tar' "
                                       "is expanded by shardkit when quoted), or files of a format with an index "
                                       "of its own (MXNet RecordIO x.rec: writes x.idx)")

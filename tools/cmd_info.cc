@@ -16,6 +16,7 @@ RunFn SetupInfo(CLI::App* sub) {
     bool count = false;
   };
   auto f = std::make_shared<Flags>();
+  AddCacheOptions(sub);
   sub->add_option("DATASET", f->address, "Dataset address, e.g. images/, out/train.manifest.json, lmdb:train.lmdb")
       ->required();
   sub->add_flag("--count", f->count,

@@ -60,6 +60,7 @@ RunFn SetupVerify(CLI::App* sub) {
     int threads = 0;
   };
   auto f = std::make_shared<Flags>();
+  AddCacheOptions(sub);
   sub->add_option("DATASET", f->address, "Dataset address, e.g. out/train.manifest.json, lmdb:train.lmdb")
       ->required();
   sub->add_option("--against", f->against,

@@ -108,6 +108,13 @@ struct OpenOptions {
   // Where the files are (null = FileSystem::Local()). The readers map and read
   // local files today; this is where a remote store will plug in.
   std::shared_ptr<FileSystem> filesystem;
+  // Remote shards (http://, https://, s3://; docs/remote.md): with a cache
+  // directory each shard is downloaded whole on first use into it (bounded by
+  // cache_bytes, 0 = unbounded; least recently used shards go first; shared
+  // safely by several processes) and read from local disk from then on;
+  // without one, random access reads each sample by an HTTP range request.
+  std::string cache_dir;
+  uint64_t cache_bytes = 0;
 };
 
 // What a writer does with a key whose last path component holds a dot (which a

@@ -3,6 +3,8 @@
 #include "formats/registry.h"
 #include "shardkit/index.h"
 
+#include "io/shard_cache.h"
+
 #include <fmt/format.h>
 
 #include <cctype>
@@ -60,6 +62,7 @@ std::string_view SchemeLike(std::string_view address) {
   auto colon = address.find(':');
   if (colon == std::string_view::npos || colon < 2) return {};
   if (colon + 1 < address.size() && address[colon + 1] == ':') return {};
+  if (address.substr(colon).starts_with("://")) return {};  // a storage address (s3://, http://): FileSystemFor's
   if (!std::isalpha(static_cast<unsigned char>(address[0]))) return {};
   for (size_t i = 0; i < colon; ++i)
     if (!std::isalnum(static_cast<unsigned char>(address[i]))) return {};
@@ -101,6 +104,12 @@ Result<const Format*> Resolve(std::string_view address, bool for_write, std::str
     int b = for_write ? f.bid_write(rest) : f.bid_read(rest);
     if (b > best_bid) best_bid = b, best = &f;  // a tie keeps the earlier row
   }
+  if (!best && io::IsUrl(rest))
+    return Status::Invalid(fmt::format("cannot tell the format of '{}': remote addresses are read as tar shards "
+                                       "(x.tar, a brace range of them, or x.manifest.json); prefix another with its "
+                                       "format (e.g. wds:)",
+                                       address),
+                           Location{.file = rest});
   if (!best) {
     std::string names;
     for (const auto& f : All()) names += fmt::format("{}{}:", names.empty() ? "" : ", ", f.name);
@@ -119,6 +128,13 @@ namespace shardkit {
 Result<std::unique_ptr<Dataset>> Open(std::string_view address, const OpenOptions& opts) {
   std::string path;
   SK_ASSIGN_OR_RETURN(const formats::Format* f, formats::Resolve(address, false, &path));
+  if (!f->reads_remote && io::IsUrl(path))
+    return Status::Unsupported(
+        fmt::format("the {} format is read from local files only (its library opens or maps the file itself, so "
+                    "range requests make no sense): copy it to local disk first (e.g. `aws s3 cp --recursive`); "
+                    "tar shards (wds) and their manifests are read remotely",
+                    f->name),
+        Location{.file = path});
   return f->open(path, opts);
 }
 

@@ -72,6 +72,9 @@ struct Format {
   // Its writer cuts the output into shards and follows a shard plan
   // (WdsWriteOptions::shard_plan): what `Shard()` writes.
   bool writes_shards = false;
+  // Its reader goes through the storage seam (FileSystemFor), so it opens
+  // http(s):// and s3:// addresses; the others need a local copy (docs/remote.md).
+  bool reads_remote = false;
   // Optional (null: the dataset is one unit): the shards of an address (see
   // ShardListing). Errors: the address names no dataset of this format at all.
   Result<ShardListing> (*list_shards)(const std::string& path) = nullptr;

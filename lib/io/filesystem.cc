@@ -6,6 +6,10 @@
 
 #include "shardkit/filesystem.h"
 
+#if SHARDKIT_WITH_REMOTE
+#include "io/remote/remote_fs.h"
+#endif
+
 namespace shardkit {
 
 Result<Bytes> ReadableFile::Map() const {
@@ -73,6 +77,9 @@ Result<std::shared_ptr<FileSystem>> FileSystemFor(std::string_view address) {
   if (sep == std::string_view::npos) return FileSystem::Local();
   std::string scheme(address.substr(0, sep));
   if (scheme == "file") return FileSystem::Local();
+#if SHARDKIT_WITH_REMOTE
+  remote::RegisterRemoteFileSystems();  // http, https, s3: on first use, not by a static initialiser
+#endif
   FileSystemFactory factory;
   std::string known = "file";
   {

@@ -21,6 +21,7 @@
 
 #include "core/cores.h"
 #include "formats/registry.h"
+#include "io/upload_staging.h"
 #include "pipeline/plan.h"
 
 namespace shardkit {
@@ -451,7 +452,17 @@ Result<ConvertSummary> Convert(std::string_view src, std::string_view dst, const
                                const ProgressFn& progress) {
   const auto t0 = Clock::now();
   SK_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> in, Open(src, opts.open));
-  SK_ASSIGN_OR_RETURN(ConvertSummary sum, CopyInto(*in, src, std::string(dst), opts, progress));
+  ConvertOptions c = opts;
+  std::string target(dst);
+  io::StagedOutput staged;  // a remote output: written locally, each finished file uploaded (upload_staging.h)
+  if (io::IsRemoteOutput(dst)) {
+    SK_ASSIGN_OR_RETURN(staged, io::StageRemoteOutput(dst, c.write.filesystem));
+    c.write.filesystem = staged.fs;
+    target = staged.address;
+  }
+  SK_ASSIGN_OR_RETURN(ConvertSummary sum, CopyInto(*in, src, target, c, progress));
+  SK_RETURN_IF_ERROR(staged.Finish());
+  for (auto& si : sum.shards) si.path = staged.RemoteOf(si.path);
   sum.source = std::string(src);
   sum.destination = std::string(dst);
   sum.source_format = in->info().format;
@@ -528,7 +539,16 @@ Result<ConvertSummary> Shard(std::string_view src, std::string_view dst, const S
     c.write.shard_size = std::numeric_limits<uint64_t>::max();
     c.write.samples_per_shard = 0;
   }
-  SK_ASSIGN_OR_RETURN(ConvertSummary sum, CopyInto(*in, src, out_address, c, progress));
+  std::string target = out_address;
+  io::StagedOutput staged;  // a remote output: written locally, each finished file uploaded (upload_staging.h)
+  if (io::IsRemoteOutput(out_address)) {
+    SK_ASSIGN_OR_RETURN(staged, io::StageRemoteOutput(out_address, c.write.filesystem));
+    c.write.filesystem = staged.fs;
+    target = staged.address;
+  }
+  SK_ASSIGN_OR_RETURN(ConvertSummary sum, CopyInto(*in, src, target, c, progress));
+  SK_RETURN_IF_ERROR(staged.Finish());
+  for (auto& si : sum.shards) si.path = staged.RemoteOf(si.path);
   if (!c.write.wds.shard_plan.empty() && c.part.count == 0 && !sum.already_complete) {
     bool same = sum.shards.size() == c.write.wds.shard_plan.size();
     for (size_t i = 0; same && i < sum.shards.size(); ++i)

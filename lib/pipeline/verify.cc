@@ -27,6 +27,7 @@
 #include "decode/jpeg.h"
 #include "core/paths.h"
 #include "formats/registry.h"
+#include "io/shard_cache.h"
 
 
 namespace shardkit {
@@ -224,7 +225,13 @@ class Verifier {
   void CheckFileChecksum(const std::string& file, int64_t shard, const std::string& recorded,
                          std::optional<uint64_t> bytes) {
     Location at{.file = file, .shard = shard};
-    if (bytes) {
+    if (bytes && io::IsUrl(file)) {  // a remote shard (docs/remote.md)
+      auto size = io::AnySize(file);
+      if (size.ok() && *size != *bytes) {
+        Add(FindingKind::kShardChecksum, at, fmt::format("file has {} bytes but the metadata records {}", *size, *bytes));
+        return;
+      }
+    } else if (bytes) {
       struct stat st;
       if (::stat(file.c_str(), &st) == 0 && uint64_t(st.st_size) != *bytes) {
         Add(FindingKind::kShardChecksum, at,
@@ -234,7 +241,7 @@ class Verifier {
     }
     if (recorded.empty()) return;
     rep_.shard_checksums = true;
-    auto h = paths::HashFile(file);
+    auto h = io::IsUrl(file) ? io::HashAnyFile(file) : paths::HashFile(file);
     if (!h.ok()) {
       AddStatus(h.status(), at);
       return;
@@ -248,7 +255,7 @@ class Verifier {
     const Unit& u = units_[ui];
     Location at{.file = u.path, .shard = u.shard};
     ++rep_.shards;
-    if (u.shard >= 0 && !io::Exists(u.path)) {
+    if (u.shard >= 0 && !(io::IsUrl(u.path) ? io::AnyExists(u.path) : io::Exists(u.path))) {
       Add(FindingKind::kMissingShard, at,
           manifest_.empty() ? "shard named by the address does not exist"
                             : fmt::format("shard listed in the manifest '{}' does not exist", manifest_));

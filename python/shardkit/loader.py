@@ -64,7 +64,11 @@ class Loader:
     """Iterates (images, labels) torch tensors, like a DataLoader with a DistributedSampler.
 
     Arguments (torchvision equivalents in docs/python.md):
-      address: a dataset address (tar shards, LMDB, HDF5, image folder).
+      address: a dataset address (tar shards, LMDB, HDF5, image folder); tar shards and
+        manifests may be http(s):// or s3:// addresses (docs/remote.md).
+      cache_dir, cache_bytes: remote shards are downloaded whole on first use into
+        cache_dir (bounded by cache_bytes, 0 = unbounded) so that later epochs read local
+        disk; sets SHARDKIT_CACHE_DIR/_BYTES for this process.
       batch_size, shuffle, seed, drop_last: as DataLoader / DistributedSampler.
       rank, world_size: this process's part; None = torchrun's RANK / WORLD_SIZE
         environment, else 0 / 1. Every rank yields len(loader) batches.
@@ -130,7 +134,7 @@ class Loader:
                  dtype="float32", layout="NCHW", threads=0, prefetch=4, drop_last=False,
                  return_keys=False, on_error="raise", image_field=None, dct_scaling=True, ring=None,
                  buffer_wait=10.0, stream=False, shuffle_buffer=8192, prefetch_next_epoch=True,
-                 hardware_load=None, profile=False):
+                 hardware_load=None, profile=False, cache_dir=None, cache_bytes=0):
         if not _shardkit.HAVE_LOADER:
             raise NotImplementedError("this build of shardkit has no loader")
         if decoder not in ("auto", "cpu", "gpu"):
@@ -172,6 +176,12 @@ class Loader:
 
         if decoder == "gpu" and str(device) == "cpu":
             raise NotImplementedError('decoder="gpu" needs device="cuda:N"')
+        if cache_dir is not None:
+            # Remote shards (http(s)://, s3://): the library reads these at open (docs/remote.md).
+            import os
+
+            os.environ["SHARDKIT_CACHE_DIR"] = str(cache_dir)
+            os.environ["SHARDKIT_CACHE_BYTES"] = str(int(cache_bytes))
         self._device = _parse_device(device)
         self_gpu = self._device.type == "cuda"
         self._channels_last = layout == "channels_last"

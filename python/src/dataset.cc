@@ -56,9 +56,12 @@ class SampleIterator {
 class PyDataset {
  public:
   static std::shared_ptr<PyDataset> Open(const std::string& address,
-                                         const std::map<std::string, std::string>& field_map) {
+                                         const std::map<std::string, std::string>& field_map,
+                                         const std::string& cache_dir = "", uint64_t cache_bytes = 0) {
     OpenOptions opts;
     opts.field_map = field_map;
+    opts.cache_dir = cache_dir;
+    opts.cache_bytes = cache_bytes;
     Result<std::unique_ptr<Dataset>> ds = Status::Internal("unset");
     {
       py::gil_scoped_release nogil;
@@ -201,11 +204,15 @@ dataset's metadata as a dict. Calls release the GIL; a Dataset may be shared by 
       });
 
   m.def("open", &PyDataset::Open, py::arg("address"), py::kw_only(),
-        py::arg("field_map") = std::map<std::string, std::string>{},
+        py::arg("field_map") = std::map<std::string, std::string>{}, py::arg("cache_dir") = "",
+        py::arg("cache_bytes") = 0,
         R"doc(Opens a dataset for reading: shardkit.open("train-{000000..000009}.tar").
 
 address: a path (format detected) or "folder:DIR", "wds:PATTERN", "lmdb:DIR", "hdf5:FILE".
 field_map: HDF5 dataset names to fields, e.g. {"images": "jpg", "labels": "cls"}.
+cache_dir, cache_bytes: remote shards (http(s)://, s3://) are downloaded whole on first
+use into cache_dir (bounded by cache_bytes, 0 = unbounded, least recently used first) and
+read from there; without one, random access reads each sample by a range request.
 Raises shardkit.Error naming the file when it cannot be opened.)doc");
 
   m.def("info", [](const std::string& address, const std::map<std::string, std::string>& field_map) {

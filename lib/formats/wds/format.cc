@@ -27,6 +27,7 @@ Format WdsFormat() {
       .extensions = {"tar", "tgz", "gz", "json", "idx"},
       .prefixes = {"pipe"},
       .writes_shards = true,
+      .reads_remote = true,
       .list_shards = wds::ListShards,
       .locate_samples = wds::LocateSamples,
       .plan_by_size = wds::WdsWriter::PlanBySize,

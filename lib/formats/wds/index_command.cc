@@ -10,6 +10,7 @@
 #include "core/paths.h"
 #include "formats/registry.h"
 #include "formats/wds/index.h"
+#include "io/shard_cache.h"
 
 namespace shardkit {
 
@@ -34,7 +35,7 @@ Result<uint64_t> WriteDaliIndex(const std::string& tar_path, const std::string& 
     return Status::Invalid("shard holds no samples; DALI's index needs at least one", Location{.file = tar_path});
   std::string path = output.empty() ? DaliIndexPathFor(tar_path) : output;
   if (path == tar_path) return Status::Invalid("index path would overwrite the shard", Location{.file = path});
-  SK_RETURN_IF_ERROR(io::WriteFileAtomic(path, formats::wds::DaliIndexText(scan.members, scan.sample_ends), true));
+  SK_RETURN_IF_ERROR(WriteIndexFile(path, formats::wds::DaliIndexText(scan.members, scan.sample_ends)));
   return uint64_t(scan.keys.size());
 }
 
@@ -44,12 +45,34 @@ Result<TarShardSummary> DescribeTarShard(const std::string& tar_path) {
   out.path = tar_path;
   out.samples = scan.keys.size();
   out.bytes = scan.file_size;
+  if (io::IsUrl(tar_path)) {  // a remote shard: its bytes through the seam
+    SK_ASSIGN_OR_RETURN(auto fs, FileSystemFor(tar_path));
+    SK_ASSIGN_OR_RETURN(auto f, fs->OpenForRead(tar_path));
+    md5::Md5 h;
+    std::string buf(16 << 20, '\0');
+    for (uint64_t off = 0; off < f->size();) {
+      SK_ASSIGN_OR_RETURN(size_t n, f->ReadAt(off, buf.size(), buf.data()));
+      if (n == 0) return Status::IOError("shard ended early", Location{.file = tar_path, .offset = int64_t(off)});
+      h.Update(buf.data(), n);
+      off += n;
+    }
+    out.md5 = h.HexDigest();
+    return out;
+  }
   SK_ASSIGN_OR_RETURN(out.md5, md5::HashFile(tar_path));
   return out;
 }
 
 Result<std::vector<std::string>> ExpandShardList(std::string_view pattern) { return paths::ExpandBraces(pattern); }
 
-Status WriteIndexFile(const std::string& path, std::string_view text) { return io::WriteFileAtomic(path, text, true); }
+Status WriteIndexFile(const std::string& path, std::string_view text) {
+  if (io::IsUrl(path)) {  // an object appears whole when its upload completes: no temporary name
+    SK_ASSIGN_OR_RETURN(auto fs, FileSystemFor(path));
+    SK_ASSIGN_OR_RETURN(auto f, fs->NewWritableFile(path, CreateMode::kTruncate));
+    SK_RETURN_IF_ERROR(f->Append(text));
+    return f->Close();
+  }
+  return io::WriteFileAtomic(path, text, true);
+}
 
 }  // namespace shardkit

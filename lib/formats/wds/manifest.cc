@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/file.h"
+#include "io/shard_cache.h"
 #include "formats/wds/index.h"
 #include "formats/wds/names.h"
 
@@ -13,7 +14,7 @@ namespace shardkit::formats::wds {
 using json = nlohmann::json;
 
 Result<Manifest> ReadManifest(const std::string& path, std::string* unreadable) {
-  SK_ASSIGN_OR_RETURN(std::string text, io::ReadFile(path));
+  SK_ASSIGN_OR_RETURN(std::string text, io::IsUrl(path) ? io::ReadAnyFile(path) : io::ReadFile(path));
   std::string dir = io::DirName(path);
   Manifest m;
   unreadable->clear();

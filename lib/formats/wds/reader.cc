@@ -1,11 +1,24 @@
-// Reading wds shards (reader.h): a sequential reader over mapped and streamed
-// shards, and random access over mapped ones through their indexes.
+// Reading wds shards (reader.h): a sequential reader over mapped, ranged and
+// streamed shards, and random access through their indexes.
+//
+// Opening is lazy: a shard's index comes from its .idx (parsed, trusted: its
+// member headers are not read) or the manifest's counts, so opening a dataset
+// reads no shard bytes when indexes are there. A shard is loaded on its first
+// random read: mapped (a local file, or a remote one's copy in the cache) and
+// its index checked against the member headers (else scanned), or, remote
+// without a cache, its index fetched and each sample's headers checked when
+// the sample's byte range is read. `verify` reads every shard in order and so
+// checks everything.
 #include "formats/wds/reader.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <mutex>
 #include <set>
 
@@ -14,36 +27,154 @@
 #include "core/file.h"
 #include "core/paths.h"
 #include "core/per_thread.h"
+#include "formats/tar/tar.h"
 #include "formats/wds/index.h"
 #include "formats/wds/manifest.h"
 #include "formats/wds/names.h"
 #include "formats/wds/pipe.h"
+#include "formats/wds/ranged.h"
 #include "formats/wds/shard_index.h"
+#include "io/shard_cache.h"
 
 namespace shardkit::formats::wds {
 
 namespace {
 
+Result<uint64_t> FileSize(const std::string& path, int64_t shard);
+
+// One shard of an opened dataset, loaded on first use.
+struct ShardState {
+  std::string path;  // as addressed (a local path or a URL)
+  int64_t number = 0;
+  uint64_t size = 0;                 // at open (stat, HEAD, or the manifest)
+  std::optional<uint64_t> samples;   // at open (an index or the manifest), if known
+  std::mutex mu;
+  std::atomic<bool> ready{false};
+  Status status;
+  std::shared_ptr<io::MappedFile> map;        // local, or the cache's copy
+  std::shared_ptr<ReadableFile> remote;       // remote and no cache: ranged reads
+  std::shared_ptr<const ShardIndex> index;    // checked against the headers (remote: per sample)
+  bool check_headers = false;                 // check each sample's member headers when it is read
+};
+
+struct Shards {
+  std::vector<std::unique_ptr<ShardState>> list;
+  io::CacheOptions cache;
+};
+
+// The index text beside a shard (local or remote), or kNotFound.
+Result<std::string> IdxText(const std::string& shard_path) {
+  std::string idx_path = IdxPathFor(shard_path);
+  if (!io::IsUrl(idx_path)) {
+    if (!io::Exists(idx_path)) return Status::NotFound("no index", Location{.file = idx_path});
+    return io::ReadFile(idx_path);
+  }
+  return io::ReadAnyFile(idx_path);
+}
+
+Status LoadShard(ShardState& s, const io::CacheOptions& cache) {
+  Location where{.file = s.path, .shard = s.number};
+  std::string local = s.path;
+  if (io::IsUrl(s.path)) {
+    SK_ASSIGN_OR_RETURN(auto fs, FileSystemFor(s.path));
+    if (cache.dir.empty()) {
+      SK_ASSIGN_OR_RETURN(auto f, fs->OpenForRead(s.path));
+      if (f->size() != s.size)
+        return Status::Corrupt(fmt::format("shard has {} bytes but had {} when the dataset was opened", f->size(), s.size),
+                               where);
+      auto text = IdxText(s.path);
+      if (!text.ok()) {
+        if (text.status().code() != Code::kNotFound) return std::move(text).take_status();
+        return Status::Unsupported(
+            fmt::format("remote shard has no index ({}): random access by range requests needs one; write it with "
+                        "`shardkit index`, or pass a cache directory (--cache-dir / cache_dir=) to read a local copy",
+                        BaseOf(IdxPathFor(s.path))),
+            where);
+      }
+      SK_ASSIGN_OR_RETURN(ShardIndex idx, ParseIdx(*text, IdxPathFor(s.path), s.path, s.size, nullptr, s.number));
+      s.index = std::make_shared<ShardIndex>(std::move(idx));
+      s.remote = std::shared_ptr<ReadableFile>(std::move(f));
+    } else {
+      SK_ASSIGN_OR_RETURN(local, io::CachedCopy(*fs, s.path, s.size, cache));
+    }
+  }
+  if (!s.remote) {
+    SK_ASSIGN_OR_RETURN(s.map, MapShard(local, s.number));
+    if (s.map->size() != s.size)
+      return Status::Corrupt(
+          fmt::format("shard has {} bytes but had {} when the dataset was opened", s.map->size(), s.size), where);
+    std::shared_ptr<const ShardIndex> idx;
+    auto text = IdxText(s.path);
+    if (text.ok()) {
+      auto r = ParseIdx(*text, IdxPathFor(s.path), s.path, s.size, s.map->data(), s.number);
+      if (r.ok()) idx = std::make_shared<ShardIndex>(std::move(r).value());
+    }
+    if (!idx) {
+      auto scanned = ScanShard(*s.map, s.number);
+      if (scanned.ok()) {
+        idx = std::make_shared<ShardIndex>(std::move(scanned).value());
+      } else if (auto trusted = text.ok() ? ParseIdx(*text, IdxPathFor(s.path), s.path, s.size, nullptr, s.number)
+                                          : Result<ShardIndex>(scanned.status());
+                 trusted.ok() && (!s.samples || trusted->samples.size() == *s.samples)) {
+        // A damaged member somewhere in an indexed shard: the other samples stay
+        // readable; each sample's headers are checked when it is read.
+        idx = std::make_shared<ShardIndex>(std::move(trusted).value());
+        s.check_headers = true;
+      } else {
+        return std::move(scanned).take_status();
+      }
+    }
+    s.index = std::move(idx);
+  }
+  if (s.samples && s.index->samples.size() != *s.samples)
+    return Status::Corrupt(fmt::format("shard holds {} samples but its index or manifest said {} when the dataset was "
+                                       "opened (the shard or its .idx changed?)",
+                                       s.index->samples.size(), *s.samples),
+                           where);
+  return Status::OK();
+}
+
+Status EnsureLoaded(ShardState& s, const io::CacheOptions& cache) {
+  if (s.ready.load(std::memory_order_acquire)) return s.status;
+  std::lock_guard lock(s.mu);
+  if (!s.ready.load(std::memory_order_relaxed)) {
+    s.status = LoadShard(s, cache);
+    s.ready.store(true, std::memory_order_release);
+  }
+  return s.status;
+}
+
 class WdsReader : public SampleReader {
  public:
-  explicit WdsReader(std::vector<std::string> paths) : paths_(std::move(paths)) {}
+  WdsReader(std::vector<std::string> paths, io::CacheOptions cache) : paths_(std::move(paths)), cache_(std::move(cache)) {}
 
   Result<bool> Next(Sample* out) override {
     for (;;) {
-      if (pipe_) {
-        SK_ASSIGN_OR_RETURN(bool more, pipe_->Next(out));
+      if (stream_) {
+        SK_ASSIGN_OR_RETURN(bool more, stream_->Next(out));
         if (more) return true;
-        pipe_.reset();  // the command has exited with status 0
+        stream_.reset();  // a pipe: the command has exited with status 0; a ranged shard: its end
         continue;
       }
       if (!cursor_) {
         if (next_ >= paths_.size()) return false;
         if (IsPipe(paths_[next_])) {
-          pipe_ = NewPipeShardReader(paths_[next_], int64_t(next_));
+          stream_ = NewPipeShardReader(paths_[next_], int64_t(next_));
           ++next_;
           continue;
         }
-        SK_ASSIGN_OR_RETURN(map_, MapShard(paths_[next_], int64_t(next_)));
+        std::string local = paths_[next_];
+        if (io::IsUrl(local)) {
+          if (cache_.dir.empty()) {
+            stream_ = NewRangedShardReader(paths_[next_], int64_t(next_));
+            ++next_;
+            continue;
+          }
+          SK_ASSIGN_OR_RETURN(auto fs, FileSystemFor(local));
+          SK_ASSIGN_OR_RETURN(auto f, fs->OpenForRead(local));
+          SK_ASSIGN_OR_RETURN(local, io::CachedCopy(*fs, paths_[next_], f->size(), cache_));
+        }
+        SK_ASSIGN_OR_RETURN(map_, MapShard(local, int64_t(next_)));
         cursor_ = std::make_unique<SampleCursor>(*map_, int64_t(next_));
         ++next_;
       }
@@ -61,24 +192,19 @@ class WdsReader : public SampleReader {
 
  private:
   std::vector<std::string> paths_;
+  io::CacheOptions cache_;
   size_t next_ = 0;
   std::shared_ptr<io::MappedFile> map_;
   std::unique_ptr<SampleCursor> cursor_;
-  std::unique_ptr<SampleReader> pipe_;  // a `pipe:` shard being read; destroying it stops the command
+  std::unique_ptr<SampleReader> stream_;  // a `pipe:` shard being read (destroying it stops the command), or a remote one
 };
 
 class WdsRandomAccess : public RandomAccess {
  public:
-  struct Shard {
-    std::shared_ptr<io::MappedFile> map;
-    std::shared_ptr<const ShardIndex> index;
-    uint64_t first = 0;  // global index of its first sample
-  };
-  explicit WdsRandomAccess(std::vector<Shard> shards)
-      : shards_(std::make_shared<std::vector<Shard>>(std::move(shards))), owner_(shards_) {
-    for (auto& s : *shards_) {
-      s.first = total_;
-      total_ += s.index->samples.size();
+  explicit WdsRandomAccess(std::shared_ptr<Shards> shards) : shards_(std::move(shards)), owner_(shards_) {
+    for (auto& s : shards_->list) {
+      firsts_.push_back(total_);
+      total_ += *s->samples;
     }
   }
   uint64_t size() const override { return total_; }
@@ -86,18 +212,40 @@ class WdsRandomAccess : public RandomAccess {
     if (i >= total_)
       return Status::Invalid(fmt::format("sample index {} out of range (dataset has {})", i, total_),
                              Location{.index = int64_t(i)});
-    auto it = std::upper_bound(shards_->begin(), shards_->end(), i,
-                               [](uint64_t v, const Shard& s) { return v < s.first; });
-    const Shard& s = *(it - 1);
-    // The views' owner keeps every shard's mapping alive, through a control block of this
-    // thread's own (lib/core/per_thread.h).
-    FillSample(*s.map, owner_.Owner(), s.index->samples[i - s.first], out);
+    size_t k = size_t(std::upper_bound(firsts_.begin(), firsts_.end(), i) - firsts_.begin()) - 1;
+    ShardState& s = *shards_->list[k];
+    SK_RETURN_IF_ERROR(EnsureLoaded(s, shards_->cache));
+    const SampleRef& ref = s.index->samples[i - firsts_[k]];
+    if (s.map && s.check_headers)
+      SK_RETURN_IF_ERROR(
+          CheckSampleHeaders(s.map->data() + ref.offset, s.map->size() - ref.offset, ref, s.path, s.number, false));
+    if (s.map) {
+      // The views' owner keeps every shard's mapping alive, through a control block of this
+      // thread's own (lib/core/per_thread.h).
+      FillSample(*s.map, owner_.Owner(), ref, out);
+      return Status::OK();
+    }
+    // Remote: the sample's members (headers and data) in one range request.
+    const FieldRef& last = ref.fields.back();
+    uint64_t length = last.offset + last.size - ref.offset;
+    auto buf = std::make_shared<std::string>(size_t(length), '\0');
+    SK_ASSIGN_OR_RETURN(size_t n, s.remote->ReadAt(ref.offset, size_t(length), buf->data()));
+    if (n != length)
+      return Status::IOError(fmt::format("short read: {} of {} bytes", n, length),
+                             Location{.file = s.path, .shard = s.number, .offset = int64_t(ref.offset), .key = ref.key});
+    const auto* base = reinterpret_cast<const uint8_t*>(buf->data());
+    SK_RETURN_IF_ERROR(CheckSampleHeaders(base, length, ref, s.path, s.number, true));
+    out->clear();
+    out->key = ref.key;
+    std::shared_ptr<const void> owner(buf, buf.get());
+    for (const auto& f : ref.fields) out->set(f.ext, Bytes(owner, base + (f.offset - ref.offset), f.size));
     return Status::OK();
   }
 
  private:
-  std::shared_ptr<std::vector<Shard>> shards_;
+  std::shared_ptr<Shards> shards_;
   core::PerThreadViewOwner owner_;
+  std::vector<uint64_t> firsts_;
   uint64_t total_ = 0;
 };
 
@@ -106,7 +254,7 @@ class WdsDataset : public Dataset {
   const DatasetInfo& info() const override { return info_; }
 
   Result<std::unique_ptr<SampleReader>> NewReader() const override {
-    return std::unique_ptr<SampleReader>(new WdsReader(paths_));
+    return std::unique_ptr<SampleReader>(new WdsReader(paths_, shards_->cache));
   }
 
   Result<std::shared_ptr<RandomAccess>> NewRandomAccess() const override {
@@ -118,19 +266,23 @@ class WdsDataset : public Dataset {
                         "first (e.g. `shardkit convert '{}' out.lmdb`)",
                         paths_[i], info_.address),
             Location{.file = paths_[i], .shard = int64_t(i)});
-    std::vector<WdsRandomAccess::Shard> shards;
-    for (size_t i = 0; i < paths_.size(); ++i) {
-      WdsRandomAccess::Shard s;
-      SK_ASSIGN_OR_RETURN(s.map, MapShard(paths_[i], int64_t(i)));
-      SK_ASSIGN_OR_RETURN(s.index, Index(i, *s.map));
-      // A shard that changed size since it was indexed could SIGBUS a mapping.
-      if (s.map->size() != s.index->file_size)
-        return Status::Corrupt(fmt::format("shard changed size since it was indexed ({} -> {} bytes)",
-                                           s.index->file_size, s.map->size()),
-                               Location{.file = paths_[i], .shard = int64_t(i)});
-      shards.push_back(std::move(s));
+    for (const auto& s : shards_->list)
+      if (!s->samples)
+        return Status::Unsupported(
+            fmt::format("remote shard has no index ({}), so it is read as a stream, in order only: random access "
+                        "needs the .idx beside it (`shardkit index`), a manifest, or a cache directory "
+                        "(--cache-dir / cache_dir=) to read a local copy",
+                        BaseOf(IdxPathFor(s->path))),
+            Location{.file = s->path, .shard = s->number});
+    // A shard that changed size since it was indexed could SIGBUS a mapping: a stat each (no reads).
+    for (const auto& s : shards_->list) {
+      if (io::IsUrl(s->path)) continue;  // checked when the shard is first read
+      SK_ASSIGN_OR_RETURN(uint64_t size, FileSize(s->path, s->number));
+      if (size != s->size)
+        return Status::Corrupt(fmt::format("shard changed size since it was indexed ({} -> {} bytes)", s->size, size),
+                               Location{.file = s->path, .shard = s->number});
     }
-    return std::shared_ptr<RandomAccess>(new WdsRandomAccess(std::move(shards)));
+    return std::shared_ptr<RandomAccess>(new WdsRandomAccess(shards_));
   }
 
   // The checksums of every shard's sidecar, concatenated; empty when no shard
@@ -167,34 +319,24 @@ class WdsDataset : public Dataset {
     return all;
   }
 
-  // The index of shard i: cached, else from its .idx when consistent, else a scan.
-  Result<std::shared_ptr<const ShardIndex>> Index(size_t i, const io::MappedFile& map) const {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (indexes_[i] && indexes_[i]->file_size == map.size()) return indexes_[i];
-    }
-    std::shared_ptr<const ShardIndex> idx;
-    std::string idx_path = IdxPathFor(paths_[i]);
-    if (io::Exists(idx_path)) {
-      auto r = LoadIdx(idx_path, map, int64_t(i));
-      if (r.ok()) idx = std::make_shared<ShardIndex>(std::move(r).value());
-    }
-    if (!idx) {
-      SK_ASSIGN_OR_RETURN(auto scanned, ScanShard(map, int64_t(i)));
-      idx = std::make_shared<ShardIndex>(std::move(scanned));
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    indexes_[i] = idx;
-    return idx;
-  }
-
   DatasetInfo info_;
   std::vector<std::string> paths_;
-  mutable std::mutex mu_;
-  mutable std::vector<std::shared_ptr<const ShardIndex>> indexes_;
+  std::shared_ptr<Shards> shards_ = std::make_shared<Shards>();
 };
 
 Result<uint64_t> FileSize(const std::string& path, int64_t shard) {
+  if (io::IsUrl(path)) {
+    SK_ASSIGN_OR_RETURN(auto fs, FileSystemFor(path));
+    auto st = fs->Stat(path);
+    if (!st.ok()) {
+      Status s = std::move(st).take_status();
+      s.At(Location{.file = path, .shard = shard});
+      return s;
+    }
+    if (st->type == FileType::kNotFound) return Status::NotFound("shard does not exist", Location{.file = path, .shard = shard});
+    if (st->type != FileType::kFile) return Status::Invalid("shard is not a file", Location{.file = path, .shard = shard});
+    return st->size;
+  }
   struct stat st;
   if (::stat(path.c_str(), &st) != 0)
     return errno == ENOENT ? Status::NotFound("shard does not exist", Location{.file = path, .shard = shard})
@@ -204,8 +346,53 @@ Result<uint64_t> FileSize(const std::string& path, int64_t shard) {
   return uint64_t(st.st_size);
 }
 
-Result<std::unique_ptr<Dataset>> OpenManifest(const std::string& path) {
+// A cheap look at a trusted index against its local shard at open, without
+// mapping it (three blocks read): the first and the last indexed member header
+// and the end-of-archive block after the last member. An index of another or a
+// rewritten shard fails it; the shard is then scanned at open, as before.
+bool SpotCheck(const std::string& path, const ShardIndex& idx) {
+  if (idx.samples.empty()) return true;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  auto header_ok = [&](const FieldRef& f) {
+    uint8_t b[tar::kBlock];
+    uint64_t size = 0;
+    char type = 0;
+    // What LoadIdx checks of a header (size and type; not its checksum).
+    bool ok = ::pread(fd, b, sizeof b, off_t(f.offset - tar::kBlock)) == ssize_t(sizeof b) &&
+              tar::ParseNumber(b + 124, 12, &size) && size == f.size;
+    if (ok) type = char(b[156]);
+    return ok && (type == '0' || type == '\0');
+  };
+  const FieldRef& last = idx.samples.back().fields.back();
+  uint64_t end = last.offset + (last.size + tar::kBlock - 1) / tar::kBlock * tar::kBlock;
+  uint8_t z[tar::kBlock];
+  bool ok = header_ok(idx.samples.front().fields.front()) && header_ok(last) &&
+            ::pread(fd, z, sizeof z, off_t(end)) == ssize_t(sizeof z) &&
+            std::all_of(z, z + sizeof z, [](uint8_t c) { return c == 0; });
+  ::close(fd);
+  return ok;
+}
+
+bool HasSums(const std::string& first_shard) {
+  std::string sp = SumsPath(first_shard);
+  return io::IsUrl(sp) ? io::AnyExists(sp) : io::Exists(sp);
+}
+
+// OpenOptions' cache, else the environment's (SHARDKIT_CACHE_DIR, SHARDKIT_CACHE_BYTES: how the CLI's
+// --cache-dir / --cache-bytes reach every command).
+io::CacheOptions CacheOf(const OpenOptions& opts) {
+  io::CacheOptions c{opts.cache_dir, opts.cache_bytes};
+  if (c.dir.empty())
+    if (const char* d = std::getenv("SHARDKIT_CACHE_DIR")) c.dir = d;
+  if (c.max_bytes == 0)
+    if (const char* b = std::getenv("SHARDKIT_CACHE_BYTES")) c.max_bytes = std::strtoull(b, nullptr, 10);
+  return c;
+}
+
+Result<std::unique_ptr<Dataset>> OpenManifest(const std::string& path, const OpenOptions& opts) {
   auto ds = std::make_unique<WdsDataset>();
+  ds->shards_->cache = CacheOf(opts);
   DatasetInfo& info = ds->info_;
   info.format = "wds";
   info.address = path;
@@ -224,15 +411,25 @@ Result<std::unique_ptr<Dataset>> OpenManifest(const std::string& path) {
                            Location{.file = path});
   for (size_t i = 0; i < info.shards.size(); ++i) {
     const auto& si = info.shards[i];
-    SK_ASSIGN_OR_RETURN(uint64_t size, FileSize(si.path, int64_t(i)));
+    // A remote shard is trusted to be what the manifest says until it is read
+    // (its size is checked then): no request per shard at open.
+    uint64_t size = si.bytes;
+    if (!io::IsUrl(si.path)) {
+      SK_ASSIGN_OR_RETURN(size, FileSize(si.path, int64_t(i)));
+    }
     if (size != si.bytes)
       return Status::Corrupt(fmt::format("shard has {} bytes but the manifest says {}", size, si.bytes),
                              Location{.file = si.path, .shard = int64_t(i)});
     info.total_bytes += size;
     ds->paths_.push_back(si.path);
+    auto st = std::make_unique<ShardState>();
+    st->path = si.path;
+    st->number = int64_t(i);
+    st->size = size;
+    st->samples = si.samples;
+    ds->shards_->list.push_back(std::move(st));
   }
-  ds->indexes_.resize(ds->paths_.size());
-  if (!ds->paths_.empty() && io::Exists(SumsPath(ds->paths_[0]))) {
+  if (!ds->paths_.empty() && HasSums(ds->paths_[0])) {
     info.sample_checksums = SampleChecksums::kList;
     info.sample_checksums_where = "a .xxh3 list beside each shard";
   }
@@ -241,18 +438,18 @@ Result<std::unique_ptr<Dataset>> OpenManifest(const std::string& path) {
 
 }  // namespace
 
-Result<std::unique_ptr<Dataset>> OpenWds(const std::string& path, const OpenOptions&) {
-  if (paths::EndsWith(path, ".manifest.json")) return OpenManifest(path);
+Result<std::unique_ptr<Dataset>> OpenWds(const std::string& path, const OpenOptions& opts) {
+  if (paths::EndsWith(path, ".manifest.json")) return OpenManifest(path, opts);
   SK_ASSIGN_OR_RETURN(std::vector<std::string> paths, paths::ExpandBraces(path));
   auto ds = std::make_unique<WdsDataset>();
+  ds->shards_->cache = CacheOf(opts);
   DatasetInfo& info = ds->info_;
   info.format = "wds";
   info.address = path;
   ds->paths_ = paths;
-  ds->indexes_.resize(paths.size());
   std::set<std::string> exts;
   uint64_t samples = 0, skipped = 0;
-  size_t pipes = 0;
+  size_t pipes = 0, streamed = 0;
   for (size_t i = 0; i < paths.size(); ++i) {
     if (IsPipe(paths[i])) {
       // Not run here: a command may be a download, and runs once per reader.
@@ -263,25 +460,59 @@ Result<std::unique_ptr<Dataset>> OpenWds(const std::string& path, const OpenOpti
       ++pipes;
       continue;
     }
-    SK_ASSIGN_OR_RETURN(uint64_t size, FileSize(paths[i], int64_t(i)));
-    (void)size;
-    SK_ASSIGN_OR_RETURN(auto map, MapShard(paths[i], int64_t(i)));
-    SK_ASSIGN_OR_RETURN(auto idx, ds->Index(i, *map));
-    exts.insert(idx->exts.begin(), idx->exts.end());
-    samples += idx->samples.size();
-    skipped += idx->skipped;
-    info.shards.push_back(ShardInfo{paths[i], idx->samples.size(), idx->file_size, "", "wds:" + paths[i]});
-    info.total_bytes += idx->file_size;
+    auto st = std::make_unique<ShardState>();
+    st->path = paths[i];
+    st->number = int64_t(i);
+    SK_ASSIGN_OR_RETURN(st->size, FileSize(paths[i], int64_t(i)));
+    // The .idx, trusted (its member headers are checked when the shard is first read).
+    std::shared_ptr<const ShardIndex> idx;
+    auto text = IdxText(paths[i]);
+    if (text.ok()) {
+      auto r = ParseIdx(*text, IdxPathFor(paths[i]), paths[i], st->size, nullptr, int64_t(i));
+      if (r.ok() && (io::IsUrl(paths[i]) || SpotCheck(paths[i], *r))) idx = std::make_shared<ShardIndex>(std::move(r).value());
+    } else if (text.status().code() != Code::kNotFound && io::IsUrl(paths[i])) {
+      return std::move(text).take_status();
+    }
+    if (!idx && (!io::IsUrl(paths[i]) || !ds->shards_->cache.dir.empty())) {
+      // No usable index: scan the shard (this maps and reads it; a remote one from the cache's copy).
+      std::string local = paths[i];
+      if (io::IsUrl(local)) {
+        SK_ASSIGN_OR_RETURN(auto fs, FileSystemFor(local));
+        SK_ASSIGN_OR_RETURN(local, io::CachedCopy(*fs, paths[i], st->size, ds->shards_->cache));
+      }
+      SK_ASSIGN_OR_RETURN(auto map, MapShard(local, int64_t(i)));
+      SK_ASSIGN_OR_RETURN(auto scanned, ScanShard(*map, int64_t(i)));
+      idx = std::make_shared<ShardIndex>(std::move(scanned));
+      if (map->size() == st->size) {
+        st->map = map;
+        st->index = idx;
+        st->ready.store(true);
+      }
+    }
+    if (idx) {
+      st->samples = idx->samples.size();
+      exts.insert(idx->exts.begin(), idx->exts.end());
+      samples += idx->samples.size();
+      skipped += idx->skipped;
+      info.shards.push_back(ShardInfo{paths[i], idx->samples.size(), idx->file_size, "", "wds:" + paths[i]});
+    } else {
+      ++streamed;  // a remote shard without an index: read in order, as a stream
+      info.shards.push_back(ShardInfo{paths[i], 0, st->size, "", "wds:" + paths[i]});
+    }
+    info.total_bytes += st->size;
+    ds->shards_->list.push_back(std::move(st));
   }
-  if (pipes == 0) {
+  if (pipes == 0 && streamed == 0) {
     info.num_samples = samples;
     info.fields.assign(exts.begin(), exts.end());
-  } else {
+  } else if (pipes) {
     // Sample count and fields are known only once the streams have been read.
     info.extra["access"] = "sequential: pipe: shards are streamed from a command, with no random access";
+  } else {
+    info.extra["access"] = "sequential: remote shards without an index are streamed, with no random access";
   }
   if (skipped) info.extra["skipped_members"] = std::to_string(skipped);
-  if (!ds->paths_.empty() && io::Exists(SumsPath(ds->paths_[0]))) {
+  if (!ds->paths_.empty() && !IsPipe(ds->paths_[0]) && HasSums(ds->paths_[0])) {
     info.sample_checksums = SampleChecksums::kList;
     info.sample_checksums_where = "a .xxh3 list beside each shard";
   }

@@ -1,6 +1,9 @@
 // The wds reader's index of a mapped shard (shard_index.h).
 #include "formats/wds/shard_index.h"
 
+#include "formats/wds/ranged.h"
+#include "io/shard_cache.h"
+
 #include <fmt/format.h>
 
 #include "formats/wds/index.h"
@@ -34,10 +37,22 @@ Result<ShardIndex> ScanShard(const io::MappedFile& map, int64_t shard) {
 }
 
 Result<ShardMembers> ScanShardMembers(const std::string& tar_path, int64_t shard) {
-  SK_ASSIGN_OR_RETURN(auto map, MapShard(tar_path, shard));
   ShardMembers out;
-  out.file_size = map->size();
-  tar::Scanner scan(map->data(), map->size(), tar_path);
+  std::shared_ptr<io::MappedFile> map;
+  std::unique_ptr<RangedSource> ranged;  // a remote shard: read through the seam in large ranges
+  std::unique_ptr<tar::Scanner> scanner;
+  if (io::IsUrl(tar_path)) {
+    SK_ASSIGN_OR_RETURN(auto fs, FileSystemFor(tar_path));
+    SK_ASSIGN_OR_RETURN(auto f, fs->OpenForRead(tar_path));
+    out.file_size = f->size();
+    ranged = std::make_unique<RangedSource>(std::shared_ptr<ReadableFile>(std::move(f)));
+    scanner = std::make_unique<tar::Scanner>(ranged.get(), tar_path);
+  } else {
+    SK_ASSIGN_OR_RETURN(map, MapShard(tar_path, shard));
+    out.file_size = map->size();
+    scanner = std::make_unique<tar::Scanner>(map->data(), map->size(), tar_path);
+  }
+  tar::Scanner& scan = *scanner;
   tar::Member m;
   size_t sample_start = 0;
   for (;;) {

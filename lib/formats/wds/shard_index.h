@@ -119,6 +119,20 @@ Result<ShardIndex> ScanShard(const io::MappedFile& map, int64_t shard);
 // end-of-archive block right after the last member. Any doubt: returns an
 // error and the caller scans instead.
 Result<ShardIndex> LoadIdx(const std::string& idx_path, const io::MappedFile& map, int64_t shard);
+// The same from the index's text, for a shard of `file_size` bytes whose bytes
+// are `data`; with data == nullptr nothing of the shard is read (the member
+// headers and the bytes between members are not checked: a lazy open trusts
+// the index, and the reader checks each sample's headers when it reads them,
+// CheckSampleHeaders).
+Result<ShardIndex> ParseIdx(std::string_view text, const std::string& idx_path, const std::string& shard_path,
+                            uint64_t file_size, const uint8_t* data, int64_t shard);
+// Checks the tar header before each field of `ref`, whose bytes from ref.offset
+// on are `bytes` (the sample's range): a regular file of the field's size and,
+// with header_checksums, a valid header checksum (LoadIdx does not check that:
+// a local shard whose index was checked reads as it did). kCorrupt naming the
+// shard, offset and key otherwise.
+Status CheckSampleHeaders(const uint8_t* bytes, uint64_t length, const SampleRef& ref, const std::string& path,
+                          int64_t shard, bool header_checksums);
 // Fills *out with the sample's fields as views of `map` (inline: the random-access hot path).
 // `owner` keeps `map` alive (the map itself, or a per-thread owner of it).
 inline void FillSample(const io::MappedFile& map, const std::shared_ptr<const void>& owner, const SampleRef& ref,

@@ -12,6 +12,7 @@
 
 #include "core/file.h"
 #include "core/paths.h"
+#include "io/shard_cache.h"
 #include "formats/tar/tar.h"
 #include "formats/wds/index.h"
 #include "formats/wds/manifest.h"
@@ -96,7 +97,7 @@ Result<ShardListing> ListShards(const std::string& path) {
   }
   SK_ASSIGN_OR_RETURN(auto list, paths::ExpandBraces(path));
   bool single = list.size() == 1 && list[0] == path;
-  if (single && !io::Exists(path)) return Status::NotFound("no such shard", Location{.file = path});
+  if (single && !(io::IsUrl(path) ? io::AnyExists(path) : io::Exists(path))) return Status::NotFound("no such shard", Location{.file = path});
   for (auto& p : list) out.shards.push_back(ShardListing::Shard{p, "wds:" + p, std::nullopt, std::nullopt, ""});
   return out;
 }

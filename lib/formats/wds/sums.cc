@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "core/file.h"
+#include "io/shard_cache.h"
 #include "formats/wds/index.h"
 
 namespace shardkit::formats::wds {
@@ -18,8 +19,16 @@ std::string SumsText(const std::vector<uint64_t>& sums) {
 }
 
 Result<std::vector<uint64_t>> ReadSums(const std::string& sums_path) {
-  if (!io::Exists(sums_path)) return Status::NotFound("no per-sample checksum file", Location{.file = sums_path});
-  SK_ASSIGN_OR_RETURN(std::string text, io::ReadFile(sums_path));
+  std::string text;
+  if (io::IsUrl(sums_path)) {
+    auto r = io::ReadAnyFile(sums_path);
+    if (!r.ok() && r.status().code() == Code::kNotFound)
+      return Status::NotFound("no per-sample checksum file", Location{.file = sums_path});
+    SK_ASSIGN_OR_RETURN(text, std::move(r));
+  } else {
+    if (!io::Exists(sums_path)) return Status::NotFound("no per-sample checksum file", Location{.file = sums_path});
+    SK_ASSIGN_OR_RETURN(text, io::ReadFile(sums_path));
+  }
   auto bad = [&](std::string why, size_t line) {
     return Status::Corrupt(fmt::format("per-sample checksum file, line {}: {}", line, why),
                            Location{.file = sums_path});

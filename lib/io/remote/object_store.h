@@ -54,8 +54,10 @@ class ObjectStore {
   // s3://bucket/key). HTTP has no listing: kUnsupported.
   Result<std::vector<RemoteObjectInfo>> List(const std::string& prefix_address);
 
- private:
+  // The S3 client (settings from the environment on first use, or the fixed ones).
   Result<S3Client*> S3();
+
+ private:
   HttpOptions options_;
   HttpClient http_;
   std::once_flag s3_once_;

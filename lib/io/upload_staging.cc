@@ -1,0 +1,239 @@
+// Remote outputs through a local staging directory (upload_staging.h).
+#include "io/upload_staging.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+#include <xxhash.h>
+
+#include "core/file.h"
+#include "io/shard_cache.h"
+
+namespace shardkit::io {
+
+namespace {
+
+// Uploads one local file to `address` through the remote store's WritableFile, in
+// 16 MiB appends (a multipart upload on s3 keeps one part in memory).
+Status UploadFile(const std::string& local, const std::string& address) {
+  SK_ASSIGN_OR_RETURN(auto fs, FileSystemFor(address));
+  auto local_fs = FileSystem::Local();
+  SK_ASSIGN_OR_RETURN(auto in, local_fs->OpenForRead(local));
+  SK_ASSIGN_OR_RETURN(auto out, fs->NewWritableFile(address, CreateMode::kTruncate));
+  constexpr size_t kChunk = 16 << 20;
+  std::string buf(size_t(std::min<uint64_t>(kChunk, in->size())), '\0');
+  for (uint64_t off = 0; off < in->size();) {
+    SK_ASSIGN_OR_RETURN(size_t n, in->ReadAt(off, buf.size(), buf.data()));
+    if (n == 0) return Status::IOError("staged file ended early", Location{.file = local, .offset = int64_t(off)});
+    SK_RETURN_IF_ERROR(out->Append(buf.data(), n));
+    off += n;
+  }
+  return out->Close();
+}
+
+bool EndsWith(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+class UploadingFileSystem : public FileSystem {
+ public:
+  static constexpr int kWorkers = 4;  // files uploaded at once (each a multipart upload of its own on s3)
+  UploadingFileSystem(std::shared_ptr<FileSystem> base, std::string local_root, std::string remote_root)
+      : base_(std::move(base)), local_root_(std::move(local_root)), remote_root_(std::move(remote_root)) {
+    for (int i = 0; i < kWorkers; ++i) workers_.emplace_back([this] { Work(); });
+  }
+  ~UploadingFileSystem() override {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+      queue_.clear();  // a failed write: no more uploads (Finish() drains a good one first)
+    }
+    cv_.notify_all();
+    for (auto& w : workers_) w.join();
+  }
+
+  const std::string& local_root() const { return local_root_; }
+  std::string RemoteOf(const std::string& local) const {
+    if (local.compare(0, local_root_.size(), local_root_) != 0) return local;
+    return remote_root_ + local.substr(local_root_.size());
+  }
+
+  // Waits for the queue; the first error.
+  Status Drain() {
+    std::unique_lock lock(mu_);
+    idle_cv_.wait(lock, [this] { return queue_.empty() && busy_ == 0; });
+    return error_;
+  }
+
+  Result<std::unique_ptr<ReadableFile>> OpenForRead(const std::string& p) override { return base_->OpenForRead(p); }
+  Result<std::string> ReadFile(const std::string& p) override { return base_->ReadFile(p); }
+  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& p, CreateMode m) override {
+    return base_->NewWritableFile(p, m);
+  }
+  Status Publish(const std::string& staged, const std::string& final_path, const PublishOptions& opts) override {
+    {
+      std::lock_guard lock(mu_);
+      if (!error_.ok()) return error_;  // an upload failed: stop the writer
+    }
+    SK_RETURN_IF_ERROR(base_->Publish(staged, final_path, opts));
+    if (final_path.compare(0, local_root_.size(), local_root_) != 0 || EndsWith(final_path, ".partial"))
+      return Status::OK();
+    std::vector<std::string> files;
+    if (base_->IsDir(final_path)) {
+      std::error_code ec;
+      for (auto it = std::filesystem::recursive_directory_iterator(final_path, ec);
+           !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec))
+        if (it->is_regular_file()) files.push_back(it->path().string());
+      if (ec) return Status::IOError("cannot list a staged output: " + ec.message(), Location{.file = final_path});
+    } else {
+      files.push_back(final_path);
+    }
+    if (EndsWith(final_path, ".manifest.json")) {
+      // Last: after every shard, and only when all of them are there.
+      SK_RETURN_IF_ERROR(Drain());
+      SK_RETURN_IF_ERROR(UploadLeftovers(final_path));
+      for (const auto& f : files) SK_RETURN_IF_ERROR(Upload(f));
+      return Status::OK();
+    }
+    {
+      std::lock_guard lock(mu_);
+      for (auto& f : files) queue_.push_back(std::move(f));
+    }
+    cv_.notify_all();
+    return Status::OK();
+  }
+  Status Rename(const std::string& a, const std::string& b) override { return base_->Rename(a, b); }
+  Status SyncDir(const std::string& d) override { return base_->SyncDir(d); }
+  Status SyncTree(const std::string& d) override { return base_->SyncTree(d); }
+  Result<FileInfo> Stat(const std::string& p) override { return base_->Stat(p); }
+  Result<std::vector<FileInfo>> ListDir(const std::string& d) override { return base_->ListDir(d); }
+  Status MakeDirs(const std::string& d) override { return base_->MakeDirs(d); }
+  Status Remove(const std::string& p) override { return base_->Remove(p); }
+  Status RemoveAll(const std::string& p) override { return base_->RemoveAll(p); }
+  Result<std::string> LocalPath(const std::string& p) override { return base_->LocalPath(p); }
+  Status ExternalIo(const std::string& p, ExternalOp op) override { return base_->ExternalIo(p, op); }
+
+ private:
+  Status Upload(const std::string& local) {
+    Status s = UploadFile(local, RemoteOf(local));
+    std::lock_guard lock(mu_);
+    if (s.ok()) uploaded_.push_back(local);
+    return s;
+  }
+
+  // Staged files an interrupted earlier run committed but may not have uploaded.
+  Status UploadLeftovers(const std::string& manifest) {
+    std::vector<std::string> done;
+    {
+      std::lock_guard lock(mu_);
+      done = uploaded_;
+    }
+    std::sort(done.begin(), done.end());
+    std::error_code ec;
+    for (auto it = std::filesystem::recursive_directory_iterator(local_root_, ec);
+         !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+      if (!it->is_regular_file()) continue;
+      std::string p = it->path().string();
+      std::string name = it->path().filename().string();
+      if (p == manifest || EndsWith(p, ".partial") || name.find(".tmp") != std::string::npos || name[0] == '.') continue;
+      if (std::binary_search(done.begin(), done.end(), p)) continue;
+      auto fs = FileSystemFor(RemoteOf(p));
+      if (!fs.ok()) return fs.status();
+      auto st = (*fs)->Stat(RemoteOf(p));
+      if (st.ok() && st->type == FileType::kFile && st->size == it->file_size()) continue;
+      SK_RETURN_IF_ERROR(Upload(p));
+    }
+    return Status::OK();
+  }
+
+  void Work() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stop_
+      std::string f = std::move(queue_.front());
+      queue_.pop_front();
+      ++busy_;
+      bool skip = !error_.ok();
+      lock.unlock();
+      Status s = skip ? Status::OK() : UploadFile(f, RemoteOf(f));
+      lock.lock();
+      if (!s.ok() && error_.ok()) error_ = s;
+      if (s.ok() && !skip) uploaded_.push_back(f);
+      --busy_;
+      if (queue_.empty() && busy_ == 0) idle_cv_.notify_all();
+    }
+  }
+
+  std::shared_ptr<FileSystem> base_;
+  std::string local_root_, remote_root_;
+  std::mutex mu_;
+  std::condition_variable cv_, idle_cv_;
+  std::deque<std::string> queue_;
+  std::vector<std::string> uploaded_;
+  int busy_ = 0;  // uploads in progress
+  bool stop_ = false;
+  Status error_;
+  std::vector<std::thread> workers_;
+};
+
+Status StagedOutput::Finish() {
+  if (!uploader) return Status::OK();
+  SK_RETURN_IF_ERROR(uploader->Drain());
+  std::error_code ec;
+  std::filesystem::remove_all(uploader->local_root(), ec);
+  return Status::OK();
+}
+
+std::string StagedOutput::RemoteOf(const std::string& local_path) const {
+  return uploader ? uploader->RemoteOf(local_path) : local_path;
+}
+
+bool IsRemoteOutput(std::string_view address) {
+  auto sep = address.find("://");
+  if (sep == std::string_view::npos) return false;
+  size_t start = sep;
+  while (start > 0 && std::isalnum(static_cast<unsigned char>(address[start - 1]))) --start;
+  return start < sep && address.substr(start, sep - start) != "file" && (start == 0 || address[start - 1] == ':');
+}
+
+Result<StagedOutput> StageRemoteOutput(std::string_view address, const std::shared_ptr<FileSystem>& base) {
+  auto sep = address.find("://");
+  if (sep == std::string_view::npos) return Status::Invalid("not a remote address", Location{.file = std::string(address)});
+  size_t start = sep;
+  while (start > 0 && (std::isalnum(static_cast<unsigned char>(address[start - 1])) || address[start - 1] == '+' ||
+                       address[start - 1] == '-' || address[start - 1] == '.'))
+    --start;
+  std::string prefix(address.substr(0, start));
+  std::string remote(address.substr(start));
+  // Fails now, with the known schemes, for a scheme no file system serves.
+  SK_RETURN_IF_ERROR(FileSystemFor(remote).status());
+  auto slash = remote.rfind('/');
+  if (slash == std::string::npos || slash < sep - start + 3)
+    return Status::Invalid("a remote output needs a path below the bucket or host (e.g. s3://bucket/out/train-%06d.tar)",
+                           Location{.file = remote});
+  std::string remote_root = remote.substr(0, slash);
+  const char* dir = std::getenv("SHARDKIT_STAGING_DIR");
+  if (!dir || !*dir) dir = std::getenv("TMPDIR");
+  if (!dir || !*dir) dir = "/tmp";
+  std::string local_root =
+      fmt::format("{}/shardkit-upload-{:016x}", dir, XXH3_64bits(remote_root.data(), remote_root.size()));
+  std::error_code ec;
+  std::filesystem::create_directories(local_root, ec);
+  if (ec) return Status::IOError("cannot create the upload staging directory: " + ec.message(), Location{.file = local_root});
+  StagedOutput out;
+  out.uploader = std::make_shared<UploadingFileSystem>(FileSystem::OrLocal(base), local_root, remote_root);
+  out.fs = out.uploader;
+  out.address = prefix + local_root + remote.substr(slash);
+  return out;
+}
+
+}  // namespace shardkit::io

@@ -1,0 +1,55 @@
+// Internal: writing a dataset to a remote address (s3://..., an http(s):// PUT
+// target) through a local staging directory.
+//
+// The writer writes local files as usual, through a FileSystem that wraps the
+// local one: each file it publishes (a finished shard, its .idx and .xxh3, an
+// LMDB/HDF5 output) is uploaded under the same relative name below the remote
+// root, by background threads (up to 4 files at once), while the writer goes on
+// with the next shard.
+// A manifest (*.manifest.json) is uploaded last: its Publish waits for every
+// upload before it, and fails (uploading nothing) when one failed, so a reader
+// that sees a remote manifest sees complete shards. Files ending in ".partial"
+// (the resumable writers' journals) stay local. Before the manifest, staged
+// files that an earlier, interrupted run committed but did not upload
+// (--resume) are uploaded too (those whose remote size differs).
+//
+// The staging directory is STAGING/shardkit-upload-<xxh3 of the remote root>
+// (STAGING: $SHARDKIT_STAGING_DIR, else $TMPDIR, else /tmp), so that --resume
+// finds it; it is removed after a successful Finish() and kept after a
+// failure. Uploads go through FileSystemFor(remote address): a remote
+// WritableFile (remote_fs.h: multipart in parts as they are appended on s3,
+// aborted on failure; one PUT for http).
+//
+// Thread safety: the FileSystem as filesystem.h says; Finish() once, by the
+// thread that wrote.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "shardkit/filesystem.h"
+
+namespace shardkit::io {
+
+class UploadingFileSystem;
+
+struct StagedOutput {
+  std::string address;                   // the local address to write (the format prefix kept)
+  std::shared_ptr<FileSystem> fs;        // pass as WriteOptions::filesystem
+  std::shared_ptr<UploadingFileSystem> uploader;
+  // Waits for every upload; the first error. Removes the staging directory on success.
+  Status Finish();
+  // The remote address of a staged local path (unchanged when not below the staging root).
+  std::string RemoteOf(const std::string& local_path) const;
+};
+
+// True when the address (after an optional "format:" prefix) is a "scheme://"
+// address other than file://.
+bool IsRemoteOutput(std::string_view address);
+
+// For an output address holding a "scheme://" part (after an optional
+// "format:" prefix). `base` is the local FileSystem to wrap (null = local).
+Result<StagedOutput> StageRemoteOutput(std::string_view address, const std::shared_ptr<FileSystem>& base);
+
+}  // namespace shardkit::io

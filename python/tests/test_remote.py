@@ -1,0 +1,105 @@
+"""Remote shards (docs/remote.md): shardkit.open / convert / Loader on http:// addresses
+served by tests/remote_http_server.py, which the test starts on a free loopback port."""
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import shardkit
+
+SERVER = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "remote_http_server.py")
+
+
+@pytest.fixture
+def http_root(tmp_path):
+    root = tmp_path / "root"
+    root.mkdir()
+    port_file = tmp_path / "port"
+    proc = subprocess.Popen([sys.executable, SERVER, "--root", str(root), "--port-file", str(port_file)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(300):
+            if port_file.exists() and port_file.read_text().strip():
+                break
+            if proc.poll() is not None:
+                pytest.fail("remote_http_server.py exited before listening")
+            time.sleep(0.05)
+        base = f"http://127.0.0.1:{port_file.read_text().strip()}"
+        try:
+            shardkit.open(base + "/missing.tar")
+        except shardkit.Error as e:
+            if "unknown storage scheme" in str(e):  # built with -DSHARDKIT_WITH_REMOTE=OFF
+                pytest.skip("this build of shardkit has no remote client")
+        yield root, base
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def samples_of(ds, random=False):
+    out = {}
+    if random:
+        for i in reversed(range(len(ds))):
+            s = ds[i]
+            out[s["__key__"]] = {k: bytes(v) for k, v in s.items() if k != "__key__"}
+    else:
+        for s in ds:
+            out[s["__key__"]] = {k: bytes(v) for k, v in s.items() if k != "__key__"}
+    return out
+
+
+def test_open_convert_and_cache_over_http(folder, http_root, tmp_path):
+    if not shardkit.HAVE_CONVERT:
+        pytest.skip("no convert in this build")
+    address, _ = folder
+    root, base = http_root
+    shardkit.shard(address, str(root / "train-%06d.tar"), samples_per_shard=10)
+    local = samples_of(shardkit.open(str(root / "train.manifest.json")))
+    assert len(local) == 24
+    remote = shardkit.open(base + "/train.manifest.json")
+    assert remote.info["num_samples"] == 24
+    assert samples_of(remote) == local
+    assert samples_of(remote, random=True) == local
+    cache = tmp_path / "cache"
+    cached = shardkit.open(base + "/train-{000000..000002}.tar", cache_dir=str(cache))
+    assert samples_of(cached, random=True) == local
+    assert sorted(p.name.split("-", 2)[2] for p in cache.iterdir() if not p.name.endswith(".lock")
+                  and not p.name.startswith(".")) == ["train-000000.tar", "train-000001.tar", "train-000002.tar"]
+    # Upload to an HTTP PUT target, manifest last, and read it back.
+    os.environ["SHARDKIT_STAGING_DIR"] = str(tmp_path / "staging")
+    shardkit.convert(base + "/train.manifest.json", base + "/copy/out-%06d.tar")
+    assert (root / "copy" / "out.manifest.json").exists()
+    assert samples_of(shardkit.open(base + "/copy/out.manifest.json")) == local
+
+
+def test_remote_lmdb_says_it_needs_a_local_copy(http_root):
+    _, base = http_root
+    with pytest.raises(shardkit.Error) as e:
+        shardkit.open("lmdb:" + base + "/x.lmdb")
+    assert "local" in str(e.value)
+
+
+def test_loader_over_http_with_a_cache(folder, http_root, tmp_path):
+    if not (shardkit.HAVE_CONVERT and shardkit.HAVE_LOADER):
+        pytest.skip("no convert or loader in this build")
+    pytest.importorskip("torch")
+    address, _ = folder
+    root, base = http_root
+    shardkit.shard(address, str(root / "train-%06d.tar"), samples_per_shard=10)
+    cache = tmp_path / "cache"
+    try:
+        for kw in ({}, {"cache_dir": str(cache)}):
+            loader = shardkit.Loader(base + "/train.manifest.json", batch_size=4, output_size=32, threads=2,
+                                     shuffle=True, **kw)
+            n = 0
+            for images, labels in loader:
+                assert images.shape[1:] == (3, 32, 32)
+                n += images.shape[0]
+            assert n == 24
+            loader.close()
+        assert any(p.name.endswith("train-000000.tar") for p in cache.iterdir())
+    finally:
+        os.environ.pop("SHARDKIT_CACHE_DIR", None)
+        os.environ.pop("SHARDKIT_CACHE_BYTES", None)

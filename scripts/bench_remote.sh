@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Remote storage benchmark (issue 14; not a test): the loader over a local HTTP server
+# and over s3rver against the same tar shards on local disk, and convert to S3 against
+# convert to local disk. Servers are the tests' own (tests/remote_http_server.py,
+# s3rver from .npm-deps: scripts/install-s3rver.sh), on loopback.
+#   scripts/bench_remote.sh [--count N] [--threads T] [--batches B]
+# Prints one table: images/s (loader: decode + RandomResizedCrop + normalize, random
+# order) and the ratio to local disk; the first epoch from S3 with an empty cache
+# (cold) and the next with the cache filled (warm); convert seconds local vs s3://.
+# SK: the shardkit binary (default build/tools/shardkit); MAKE_CORPUS as bench_convert.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+COUNT=2000
+THREADS=$(nproc)
+BATCHES=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --count) COUNT="$2"; shift 2 ;;
+    --threads) THREADS="$2"; shift 2 ;;
+    --batches) BATCHES="$2"; shift 2 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+SK=${SK:-build/tools/shardkit}
+[ -x "$SK" ] || { echo "build shardkit first (cmake --build build --target shardkit_cli)" >&2; exit 1; }
+W=$(mktemp -d "${TMPDIR:-/tmp}/skremote.XXXXXX")
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; rm -rf "$W"; }
+trap 'rc=$?; cleanup; exit $rc' EXIT
+
+MK="${MAKE_CORPUS:-../shared/corpus/make_corpus.py}"
+[ -f "$MK" ] || MK=/work/shared/corpus/make_corpus.py
+GEN="$W/gen"; mkdir -p "$GEN/sources"
+cp "$MK" "$GEN/make_corpus.py"
+find "$(dirname "$MK")/sources" -maxdepth 1 -type f \( -iname '*.png' -o -iname '*.jpg' -o -iname '*.jpeg' \) \
+  -exec cp {} "$GEN/sources/" \;
+/usr/bin/python3 "$GEN/make_corpus.py" "$W/imgs" --count "$COUNT" >/dev/null 2>&1
+N=$(find "$W/imgs" -type f | wc -l)
+
+# Servers on free loopback ports.
+/usr/bin/python3 tests/remote_http_server.py --root "$W/http" --port-file "$W/http.port" >/dev/null 2>&1 &
+PIDS+=($!)
+mkdir -p "$W/http" "$W/s3data"
+NODE_PATH=.npm-deps/node_modules node --openssl-legacy-provider tests/s3rver_launch.js "$W/s3data" "$W/s3.port" \
+  >/dev/null 2>&1 &
+PIDS+=($!)
+for f in http.port s3.port; do for _ in $(seq 200); do [ -s "$W/$f" ] && break; sleep 0.1; done; done
+HTTP="http://127.0.0.1:$(cat "$W/http.port")"
+export AWS_ENDPOINT_URL="http://127.0.0.1:$(cat "$W/s3.port")" AWS_ACCESS_KEY_ID=S3RVER \
+  AWS_SECRET_ACCESS_KEY=S3RVER AWS_REGION=us-east-1 SHARDKIT_STAGING_DIR="$W/staging"
+
+secs() { local t0 t1; t0=$(date +%s.%N); "$@" >"$W/log" 2>&1 || { echo "FAILED: $* ($(tail -1 "$W/log"))" >&2; exit 1; }; t1=$(date +%s.%N); awk "BEGIN{printf \"%.2f\", $t1 - $t0}"; }
+T_LOCAL=$(secs "$SK" shard "$W/imgs" "$W/local/ds-%06d.tar" --num-shards 8)
+T_S3=$(secs "$SK" shard "$W/imgs" "s3://test/ds/ds-%06d.tar" --num-shards 8)
+cp "$W"/local/* "$W/http/"
+
+BB=()
+[ "$BATCHES" -gt 0 ] && BB=(--batches "$BATCHES")
+ips() {  # images/s of one `bench --loader` run
+  "$SK" bench --loader "$@" --threads "$THREADS" --batch-size 64 "${BB[@]}" --json 2>"$W/err" |
+    /usr/bin/python3 -c 'import json,sys; r=json.load(sys.stdin)["rows"][0]; print(round(r["images_per_s"]))' ||
+    { echo "FAILED: bench --loader $* ($(tail -1 "$W/err"))" >&2; exit 1; }
+}
+"$SK" bench --loader "$W/local/ds.manifest.json" --threads "$THREADS" --batch-size 64 --batches 2 >/dev/null 2>&1 || true
+max() { awk "BEGIN{print ($1 > $2) ? $1 : $2}"; }
+# Two rounds in alternating order (the best of each): a loaded machine drifts.
+L=$(ips "$W/local/ds.manifest.json")
+H=$(ips "$HTTP/ds.manifest.json")
+S3RANGE=$(ips "s3://test/ds/ds.manifest.json")
+S3COLD=$(ips "s3://test/ds/ds.manifest.json" --cache-dir "$W/cache")
+S3WARM=$(ips "s3://test/ds/ds.manifest.json" --cache-dir "$W/cache")
+S3WARM=$(max "$S3WARM" "$(ips "s3://test/ds/ds.manifest.json" --cache-dir "$W/cache")")
+S3RANGE=$(max "$S3RANGE" "$(ips "s3://test/ds/ds.manifest.json")")
+H=$(max "$H" "$(ips "$HTTP/ds.manifest.json")")
+L=$(max "$L" "$(ips "$W/local/ds.manifest.json")")
+r() { awk "BEGIN{printf \"%.2f\", $1 / $2}"; }
+echo "remote storage, $N images in 8 shards, $THREADS threads, loopback servers"
+printf "%-44s %12s %8s\n" "loader (random order, decode+crop; best of 2)" "images/s" "ratio"
+printf "%-44s %12s %8s\n" "local disk" "$L" "1.00"
+printf "%-44s %12s %8s\n" "http (python server), range requests" "$H" "$(r "$H" "$L")"
+printf "%-44s %12s %8s\n" "s3rver, range requests, no cache" "$S3RANGE" "$(r "$S3RANGE" "$L")"
+printf "%-44s %12s %8s\n" "s3rver, --cache-dir, cold (first epoch)" "$S3COLD" "$(r "$S3COLD" "$L")"
+printf "%-44s %12s %8s\n" "s3rver, --cache-dir, warm" "$S3WARM" "$(r "$S3WARM" "$L")"
+printf "%-44s %12s %8s\n" "shard to local disk (s)" "$T_LOCAL" "1.00"
+printf "%-44s %12s %8s\n" "shard to s3:// (s; ratio = speed vs local)" "$T_S3" "$(r "$T_LOCAL" "$T_S3")"
