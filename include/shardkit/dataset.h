@@ -97,6 +97,11 @@ class SHARDKIT_API RandomAccess {
 struct OpenOptions {
   // HDF5: map dataset names to fields, e.g. {"images": "jpg", "labels": "cls"}.
   std::map<std::string, std::string> field_map;
+  // Per-format reading knobs, "format.name" -> value, where content alone is ambiguous:
+  //   "lmdb.layout": shardkit | caffe | image | pickle (default: detected from the first values)
+  //   "hdf5.order":  nhwc | nchw (4-D decoded image datasets; default nhwc)
+  // A format ignores the others' keys.
+  std::map<std::string, std::string> format_options;
   // Where the files are (null = FileSystem::Local()). The readers map and read
   // local files today; this is where a remote store will plug in.
   std::shared_ptr<FileSystem> filesystem;

@@ -1,0 +1,247 @@
+// LMDB layouts written by other people's scripts (formats/lmdb/wild.*): fixtures
+// made at test time with py-lmdb, numpy, PIL and pickle (tests/lmdb_wild_make.py),
+// read, converted to every format and back, checked byte for byte; forced
+// layouts, __len__ checks and hostile pickles inside an LMDB.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <map>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/md5.h"
+#include "core/pickle.h"
+#include "shardkit/shardkit.h"
+#include "support.h"
+
+using namespace shardkit;
+using namespace sk_test;
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr const char* kPy = "/usr/bin/python3";
+
+std::string Md5Of(const Bytes& b) {
+  md5::Md5 m;
+  m.Update(b.data(), b.size());
+  return m.HexDigest();
+}
+
+struct Fixtures {
+  TempDir dir;
+  json expected;
+  explicit Fixtures(int n = 12, int proto = 0) {
+    auto r = Run(fmt::format("{} {}/tests/lmdb_wild_make.py {} {}{}", kPy, SHARDKIT_SOURCE_DIR, Q(dir.path()), n,
+                             proto ? fmt::format(" {}", proto) : ""));
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    expected = json::parse(ReadFile(dir / "expected.json"));
+  }
+};
+
+std::vector<Sample> ReadAll(const Dataset& ds) {
+  std::vector<Sample> out;
+  auto r = ds.NewReader();
+  REQUIRE(r.ok());
+  for (;;) {
+    Sample s;
+    auto more = (*r)->Next(&s);
+    if (!more.ok()) FAIL(more.status().ToString());
+    if (!*more) break;
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+// The samples match what the script put in (keys in dataset order, field, label, bytes).
+void CheckAgainst(const std::vector<Sample>& got, const json& want) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    const auto& w = want[i];
+    INFO("sample " << i << " key " << got[i].key);
+    CHECK(got[i].key == w["key"].get<std::string>());
+    std::string ext = w["ext"];
+    const Field* f = nullptr;
+    for (const auto& x : got[i].fields)
+      if (x.ext == ext) f = &x;
+    REQUIRE(f);
+    if (ext == "npy") {
+      auto a = pickle::ParseNpy(f->data);
+      REQUIRE(a.ok());
+      CHECK(Md5Of(a->data) == w["md5"].get<std::string>());
+      CHECK(a->shape == w["shape"].get<std::vector<uint64_t>>());
+      CHECK(a->dtype.descr() == "|u1");
+    } else {
+      CHECK(Md5Of(f->data) == w["md5"].get<std::string>());
+    }
+    if (w["label"].is_null()) CHECK(!got[i].label());
+    else CHECK(got[i].label() == std::optional<int64_t>(w["label"].get<int64_t>()));
+  }
+}
+
+void CheckSame(const std::vector<Sample>& a, const std::vector<Sample>& b) {
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO("sample " << i << " key " << a[i].key);
+    CHECK(a[i].key == b[i].key);
+    REQUIRE(a[i].fields.size() == b[i].fields.size());
+    for (size_t j = 0; j < a[i].fields.size(); ++j) {
+      CHECK(a[i].fields[j].ext == b[i].fields[j].ext);
+      CHECK(a[i].fields[j].data == b[i].fields[j].data);
+    }
+  }
+}
+
+const char* kLayouts[][2] = {
+    {"image_paths", "image"}, {"image_index", "image"}, {"pickle_array", "pickle"}, {"pickle_bytes", "pickle"}};
+
+}  // namespace
+
+TEST_CASE("lmdb wild: every layout is detected and read as the script wrote it", "[lmdb][wild]") {
+  for (int proto : {2, 3, 4, 5}) {
+    Fixtures fx(12, proto);
+    for (auto [name, layout] : kLayouts) {
+      INFO(name << " protocol " << proto);
+      auto ds = Open(std::string("lmdb:") + (fx.dir / (std::string(name) + ".lmdb")));
+      REQUIRE(ds.ok());
+      CHECK((*ds)->info().extra.at("layout") == layout);
+      CHECK((*ds)->info().num_samples == 12);
+      auto samples = ReadAll(**ds);
+      CheckAgainst(samples, fx.expected[name]);
+      // Random access gives the same samples, in the same (numeric) order.
+      auto ra = (*ds)->NewRandomAccess();
+      REQUIRE(ra.ok());
+      for (uint64_t i = 0; i < samples.size(); ++i) {
+        Sample s;
+        REQUIRE((*ra)->Get(i, &s).ok());
+        CheckSame({s}, {samples[i]});
+      }
+      if (std::string(name) == "image_paths")
+        CHECK((*ds)->info().class_names == std::vector<std::string>{"cat", "dog", "eel"});
+      if (std::string(name) != "image_paths") CHECK((*ds)->info().extra.at("key_order") == "numeric");
+    }
+  }
+}
+
+TEST_CASE("lmdb wild: convert each layout to every format and back, identical", "[lmdb][wild][convert]") {
+  Fixtures fx;
+  for (auto [name, layout] : kLayouts) {
+    std::string src = std::string("lmdb:") + (fx.dir / (std::string(name) + ".lmdb"));
+    auto ds = Open(src);
+    REQUIRE(ds.ok());
+    auto orig = ReadAll(**ds);
+    for (std::string dst : {std::string("wds:") + fx.dir / (std::string(name) + "_out/s-%06d.tar"),
+                            std::string("lmdb:") + fx.dir / (std::string(name) + "_out.lmdb"),
+                            std::string("hdf5:") + fx.dir / (std::string(name) + "_out.h5")}) {
+      INFO(name << " -> " << dst);
+      auto sum = Convert(src, dst);
+      if (!sum.ok()) FAIL(sum.status().ToString());
+      CHECK(sum->samples == orig.size());
+      std::string back_addr = dst;
+      if (dst.starts_with("wds:")) back_addr = "wds:" + fx.dir / (std::string(name) + "_out/s-000000.tar");
+      auto back = Open(back_addr);
+      if (!back.ok()) FAIL(back.status().ToString());
+      auto again = ReadAll(**back);
+      CheckSame(again, orig);
+      CheckAgainst(again, fx.expected[name]);
+      // and back into LMDB (shardkit layout), still the same samples
+      std::string round = "lmdb:" + fx.dir / (std::string(name) + "_" + dst.substr(0, 4) + "_round.lmdb");
+      auto sum2 = Convert(back_addr, round);
+      if (!sum2.ok()) FAIL(sum2.status().ToString());
+      auto rb = Open(round);
+      REQUIRE(rb.ok());
+      CheckSame(ReadAll(**rb), orig);
+    }
+  }
+}
+
+TEST_CASE("lmdb wild: decoded arrays reach tar shards as .npy that numpy loads, BGR as written", "[lmdb][wild][npy]") {
+  Fixtures fx;
+  std::string out = fx.dir / "arr/s-%06d.tar";
+  auto r = Cli(fmt::format("convert {} {}", Q("lmdb:" + fx.dir / "pickle_array.lmdb"), Q("wds:" + out)));
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  std::string py = fmt::format(
+      "import tarfile, io, json, hashlib, numpy as np\n"
+      "exp = json.load(open('{0}/expected.json'))['pickle_array']\n"
+      "t = tarfile.open('{0}/arr/s-000000.tar')\n"
+      "m = {{x.name: t.extractfile(x).read() for x in t.getmembers()}}\n"
+      "for e in exp:\n"
+      "    a = np.load(io.BytesIO(m[e['key'] + '.npy']))\n"
+      "    assert a.dtype == np.uint8 and list(a.shape) == e['shape'], e\n"
+      "    assert hashlib.md5(a.tobytes()).hexdigest() == e['md5'], e\n"
+      "    assert hashlib.md5(a[:, :, ::-1].tobytes()).hexdigest() == e['rgb_md5'], e\n"
+      "    assert int(m[e['key'] + '.cls']) == e['label']\n"
+      "print(len(exp))\n",
+      fx.dir.path());
+  WriteFile(fx.dir / "check.py", py);
+  auto c = Run(fmt::format("{} {}", kPy, Q(fx.dir / "check.py")));
+  INFO(c.err);
+  CHECK(c.exit_code == 0);
+  CHECK(c.out == "12\n");
+}
+
+TEST_CASE("lmdb wild: forced layouts, __len__ and hostile values", "[lmdb][wild][hostile]") {
+  Fixtures fx(5);
+  OpenOptions o;
+  o.format_options["lmdb.layout"] = "pickle";
+  auto wrong = Open("lmdb:" + fx.dir / "image_index.lmdb", o);
+  if (wrong.ok()) {  // detection is lazy per value: the read names the key
+    auto r = (*wrong)->NewReader();
+    REQUIRE(r.ok());
+    Sample s;
+    auto st = (*r)->Next(&s);
+    REQUIRE(!st.ok());
+    CHECK_THAT(st.status().message(), Catch::Contains("LMDB key '0'"));
+  }
+  o.format_options["lmdb.layout"] = "image";
+  auto forced = Open("lmdb:" + fx.dir / "image_index.lmdb", o);
+  REQUIRE(forced.ok());
+  CHECK((*forced)->info().num_samples == 5);
+  o.format_options["lmdb.layout"] = "parquet";
+  auto unknown = Open("lmdb:" + fx.dir / "image_index.lmdb", o);
+  REQUIRE(!unknown.ok());
+  CHECK_THAT(unknown.status().message(), Catch::Contains("unknown LMDB layout 'parquet'"));
+
+  // A __len__ that disagrees, a hostile pickle, and a non-image value.
+  std::string py = fmt::format(
+      "import lmdb, pickle, os\n"
+      "class Evil:\n"
+      "    def __reduce__(self): return (os.system, ('touch {0}/PWNED',))\n"
+      "def mk(name, items):\n"
+      "    env = lmdb.open('{0}/' + name, map_size=1 << 26)\n"
+      "    with env.begin(write=True) as t:\n"
+      "        for k, v in items: t.put(k, v)\n"
+      "    env.close()\n"
+      "mk('badlen.lmdb', [(b'0', pickle.dumps((b'\\xff\\xd8\\xff\\xe0xx', 1))), (b'__len__', pickle.dumps(7))])\n"
+      "mk('evil.lmdb', [(b'0', pickle.dumps((b'\\xff\\xd8\\xff\\xe0xx', 1))), (b'1', pickle.dumps((Evil(), 1)))])\n"
+      "mk('junk.lmdb', [(b'0', b'\\xff\\xd8\\xff\\xe0xx'), (b'1', b'hello')])\n",
+      fx.dir.path());
+  WriteFile(fx.dir / "mk.py", py);
+  auto r = Run(fmt::format("{} {}", kPy, Q(fx.dir / "mk.py")));
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  auto badlen = Open("lmdb:" + fx.dir / "badlen.lmdb");
+  REQUIRE(!badlen.ok());
+  CHECK_THAT(badlen.status().message(), Catch::Contains("'__len__'") && Catch::Contains("says 7 samples, the LMDB holds 1"));
+  for (auto [name, msg] : {std::pair{"evil.lmdb", "global 'posix.system' is refused"},
+                           std::pair{"junk.lmdb", "value is not an image file"}}) {
+    INFO(name);
+    auto ds = Open("lmdb:" + fx.dir / name);
+    REQUIRE(ds.ok());
+    auto rd = (*ds)->NewReader();
+    REQUIRE(rd.ok());
+    Sample s;
+    REQUIRE((*rd)->Next(&s).ok());
+    auto st = (*rd)->Next(&s);
+    REQUIRE(!st.ok());
+    CHECK_THAT(st.status().message(), Catch::Contains("LMDB key '1'") && Catch::Contains(msg));
+    // verify reports it too, with a non-zero exit
+    auto v = Cli("verify " + Q("lmdb:" + fx.dir / name));
+    CHECK(v.exit_code != 0);
+  }
+  CHECK(!fs::exists(fx.dir / "PWNED"));
+}
