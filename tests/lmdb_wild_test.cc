@@ -201,6 +201,25 @@ TEST_CASE("lmdb wild: forced layouts, __len__ and hostile values", "[lmdb][wild]
   auto forced = Open("lmdb:" + fx.dir / "image_index.lmdb", o);
   REQUIRE(forced.ok());
   CHECK((*forced)->info().num_samples == 5);
+  // Colour order: said (bgr by default), converted only when asked.
+  {
+    auto bgr = Open("lmdb:" + fx.dir / "pickle_array.lmdb");
+    REQUIRE(bgr.ok());
+    CHECK_THAT((*bgr)->info().extra.at("channel_order"), Catch::StartsWith("decoded arrays: bgr"));
+    OpenOptions c;
+    c.format_options["lmdb.channels"] = "bgr-to-rgb";
+    auto rgb = Open("lmdb:" + fx.dir / "pickle_array.lmdb", c);
+    REQUIRE(rgb.ok());
+    auto samples = ReadAll(**rgb);
+    REQUIRE(samples.size() == 5);
+    for (size_t i = 0; i < samples.size(); ++i) {
+      auto a = pickle::ParseNpy(samples[i].find("npy")->data);
+      REQUIRE(a.ok());
+      CHECK(Md5Of(a->data) == fx.expected["pickle_array"][i]["rgb_md5"].get<std::string>());
+    }
+    c.format_options["lmdb.channels"] = "grb";
+    CHECK(!Open("lmdb:" + fx.dir / "pickle_array.lmdb", c).ok());
+  }
   o.format_options["lmdb.layout"] = "parquet";
   auto unknown = Open("lmdb:" + fx.dir / "image_index.lmdb", o);
   REQUIRE(!unknown.ok());

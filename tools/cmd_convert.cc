@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <memory>
 #include <thread>
 
@@ -23,6 +24,7 @@ struct CopyFlags {
   bool resume = false;
   bool json = false;
   bool no_index = false;
+  std::vector<std::string> source_options;  // KEY=VALUE -> OpenOptions::format_options
 };
 
 void AddCopyFlags(CLI::App* sub, CopyFlags* f) {
@@ -51,6 +53,10 @@ void AddCopyFlags(CLI::App* sub, CopyFlags* f) {
                 "tar shards from the last complete shard (same bytes as an uninterrupted run), "
                 "LMDB from the last durable point (a sync every 1 GiB or 30 s); HDF5 and folder outputs start over. "
                 "The source is read again from the start and checked against what was written");
+  sub->add_option("--source-option", f->source_options,
+                  "KEY=VALUE read option of the source where its content is ambiguous (repeatable): "
+                  "lmdb.layout=shardkit|caffe|image|pickle, lmdb.channels=bgr|rgb|bgr-to-rgb, hdf5.order=nhwc|nchw "
+                  "(see docs/existing-data.md)");
   sub->add_flag("--json", f->json,
                 "Print the summary as one JSON object: command, source, destination, "
                 "source_format, destination_format, samples, bytes, payload_bytes, seconds, "
@@ -58,6 +64,19 @@ void AddCopyFlags(CLI::App* sub, CopyFlags* f) {
 }
 
 KeyDots ToKeyDots(const std::string& s) { return s == "replace" ? KeyDots::kReplace : KeyDots::kError; }
+
+// --source-option KEY=VALUE -> OpenOptions::format_options; false (and a message) when malformed.
+bool ApplySourceOptions(const std::vector<std::string>& kv, OpenOptions* o) {
+  for (const auto& x : kv) {
+    size_t eq = x.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      std::fprintf(stderr, "error: --source-option '%s': expected KEY=VALUE\n", x.c_str());
+      return false;
+    }
+    o->format_options[x.substr(0, eq)] = x.substr(eq + 1);
+  }
+  return true;
+}
 
 }  // namespace
 
@@ -96,6 +115,7 @@ RunFn SetupConvert(CLI::App* sub) {
     o.write.key_dots = ToKeyDots(f->key_dots);
     o.write.wds.write_index = !f->no_index;
     o.write.lmdb.layout = f->lmdb_layout;
+    if (!ApplySourceOptions(f->source_options, &o.open)) return kExitUsage;
     o.shuffle = f->shuffle;
     o.seed = f->seed;
     o.threads = f->threads;
@@ -149,6 +169,7 @@ RunFn SetupShard(CLI::App* sub) {
     o.resume = f->resume;
     o.key_dots = ToKeyDots(f->key_dots);
     o.write_index = !f->no_index;
+    if (!ApplySourceOptions(f->source_options, &o.open)) return kExitUsage;
     Result<ConvertSummary> r = [&] {
       ProgressPrinter progress;
       return Shard(f->src, f->dst, o, progress.fn());

@@ -53,7 +53,7 @@ Result<pickle::NdArray> ReadElement(hid_t dset, const pickle::DType& dt, const s
   if (fspace < 0) return Status::Corrupt(fmt::format("dataset '{}': no dataspace", name), at);
   H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
   hid_t mspace = H5Screate_simple(int(count.size()), count.data(), nullptr);
-  std::vector<uint8_t> buf(size_t(bytes));
+  std::vector<uint8_t> buf(static_cast<size_t>(bytes));
   herr_t rc = H5Dread(dset, MemType(dt), mspace, fspace, H5P_DEFAULT, buf.data());
   H5Sclose(mspace);
   H5Sclose(fspace);

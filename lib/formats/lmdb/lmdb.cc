@@ -893,6 +893,18 @@ class LmdbDataset : public Dataset {
                            : d->layout_ == Layout::kCaffe  ? "caffe"
                                                            : std::string(wild::Name(d->wild_->kind));
     if (d->layout_ == Layout::kWild) {
+      if (auto it = opts.format_options.find("lmdb.channels"); it != opts.format_options.end()) {
+        if (it->second != "bgr" && it->second != "rgb" && it->second != "bgr-to-rgb")
+          return Status::Invalid(fmt::format("lmdb.channels '{}': bgr, rgb or bgr-to-rgb", it->second),
+                                 Location{.file = dir});
+        auto cat = std::make_shared<wild::Catalog>(*d->wild_);
+        cat->channels = it->second;
+        d->wild_ = std::move(cat);
+      }
+      if (d->wild_->kind == wild::Kind::kPickle)
+        info.extra["channel_order"] = d->wild_->channels == "bgr"   ? "decoded arrays: bgr (as cv2.imread writes; not converted)"
+                                      : d->wild_->channels == "rgb" ? "decoded arrays: rgb (said by lmdb.channels; not converted)"
+                                                                    : "decoded arrays: rgb (converted from bgr on read)";
       info.class_names = d->wild_->class_names;
       info.extra["key_order"] = d->wild_->numeric_keys ? "numeric" : "bytes";
     }

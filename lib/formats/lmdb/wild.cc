@@ -161,7 +161,21 @@ Status Decode(const Catalog& cat, std::string_view lkey, const Bytes& value, uin
   out->key.assign(lkey);
   if (img->kind == VK::kArray) {
     if (img->array.shape.empty()) return bad("the image is a numpy scalar");
-    out->set("npy", pickle::ToNpy(img->array));
+    Bytes npy = pickle::ToNpy(img->array);
+    const auto& a = img->array;
+    if (cat.channels == "bgr-to-rgb" && a.shape.size() == 3 && (a.shape[2] == 3 || a.shape[2] == 4)) {
+      if (a.fortran_order) return bad("bgr-to-rgb of a Fortran-order array");
+      // ToNpy made an owned copy: swap channels 0 and 2 of every pixel in place.
+      uint8_t* px = const_cast<uint8_t*>(npy.data()) + (npy.size() - a.data.size());
+      const size_t s = a.dtype.itemsize, stride = s * size_t(a.shape[2]);
+      uint8_t tmp[16];
+      for (size_t off = 0; off + stride <= a.data.size(); off += stride) {
+        std::memcpy(tmp, px + off, s);
+        std::memcpy(px + off, px + off + 2 * s, s);
+        std::memcpy(px + off + 2 * s, tmp, s);
+      }
+    }
+    out->set("npy", std::move(npy));
   } else if (img->kind == VK::kBytes) {
     std::string_view sniffed = SniffImage(img->bytes.view());
     if (sniffed.empty()) return bad("the image bytes are not an image file (no JPEG/PNG/WebP/BMP/GIF/TIFF signature)");

@@ -49,6 +49,11 @@ struct Catalog {
   std::vector<std::string> keys;         // LMDB keys of the samples, in dataset order
   bool numeric_keys = false;             // every key a decimal integer (ordered by value)
   std::vector<std::string> class_names;  // image layout with path keys: sorted parent folders
+  // Pickled arrays of 3 or 4 channels (last dimension): the channel order they are said
+  // to have (OpenOptions::format_options["lmdb.channels"]): "bgr" (default: what
+  // cv2.imread gives; kept as is), "rgb" (kept as is), or "bgr-to-rgb" (channels 0 and
+  // 2 swapped on read, so the arrays come out RGB).
+  std::string channels = "bgr";
 };
 
 // Orders `keys` (side entries already removed) and fills the catalog's keys,
