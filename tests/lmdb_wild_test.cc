@@ -264,3 +264,49 @@ TEST_CASE("lmdb wild: forced layouts, __len__ and hostile values", "[lmdb][wild]
   }
   CHECK(!fs::exists(fx.dir / "PWNED"));
 }
+
+TEST_CASE("image-text pairs stay one sample through every format", "[wild][pairs]") {
+  TempDir dir;
+  std::vector<std::string> keys;
+  for (int i = 0; i < 6; ++i) {
+    std::string stem = fmt::format("c{}/x{}", i % 2, i);
+    fs::create_directories(dir / fmt::format("src/c{}", i % 2));
+    WriteFile(dir / ("src/" + stem + ".jpg"), MakeJpeg(16, 12, uint32_t(i)));
+    WriteFile(dir / ("src/" + stem + ".txt"), fmt::format("a photo number {}", i));
+    if (i % 2) WriteFile(dir / ("src/" + stem + ".json"), fmt::format("{{\"i\": {}}}", i));
+  }
+  auto src = Open(dir / "src");
+  REQUIRE(src.ok());
+  auto orig = ReadAll(**src);
+  REQUIRE(orig.size() == 6);
+  for (const auto& s : orig) {
+    INFO(s.key);
+    CHECK(s.find("jpg"));
+    CHECK(s.find("txt"));
+  }
+  std::vector<std::string> dsts = {"wds:" + dir / "o/s-%06d.tar", "lmdb:" + dir / "o.lmdb", "hdf5:" + dir / "o.h5",
+                                   "folder:" + dir / "o_folder"};
+  for (const auto& dst : dsts) {
+    INFO(dst);
+    auto sum = Convert(dir / "src", dst);
+    if (!sum.ok()) FAIL(sum.status().ToString());
+    std::string back = dst.starts_with("wds:") ? "wds:" + dir / "o/s-000000.tar" : dst;
+    auto b = Open(back);
+    if (!b.ok()) FAIL(b.status().ToString());
+    auto again = ReadAll(**b);
+    CheckSame(again, orig);
+    // and from there to every other format: still one sample with its text
+    for (const auto& dst2 : dsts) {
+      if (dst2 == dst) continue;
+      std::string d2 = dst2 + (dst2.starts_with("wds:") ? "" : "_2");
+      if (dst2.starts_with("wds:")) d2 = "wds:" + dir / ("o2_" + dst.substr(0, 4) + "/s-%06d.tar");
+      auto s2 = Convert(back, d2);
+      if (!s2.ok()) FAIL(s2.status().ToString());
+      std::string b2 = d2.starts_with("wds:") ? "wds:" + dir / ("o2_" + dst.substr(0, 4) + "/s-000000.tar") : d2;
+      auto r2 = Open(b2);
+      if (!r2.ok()) FAIL(r2.status().ToString());
+      CheckSame(ReadAll(**r2), orig);
+      if (!d2.starts_with("wds:")) fs::remove_all(d2.substr(d2.find(':') + 1));
+    }
+  }
+}

@@ -70,6 +70,7 @@ hostile["reduce_tuple"] = b"\x80\x04)K\x01\x85R."
 good = pickle.dumps((np.zeros((4, 4), np.uint8), 1), protocol=4)
 hostile["truncated"] = good[: len(good) // 2]
 hostile["truncated_frame"] = good[:12]
+hostile["truncated_p2"] = pickle.dumps((np.zeros((4, 4), np.uint8), 1), protocol=2)[:-30]
 hostile["memo_out_of_range"] = b"\x80\x04K\x01\x94h\x05."
 hostile["memo_long_out_of_range"] = b"\x80\x04K\x01\x94j\xff\xff\xff\xff."
 # declared shape (1000, 1000) with 6 bytes of data, both array spellings
@@ -80,7 +81,7 @@ hostile["self_list"] = b"\x80\x04]\x94(h\x00e."
 hostile["deep_nesting"] = b"\x80\x04" + b"]" * 1000 + b"a" * 999 + b"."
 bomb = b"\x80\x04]\x94"  # l0 = []
 for i in range(1, 60):  # li = [l(i-1), l(i-1)]
-    bomb += b"(h" + bytes([i - 1]) + b"h" + bytes([i - 1]) + b"l\x94"
+    bomb += b"0(h" + bytes([i - 1]) + b"h" + bytes([i - 1]) + b"l\x94"
 hostile["shared_bomb"] = bomb + b"."
 hostile["marks_bomb"] = b"\x80\x04" + b"(" * 1000000 + b"."
 hostile["object_array"] = pickle.dumps(np.array([1, "x"], dtype=object), protocol=4)

@@ -71,6 +71,7 @@ void SetDurableBytesForTest(size_t bytes) { g_durable_bytes = bytes; }
 namespace {
 
 namespace fs = std::filesystem;
+namespace wild = lmdb::wild;
 using json = nlohmann::json;
 
 // A record's location with the sample key (the LMDB key stays in the message).
