@@ -9,6 +9,7 @@
 #include "core/pickle.h"
 
 #include <cstring>
+#include <memory>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -725,10 +726,13 @@ std::string NpyHeader(const NdArray& arr) {
 
 Bytes ToNpy(const NdArray& arr) {
   std::string h = NpyHeader(arr);
-  std::vector<uint8_t> out(h.size() + arr.data.size());
-  std::memcpy(out.data(), h.data(), h.size());
-  if (!arr.data.empty()) std::memcpy(out.data() + h.size(), arr.data.data(), arr.data.size());
-  return Bytes::Take(std::move(out));
+  const size_t n = h.size() + arr.data.size();
+  // Not zero-filled first: every byte is copied in (a vector's memset cost ~15% of a conversion).
+  std::shared_ptr<uint8_t[]> out(new uint8_t[n]);
+  std::memcpy(out.get(), h.data(), h.size());
+  if (!arr.data.empty()) std::memcpy(out.get() + h.size(), arr.data.data(), arr.data.size());
+  const uint8_t* p = out.get();
+  return Bytes(std::shared_ptr<const void>(std::move(out), p), p, n);
 }
 
 Result<NdArray> ParseNpy(const Bytes& npy) {
