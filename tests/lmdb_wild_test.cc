@@ -310,3 +310,44 @@ TEST_CASE("image-text pairs stay one sample through every format", "[wild][pairs
     }
   }
 }
+
+TEST_CASE("lmdb wild: --encode png|jpeg:Q writes decoded arrays as images, BGR only when converted", "[lmdb][wild][encode]") {
+  Fixtures fx(6);
+  std::string src = Q("lmdb:" + fx.dir / "pickle_array.lmdb");
+  // BGR arrays are not silently written into RGB image files.
+  auto refused = Cli(fmt::format("convert {} {} --encode png", src, Q("wds:" + fx.dir / "bad/s-%06d.tar")));
+  CHECK(refused.exit_code != 0);
+  CHECK_THAT(refused.err, Catch::Contains("BGR") && Catch::Contains("lmdb.channels=bgr-to-rgb"));
+  auto badq = Cli(fmt::format("convert {} {} --encode jpeg:101 --source-option lmdb.channels=rgb", src,
+                              Q("wds:" + fx.dir / "bad/s-%06d.tar")));
+  CHECK(badq.exit_code != 0);
+  CHECK_THAT(badq.err, Catch::Contains("jpeg:Q with Q in 1..100"));
+  for (std::string enc : {"png", "jpeg:95"}) {
+    INFO(enc);
+    std::string out = fx.dir / ("enc_" + enc.substr(0, 3));
+    auto r = Cli(fmt::format("convert {} {} --encode {} --source-option lmdb.channels=bgr-to-rgb", src,
+                             Q("wds:" + out + "/s-%06d.tar"), enc));
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    std::string ext = enc == "png" ? "png" : "jpg";
+    std::string py = fmt::format(
+        "import tarfile, io, json, hashlib, numpy as np\n"
+        "from PIL import Image\n"
+        "exp = json.load(open('{0}/expected.json'))['pickle_array']\n"
+        "t = tarfile.open('{1}/s-000000.tar')\n"
+        "m = {{x.name: t.extractfile(x).read() for x in t.getmembers()}}\n"
+        "assert not any(k.endswith('.npy') for k in m), m.keys()\n"
+        "for e in exp:\n"
+        "    a = np.asarray(Image.open(io.BytesIO(m[e['key'] + '.{2}'])).convert('RGB'))\n"
+        "    assert list(a.shape) == e['shape'], e\n"
+        "    if '{2}' == 'png': assert hashlib.md5(a.tobytes()).hexdigest() == e['rgb_md5'], e\n"
+        "    assert int(m[e['key'] + '.cls']) == e['label']\n"
+        "print(len(exp))\n",
+        fx.dir.path(), out, ext);
+    WriteFile(fx.dir / "check_enc.py", py);
+    auto c = Run(fmt::format("{} {}", kPy, Q(fx.dir / "check_enc.py")));
+    INFO(c.err);
+    CHECK(c.exit_code == 0);
+    CHECK(c.out == "6\n");
+  }
+}

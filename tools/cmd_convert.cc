@@ -85,6 +85,7 @@ RunFn SetupConvert(CLI::App* sub) {
     std::string shard_size;
     uint64_t samples_per_shard = 0;
     std::string lmdb_layout = "shardkit";
+    std::string encode;
   };
   auto f = std::make_shared<Flags>();
   AddCopyFlags(sub, f.get());
@@ -93,6 +94,9 @@ RunFn SetupConvert(CLI::App* sub) {
   sub->add_option("--samples-per-shard", f->samples_per_shard,
                   "Tar shards: start a new shard every N samples (default: no limit)")
       ->check(CLI::PositiveNumber);
+  sub->add_option("--encode", f->encode,
+                  "Write decoded arrays (field npy, uint8 [H,W(,C)], RGB) as images: 'png' (lossless) or "
+                  "'jpeg:Q' (quality 1-100); default: keep them as .npy");
   sub->add_option("--lmdb-layout", f->lmdb_layout,
                   "LMDB output layout: 'shardkit' (default; one record per sample, see docs/formats.md) "
                   "or 'caffe' (Caffe Datum values, readable by Caffe and DALI)")
@@ -116,6 +120,7 @@ RunFn SetupConvert(CLI::App* sub) {
     o.write.wds.write_index = !f->no_index;
     o.write.lmdb.layout = f->lmdb_layout;
     if (!ApplySourceOptions(f->source_options, &o.open)) return kExitUsage;
+    o.encode = f->encode;
     o.shuffle = f->shuffle;
     o.seed = f->seed;
     o.threads = f->threads;

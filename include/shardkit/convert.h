@@ -43,6 +43,11 @@ struct ConvertOptions {
   int threads = 1;
   // Samples per read-ahead window (memory bound: two windows).
   size_t window = 256;
+  // Decoded arrays (field "npy", uint8 [H, W(, C)]) are written as images: "png"
+  // (lossless) or "jpeg:Q"; empty keeps them as .npy. A source that says its arrays
+  // are BGR (DatasetInfo::extra["channel_order"]) is refused: convert them first
+  // (lmdb.channels=bgr-to-rgb) or say they are RGB.
+  std::string encode;
 };
 
 struct ConvertProgress {
