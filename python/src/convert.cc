@@ -83,7 +83,8 @@ void BindConvert(py::module_& m) {
            std::optional<int> threads, size_t window, const py::object& shard_size, uint64_t samples_per_shard,
            const std::vector<std::string>& class_names, bool overwrite, const std::string& key_dots,
            const std::string& lmdb_layout, bool write_index,
-           const std::map<std::string, std::string>& field_map, const py::object& progress) {
+           const std::map<std::string, std::string>& field_map, const py::object& progress,
+           const std::map<std::string, std::string>& source_options, const std::string& encode) {
           ConvertOptions o;
           o.shuffle = shuffle;
           o.seed = seed;
@@ -97,6 +98,8 @@ void BindConvert(py::module_& m) {
           o.write.lmdb.layout = lmdb_layout;
           o.write.wds.write_index = write_index;
           o.open.field_map = field_map;
+          o.open.format_options = source_options;
+          o.encode = encode;
           py::dict d = RunWithProgress(progress, [&](const ProgressFn& fn) { return Convert(src, dst, o, fn); });
           d["threads"] = o.threads;
           return d;
@@ -106,7 +109,8 @@ void BindConvert(py::module_& m) {
         py::arg("samples_per_shard") = 0, py::arg("class_names") = std::vector<std::string>{},
         py::arg("overwrite") = false, py::arg("key_dots") = "error", py::arg("lmdb_layout") = "shardkit",
         py::arg("write_index") = true, py::arg("field_map") = std::map<std::string, std::string>{},
-        py::arg("progress") = py::none(),
+        py::arg("progress") = py::none(), py::arg("source_options") = std::map<std::string, std::string>{},
+        py::arg("encode") = "",
         R"doc(Copies every sample of the dataset `src` into a new dataset `dst` (any formats).
 
 Keeps dataset order, or with shuffle=True writes a seeded global permutation (needs random
@@ -115,7 +119,9 @@ write_index (DALI .idx files). key_dots: "error" or "replace" (keys with a dot i
 last component). lmdb_layout: "shardkit" or "caffe". class_names: default the source's.
 threads: reader threads, default (None) what the `shardkit convert` command uses: the
 cores, 2 to 8 (the output is the same for any number). field_map: HDF5 source dataset
-names to fields. progress: a callable taking a dict
+names to fields. source_options: read options of the source, e.g. {"lmdb.layout": "pickle",
+"lmdb.channels": "bgr-to-rgb", "hdf5.order": "nchw"} (docs/existing-data.md). encode: "" keeps
+decoded arrays as .npy, "png" or "jpeg:Q" writes them as images. progress: a callable taking a dict
 {samples, bytes, elapsed, total}, called about ten times a second on this thread.
 Returns a summary dict (with the `threads` used). Nothing appears under `dst` unless it
 succeeds.)doc");
