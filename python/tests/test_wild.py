@@ -27,7 +27,7 @@ def make_article_lmdb(path, n=12):
 def test_article_lmdb_to_npy_and_png(tmp_path):
     src = str(tmp_path / "article.lmdb")
     rgb = make_article_lmdb(src)
-    ds = shardkit.Dataset(src)
+    ds = shardkit.open(src)
     assert len(ds) == 12
     out = str(tmp_path / "npy" / "s-%06d.tar")
     shardkit.convert(src, out, source_options={"lmdb.channels": "bgr-to-rgb"})
