@@ -99,6 +99,7 @@ struct OpenOptions {
   std::map<std::string, std::string> field_map;
   // Per-format reading knobs, "format.name" -> value, where content alone is ambiguous:
   //   "lmdb.layout": shardkit | caffe | image | pickle (default: detected from the first values)
+  //   "lmdb.channels": bgr | rgb | bgr-to-rgb (pickled decoded arrays; default bgr, kept as is)
   //   "hdf5.order":  nhwc | nchw (4-D decoded image datasets; default nhwc)
   // A format ignores the others' keys.
   std::map<std::string, std::string> format_options;
