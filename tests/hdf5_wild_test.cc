@@ -87,6 +87,23 @@ TEST_CASE("hdf5 wild: decoded-image layouts read and convert to every format and
   auto plain = Open("hdf5:" + dir / "nchw.h5");
   REQUIRE(plain.ok());
   CHECK((*plain)->info().extra.at("layout") == "decoded-images");
+  // A declared element far larger than anything the file holds (unallocated chunks) is refused, not allocated.
+  auto big = Run(fmt::format("/usr/bin/python3 -c \"import h5py, numpy as np; f = h5py.File('{}', 'w'); "
+                             "f.create_dataset('images', (2, 20000, 20000, 3), np.uint8, chunks=(1, 64, 64, 3)); "
+                             "f.create_dataset('labels', data=np.zeros(2, np.int64)); f.close()\"",
+                             dir / "big.h5"));
+  REQUIRE(big.exit_code == 0);
+  auto bigds = Open("hdf5:" + dir / "big.h5");
+  if (bigds.ok()) {
+    auto rd = (*bigds)->NewReader();
+    REQUIRE(rd.ok());
+    Sample s;
+    auto st = (*rd)->Next(&s);
+    REQUIRE(!st.ok());
+    CHECK_THAT(st.status().message(), Catch::Contains("an element of more than 268435456 bytes"));
+  } else {
+    CHECK_THAT(bigds.status().message(), Catch::Contains("dataset 'images': an element of more than 268435456 bytes"));
+  }
   OpenOptions bad;
   bad.format_options["hdf5.order"] = "chwn";
   auto refused = Open("hdf5:" + dir / "nchw.h5", bad);
