@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <memory>
 #include <thread>
 
@@ -24,6 +25,7 @@ struct CopyFlags {
   bool json = false;
   bool no_index = false;
   std::string part;
+  std::vector<std::string> source_options;  // KEY=VALUE -> OpenOptions::format_options
 };
 
 void AddCopyFlags(CLI::App* sub, CopyFlags* f) {
@@ -63,6 +65,10 @@ void AddCopyFlags(CLI::App* sub, CopyFlags* f) {
                   "its own under their final names plus a part record; `shardkit merge DST` then writes the "
                   "manifest (under mpirun in an MPI build, rank 0 merges). Tar shard outputs only; the output "
                   "is byte for byte that of one process (docs/cluster.md)");
+  sub->add_option("--source-option", f->source_options,
+                  "KEY=VALUE read option of the source where its content is ambiguous (repeatable): "
+                  "lmdb.layout=shardkit|caffe|image|pickle, lmdb.channels=bgr|rgb|bgr-to-rgb, hdf5.order=nhwc|nchw "
+                  "(see docs/existing-data.md)");
   sub->add_flag("--json", f->json,
                 "Print the summary as one JSON object: command, source, destination, "
                 "source_format, destination_format, samples, bytes, payload_bytes, seconds, "
@@ -85,6 +91,19 @@ bool ParseFieldMap(const char* flag, const std::string& text, std::map<std::stri
       return false;
     }
     (*out)[item.substr(0, eq)] = item.substr(eq + 1);
+  }
+  return true;
+}
+
+// --source-option KEY=VALUE -> OpenOptions::format_options; false (and a message) when malformed.
+bool ApplySourceOptions(const std::vector<std::string>& kv, OpenOptions* o) {
+  for (const auto& x : kv) {
+    size_t eq = x.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      std::fprintf(stderr, "error: --source-option '%s': expected KEY=VALUE\n", x.c_str());
+      return false;
+    }
+    o->format_options[x.substr(0, eq)] = x.substr(eq + 1);
   }
   return true;
 }
@@ -114,6 +133,7 @@ RunFn SetupConvert(CLI::App* sub) {
     std::string mds_compression;
     std::string mds_hashes = "xxh3_64";
     std::string field_map, tfrecord_preset = "imagenet", tfrecord_compression = "none", tfrecord_field_map;
+    std::string encode;
   };
   auto f = std::make_shared<Flags>();
   AddCacheOptions(sub);
@@ -136,6 +156,9 @@ RunFn SetupConvert(CLI::App* sub) {
   sub->add_option("--samples-per-shard", f->samples_per_shard,
                   "Tar shards: start a new shard every N samples (default: no limit)")
       ->check(CLI::PositiveNumber);
+  sub->add_option("--encode", f->encode,
+                  "Write decoded arrays (field npy, uint8 [H,W(,C)], RGB) as images: 'png' (lossless) or "
+                  "'jpeg:Q' (quality 1-100); default: keep them as .npy");
   sub->add_option("--lmdb-layout", f->lmdb_layout,
                   "LMDB output layout: 'shardkit' (default; one record per sample, see docs/formats.md) "
                   "or 'caffe' (Caffe Datum values, readable by Caffe and DALI)")
@@ -179,6 +202,8 @@ RunFn SetupConvert(CLI::App* sub) {
     if (!ParseFieldMap("--tfrecord-field-map", f->tfrecord_field_map, &o.write.tfrecord.field_map)) return kExitUsage;
     o.write.tfrecord.preset = f->tfrecord_preset;
     o.write.tfrecord.compression = f->tfrecord_compression;
+    if (!ApplySourceOptions(f->source_options, &o.open)) return kExitUsage;
+    o.encode = f->encode;
     o.shuffle = f->shuffle;
     o.seed = f->seed;
     o.threads = f->threads;
@@ -236,6 +261,7 @@ RunFn SetupShard(CLI::App* sub) {
     o.write_index = !f->no_index;
     int rc = kExitOk;
     if (!TakePart(*f, &o.part, &rc)) return rc;
+    if (!ApplySourceOptions(f->source_options, &o.open)) return kExitUsage;
     Result<ConvertSummary> r = [&] {
       ProgressPrinter progress;
       return Shard(f->src, f->dst, o, progress.fn());

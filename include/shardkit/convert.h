@@ -66,6 +66,11 @@ struct ConvertOptions {
   size_t window = 256;
   // Write one part of the output (PartSpec; needs random access and a sharded output).
   PartSpec part;
+  // Decoded arrays (field "npy", uint8 [H, W(, C)]) are written as images: "png"
+  // (lossless) or "jpeg:Q"; empty keeps them as .npy. A source that says its arrays
+  // are BGR (DatasetInfo::extra["channel_order"]) is refused: convert them first
+  // (lmdb.channels=bgr-to-rgb) or say they are RGB.
+  std::string encode;
 };
 
 struct ConvertProgress {

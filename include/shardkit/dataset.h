@@ -105,6 +105,12 @@ struct OpenOptions {
   // TFRecord: map feature names to fields, e.g. {"image/encoded": "jpg", "image/class/label": "cls-1",
   // "image/filename": "__key__"} (instead of the preset detected from the first record).
   std::map<std::string, std::string> field_map;
+  // Per-format reading knobs, "format.name" -> value, where content alone is ambiguous:
+  //   "lmdb.layout": shardkit | caffe | image | pickle (default: detected from the first values)
+  //   "lmdb.channels": bgr | rgb | bgr-to-rgb (pickled decoded arrays; default bgr, kept as is)
+  //   "hdf5.order":  nhwc | nchw (4-D decoded image datasets; default nhwc)
+  // A format ignores the others' keys.
+  std::map<std::string, std::string> format_options;
   // Where the files are (null = FileSystem::Local()). The readers map and read
   // local files today; this is where a remote store will plug in.
   std::shared_ptr<FileSystem> filesystem;

@@ -20,6 +20,7 @@
 #include <xxhash.h>
 
 #include "core/cores.h"
+#include "decode/encode.h"
 #include "formats/registry.h"
 #include "io/upload_staging.h"
 #include "pipeline/plan.h"
@@ -100,6 +101,8 @@ class Fetcher {
 
   std::optional<uint64_t> total() const { return total_; }
   bool eof() const { return eof_; }
+  // Decoded arrays are encoded as images while read (on the reading threads).
+  void SetEncode(const decode::EncodeSpec& spec) { encode_ = spec; }
 
   // Fills `batch` with the next window (empty at the end).
   Status Next(std::vector<Sample>* batch) {
@@ -114,6 +117,7 @@ class Fetcher {
       auto get = [&](size_t j) {
         uint64_t idx = order_ ? (*order_)(begin + j) : begin + j;
         Status s = ra_->Get(idx, &(*batch)[j]);
+        if (s.ok() && encode_) s = decode::EncodeSampleArrays(&(*batch)[j], *encode_);
         if (!s.ok()) s.At(Location{.index = int64_t(idx)});
         st[j] = std::move(s);
       };
@@ -148,6 +152,13 @@ class Fetcher {
         eof_ = true;
         break;
       }
+      if (encode_) {
+        Status st = decode::EncodeSampleArrays(&s, *encode_);
+        if (!st.ok()) {
+          st.At(Location{.index = int64_t(next_)});
+          return st;
+        }
+      }
       batch->push_back(std::move(s));
       ++next_;
     }
@@ -163,6 +174,7 @@ class Fetcher {
   std::optional<pipeline::Bijection> perm_;
   uint64_t begin_, end_;
   const pipeline::Bijection* order_;
+  std::optional<decode::EncodeSpec> encode_;  // ConvertOptions::encode
   uint64_t next_ = 0;
   bool eof_ = false;
 };
@@ -174,6 +186,17 @@ Result<ConvertSummary> ConvertFetched(Fetcher* fetcher, const Dataset& src, Samp
   const auto t0 = Clock::now();
   if (opts.threads < 1) return Status::Invalid(fmt::format("--threads must be >= 1, got {}", opts.threads));
   SK_RETURN_IF_ERROR(fetch.Init(src));
+  if (!opts.encode.empty()) {
+    auto co = src.info().extra.find("channel_order");
+    if (co != src.info().extra.end() && co->second.find("bgr") != std::string::npos &&
+        co->second.find("rgb") == std::string::npos)
+      return Status::Invalid(fmt::format(
+          "--encode {}: the source's decoded arrays are BGR ({}); image files are RGB: convert them on read "
+          "(--source-option lmdb.channels=bgr-to-rgb) or say they are RGB (lmdb.channels=rgb)",
+          opts.encode, co->second));
+    SK_ASSIGN_OR_RETURN(decode::EncodeSpec spec, decode::ParseEncodeSpec(opts.encode));
+    fetch.SetEncode(spec);
+  }
 
   ConvertSummary sum;
   ConvertProgress prog;

@@ -100,7 +100,8 @@ void BindConvert(py::module_& m) {
            const std::string& tfrecord_preset, const std::string& tfrecord_compression,
            const std::map<std::string, std::string>& tfrecord_field_map, const py::object& progress,
            const std::string& mds_compression, const std::optional<std::vector<std::string>>& mds_hashes,
-           const py::object& part, bool resume) {
+           const py::object& part, bool resume,
+           const std::map<std::string, std::string>& source_options, const std::string& encode) {
           ConvertOptions o;
           o.write.mds.compression = mds_compression;
           if (mds_hashes) o.write.mds.hashes = *mds_hashes;
@@ -121,6 +122,8 @@ void BindConvert(py::module_& m) {
           o.write.tfrecord.preset = tfrecord_preset;
           o.write.tfrecord.compression = tfrecord_compression;
           o.write.tfrecord.field_map = tfrecord_field_map;
+          o.open.format_options = source_options;
+          o.encode = encode;
           py::dict d = RunWithProgress(progress, [&](const ProgressFn& fn) { return Convert(src, dst, o, fn); });
           d["threads"] = o.threads;
           return d;
@@ -135,6 +138,8 @@ void BindConvert(py::module_& m) {
         py::arg("progress") = py::none(),
         py::arg("mds_compression") = "", py::arg("mds_hashes") = py::none(),
         py::arg("part") = py::none(), py::arg("resume") = false,
+        py::arg("source_options") = std::map<std::string, std::string>{},
+        py::arg("encode") = "",
         R"doc(Copies every sample of the dataset `src` into a new dataset `dst` (any formats).
 
 Keeps dataset order, or with shuffle=True writes a seeded global permutation (needs random
@@ -147,7 +152,9 @@ cores, 2 to 8 (the output is the same for any number). field_map: HDF5 source da
 names to fields; TFRecord source feature names to fields ("__key__", "cls", "cls-1" or an
 extension). tfrecord_preset ("imagenet" or "tfds"), tfrecord_compression ("none", "gzip",
 "zlib"), tfrecord_field_map (feature -> field, instead of the preset): TFRecord outputs
-(docs/formats-tfrecord.md). progress: a callable taking a dict
+(docs/formats-tfrecord.md). source_options: read options of the source, e.g. {"lmdb.layout": "pickle",
+"lmdb.channels": "bgr-to-rgb", "hdf5.order": "nchw"} (docs/existing-data.md). encode: "" keeps
+decoded arrays as .npy, "png" or "jpeg:Q" writes them as images. progress: a callable taking a dict
 {samples, bytes, elapsed, total}, called about ten times a second on this thread.
 part: write only part I of N of a tar shard output ("I/N", (I, N), or "env" for the
 launcher's variables); merge(dst) then writes the manifest (docs/cluster.md). resume:

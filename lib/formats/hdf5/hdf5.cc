@@ -50,6 +50,7 @@
 #include "core/file.h"
 #include "core/paths.h"
 #include "core/per_thread.h"
+#include "formats/hdf5/arrays.h"
 #include "formats/registry.h"
 
 namespace shardkit::formats {
@@ -821,11 +822,15 @@ struct Payload {
 struct TpField {
   std::string name;  // dataset name in the file
   std::string ext;   // "" = sniff per sample
-  enum Kind { kVlenU8, kVlenStr, kFixedStr, kInt } kind = kVlenU8;
+  enum Kind { kVlenU8, kVlenStr, kFixedStr, kInt, kArray } kind = kVlenU8;
   Hid dset;
   Hid mtype;                  // memory type for element reads
   size_t fixed_size = 0;      // kFixedStr
   std::vector<int64_t> ints;  // kInt: whole dataset in memory
+  // kArray (formats/hdf5/arrays.h): a decoded image per element, field "npy".
+  std::vector<uint64_t> dims;
+  pickle::DType dt;
+  bool nchw = false;
 };
 
 // State shared by a Dataset, its readers and random-access handles.
@@ -846,7 +851,7 @@ class Hdf5Data {
 
  private:
   Status OpenShardkit(hid_t file, uint64_t file_size);
-  Status OpenMapped(hid_t file, const std::map<std::string, std::string>& map);
+  Status OpenMapped(hid_t file, const std::map<std::string, std::string>& map, bool nchw);
   Status Corrupt(const std::string& dataset, const std::string& what) const {
     return Status::Corrupt(fmt::format("dataset '{}': {}", dataset, what), Location{.file = path_});
   }
@@ -1337,6 +1342,12 @@ Status Hdf5Data::Open(const std::string& path, const OpenOptions& opts) {
       if (has("images")) map["images"] = "";
       if (has("labels")) map["labels"] = "cls";
       else if (has("targets")) map["targets"] = "cls";
+      // Keras-style files (x_train/y_train, X/y, x/y) when there is no `images`.
+      for (auto [x, y] : {std::pair{"x_train", "y_train"}, std::pair{"X", "y"}, std::pair{"x", "y"}, std::pair{"X", "Y"}})
+        if (!map.count("images") && !map.count(x) && has(x) && has(y)) {
+          map[x] = "";
+          if (!map.count("labels") && !map.count("targets")) map[y] = "cls";
+        }
     }
     bool any_payload = false;
     for (auto& [name, ext] : map) any_payload = any_payload || ext != "cls";
@@ -1350,7 +1361,10 @@ Status Hdf5Data::Open(const std::string& path, const OpenOptions& opts) {
         return Status::NotFound(fmt::format("dataset '{}' (mapped to field '{}') does not exist", name,
                                             ext.empty() ? "auto" : ext),
                                 Location{.file = path});
-    s = OpenMapped(file.get(), map);
+    std::string order = opts.format_options.count("hdf5.order") ? opts.format_options.at("hdf5.order") : "nhwc";
+    if (order != "nhwc" && order != "nchw")
+      return Status::Invalid(fmt::format("hdf5.order '{}': nhwc or nchw", order), Location{.file = path});
+    s = OpenMapped(file.get(), map, order == "nchw");
     if (s.ok()) file_ = std::move(file);
   }
   if (!s.ok()) return s;
@@ -1464,7 +1478,7 @@ Status Hdf5Data::OpenShardkit(hid_t file, uint64_t file_size) {
   return Status::OK();
 }
 
-Status Hdf5Data::OpenMapped(hid_t file, const std::map<std::string, std::string>& map) {
+Status Hdf5Data::OpenMapped(hid_t file, const std::map<std::string, std::string>& map, bool nchw) {
   info.extra["layout"] = "images-labels";
   bool first = true;
   std::vector<std::string> fields;
@@ -1473,6 +1487,51 @@ Status Hdf5Data::OpenMapped(hid_t file, const std::map<std::string, std::string>
     f.name = name;
     f.ext = ext == "auto" ? "" : paths::Lower(ext);
     SK_ASSIGN_OR_RETURN(f.dset, OpenDataset(file, name, name));
+    {
+      // Decoded images: a numeric dataset of 3+ dimensions, one image per element.
+      Hid space(H5Dget_space(f.dset.get()), H5Sclose);
+      Hid type(H5Dget_type(f.dset.get()), H5Tclose);
+      int rank = space.ok() ? H5Sget_simple_extent_ndims(space.get()) : -1;
+      auto dt = type.ok() ? hdf5::NumpyType(type.get()) : std::nullopt;
+      if (rank >= 3 && rank <= 8 && dt && f.ext != "cls") {
+        std::vector<hsize_t> d(size_t(rank), 0);
+        H5Sget_simple_extent_dims(space.get(), d.data(), nullptr);
+        f.dims.assign(d.begin(), d.end());
+        f.dt = *dt;
+        f.nchw = nchw && rank == 4;
+        f.kind = TpField::kArray;
+        if (f.ext.empty()) f.ext = "npy";
+        SK_RETURN_IF_ERROR(CheckCount(name, f.dims[0]));
+        if (first) n = f.dims[0];
+        else if (f.dims[0] != n)
+          return Corrupt(name, fmt::format("holds {} elements but '{}' holds {}", f.dims[0], tp_.front().name, n));
+        first = false;
+        info.extra["layout"] = nchw && rank == 4 ? "decoded-images-nchw" : "decoded-images";
+        tp_.push_back(std::move(f));
+        continue;
+      }
+      // Keras-style labels of shape [N, 1] read as [N].
+      if (rank == 2 && type.ok() && H5Tget_class(type.get()) == H5T_INTEGER) {
+        hsize_t d2[2];
+        H5Sget_simple_extent_dims(space.get(), d2, nullptr);
+        if (d2[1] == 1) {
+          f.kind = TpField::kInt;
+          if (first) n = d2[0];
+          else if (d2[0] != n)
+            return Corrupt(name, fmt::format("holds {} elements but '{}' holds {}", d2[0], tp_.front().name, n));
+          SK_RETURN_IF_ERROR(CheckCount(name, d2[0]));
+          first = false;
+          if (size_t sz = H5Tget_size(type.get()); sz == 0 || sz > 8)
+            return Corrupt(name, fmt::format("expected integers of at most 8 bytes, found {} bytes", sz));
+          f.ints.resize(n);
+          if (n > 0 && H5Dread(f.dset.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, f.ints.data()) < 0)
+            return Corrupt(name, "cannot read: " + H5Message());
+          if (f.ext.empty()) f.ext = "cls";
+          tp_.push_back(std::move(f));
+          continue;
+        }
+      }
+    }
     SK_ASSIGN_OR_RETURN(uint64_t len, Length1D(f.dset.get(), name, path_));
     SK_RETURN_IF_ERROR(CheckCount(name, len));
     if (first) n = len;
@@ -1539,6 +1598,11 @@ Status Hdf5Data::GetTp(uint64_t i, Sample* out) const {
     Location at{.file = path_, .index = int64_t(i)};
     if (f.kind == TpField::kInt) {
       out->set(f.ext, Bytes::Take(std::to_string(f.ints[i])));
+      continue;
+    }
+    if (f.kind == TpField::kArray) {
+      SK_ASSIGN_OR_RETURN(pickle::NdArray a, hdf5::ReadElement(f.dset.get(), f.dt, f.dims, i, f.nchw, f.name, path_));
+      out->set(f.ext, pickle::ToNpy(a));
       continue;
     }
     Hid fspace(H5Dget_space(f.dset.get()), H5Sclose);

@@ -21,6 +21,7 @@
 // snapshot the bytes belong to: a writer in another process cannot reuse those
 // pages while the bytes exist.
 #include "formats/lmdb/lmdb.h"
+#include "formats/lmdb/wild.h"
 
 #include <fcntl.h>
 #include <lmdb.h>
@@ -70,6 +71,7 @@ void SetDurableBytesForTest(size_t bytes) { g_durable_bytes = bytes; }
 namespace {
 
 namespace fs = std::filesystem;
+namespace wild = lmdb::wild;
 using json = nlohmann::json;
 
 // A record's location with the sample key (the LMDB key stays in the message).
@@ -648,7 +650,16 @@ Status DecodeDatum(const Env* env, const std::shared_ptr<const void>& owner, std
   return Status::OK();
 }
 
-enum class Layout { kShardkit, kCaffe };
+enum class Layout { kShardkit, kCaffe, kWild };  // kWild: formats/lmdb/wild.h
+
+// A wild layout's value for one key, decoded (image bytes or a pickle).
+Status DecodeWild(const Env* env, const wild::Catalog& cat, const std::shared_ptr<const void>& owner,
+                  std::string_view lkey, const MDB_val& v, uint64_t index, Sample* out) {
+  if (!env->InMap(v.mv_data, v.mv_size))
+    return Status::Corrupt(fmt::format("LMDB key '{}' in '{}': value lies outside the data file", lkey, env->data_path()),
+                           Location{.file = env->dir(), .key = std::string(lkey), .index = int64_t(index)});
+  return wild::Decode(cat, lkey, View(owner, v.mv_data, v.mv_size), index, env->data_path(), out);
+}
 
 // ----------------------------------------------------------------------------
 // Reading.
@@ -657,8 +668,9 @@ class LmdbDataset;
 
 class LmdbReader : public SampleReader {
  public:
-  LmdbReader(std::shared_ptr<Env> env, Layout layout, uint64_t count, std::shared_ptr<const std::vector<uint64_t>> sums)
-      : env_(std::move(env)), layout_(layout), count_(count), sums_(std::move(sums)) {}
+  LmdbReader(std::shared_ptr<Env> env, Layout layout, uint64_t count, std::shared_ptr<const std::vector<uint64_t>> sums,
+             std::shared_ptr<const wild::Catalog> wild = nullptr)
+      : env_(std::move(env)), layout_(layout), count_(count), sums_(std::move(sums)), wild_(std::move(wild)) {}
   ~LmdbReader() override {
     if (cur_) mdb_cursor_close(cur_);
     if (txn_) env_->Release(txn_);
@@ -672,6 +684,7 @@ class LmdbReader : public SampleReader {
       if (rc) return MdbStatus(rc, "cannot open a cursor", loc);
     }
     if (done_) return false;
+    if (layout_ == Layout::kWild) return NextWild(out);
     MDB_val k, v;
     int rc = mdb_cursor_get(cur_, &k, &v, index_ == 0 ? MDB_FIRST : MDB_NEXT);
     if (rc == MDB_NOTFOUND) {
@@ -703,10 +716,26 @@ class LmdbReader : public SampleReader {
   }
 
  private:
+  // Wild layouts: the catalog's order (numeric keys by value), one mdb_get each.
+  Result<bool> NextWild(Sample* out) {
+    if (index_ >= wild_->keys.size()) {
+      done_ = true;
+      return false;
+    }
+    const std::string& lkey = wild_->keys[index_];
+    MDB_val k{lkey.size(), const_cast<char*>(lkey.data())}, v;
+    int rc = mdb_get(txn_, env_->dbi(), &k, &v);
+    if (rc) return MdbStatus(rc, fmt::format("reading LMDB key '{}'", lkey), Location{.file = env_->dir(), .key = lkey});
+    SK_RETURN_IF_ERROR(DecodeWild(env_.get(), *wild_, env_, lkey, v, index_, out));
+    ++index_;
+    return true;
+  }
+
   std::shared_ptr<Env> env_;
   Layout layout_;
   uint64_t count_;
   std::shared_ptr<const std::vector<uint64_t>> sums_;
+  std::shared_ptr<const wild::Catalog> wild_;
   MDB_txn* txn_ = nullptr;
   MDB_cursor* cur_ = nullptr;
   uint64_t index_ = 0;
@@ -737,8 +766,9 @@ class LmdbRandomAccess : public RandomAccess {
  public:
   LmdbRandomAccess(std::shared_ptr<Env> env, Layout layout, uint64_t count,
                    std::shared_ptr<const std::vector<std::string>> keys,
-                   std::shared_ptr<const std::vector<uint64_t>> sums)
-      : env_(std::move(env)), layout_(layout), count_(count), keys_(std::move(keys)), sums_(std::move(sums)) {}
+                   std::shared_ptr<const std::vector<uint64_t>> sums, std::shared_ptr<const wild::Catalog> wild = nullptr)
+      : env_(std::move(env)), layout_(layout), count_(count), keys_(std::move(keys)), sums_(std::move(sums)),
+        wild_(std::move(wild)) {}
   uint64_t size() const override { return count_; }
 
   Status Get(uint64_t index, Sample* out) const override {
@@ -750,6 +780,8 @@ class LmdbRandomAccess : public RandomAccess {
     if (layout_ == Layout::kShardkit) {
       auto r = fmt::format_to_n(buf, sizeof buf, "{:010d}", index);
       lkey = std::string_view(buf, r.size);
+    } else if (layout_ == Layout::kWild) {
+      lkey = wild_->keys[index];
     } else {
       lkey = (*keys_)[index];
     }
@@ -767,6 +799,7 @@ class LmdbRandomAccess : public RandomAccess {
     // The random-access hot path does not hash payloads (see DecodeRecord); verify does.
     if (layout_ == Layout::kShardkit)
       return DecodeRecord(env_.get(), owner, lkey, v, index, out, /*check_payload=*/false);
+    if (layout_ == Layout::kWild) return DecodeWild(env_.get(), *wild_, owner, lkey, v, index, out);
     return DecodeDatum(env_.get(), owner, lkey, v, index, out, nullptr);
   }
 
@@ -783,12 +816,13 @@ class LmdbRandomAccess : public RandomAccess {
   uint64_t count_;
   std::shared_ptr<const std::vector<std::string>> keys_;
   std::shared_ptr<const std::vector<uint64_t>> sums_;
+  std::shared_ptr<const wild::Catalog> wild_;
   core::PerThread<ReadSlot> slots_;  // one per thread that has called Get()
 };
 
 class LmdbDataset : public Dataset {
  public:
-  static Result<std::unique_ptr<Dataset>> Open(const std::string& address) {
+  static Result<std::unique_ptr<Dataset>> Open(const std::string& address, const OpenOptions& opts) {
     std::string dir = paths::StripTrailingSlashes(address);
     if (!io::IsDir(dir) && fs::path(dir).filename() == "data.mdb") dir = io::DirName(dir);
     if (!io::IsDir(dir)) return Status::NotFound("no such LMDB directory", Location{.file = dir});
@@ -801,7 +835,18 @@ class LmdbDataset : public Dataset {
     ShardInfo shard{.path = env.data_path(), .samples = env.entries(), .bytes = env.meta().file_size};
     std::string meta_path = dir + "/" + kMetaName;
     uint64_t count = env.entries();
-    if (io::Exists(meta_path)) {
+    std::string forced;  // OpenOptions::format_options["lmdb.layout"]: a wild layout by name
+    if (auto it = opts.format_options.find("lmdb.layout"); it != opts.format_options.end()) forced = it->second;
+    if (!forced.empty() && forced != "shardkit" && forced != "caffe") {
+      auto kind = wild::Parse(forced);
+      if (!kind)
+        return Status::Invalid(fmt::format("unknown LMDB layout '{}' (shardkit, caffe, image or pickle)", forced),
+                               Location{.file = dir});
+      d->layout_ = Layout::kWild;
+      SK_RETURN_IF_ERROR(d->ScanWild(*kind));
+      count = d->wild_->keys.size();
+      info.extra["metadata"] = "none (layout given)";
+    } else if (io::Exists(meta_path)) {
       SK_ASSIGN_OR_RETURN(std::string text, io::ReadFile(meta_path));
       json j = json::parse(text, nullptr, false);
       Location mloc{.file = meta_path};
@@ -838,12 +883,32 @@ class LmdbDataset : public Dataset {
                                Location{.file = env.data_path()});
       info.extra["metadata"] = kMetaName;
     } else {
-      // No metadata: a Caffe-written LMDB, or a shardkit one whose json was lost.
+      // No metadata: a Caffe-written LMDB, one written by another script (wild.h),
+      // or a shardkit one whose json was lost.
       SK_RETURN_IF_ERROR(d->DetectLayout());
+      if (d->layout_ == Layout::kWild) count = d->wild_->keys.size();
     }
     d->count_ = count;
     info.num_samples = count;
-    info.extra["layout"] = d->layout_ == Layout::kShardkit ? "shardkit" : "caffe";
+    info.extra["layout"] = d->layout_ == Layout::kShardkit ? "shardkit"
+                           : d->layout_ == Layout::kCaffe  ? "caffe"
+                                                           : std::string(wild::Name(d->wild_->kind));
+    if (d->layout_ == Layout::kWild) {
+      if (auto it = opts.format_options.find("lmdb.channels"); it != opts.format_options.end()) {
+        if (it->second != "bgr" && it->second != "rgb" && it->second != "bgr-to-rgb")
+          return Status::Invalid(fmt::format("lmdb.channels '{}': bgr, rgb or bgr-to-rgb", it->second),
+                                 Location{.file = dir});
+        auto cat = std::make_shared<wild::Catalog>(*d->wild_);
+        cat->channels = it->second;
+        d->wild_ = std::move(cat);
+      }
+      if (d->wild_->kind == wild::Kind::kPickle)
+        info.extra["channel_order"] = d->wild_->channels == "bgr"   ? "decoded arrays: bgr (as cv2.imread writes; not converted)"
+                                      : d->wild_->channels == "rgb" ? "decoded arrays: rgb (said by lmdb.channels; not converted)"
+                                                                    : "decoded arrays: rgb (converted from bgr on read)";
+      info.class_names = d->wild_->class_names;
+      info.extra["key_order"] = d->wild_->numeric_keys ? "numeric" : "bytes";
+    }
     if (d->layout_ == Layout::kShardkit) {
       info.sample_checksums = SampleChecksums::kInRecords;
       info.sample_checksums_where = "xxh3 in every record, checked on every read";
@@ -867,16 +932,17 @@ class LmdbDataset : public Dataset {
 
   const DatasetInfo& info() const override { return info_; }
   Result<std::unique_ptr<SampleReader>> NewReader() const override {
-    return std::unique_ptr<SampleReader>(new LmdbReader(env_, layout_, count_, sums_));
+    return std::unique_ptr<SampleReader>(new LmdbReader(env_, layout_, count_, sums_, wild_));
   }
   Result<std::shared_ptr<RandomAccess>> NewRandomAccess() const override {
-    return std::shared_ptr<RandomAccess>(std::make_shared<LmdbRandomAccess>(env_, layout_, count_, keys_, sums_));
+    return std::shared_ptr<RandomAccess>(std::make_shared<LmdbRandomAccess>(env_, layout_, count_, keys_, sums_, wild_));
   }
   // Caffe layout: the list in shardkit.json. Our layout: each record's xxh3,
   // collected by one cursor pass that parses the records without hashing
   // payloads (the sequential reader also checks them on every read).
   Result<std::vector<uint64_t>> RecordedChecksums() const override {
     if (layout_ == Layout::kCaffe) return sums_ ? *sums_ : std::vector<uint64_t>{};
+    if (layout_ == Layout::kWild) return std::vector<uint64_t>{};
     std::vector<uint64_t> out;
     out.reserve(count_);
     SK_ASSIGN_OR_RETURN(MDB_txn * txn, env_->Acquire());
@@ -929,6 +995,13 @@ class LmdbDataset : public Dataset {
       info_.extra["metadata"] = "none (shardkit.json missing)";
       return Status::OK();
     }
+    // Other people's layouts (image bytes, pickles): the first sample value, past
+    // the `__keys__`/`__len__` entries that sort first.
+    if (auto kind = FirstWildKind()) {
+      layout_ = Layout::kWild;
+      info_.extra["metadata"] = fmt::format("none (layout detected from the first value: {})", wild::Name(*kind));
+      return ScanWild(*kind);
+    }
     caffe::Datum d;
     if (ParseDatum(v.mv_data, v.mv_size, &d) && (d.has_data() || d.float_data_size() > 0)) {
       layout_ = Layout::kCaffe;
@@ -936,10 +1009,65 @@ class LmdbDataset : public Dataset {
       return Status::OK();
     }
     return Status::Corrupt(
-        fmt::format("LMDB in '{}' has no shardkit.json and its first value (key '{}') is neither a shardkit record "
-                    "nor a caffe Datum",
+        fmt::format("LMDB in '{}' has no shardkit.json and its first value (key '{}') is neither a shardkit record, "
+                    "a caffe Datum, an image file nor a pickle",
                     env_->dir(), lkey),
         Location{.file = env_->dir(), .key = lkey});
+  }
+
+  // The wild layout of the first value whose key is not a side entry, if any.
+  std::optional<wild::Kind> FirstWildKind() {
+    auto txn = env_->Acquire();
+    if (!txn.ok()) return std::nullopt;
+    MDB_cursor* cur = nullptr;
+    std::optional<wild::Kind> kind;
+    if (mdb_cursor_open(*txn, env_->dbi(), &cur) == 0) {
+      MDB_val k, v;
+      for (int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        if (!env_->InMap(k.mv_data, k.mv_size) || !env_->InMap(v.mv_data, v.mv_size)) break;
+        if (wild::IsSideEntry(std::string_view(static_cast<const char*>(k.mv_data), k.mv_size))) continue;
+        kind = wild::Detect(std::string_view(static_cast<const char*>(v.mv_data), v.mv_size));
+        break;
+      }
+      mdb_cursor_close(cur);
+    }
+    env_->Release(*txn);
+    return kind;
+  }
+
+  // Wild layouts: one cursor scan for the sample keys (side entries apart; a
+  // `__len__` is checked against the count), ordered by wild::MakeCatalog.
+  Status ScanWild(wild::Kind kind) {
+    std::vector<std::string> keys;
+    std::optional<std::pair<std::string, Bytes>> len_entry;
+    SK_ASSIGN_OR_RETURN(MDB_txn * txn, env_->Acquire());
+    MDB_cursor* cur = nullptr;
+    int rc = mdb_cursor_open(txn, env_->dbi(), &cur);
+    MDB_val k, v;
+    Status st;
+    if (rc == 0) {
+      for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        if (!env_->InMap(k.mv_data, k.mv_size) || !env_->InMap(v.mv_data, v.mv_size)) {
+          st = Status::Corrupt(fmt::format("LMDB entry #{} lies outside the data file", keys.size()),
+                               Location{.file = env_->data_path()});
+          break;
+        }
+        std::string key(static_cast<const char*>(k.mv_data), k.mv_size);
+        if (wild::IsSideEntry(key)) {
+          if (key == "__len__") len_entry.emplace(key, View(env_, v.mv_data, v.mv_size));
+          continue;
+        }
+        keys.push_back(std::move(key));
+      }
+      mdb_cursor_close(cur);
+    }
+    env_->Release(txn);
+    SK_RETURN_IF_ERROR(st);
+    if (rc != MDB_NOTFOUND)
+      return MdbStatus(rc, fmt::format("scanning LMDB keys after {}", keys.size()), Location{.file = env_->data_path()});
+    if (len_entry) SK_RETURN_IF_ERROR(wild::CheckLen(len_entry->first, len_entry->second, keys.size(), env_->data_path()));
+    wild_ = std::make_shared<const wild::Catalog>(wild::MakeCatalog(kind, std::move(keys)));
+    return Status::OK();
   }
 
   // Caffe layout: one cursor scan for the keys, so Get(i) is one mdb_get.
@@ -979,6 +1107,7 @@ class LmdbDataset : public Dataset {
   uint64_t count_ = 0;
   std::shared_ptr<const std::vector<std::string>> keys_;
   std::shared_ptr<const std::vector<uint64_t>> sums_;  // caffe layout, from shardkit.json
+  std::shared_ptr<const wild::Catalog> wild_;          // wild layouts
 };
 
 // ----------------------------------------------------------------------------
@@ -1607,10 +1736,10 @@ int BidWrite(const std::string& path) {
 Format LmdbFormat() {
   return Format{
       .name = "lmdb",
-      .description = "LMDB environment directory (layouts: shardkit msgpack records, caffe Datum)",
+      .description = "LMDB environment directory (layouts: shardkit msgpack records, caffe Datum, image bytes, pickles)",
       .bid_read = BidRead,
       .bid_write = BidWrite,
-      .open = [](const std::string& path, const OpenOptions&) { return LmdbDataset::Open(path); },
+      .open = [](const std::string& path, const OpenOptions& opts) { return LmdbDataset::Open(path, opts); },
       .create = [](const std::string& path, const WriteOptions& opts) { return LmdbWriter::Create(path, opts); },
       .extensions = {"mdb", "lmdb"},
   };

@@ -1,0 +1,31 @@
+// Internal: decoded-image datasets of third-party HDF5 files (h5py and Keras
+// style): a numeric dataset [N, H, W, C] (or [N, H, W], or [N, C, H, W] said by
+// OpenOptions::format_options["hdf5.order"] = "nchw"), chunked or contiguous,
+// whose element i is one decoded image. Each element becomes an "npy" field
+// (core/pickle.h's NdArray), in [H, W, C] order. Callers hold the HDF5 lock.
+#pragma once
+
+#include <hdf5.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/pickle.h"
+#include "shardkit/status.h"
+
+namespace shardkit::formats::hdf5 {
+
+// The numpy dtype of an HDF5 integer or float type of at most 8 bytes, as read
+// into memory (native, little-endian), or nullopt.
+std::optional<pickle::DType> NumpyType(hid_t type);
+
+// Largest element (one image) read: 256 MiB.
+constexpr uint64_t kMaxElementBytes = uint64_t(1) << 28;
+
+// Element i of `dset` (dims: the dataset's full dimensions, dims[0] = N) as an
+// array of dims[1..] (nchw: a [C, H, W] element is transposed to [H, W, C]).
+Result<pickle::NdArray> ReadElement(hid_t dset, const pickle::DType& dt, const std::vector<uint64_t>& dims,
+                                    uint64_t i, bool nchw, const std::string& name, const std::string& path);
+
+}  // namespace shardkit::formats::hdf5

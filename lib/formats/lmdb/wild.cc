@@ -1,0 +1,205 @@
+// LMDB layouts in the wild (see wild.h).
+#include "formats/lmdb/wild.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "core/pickle.h"
+
+namespace shardkit::formats::lmdb::wild {
+
+std::string_view Name(Kind k) { return k == Kind::kImage ? "image" : "pickle"; }
+
+std::optional<Kind> Parse(std::string_view name) {
+  if (name == "image") return Kind::kImage;
+  if (name == "pickle") return Kind::kPickle;
+  return std::nullopt;
+}
+
+std::string_view SniffImage(std::string_view b) {
+  auto starts = [&](std::string_view m) { return b.size() >= m.size() && b.substr(0, m.size()) == m; };
+  if (starts("\xff\xd8\xff")) return "jpg";
+  if (starts("\x89PNG\r\n\x1a\n")) return "png";
+  if (b.size() >= 12 && starts("RIFF") && b.substr(8, 4) == "WEBP") return "webp";
+  if (starts("BM") && b.size() >= 26) return "bmp";
+  if (starts("GIF87a") || starts("GIF89a")) return "gif";
+  if (starts(std::string_view("II*\0", 4)) || starts(std::string_view("MM\0*", 4))) return "tiff";
+  return {};
+}
+
+std::optional<Kind> Detect(std::string_view value) {
+  if (!SniffImage(value).empty()) return Kind::kImage;
+  if (pickle::LooksLikePickle(value)) return Kind::kPickle;
+  return std::nullopt;
+}
+
+bool IsSideEntry(std::string_view k) { return k.size() >= 4 && k.substr(0, 2) == "__" && k.substr(k.size() - 2) == "__"; }
+
+namespace {
+
+bool IsDecimal(std::string_view s) {
+  if (s.empty() || s.size() > 19) return false;
+  for (char c : s)
+    if (c < '0' || c > '9') return false;
+  return true;
+}
+
+// "a/b/x.JPEG" -> parent "b"; "x.jpg" -> "".
+std::string_view Parent(std::string_view path) {
+  size_t slash = path.rfind('/');
+  if (slash == std::string_view::npos) return {};
+  std::string_view dir = path.substr(0, slash);
+  size_t s2 = dir.rfind('/');
+  return s2 == std::string_view::npos ? dir : dir.substr(s2 + 1);
+}
+
+// The extension of the last path component (without the dot), or "".
+std::string_view Extension(std::string_view path) {
+  size_t slash = path.rfind('/');
+  size_t dot = path.rfind('.');
+  if (dot == std::string_view::npos || (slash != std::string_view::npos && dot < slash) || dot + 1 == path.size())
+    return {};
+  return path.substr(dot + 1);
+}
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out)
+    if (c >= 'A' && c <= 'Z') c = char(c - 'A' + 'a');
+  return out;
+}
+
+}  // namespace
+
+Catalog MakeCatalog(Kind kind, std::vector<std::string> keys) {
+  Catalog c;
+  c.kind = kind;
+  c.numeric_keys = !keys.empty() && std::all_of(keys.begin(), keys.end(), [](const std::string& k) { return IsDecimal(k); });
+  if (c.numeric_keys) {
+    std::stable_sort(keys.begin(), keys.end(), [](const std::string& a, const std::string& b) {
+      return std::stoull(a) < std::stoull(b);
+    });
+  }
+  if (kind == Kind::kImage && !c.numeric_keys) {
+    std::set<std::string> classes;
+    bool all = true;
+    for (const auto& k : keys) {
+      std::string_view p = Parent(k);
+      if (p.empty()) all = false;
+      else classes.emplace(p);
+    }
+    if (all) c.class_names.assign(classes.begin(), classes.end());
+  }
+  c.keys = std::move(keys);
+  return c;
+}
+
+Status CheckLen(std::string_view lkey, const Bytes& value, uint64_t samples, const std::string& where) {
+  Location loc{.file = where, .key = std::string(lkey)};
+  int64_t n = -1;
+  if (pickle::LooksLikePickle(value.view())) {
+    auto v = pickle::ParsePickle(value);
+    if (!v.ok())
+      return Status::Corrupt(fmt::format("LMDB key '{}' in '{}': {}", lkey, where, v.status().message()), loc);
+    if (v->kind == pickle::Value::Kind::kInt) n = v->i;
+  } else if (IsDecimal(value.view())) {
+    n = int64_t(std::stoull(value.str()));
+  }
+  if (n < 0)
+    return Status::Corrupt(fmt::format("LMDB key '{}' in '{}' is not a pickled int or decimal text", lkey, where), loc);
+  if (uint64_t(n) != samples)
+    return Status::Corrupt(fmt::format("LMDB key '{}' in '{}' says {} samples, the LMDB holds {}", lkey, where, n, samples),
+                           loc);
+  return Status::OK();
+}
+
+Status Decode(const Catalog& cat, std::string_view lkey, const Bytes& value, uint64_t index, const std::string& where,
+              Sample* out) {
+  out->clear();
+  Location loc{.file = where, .key = std::string(lkey), .index = int64_t(index)};
+  auto bad = [&](std::string why) {
+    return Status::Corrupt(fmt::format("LMDB key '{}' in '{}' ({} layout): {}", lkey, where, Name(cat.kind), why), loc);
+  };
+  if (cat.kind == Kind::kImage) {
+    std::string_view sniffed = SniffImage(value.view());
+    if (sniffed.empty()) return bad("value is not an image file (no JPEG/PNG/WebP/BMP/GIF/TIFF signature)");
+    std::string_view ext = cat.numeric_keys ? std::string_view() : Extension(lkey);
+    std::string lext = Lower(ext);
+    if (!ext.empty() && IsImageExt(lext)) {
+      out->key.assign(lkey.substr(0, lkey.size() - ext.size() - 1));
+      Field f{.ext = lext, .data = value, .source_ext = lext == ext ? std::string() : std::string(ext)};
+      out->fields.push_back(std::move(f));
+    } else {
+      out->key.assign(lkey);
+      out->set(std::string(sniffed), value);
+    }
+    if (out->key.empty()) return bad("empty sample key");
+    if (!cat.class_names.empty()) {
+      std::string_view p = Parent(lkey);
+      auto it = std::lower_bound(cat.class_names.begin(), cat.class_names.end(), p);
+      if (it == cat.class_names.end() || *it != p) return bad("parent folder is not a known class");
+      out->set_label(int64_t(it - cat.class_names.begin()));
+    }
+    return Status::OK();
+  }
+  auto v = pickle::ParsePickle(value);
+  if (!v.ok()) return Status(v.status().code(), fmt::format("LMDB key '{}' in '{}': {}", lkey, where, v.status().message()), loc);
+  using VK = pickle::Value::Kind;
+  const pickle::Value* img = nullptr;
+  const pickle::Value* label = nullptr;
+  if ((v->kind == VK::kTuple || v->kind == VK::kList) && !v->items.empty() && v->items.size() <= 2) {
+    img = &v->items[0];
+    if (v->items.size() == 2) label = &v->items[1];
+  } else if (v->kind == VK::kArray || v->kind == VK::kBytes) {
+    img = &*v;
+  } else {
+    return bad(fmt::format("value is a pickled {}, not (image, label)", v->type_name()));
+  }
+  out->key.assign(lkey);
+  if (img->kind == VK::kArray) {
+    if (img->array.shape.empty()) return bad("the image is a numpy scalar");
+    Bytes npy = pickle::ToNpy(img->array);
+    const auto& a = img->array;
+    if (cat.channels == "bgr-to-rgb" && a.shape.size() == 3 && (a.shape[2] == 3 || a.shape[2] == 4)) {
+      if (a.fortran_order) return bad("bgr-to-rgb of a Fortran-order array");
+      // ToNpy made an owned copy: swap channels 0 and 2 of every pixel in place.
+      uint8_t* px = const_cast<uint8_t*>(npy.data()) + (npy.size() - a.data.size());
+      const size_t s = a.dtype.itemsize, stride = s * size_t(a.shape[2]);
+      uint8_t tmp[16];
+      for (size_t off = 0; off + stride <= a.data.size(); off += stride) {
+        std::memcpy(tmp, px + off, s);
+        std::memcpy(px + off, px + off + 2 * s, s);
+        std::memcpy(px + off + 2 * s, tmp, s);
+      }
+    }
+    out->set("npy", std::move(npy));
+  } else if (img->kind == VK::kBytes) {
+    std::string_view sniffed = SniffImage(img->bytes.view());
+    if (sniffed.empty()) return bad("the image bytes are not an image file (no JPEG/PNG/WebP/BMP/GIF/TIFF signature)");
+    out->set(std::string(sniffed), img->bytes);
+  } else {
+    return bad(fmt::format("the image is a {}, not a numpy array or bytes", img->type_name()));
+  }
+  if (label) {
+    if (label->kind == VK::kInt) {
+      out->set_label(label->i);
+    } else if (label->kind == VK::kArray && label->array.shape.empty() &&
+               (label->array.dtype.kind == 'i' || label->array.dtype.kind == 'u') && label->array.dtype.order != '>') {
+      const auto& a = label->array;
+      uint64_t u = 0;
+      std::memcpy(&u, a.data.data(), a.dtype.itemsize);
+      int64_t x = int64_t(u);
+      if (a.dtype.kind == 'i' && a.dtype.itemsize < 8 && (u >> (8 * a.dtype.itemsize - 1)) & 1)
+        x = int64_t(u | (~uint64_t(0) << (8 * a.dtype.itemsize)));
+      out->set_label(x);
+    } else if (label->kind != VK::kNone) {
+      return bad(fmt::format("the label is a {}, not an int", label->type_name()));
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace shardkit::formats::lmdb::wild

@@ -1,0 +1,73 @@
+// Internal: LMDB layouts written by other people's scripts ("in the wild"), read
+// without a shardkit.json. docs/formats-lmdb.md shows the script behind each.
+//
+//  "image":  value = an image file's bytes (JPEG, PNG, WebP, BMP, GIF, TIFF).
+//            Keys that are relative paths ("n01440764/x.JPEG") give the sample key
+//            (path without extension), the field (the extension, or the sniffed
+//            type) and the label (the parent folder, numbered in sorted order as
+//            an image folder's classes). Keys that are plain indices ("0", "17")
+//            give the sample key only.
+//  "pickle": value = pickle.dumps((image, label)) where image is a decoded numpy
+//            array (cv2.imread: uint8 [H, W, 3] in BGR order; field "npy") or the
+//            image file's bytes (field by sniffed type), label an int (field "cls").
+//            Read with the strict subset reader (core/pickle.h): nothing is run.
+//
+// In both, entries whose key starts and ends with "__" (`__keys__`, `__len__`)
+// are metadata beside the samples, not samples; `__len__`, when present, must
+// equal the number of samples. Keys that are all decimal integers are ordered
+// numerically ("2" before "10"), as the scripts that wrote f"{idx}" meant.
+//
+// Thread safety: pure functions; a Catalog is immutable once built.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shardkit/sample.h"
+#include "shardkit/status.h"
+
+namespace shardkit::formats::lmdb::wild {
+
+enum class Kind { kImage, kPickle };
+
+std::string_view Name(Kind k);
+// "image" / "pickle" -> Kind.
+std::optional<Kind> Parse(std::string_view name);
+
+// The layout the first sample value shows, if any.
+std::optional<Kind> Detect(std::string_view value);
+
+// A metadata entry beside the samples (`__keys__`, `__len__`).
+bool IsSideEntry(std::string_view lkey);
+
+// What the reader knows after one pass over the keys.
+struct Catalog {
+  Kind kind = Kind::kImage;
+  std::vector<std::string> keys;         // LMDB keys of the samples, in dataset order
+  bool numeric_keys = false;             // every key a decimal integer (ordered by value)
+  std::vector<std::string> class_names;  // image layout with path keys: sorted parent folders
+  // Pickled arrays of 3 or 4 channels (last dimension): the channel order they are said
+  // to have (OpenOptions::format_options["lmdb.channels"]): "bgr" (default: what
+  // cv2.imread gives; kept as is), "rgb" (kept as is), or "bgr-to-rgb" (channels 0 and
+  // 2 swapped on read, so the arrays come out RGB).
+  std::string channels = "bgr";
+};
+
+// Orders `keys` (side entries already removed) and fills the catalog's keys,
+// numeric_keys and class_names.
+Catalog MakeCatalog(Kind kind, std::vector<std::string> keys);
+
+// Checks a `__len__` value (a pickled int or decimal text) against the number of samples.
+Status CheckLen(std::string_view lkey, const Bytes& value, uint64_t samples, const std::string& where);
+
+// Decodes one value into a sample. `value` is a view that stays alive with its owner.
+Status Decode(const Catalog& cat, std::string_view lkey, const Bytes& value, uint64_t index, const std::string& where,
+              Sample* out);
+
+// The image type of encoded bytes by their magic ("jpg", "png", "webp", "bmp", "gif", "tiff"), or "".
+std::string_view SniffImage(std::string_view b);
+
+}  // namespace shardkit::formats::lmdb::wild

@@ -1,0 +1,353 @@
+// LMDB layouts written by other people's scripts (formats/lmdb/wild.*): fixtures
+// made at test time with py-lmdb, numpy, PIL and pickle (tests/lmdb_wild_make.py),
+// read, converted to every format and back, checked byte for byte; forced
+// layouts, __len__ checks and hostile pickles inside an LMDB.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <map>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/md5.h"
+#include "core/pickle.h"
+#include "shardkit/shardkit.h"
+#include "support.h"
+
+using namespace shardkit;
+using namespace sk_test;
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr const char* kPy = "/usr/bin/python3";
+
+std::string Md5Of(const Bytes& b) {
+  md5::Md5 m;
+  m.Update(b.data(), b.size());
+  return m.HexDigest();
+}
+
+struct Fixtures {
+  TempDir dir;
+  json expected;
+  explicit Fixtures(int n = 12, int proto = 0) {
+    auto r = Run(fmt::format("{} {}/tests/lmdb_wild_make.py {} {}{}", kPy, SHARDKIT_SOURCE_DIR, Q(dir.path()), n,
+                             proto ? fmt::format(" {}", proto) : ""));
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    expected = json::parse(ReadFile(dir / "expected.json"));
+  }
+};
+
+std::vector<Sample> ReadAll(const Dataset& ds) {
+  std::vector<Sample> out;
+  auto r = ds.NewReader();
+  REQUIRE(r.ok());
+  for (;;) {
+    Sample s;
+    auto more = (*r)->Next(&s);
+    if (!more.ok()) FAIL(more.status().ToString());
+    if (!*more) break;
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+// The samples match what the script put in (keys in dataset order, field, label, bytes).
+void CheckAgainst(const std::vector<Sample>& got, const json& want) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    const auto& w = want[i];
+    INFO("sample " << i << " key " << got[i].key);
+    CHECK(got[i].key == w["key"].get<std::string>());
+    std::string ext = w["ext"];
+    const Field* f = nullptr;
+    for (const auto& x : got[i].fields)
+      if (x.ext == ext) f = &x;
+    REQUIRE(f);
+    if (ext == "npy") {
+      auto a = pickle::ParseNpy(f->data);
+      REQUIRE(a.ok());
+      CHECK(Md5Of(a->data) == w["md5"].get<std::string>());
+      CHECK(a->shape == w["shape"].get<std::vector<uint64_t>>());
+      CHECK(a->dtype.descr() == "|u1");
+    } else {
+      CHECK(Md5Of(f->data) == w["md5"].get<std::string>());
+    }
+    if (w["label"].is_null()) CHECK(!got[i].label());
+    else CHECK(got[i].label() == std::optional<int64_t>(w["label"].get<int64_t>()));
+  }
+}
+
+void CheckSame(const std::vector<Sample>& a, const std::vector<Sample>& b) {
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO("sample " << i << " key " << a[i].key);
+    CHECK(a[i].key == b[i].key);
+    REQUIRE(a[i].fields.size() == b[i].fields.size());
+    for (size_t j = 0; j < a[i].fields.size(); ++j) {
+      CHECK(a[i].fields[j].ext == b[i].fields[j].ext);
+      CHECK(a[i].fields[j].data == b[i].fields[j].data);
+    }
+  }
+}
+
+const char* kLayouts[][2] = {
+    {"image_paths", "image"}, {"image_index", "image"}, {"pickle_array", "pickle"}, {"pickle_bytes", "pickle"}};
+
+}  // namespace
+
+TEST_CASE("lmdb wild: every layout is detected and read as the script wrote it", "[lmdb][wild]") {
+  for (int proto : {2, 3, 4, 5}) {
+    Fixtures fx(12, proto);
+    for (auto [name, layout] : kLayouts) {
+      INFO(name << " protocol " << proto);
+      auto ds = Open(std::string("lmdb:") + (fx.dir / (std::string(name) + ".lmdb")));
+      REQUIRE(ds.ok());
+      CHECK((*ds)->info().extra.at("layout") == layout);
+      CHECK((*ds)->info().num_samples == 12);
+      auto samples = ReadAll(**ds);
+      CheckAgainst(samples, fx.expected[name]);
+      // Random access gives the same samples, in the same (numeric) order.
+      auto ra = (*ds)->NewRandomAccess();
+      REQUIRE(ra.ok());
+      for (uint64_t i = 0; i < samples.size(); ++i) {
+        Sample s;
+        REQUIRE((*ra)->Get(i, &s).ok());
+        CheckSame({s}, {samples[i]});
+      }
+      if (std::string(name) == "image_paths")
+        CHECK((*ds)->info().class_names == std::vector<std::string>{"cat", "dog", "eel"});
+      if (std::string(name) != "image_paths") CHECK((*ds)->info().extra.at("key_order") == "numeric");
+    }
+  }
+}
+
+TEST_CASE("lmdb wild: convert each layout to every format and back, identical", "[lmdb][wild][convert]") {
+  Fixtures fx;
+  for (auto [name, layout] : kLayouts) {
+    std::string src = std::string("lmdb:") + (fx.dir / (std::string(name) + ".lmdb"));
+    auto ds = Open(src);
+    REQUIRE(ds.ok());
+    auto orig = ReadAll(**ds);
+    for (std::string dst : {std::string("wds:") + fx.dir / (std::string(name) + "_out/s-%06d.tar"),
+                            std::string("lmdb:") + fx.dir / (std::string(name) + "_out.lmdb"),
+                            std::string("hdf5:") + fx.dir / (std::string(name) + "_out.h5")}) {
+      INFO(name << " -> " << dst);
+      auto sum = Convert(src, dst);
+      if (!sum.ok()) FAIL(sum.status().ToString());
+      CHECK(sum->samples == orig.size());
+      std::string back_addr = dst;
+      if (dst.starts_with("wds:")) back_addr = "wds:" + fx.dir / (std::string(name) + "_out/s-000000.tar");
+      auto back = Open(back_addr);
+      if (!back.ok()) FAIL(back.status().ToString());
+      auto again = ReadAll(**back);
+      CheckSame(again, orig);
+      CheckAgainst(again, fx.expected[name]);
+      // and back into LMDB (shardkit layout), still the same samples
+      std::string round = "lmdb:" + fx.dir / (std::string(name) + "_" + dst.substr(0, 4) + "_round.lmdb");
+      auto sum2 = Convert(back_addr, round);
+      if (!sum2.ok()) FAIL(sum2.status().ToString());
+      auto rb = Open(round);
+      REQUIRE(rb.ok());
+      CheckSame(ReadAll(**rb), orig);
+    }
+  }
+}
+
+TEST_CASE("lmdb wild: decoded arrays reach tar shards as .npy that numpy loads, BGR as written", "[lmdb][wild][npy]") {
+  Fixtures fx;
+  std::string out = fx.dir / "arr/s-%06d.tar";
+  auto r = Cli(fmt::format("convert {} {}", Q("lmdb:" + fx.dir / "pickle_array.lmdb"), Q("wds:" + out)));
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  std::string py = fmt::format(
+      "import tarfile, io, json, hashlib, numpy as np\n"
+      "exp = json.load(open('{0}/expected.json'))['pickle_array']\n"
+      "t = tarfile.open('{0}/arr/s-000000.tar')\n"
+      "m = {{x.name: t.extractfile(x).read() for x in t.getmembers()}}\n"
+      "for e in exp:\n"
+      "    a = np.load(io.BytesIO(m[e['key'] + '.npy']))\n"
+      "    assert a.dtype == np.uint8 and list(a.shape) == e['shape'], e\n"
+      "    assert hashlib.md5(a.tobytes()).hexdigest() == e['md5'], e\n"
+      "    assert hashlib.md5(a[:, :, ::-1].tobytes()).hexdigest() == e['rgb_md5'], e\n"
+      "    assert int(m[e['key'] + '.cls']) == e['label']\n"
+      "print(len(exp))\n",
+      fx.dir.path());
+  WriteFile(fx.dir / "check.py", py);
+  auto c = Run(fmt::format("{} {}", kPy, Q(fx.dir / "check.py")));
+  INFO(c.err);
+  CHECK(c.exit_code == 0);
+  CHECK(c.out == "12\n");
+}
+
+TEST_CASE("lmdb wild: forced layouts, __len__ and hostile values", "[lmdb][wild][hostile]") {
+  Fixtures fx(5);
+  OpenOptions o;
+  o.format_options["lmdb.layout"] = "pickle";
+  auto wrong = Open("lmdb:" + fx.dir / "image_index.lmdb", o);
+  if (wrong.ok()) {  // detection is lazy per value: the read names the key
+    auto r = (*wrong)->NewReader();
+    REQUIRE(r.ok());
+    Sample s;
+    auto st = (*r)->Next(&s);
+    REQUIRE(!st.ok());
+    CHECK_THAT(st.status().message(), Catch::Contains("LMDB key '0'"));
+  }
+  o.format_options["lmdb.layout"] = "image";
+  auto forced = Open("lmdb:" + fx.dir / "image_index.lmdb", o);
+  REQUIRE(forced.ok());
+  CHECK((*forced)->info().num_samples == 5);
+  // Colour order: said (bgr by default), converted only when asked.
+  {
+    auto bgr = Open("lmdb:" + fx.dir / "pickle_array.lmdb");
+    REQUIRE(bgr.ok());
+    CHECK_THAT((*bgr)->info().extra.at("channel_order"), Catch::StartsWith("decoded arrays: bgr"));
+    OpenOptions c;
+    c.format_options["lmdb.channels"] = "bgr-to-rgb";
+    auto rgb = Open("lmdb:" + fx.dir / "pickle_array.lmdb", c);
+    REQUIRE(rgb.ok());
+    auto samples = ReadAll(**rgb);
+    REQUIRE(samples.size() == 5);
+    for (size_t i = 0; i < samples.size(); ++i) {
+      auto a = pickle::ParseNpy(samples[i].find("npy")->data);
+      REQUIRE(a.ok());
+      CHECK(Md5Of(a->data) == fx.expected["pickle_array"][i]["rgb_md5"].get<std::string>());
+    }
+    c.format_options["lmdb.channels"] = "grb";
+    CHECK(!Open("lmdb:" + fx.dir / "pickle_array.lmdb", c).ok());
+  }
+  o.format_options["lmdb.layout"] = "parquet";
+  auto unknown = Open("lmdb:" + fx.dir / "image_index.lmdb", o);
+  REQUIRE(!unknown.ok());
+  CHECK_THAT(unknown.status().message(), Catch::Contains("unknown LMDB layout 'parquet'"));
+
+  // A __len__ that disagrees, a hostile pickle, and a non-image value.
+  std::string py = fmt::format(
+      "import lmdb, pickle, os\n"
+      "class Evil:\n"
+      "    def __reduce__(self): return (os.system, ('touch {0}/PWNED',))\n"
+      "def mk(name, items):\n"
+      "    env = lmdb.open('{0}/' + name, map_size=1 << 26)\n"
+      "    with env.begin(write=True) as t:\n"
+      "        for k, v in items: t.put(k, v)\n"
+      "    env.close()\n"
+      "mk('badlen.lmdb', [(b'0', pickle.dumps((b'\\xff\\xd8\\xff\\xe0xx', 1))), (b'__len__', pickle.dumps(7))])\n"
+      "mk('evil.lmdb', [(b'0', pickle.dumps((b'\\xff\\xd8\\xff\\xe0xx', 1))), (b'1', pickle.dumps((Evil(), 1)))])\n"
+      "mk('junk.lmdb', [(b'0', b'\\xff\\xd8\\xff\\xe0xx'), (b'1', b'hello')])\n",
+      fx.dir.path());
+  WriteFile(fx.dir / "mk.py", py);
+  auto r = Run(fmt::format("{} {}", kPy, Q(fx.dir / "mk.py")));
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  auto badlen = Open("lmdb:" + fx.dir / "badlen.lmdb");
+  REQUIRE(!badlen.ok());
+  CHECK_THAT(badlen.status().message(), Catch::Contains("'__len__'") && Catch::Contains("says 7 samples, the LMDB holds 1"));
+  for (auto [name, msg] : {std::pair{"evil.lmdb", "global 'posix.system' is refused"},
+                           std::pair{"junk.lmdb", "value is not an image file"}}) {
+    INFO(name);
+    auto ds = Open("lmdb:" + fx.dir / name);
+    REQUIRE(ds.ok());
+    auto rd = (*ds)->NewReader();
+    REQUIRE(rd.ok());
+    Sample s;
+    REQUIRE((*rd)->Next(&s).ok());
+    auto st = (*rd)->Next(&s);
+    REQUIRE(!st.ok());
+    CHECK_THAT(st.status().message(), Catch::Contains("LMDB key '1'") && Catch::Contains(msg));
+    // verify reports it too, with a non-zero exit
+    auto v = Cli("verify " + Q("lmdb:" + fx.dir / name));
+    CHECK(v.exit_code != 0);
+  }
+  CHECK(!fs::exists(fx.dir / "PWNED"));
+}
+
+TEST_CASE("image-text pairs stay one sample through every format", "[wild][pairs]") {
+  TempDir dir;
+  std::vector<std::string> keys;
+  for (int i = 0; i < 6; ++i) {
+    std::string stem = fmt::format("c{}/x{}", i % 2, i);
+    fs::create_directories(dir / fmt::format("src/c{}", i % 2));
+    WriteFile(dir / ("src/" + stem + ".jpg"), MakeJpeg(16, 12, uint32_t(i)));
+    WriteFile(dir / ("src/" + stem + ".txt"), fmt::format("a photo number {}", i));
+    if (i % 2) WriteFile(dir / ("src/" + stem + ".json"), fmt::format("{{\"i\": {}}}", i));
+  }
+  auto src = Open(dir / "src");
+  REQUIRE(src.ok());
+  auto orig = ReadAll(**src);
+  REQUIRE(orig.size() == 6);
+  for (const auto& s : orig) {
+    INFO(s.key);
+    CHECK(s.find("jpg"));
+    CHECK(s.find("txt"));
+  }
+  std::vector<std::string> dsts = {"wds:" + dir / "o/s-%06d.tar", "lmdb:" + dir / "o.lmdb", "hdf5:" + dir / "o.h5",
+                                   "folder:" + dir / "o_folder"};
+  for (const auto& dst : dsts) {
+    INFO(dst);
+    auto sum = Convert(dir / "src", dst);
+    if (!sum.ok()) FAIL(sum.status().ToString());
+    std::string back = dst.starts_with("wds:") ? "wds:" + dir / "o/s-000000.tar" : dst;
+    auto b = Open(back);
+    if (!b.ok()) FAIL(b.status().ToString());
+    auto again = ReadAll(**b);
+    CheckSame(again, orig);
+    // and from there to every other format: still one sample with its text
+    for (const auto& dst2 : dsts) {
+      if (dst2 == dst) continue;
+      std::string d2 = dst2 + (dst2.starts_with("wds:") ? "" : "_2");
+      if (dst2.starts_with("wds:")) d2 = "wds:" + dir / ("o2_" + dst.substr(0, 4) + "/s-%06d.tar");
+      auto s2 = Convert(back, d2);
+      if (!s2.ok()) FAIL(s2.status().ToString());
+      std::string b2 = d2.starts_with("wds:") ? "wds:" + dir / ("o2_" + dst.substr(0, 4) + "/s-000000.tar") : d2;
+      auto r2 = Open(b2);
+      if (!r2.ok()) FAIL(r2.status().ToString());
+      CheckSame(ReadAll(**r2), orig);
+      if (!d2.starts_with("wds:")) fs::remove_all(d2.substr(d2.find(':') + 1));
+    }
+  }
+}
+
+TEST_CASE("lmdb wild: --encode png|jpeg:Q writes decoded arrays as images, BGR only when converted", "[lmdb][wild][encode]") {
+  Fixtures fx(6);
+  std::string src = Q("lmdb:" + fx.dir / "pickle_array.lmdb");
+  // BGR arrays are not silently written into RGB image files.
+  auto refused = Cli(fmt::format("convert {} {} --encode png", src, Q("wds:" + fx.dir / "bad/s-%06d.tar")));
+  CHECK(refused.exit_code != 0);
+  CHECK_THAT(refused.err, Catch::Contains("BGR") && Catch::Contains("lmdb.channels=bgr-to-rgb"));
+  auto badq = Cli(fmt::format("convert {} {} --encode jpeg:101 --source-option lmdb.channels=rgb", src,
+                              Q("wds:" + fx.dir / "bad/s-%06d.tar")));
+  CHECK(badq.exit_code != 0);
+  CHECK_THAT(badq.err, Catch::Contains("jpeg:Q with Q in 1..100"));
+  for (std::string enc : {"png", "jpeg:95"}) {
+    INFO(enc);
+    std::string out = fx.dir / ("enc_" + enc.substr(0, 3));
+    auto r = Cli(fmt::format("convert {} {} --encode {} --source-option lmdb.channels=bgr-to-rgb", src,
+                             Q("wds:" + out + "/s-%06d.tar"), enc));
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    std::string ext = enc == "png" ? "png" : "jpg";
+    std::string py = fmt::format(
+        "import tarfile, io, json, hashlib, numpy as np\n"
+        "from PIL import Image\n"
+        "exp = json.load(open('{0}/expected.json'))['pickle_array']\n"
+        "t = tarfile.open('{1}/s-000000.tar')\n"
+        "m = {{x.name: t.extractfile(x).read() for x in t.getmembers()}}\n"
+        "assert not any(k.endswith('.npy') for k in m), m.keys()\n"
+        "for e in exp:\n"
+        "    a = np.asarray(Image.open(io.BytesIO(m[e['key'] + '.{2}'])).convert('RGB'))\n"
+        "    assert list(a.shape) == e['shape'], e\n"
+        "    if '{2}' == 'png': assert hashlib.md5(a.tobytes()).hexdigest() == e['rgb_md5'], e\n"
+        "    assert int(m[e['key'] + '.cls']) == e['label']\n"
+        "print(len(exp))\n",
+        fx.dir.path(), out, ext);
+    WriteFile(fx.dir / "check_enc.py", py);
+    auto c = Run(fmt::format("{} {}", kPy, Q(fx.dir / "check_enc.py")));
+    INFO(c.err);
+    CHECK(c.exit_code == 0);
+    CHECK(c.out == "6\n");
+  }
+}
