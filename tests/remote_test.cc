@@ -853,7 +853,8 @@ TEST_CASE("remote wds: http shards with .idx are read by range requests, not dow
   auto local = AllByKey(tmp / "src");
   auto requests = [&] {
     uint64_t n = 0;
-    for (const auto& [path, count] : http.Stats()["requests"].items()) n += count.get<uint64_t>();
+    const auto stats = http.Stats();  // (items() of a temporary's member dangles in a range-for)
+    for (const auto& [path, count] : stats["requests"].items()) n += count.get<uint64_t>();
     return n;
   };
   uint64_t before = requests();
