@@ -47,6 +47,8 @@ struct NdArray {
   uint64_t elements() const;
 };
 
+struct DictEntry;  // {first, second}: a key and its value (defined below, once Value is complete)
+
 struct Value {
   enum class Kind { kNone, kBool, kInt, kFloat, kStr, kBytes, kTuple, kList, kDict, kArray };
   Kind kind = Kind::kNone;
@@ -56,12 +58,18 @@ struct Value {
   std::string s;                              // kStr (UTF-8)
   Bytes bytes;                                // kBytes
   std::vector<Value> items;                   // kTuple, kList
-  std::vector<std::pair<Value, Value>> dict;  // kDict, in pickle order
+  std::vector<DictEntry> dict;                // kDict, in pickle order
   NdArray array;                              // kArray
 
   // Python-ish name of the kind, for error messages ("tuple", "numpy.ndarray", ...).
   std::string_view type_name() const;
   bool is_int() const { return kind == Kind::kInt || kind == Kind::kBool; }
+};
+
+// Not std::pair<Value, Value>: a pair of an incomplete type inside Value itself is
+// refused by libstdc++'s checks under clang (the fuzz build).
+struct DictEntry {
+  Value first, second;
 };
 
 struct Limits {
