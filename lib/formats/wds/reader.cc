@@ -351,7 +351,9 @@ Result<uint64_t> FileSize(const std::string& path, int64_t shard) {
 // and the end-of-archive block after the last member. An index of another or a
 // rewritten shard fails it; the shard is then scanned at open, as before.
 bool SpotCheck(const std::string& path, const ShardIndex& idx) {
-  if (idx.samples.empty()) return true;
+  // An index without samples proves nothing about the shard (a damaged or foreign .idx
+  // may parse to none, and trusting it would drop every sample): scan instead.
+  if (idx.samples.empty()) return false;
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
   auto header_ok = [&](const FieldRef& f) {
