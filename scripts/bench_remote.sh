@@ -30,7 +30,8 @@ cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2
 trap 'rc=$?; cleanup; exit $rc' EXIT
 
 MK="${MAKE_CORPUS:-../shared/corpus/make_corpus.py}"
-[ -f "$MK" ] || MK=/work/shared/corpus/make_corpus.py
+[ -f "$MK" ] || MK=.corpus/make_corpus.py   # scripts/stage-corpus.sh's copy
+[ -f "$MK" ] || { echo "bench_remote: no make_corpus.py (set MAKE_CORPUS, or run scripts/stage-corpus.sh)" >&2; exit 1; }
 GEN="$W/gen"; mkdir -p "$GEN/sources"
 cp "$MK" "$GEN/make_corpus.py"
 find "$(dirname "$MK")/sources" -maxdepth 1 -type f \( -iname '*.png' -o -iname '*.jpg' -o -iname '*.jpeg' \) \
