@@ -20,6 +20,15 @@ namespace shardkit::io {
 // existing output it may not replace. The CLI and Python add how to replace it.
 Status OutputExists(const std::string& path, std::string_view what = "output exists");
 
+// Refuses an existing directory output (anything but an empty directory) unless
+// `overwrite`; writers check again just before they publish.
+Status CheckDirectoryOutput(FileSystem& fs, const std::string& root, bool overwrite);
+
+// A directory output's staging directory: refuses an existing `root` (anything but an
+// empty directory) unless `overwrite`, makes root's parent, then creates and returns a
+// fresh "<root>.partial-<pid>-XXXXXX" beside it, for FileSystem::Publish at the end.
+Result<std::string> StageOutputDirectory(FileSystem& fs, const std::string& root, bool overwrite);
+
 // A file written under a temporary name beside its final path (".NAME.tmp-PID")
 // through a FileSystem (null = local), buffered, and published by Commit()
 // after Sync (FileSystem::Publish: rename and directory sync locally).

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <random>
+
 #include "core/file.h"
 #include "shardkit/filesystem.h"
 
@@ -38,4 +40,38 @@ Status FileSystem::Publish(const std::string& staged, const std::string& final_p
   return synced;
 }
 
+namespace io {
+
+Status CheckDirectoryOutput(FileSystem& fs, const std::string& root, bool overwrite) {
+  SK_ASSIGN_OR_RETURN(FileInfo fi, fs.Stat(root));
+  if (fi.type == FileType::kNotFound || overwrite) return Status::OK();
+  if (fi.type != FileType::kDirectory || fi.symlink) return OutputExists(root, "output exists and is not a directory");
+  SK_ASSIGN_OR_RETURN(auto entries, fs.ListDir(root));
+  if (!entries.empty()) return OutputExists(root, "output directory exists and is not empty");
+  return Status::OK();
+}
+
+Result<std::string> StageOutputDirectory(FileSystem& fs, const std::string& root, bool overwrite) {
+  SK_RETURN_IF_ERROR(CheckDirectoryOutput(fs, root, overwrite));
+  std::string parent = DirName(root);
+  if (!fs.IsDir(parent)) SK_RETURN_IF_ERROR(fs.MakeDirs(parent));
+  // A fresh name (mkdtemp's pattern; MakeDirs is fine with an existing directory, so
+  // the name is checked first).
+  std::string partial;
+  for (int attempt = 0; partial.empty(); ++attempt) {
+    if (attempt == 100) return Status::IOError("cannot pick a staging directory name", Location{.file = root});
+    static const char kChars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    std::string name = fmt::format("{}.partial-{}-", root, ::getpid());
+    static thread_local std::mt19937_64 rng{std::random_device{}()};
+    uint64_t r = rng();
+    for (int i = 0; i < 6; ++i, r /= 62) name += kChars[r % 62];
+    SK_ASSIGN_OR_RETURN(FileInfo taken, fs.Stat(name));
+    if (taken.type == FileType::kNotFound) partial = std::move(name);
+  }
+  Status made = fs.MakeDirs(partial);
+  if (!made.ok()) return Status(made.code(), "cannot create output directory: " + made.message(), Location{.file = root});
+  return partial;
+}
+
+}  // namespace io
 }  // namespace shardkit

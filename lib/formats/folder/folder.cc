@@ -19,7 +19,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
-#include <random>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -613,24 +612,7 @@ class FolderWriter : public SampleWriter {
             "labels are the sorted class folder indexes ('{}' comes before '{}')",
             opts.class_names[i - 1], opts.class_names[i]));
     std::shared_ptr<FileSystem> fs = FileSystem::OrLocal(opts.filesystem);
-    SK_RETURN_IF_ERROR(CheckOutput(*fs, root, opts.overwrite));
-    std::string parent = io::DirName(root);
-    if (!fs->IsDir(parent)) SK_RETURN_IF_ERROR(fs->MakeDirs(parent));
-    // A fresh staging name (mkdtemp's pattern; MakeDirs is fine with an existing
-    // directory, so the name is checked first).
-    std::string partial;
-    for (int attempt = 0; partial.empty(); ++attempt) {
-      if (attempt == 100) return Status::IOError("cannot pick a staging directory name", Location{.file = root});
-      static const char kChars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-      std::string name = fmt::format("{}.partial-{}-", root, ::getpid());
-      static thread_local std::mt19937_64 rng{std::random_device{}()};
-      uint64_t r = rng();
-      for (int i = 0; i < 6; ++i, r /= 62) name += kChars[r % 62];
-      SK_ASSIGN_OR_RETURN(FileInfo fi, fs->Stat(name));
-      if (fi.type == FileType::kNotFound) partial = std::move(name);
-    }
-    Status made = fs->MakeDirs(partial);
-    if (!made.ok()) return Status(made.code(), "cannot create output directory: " + made.message(), Location{.file = root});
+    SK_ASSIGN_OR_RETURN(std::string partial, io::StageOutputDirectory(*fs, root, opts.overwrite));
     std::unique_ptr<FolderWriter> w(new FolderWriter());
     w->fs_ = std::move(fs);
     w->root_ = root;
@@ -717,7 +699,7 @@ class FolderWriter : public SampleWriter {
     SK_RETURN_IF_ERROR(WriteNew(Join(partial_, kMarker), marker, Join(partial_, kMarker)));
     SK_RETURN_IF_ERROR(fs_->SyncTree(partial_));
     // Publish: any old output moves aside, the staging directory takes its name.
-    SK_RETURN_IF_ERROR(CheckOutput(*fs_, root_, opts_.overwrite));
+    SK_RETURN_IF_ERROR(io::CheckDirectoryOutput(*fs_, root_, opts_.overwrite));
     SK_RETURN_IF_ERROR(fs_->Publish(partial_, root_, PublishOptions{.replace = true, .published = &finished_}));
     WriteSummary sum;
     sum.samples = samples_;
@@ -729,16 +711,6 @@ class FolderWriter : public SampleWriter {
  private:
   FolderWriter() = default;
 
-  // Refuses an existing output (anything but an empty directory) unless overwrite.
-  static Status CheckOutput(FileSystem& fs, const std::string& root, bool overwrite) {
-    SK_ASSIGN_OR_RETURN(FileInfo fi, fs.Stat(root));
-    if (fi.type == FileType::kNotFound || overwrite) return Status::OK();
-    if (fi.type != FileType::kDirectory || fi.symlink)
-      return io::OutputExists(root, "output exists and is not a directory");
-    SK_ASSIGN_OR_RETURN(auto entries, fs.ListDir(root));
-    if (!entries.empty()) return io::OutputExists(root, "output directory exists and is not empty");
-    return Status::OK();
-  }
 
   // Creates (as needed) the directory `rel` below the staging directory, one
   // component at a time, refusing symlinks and files in the way; remembers the

@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <random>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -118,22 +117,7 @@ class MdsWriter : public SampleWriter {
                                            "xxh3_64, xxh3_128, xxh128)", h),
                                Location{.file = root});
     std::shared_ptr<FileSystem> fs = FileSystem::OrLocal(opts.filesystem);
-    SK_RETURN_IF_ERROR(CheckOutput(*fs, root, opts.overwrite));
-    std::string parent = io::DirName(root);
-    if (!fs->IsDir(parent)) SK_RETURN_IF_ERROR(fs->MakeDirs(parent));
-    std::string partial;
-    for (int attempt = 0; partial.empty(); ++attempt) {
-      if (attempt == 100) return Status::IOError("cannot pick a staging directory name", Location{.file = root});
-      static const char kChars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-      std::string name = fmt::format("{}.partial-{}-", root, ::getpid());
-      static thread_local std::mt19937_64 rng{std::random_device{}()};
-      uint64_t r = rng();
-      for (int i = 0; i < 6; ++i, r /= 62) name += kChars[r % 62];
-      SK_ASSIGN_OR_RETURN(FileInfo fi, fs->Stat(name));
-      if (fi.type == FileType::kNotFound) partial = std::move(name);
-    }
-    Status made = fs->MakeDirs(partial);
-    if (!made.ok()) return Status(made.code(), "cannot create output directory: " + made.message(), Location{.file = root});
+    SK_ASSIGN_OR_RETURN(std::string partial, io::StageOutputDirectory(*fs, root, opts.overwrite));
     std::unique_ptr<MdsWriter> w(new MdsWriter());
     w->fs_ = std::move(fs);
     w->root_ = root;
@@ -171,14 +155,6 @@ class MdsWriter : public SampleWriter {
  private:
   MdsWriter() = default;
 
-  static Status CheckOutput(FileSystem& fs, const std::string& root, bool overwrite) {
-    SK_ASSIGN_OR_RETURN(FileInfo fi, fs.Stat(root));
-    if (fi.type == FileType::kNotFound || overwrite) return Status::OK();
-    if (fi.type != FileType::kDirectory || fi.symlink) return io::OutputExists(root, "output exists and is not a directory");
-    SK_ASSIGN_OR_RETURN(auto entries, fs.ListDir(root));
-    if (!entries.empty()) return io::OutputExists(root, "output directory exists and is not empty");
-    return Status::OK();
-  }
 
   // The column for a field, by its extension and (for cls, json, txt) its bytes.
   static std::string EncodingOf(const Field& f) {
@@ -390,7 +366,7 @@ class MdsWriter : public SampleWriter {
     std::string side_text = PyDumps(side) + "\n";
     SK_RETURN_IF_ERROR(WriteNew(partial_ + "/" + kSidecarName, side_text, {}, root_ + "/" + kSidecarName));
     SK_RETURN_IF_ERROR(fs_->SyncDir(partial_));
-    SK_RETURN_IF_ERROR(CheckOutput(*fs_, root_, opts_.overwrite));
+    SK_RETURN_IF_ERROR(io::CheckDirectoryOutput(*fs_, root_, opts_.overwrite));
     SK_RETURN_IF_ERROR(fs_->Publish(partial_, root_, PublishOptions{.replace = true, .published = &finished_}));
     finished_ = true;
     WriteSummary sum;
