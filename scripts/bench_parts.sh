@@ -71,7 +71,9 @@ run_split() {
     "$SK" convert "$SRC" "wds:$dir/t-%06d.tar" $FLAGS --threads "$threads" --part "$i/$n" > /dev/null 2>>"$OUT/err" &
     pids+=($!)
   done
-  for p in "${pids[@]}"; do wait "$p"; done
+  local rc=0
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  [ "$rc" = 0 ] || return 1
   "$SK" merge "wds:$dir/t-%06d.tar" > /dev/null
 }
 

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Issue 13 on the GPU machine: why does `import shardkit; import torch` crash with pip's
+# torch while `import torch; import shardkit` works? Builds the module (as device_ddp.sh
+# does), then: a native backtrace of the crash (an LD_PRELOAD'ed SIGSEGV handler that
+# prints every frame's library and symbol), the module with subsets of its bindings
+# (SK_BIND_MASK, when module.cc honours it), and trivial pybind11 modules with and
+# without libshardkit linked. There (carry .deps):  source .deps/unpack.sh && bash scripts/device_import_diag.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+[[ "${CMAKE_PREFIX_PATH:-}" == */opt/deps/* ]] || source .deps/unpack.sh
+export PATH=/usr/local/cuda/bin:$PATH
+OUTDIR=${OUT:-/tmp/diag-out}; mkdir -p "$OUTDIR"
+W=/tmp/diag; mkdir -p "$W"; B=${BUILD:-$W/build}
+PY=$(command -v python3)
+if [ -z "${NO_BUILD:-}" ]; then
+  cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE="$PY" -DSHARDKIT_WITH_CUDA=ON -DSHARDKIT_WITH_REMOTE=OFF \
+    -DCMAKE_CUDA_ARCHITECTURES=90 > "$OUTDIR/cfg.log" 2>&1 || { tail -30 "$OUTDIR/cfg.log"; exit 1; }
+  grep "shardkit:" "$OUTDIR/cfg.log"
+  cmake --build "$B" -j"$(nproc)" --target shardkit_cli _shardkit > "$OUTDIR/build.log" 2>&1 \
+    || { grep -E "error" -A5 "$OUTDIR/build.log" | head -40; exit 1; }
+fi
+MOD=$(ls "$B"/python/shardkit/_shardkit*.so | head -1)
+LIB=$(ls "$B"/python/shardkit/libshardkit.so.* | head -1)
+cat > "$W/segv.c" <<'EOF'
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <execinfo.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <ucontext.h>
+#include <unistd.h>
+static void frame(const char* tag, void* pc) {
+  char buf[768]; Dl_info d; int len;
+  if (dladdr(pc, &d) && d.dli_fname)
+    len = snprintf(buf, sizeof buf, "%s %p %s+0x%lx (%s+0x%lx)\n", tag, pc, d.dli_fname,
+                   (unsigned long)((char*)pc - (char*)d.dli_fbase), d.dli_sname ? d.dli_sname : "?",
+                   d.dli_saddr ? (unsigned long)((char*)pc - (char*)d.dli_saddr) : 0ul);
+  else len = snprintf(buf, sizeof buf, "%s %p ?\n", tag, pc);
+  write(2, buf, len);
+}
+static void on_fault(int sig, siginfo_t* si, void* ctx) {
+  char buf[128]; int len = snprintf(buf, sizeof buf, "NATIVE signal %d at address %p\n", sig, si->si_addr);
+  write(2, buf, len);
+  frame("NATIVE pc", (void*)((ucontext_t*)ctx)->uc_mcontext.gregs[REG_RIP]);
+  void* bt[48]; int n = backtrace(bt, 48);
+  for (int i = 0; i < n; i++) frame("NATIVE #", bt[i]);
+  _exit(128 + sig);
+}
+__attribute__((constructor)) static void install(void) {
+  struct sigaction sa; memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_fault; sa.sa_flags = SA_SIGINFO;
+  sigaction(SIGSEGV, &sa, 0); sigaction(SIGBUS, &sa, 0); sigaction(SIGABRT, &sa, 0);
+}
+EOF
+gcc -O1 -shared -fPIC -o "$W/segv.so" "$W/segv.c" || echo "segv.so did not build"
+LOADMOD="import importlib.util, sys; s = importlib.util.spec_from_file_location('_shardkit', sys.argv[1]); m = importlib.util.module_from_spec(s); s.loader.exec_module(m)"
+TORCH="import torch; torch.ones(1, device='cuda'); print('ok')"
+try() {  # try LABEL ENV... -- PYTHON-ARGS
+  local label=$1; shift
+  local out; out=$(env "$@" 2>&1 | tail -1)
+  printf '%-58s %s\n' "$label" "$out"
+}
+{
+echo "torch $($PY -c 'import torch; print(torch.__version__)'), python $($PY -V 2>&1), gdb: $(command -v gdb || echo none)"
+echo "=== backtrace of import shardkit; import torch"
+PYTHONPATH=$B/python LD_PRELOAD=$W/segv.so $PY -c "import shardkit; import torch; print('no crash')" 2>&1 | grep -E "NATIVE|no crash|Error" | head -40
+echo "=== module subsets (SK_BIND_MASK: 1 errors, 2 dataset, 4 convert, 8 loader, 16 verify)"
+for mask in 0 1 2 4 8 16 31; do
+  try "_shardkit mask=$mask then torch" SK_BIND_MASK=$mask $PY -c "$LOADMOD; $TORCH" "$MOD"
+done
+echo "=== trivial modules"
+PB=$($PY -m pybind11 --includes 2>/dev/null || echo "-I$($PY -c 'import torch,os;print(os.path.dirname(torch.__file__))')/include $(python3-config --includes)")
+SUF=$($PY -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
+mkdir -p "$W/triv"
+cat > "$W/triv/triv.cc" <<'EOF'
+#include <pybind11/pybind11.h>
+PYBIND11_MODULE(triv, m) { m.attr("x") = 1; }
+EOF
+cat > "$W/triv/trivsk.cc" <<'EOF'
+#include <pybind11/pybind11.h>
+#include "shardkit/version.h"
+PYBIND11_MODULE(trivsk, m) { m.attr("x") = shardkit::Version(); }
+EOF
+cat > "$W/triv/capi.c" <<'EOF'
+#include <Python.h>
+static struct PyModuleDef d = {PyModuleDef_HEAD_INIT, "capi", 0, -1, 0};
+PyMODINIT_FUNC PyInit_capi(void) { return PyModule_Create(&d); }
+EOF
+g++ -O2 -shared -fPIC -fvisibility=hidden $PB "$W/triv/triv.cc" -o "$W/triv/triv$SUF" && \
+  try "trivial pybind11 module then torch" PYTHONPATH=$W/triv $PY -c "import triv; $TORCH"
+g++ -O2 -shared -fPIC -fvisibility=hidden $PB -Iinclude "$W/triv/trivsk.cc" -o "$W/triv/trivsk$SUF" "$LIB" -Wl,-rpath,"$(dirname "$LIB")" && \
+  try "pybind11 module linking libshardkit then torch" PYTHONPATH=$W/triv $PY -c "import trivsk; $TORCH"
+gcc -O2 -shared -fPIC $(python3-config --includes) "$W/triv/capi.c" -o "$W/triv/capi$SUF" "$LIB" -Wl,-rpath,"$(dirname "$LIB")" -Wl,--no-as-needed && \
+  try "C-API module linking libshardkit then torch" PYTHONPATH=$W/triv $PY -c "import capi; $TORCH"
+try "numpy then torch" $PY -c "import numpy; $TORCH"
+try "_shardkit without LD_LIBRARY_PATH" LD_LIBRARY_PATH= $PY -c "$LOADMOD; $TORCH" "$MOD"
+echo "=== NEEDED of _shardkit vs libshardkit"
+readelf -d "$MOD" | grep NEEDED | sed 's/^/  mod /'
+readelf -d "$LIB" | grep NEEDED | sed 's/^/  lib /'
+echo "=== exported dynamic symbols of _shardkit (non-PyInit): $(nm -D --defined-only "$MOD" | grep -vc PyInit)"
+nm -D --defined-only "$MOD" | grep -v PyInit | head -10
+echo "=== libshardkit exported symbols outside shardkit::: $(nm -DC --defined-only "$LIB" | grep -v 'shardkit::' | wc -l)"
+nm -DC --defined-only "$LIB" | grep -v 'shardkit::' | awk '{print $2, $3, $4}' | head -15
+} 2>&1 | tee "$OUTDIR/import_diag.txt"
