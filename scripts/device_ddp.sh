@@ -33,6 +33,8 @@ cmake --build "$B" -j"$J" --target shardkit_cli _shardkit test_gpu > "$OUTDIR/bu
   || { grep -E "error" -A5 "$OUTDIR/build.log" | head -60; exit 1; }
 LIB=$(ls "$B"/python/shardkit/libshardkit.so.* | head -1)
 echo "libshardkit NEEDED cuda: $(readelf -d "$LIB" | grep -cE 'NEEDED.*(cudart|nvjpeg)') (0 = static runtime)" | tee -a "$OUTDIR/device.txt"
+MODSO=$(ls "$B"/python/shardkit/_shardkit*.so | head -1)
+echo "_shardkit exports: $(nm -D --defined-only "$MODSO" | awk '{print $3}' | sort -u | tr '\n' ' ')(PyInit__shardkit only: python/src/module.map); libstdc++: $(readelf -d "$MODSO" | grep -c 'NEEDED.*libstdc++') (0 = linked statically)" | tee -a "$OUTDIR/device.txt"
 export PYTHONPATH=$B/python
 rc=0
 if [ -z "${SKIP_TESTS:-}" ]; then
