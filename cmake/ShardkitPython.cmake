@@ -17,8 +17,7 @@ if(Python3_FOUND)
     OUTPUT_VARIABLE _sk_pybind11_dir OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
   # The interpreter's own pybind11 first (a venv's pip pybind11), then the system's: a
   # pybind11 older than the interpreter (Debian's 2.10 predates Python 3.12 support,
-  # which came in 2.11) builds a module that imports, but leaves the interpreter in a
-  # state where pip's torch, imported next, crashed (issue 13).
+  # which came in 2.11) is not supported by pybind11 for it.
   if(_sk_pybind11_dir)
     find_package(pybind11 CONFIG QUIET PATHS ${_sk_pybind11_dir} NO_DEFAULT_PATH)
   endif()

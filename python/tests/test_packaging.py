@@ -33,16 +33,14 @@ def test_pip_install_from_the_source_tree(tmp_path):
 
 
 # ---- shardkit beside torch -----------------------------------------------------------------
-# Issue 13: with pip's torch 2.11, `import shardkit; import torch` aborted with
-# `free(): invalid pointer` while `import torch; import shardkit` worked. Two causes were
-# found on the GPU machine: (1) libshardkit exported GNU-unique symbols (fmt, nlohmann-json,
-# std::), which bind process-wide even under RTLD_LOCAL: fixed, the library exports only its
-# API (tests/exports_test.sh); (2) a CUDA build of libshardkit brings the system toolkit's
-# libcudart.so.13 / libnvjpeg.so.13, and torch, imported second, then uses those sonames
-# instead of its wheel's (a CPU-only libshardkit loaded before torch does not crash):
-# shardkit/__init__.py loads the wheels' copies first, as torch does. A bare ctypes.CDLL of a
-# CUDA build before torch still takes the system's (docs/python.md). Each case runs in a
-# fresh interpreter: a crash kills only the child.
+# Issue 13: with pip's torch 2.11, `import shardkit; import torch` crashed while `import
+# torch; import shardkit` worked. Causes found on the GPU machine: GNU-unique symbols (fmt,
+# nlohmann-json, std::, and there, with a GCC that links libstdc++ statically, all of
+# libstdc++ including std::__once_call) exported by libshardkit or by the extension module
+# bind process-wide even under RTLD_LOCAL, so torch's libraries used our copies. Both now
+# export only what they must (tests/exports_test.sh, ctest python_module_exports); the CUDA
+# runtime is linked statically. docs/python.md has the story. Each case runs in a fresh
+# interpreter: a crash kills only the child.
 
 needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 
