@@ -14,6 +14,8 @@ namespace shardkit::io {
 
 namespace {
 constexpr size_t kBufSize = 4 << 20;
+// Writes at least this large skip the buffer: a copy costs more than the extra write call.
+constexpr size_t kDirectSize = 64 << 10;
 }  // namespace
 
 Status OutputExists(const std::string& path, std::string_view what) {
@@ -92,13 +94,12 @@ Status AtomicFile::Write(const void* data, size_t size) {
   if (!file_) return Status::Internal("write to a closed file", Location{.file = final_});
   const char* p = static_cast<const char*>(data);
   size_ += size;
-  if (buf_.size() + size > kBufSize) {
+  if (size >= kDirectSize) {  // an image's bytes: straight to the file, not copied again
     SK_RETURN_IF_ERROR(Flush());
-    if (size >= kBufSize) {
-      Status st = file_->Append(p, size);  // large payloads go straight through
-      return st.ok() ? st : AtFinal(std::move(st));
-    }
+    Status st = file_->Append(p, size);
+    return st.ok() ? st : AtFinal(std::move(st));
   }
+  if (buf_.size() + size > kBufSize) SK_RETURN_IF_ERROR(Flush());
   buf_.append(p, size);
   return Status::OK();
 }

@@ -155,6 +155,14 @@ class MdsWriter : public SampleWriter {
  private:
   MdsWriter() = default;
 
+  // A run of the shard's data: `held` (a field's bytes, by reference) when not empty,
+  // else small_[off, off + len).
+  struct Piece {
+    Bytes held;
+    uint64_t off = 0, len = 0;
+  };
+  static constexpr size_t kHoldSize = 4096;
+
 
   // The column for a field, by its extension and (for cls, json, txt) its bytes.
   static std::string EncodingOf(const Field& f) {
@@ -223,22 +231,26 @@ class MdsWriter : public SampleWriter {
       cols_ = sorted;
       config_ = PyDumps(Config());
       shard_size_ = 4 + 4 + config_.size();
-      // Address space only until written (a large malloc is an untouched mapping):
-      // no copies as the shard grows.
-      if (buf_.capacity() == 0) buf_.reserve(size_t(std::min<uint64_t>(limit_, 1ull << 30)));
     }
     if (shard_size_ + size + 4 > kMaxShardBytes)
       return Status::Invalid(fmt::format("sample of {} bytes does not fit an MDS shard (under 4 GiB)", size), at);
     for (size_t i : order)
-      if (cols[i].encoding != "int") PutU32(&buf_, uint32_t(vals[i]->size()));
+      if (cols[i].encoding != "int") {
+        char b[4];
+        const uint32_t n = uint32_t(vals[i]->size());
+        std::memcpy(b, &n, 4);
+        AddSmall(b, 4);
+      }
     for (size_t i : order) {
       if (cols[i].encoding == "int") {
         int64_t x = std::strtoll(vals[i]->str().c_str(), nullptr, 10);
         char b[8];
         std::memcpy(b, &x, 8);
-        buf_.append(b, 8);
+        AddSmall(b, 8);
+      } else if (vals[i]->size() >= kHoldSize && vals[i] != &key) {
+        pieces_.push_back(Piece{*vals[i], 0, vals[i]->size()});
       } else {
-        buf_.append(vals[i]->view());
+        AddSmall(vals[i]->data(), vals[i]->size());
       }
     }
     sizes_.push_back(uint32_t(size));
@@ -267,19 +279,37 @@ class MdsWriter : public SampleWriter {
     return c;
   }
 
-  // {basename, bytes, hashes} of the bytes a + b (the file as written).
-  json FileInfoJson(const std::string& base, std::string_view a, std::string_view b = {}) const {
+  // Appends bytes that are copied into the shard's small-bytes buffer (sizes, ints, keys,
+  // small fields); larger fields are held by reference (Piece::held), not copied.
+  void AddSmall(const void* p, size_t n) {
+    if (n == 0) return;
+    if (pieces_.empty() || !pieces_.back().held.empty() || pieces_.back().off + pieces_.back().len != small_.size())
+      pieces_.push_back(Piece{{}, small_.size(), 0});
+    small_.append(static_cast<const char*>(p), n);
+    pieces_.back().len += n;
+  }
+  std::string_view PieceView(const Piece& p) const {
+    return p.held.empty() ? std::string_view(small_).substr(p.off, p.len) : p.held.view();
+  }
+
+  // {basename, bytes, hashes} of the bytes `head` then `pieces` (the file as written).
+  json FileInfoJson(const std::string& base, std::string_view head, const std::vector<Piece>& pieces = {}) const {
+    uint64_t bytes = head.size();
+    for (const auto& p : pieces) bytes += p.len;
     json h = json::object();
     for (const auto& algo : hashes_) {
       Hasher hs(algo);
-      hs.Update(a.data(), a.size());
-      hs.Update(b.data(), b.size());
+      hs.Update(head.data(), head.size());
+      for (const auto& p : pieces) {
+        auto v = PieceView(p);
+        hs.Update(v.data(), v.size());
+      }
       auto hex = hs.Hex();
       h[algo] = hex.ok() ? *hex : "";
     }
     json o = json::object();
     o["basename"] = base;
-    o["bytes"] = a.size() + b.size();
+    o["bytes"] = bytes;
     o["hashes"] = h;
     return o;
   }
@@ -299,13 +329,18 @@ class MdsWriter : public SampleWriter {
     head += config_;
     std::string base = fmt::format("shard.{:05d}.mds", shards_.size());
     json entry = Config();
-    entry["raw_data"] = FileInfoJson(base, head, buf_);
+    entry["raw_data"] = FileInfoJson(base, head, pieces_);
     entry["samples"] = shard_samples_;
     std::string stored_name = base;
     std::string zipped;
     bool zip = !opts_.mds.compression.empty();
+    uint64_t raw_bytes = head.size();
+    for (const auto& p : pieces_) raw_bytes += p.len;
     if (zip) {
-      std::string raw = head + buf_;
+      std::string raw;
+      raw.reserve(raw_bytes);
+      raw += head;
+      for (const auto& p : pieces_) raw += PieceView(p);
       SK_ASSIGN_OR_RETURN(zipped, Zstd(raw, level_));
       stored_name = base + ".zstd";
       entry["zip_data"] = FileInfoJson(stored_name, zipped);
@@ -314,9 +349,9 @@ class MdsWriter : public SampleWriter {
     }
     std::string staged = partial_ + "/" + stored_name;
     std::string final_path = root_ + "/" + stored_name;
-    uint64_t stored_bytes = zip ? zipped.size() : head.size() + buf_.size();
+    uint64_t stored_bytes = zip ? zipped.size() : raw_bytes;
     if (zip) SK_RETURN_IF_ERROR(WriteNew(staged, zipped, {}, final_path));
-    else SK_RETURN_IF_ERROR(WriteNew(staged, head, buf_, final_path));
+    else SK_RETURN_IF_ERROR(WriteNew(staged, head, pieces_, final_path));
     ShardInfo si;
     si.path = final_path;
     si.samples = shard_samples_;
@@ -327,18 +362,21 @@ class MdsWriter : public SampleWriter {
     bytes_ += stored_bytes;
     done_.push_back(std::move(si));
     shards_.push_back(std::move(entry));
-    buf_.clear();
+    small_.clear();
+    pieces_.clear();
     sizes_.clear();
     shard_samples_ = 0;
     return Status::OK();
   }
 
-  // Creates `path` with the bytes a + b, synced.
-  Status WriteNew(const std::string& path, std::string_view a, std::string_view b, const std::string& shown) {
+  // Creates `path` with the bytes `head` then `pieces`, synced. Pieces held by reference
+  // are written straight from the source's buffers; runs of small ones are one write.
+  Status WriteNew(const std::string& path, std::string_view head, const std::vector<Piece>& pieces,
+                  const std::string& shown) {
     auto f = fs_->NewWritableFile(path, CreateMode::kExclusive);
     if (!f.ok()) return std::move(f).take_status().At(Location{.file = shown});
-    Status st = (*f)->Append(a);
-    if (st.ok() && !b.empty()) st = (*f)->Append(b);
+    Status st = (*f)->Append(head);
+    for (size_t i = 0; st.ok() && i < pieces.size(); ++i) st = (*f)->Append(PieceView(pieces[i]));
     // Each file synced on its own: syncfs (SyncTree) would also flush every other
     // writer's dirty pages on the same file system.
     if (st.ok()) st = (*f)->Sync();
@@ -384,7 +422,9 @@ class MdsWriter : public SampleWriter {
   uint64_t limit_ = kMaxShardBytes;
   // The shard being built.
   std::vector<Col> cols_;
-  std::string config_, buf_;
+  std::string config_;
+  std::string small_;           // the bytes of small pieces
+  std::vector<Piece> pieces_;   // the shard's data after its header, in order
   std::vector<uint32_t> sizes_;
   uint64_t shard_size_ = 0, shard_samples_ = 0;
   // Done.
