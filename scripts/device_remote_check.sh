@@ -27,8 +27,15 @@ for remote in OFF ON; do
   rc=$?
   echo "SHARDKIT_WITH_REMOTE=$remote: bench --loader exit $rc"
   if [ $rc -ge 128 ] || [ $rc -eq 139 ]; then
-    command -v gdb >/dev/null && gdb -q -batch -ex run -ex bt -ex "info sharedlibrary" \
-      --args "$S" bench --loader "$W/ds.manifest.json" --batches 10 2>&1 | tail -80
+    if command -v gdb >/dev/null; then
+      gdb -q -batch -ex run -ex bt -ex "info sharedlibrary" \
+        --args "$S" bench --loader "$W/ds.manifest.json" --batches 10 2>&1 | tail -80
+    else
+      gcc -O1 -shared -fPIC -o "$W/segv.so" scripts/segv_backtrace.c 2>/dev/null
+      LD_PRELOAD=$W/segv.so "$S" bench --loader "$W/ds.manifest.json" --batches 10 2>&1 | grep NATIVE | head -40
+    fi
+    nm -D --defined-only "$S" | wc -l | sed 's/^/  dynamic symbols exported by the tool: /'
+    readelf -d "$S" | grep -c 'NEEDED.*libstdc++' | sed 's/^/  libstdc++ NEEDED (0 = static): /'
   fi
   ldd "$S" | awk '{print $1, $3}' | sort >"$OUT/ldd-$remote.txt"
   echo "  libraries resolved from more than one directory (soname clash candidates):"
