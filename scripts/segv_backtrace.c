@@ -1,0 +1,33 @@
+/* LD_PRELOAD'ed by the device scripts where gdb is missing: on SIGSEGV, SIGBUS or SIGABRT,
+   prints the faulting pc and every frame's library and symbol, then exits 128+signal.
+   gcc -O1 -shared -fPIC -o segv.so scripts/segv_backtrace.c */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <execinfo.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <ucontext.h>
+#include <unistd.h>
+static void frame(const char* tag, void* pc) {
+  char buf[768]; Dl_info d; int len;
+  if (dladdr(pc, &d) && d.dli_fname)
+    len = snprintf(buf, sizeof buf, "%s %p %s+0x%lx (%s+0x%lx)\n", tag, pc, d.dli_fname,
+                   (unsigned long)((char*)pc - (char*)d.dli_fbase), d.dli_sname ? d.dli_sname : "?",
+                   d.dli_saddr ? (unsigned long)((char*)pc - (char*)d.dli_saddr) : 0ul);
+  else len = snprintf(buf, sizeof buf, "%s %p ?\n", tag, pc);
+  write(2, buf, len);
+}
+static void on_fault(int sig, siginfo_t* si, void* ctx) {
+  char buf[128]; int len = snprintf(buf, sizeof buf, "NATIVE signal %d at address %p\n", sig, si->si_addr);
+  write(2, buf, len);
+  frame("NATIVE pc", (void*)((ucontext_t*)ctx)->uc_mcontext.gregs[REG_RIP]);
+  void* bt[48]; int n = backtrace(bt, 48);
+  for (int i = 0; i < n; i++) frame("NATIVE #", bt[i]);
+  _exit(128 + sig);
+}
+__attribute__((constructor)) static void install(void) {
+  struct sigaction sa; memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_fault; sa.sa_flags = SA_SIGINFO;
+  sigaction(SIGSEGV, &sa, 0); sigaction(SIGBUS, &sa, 0); sigaction(SIGABRT, &sa, 0);
+}
