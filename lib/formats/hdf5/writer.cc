@@ -1,0 +1,500 @@
+// formats/hdf5/writer.cc: the hdf5 writer (the write rules: format.cc's header comment).
+#include "formats/hdf5/internal.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "core/per_thread.h"
+#include "formats/hdf5/arrays.h"
+
+namespace shardkit::formats::hdf5 {
+
+namespace {
+
+constexpr size_t kSpillBuf = 1 << 20;
+constexpr size_t kCopyBlock = 8 << 20;
+
+
+// Where the payloads of the direct field start in the output file, and the
+// alignment libhdf5 is told to give every allocation of at least that size:
+// the direct field's `data` dataset, created first when the file is reopened
+// at Finish() (with only a few KB of metadata below it), then lands exactly
+// here. Holes left by the alignment are never written (sparse).
+constexpr uint64_t kDirectAt = 64 << 10;
+
+// One payload field being written: its bytes go either straight into the
+// output file at kDirectAt (the direct field) or into an unlinked spill file.
+struct SpillField {
+  std::string ext;
+  bool direct = false;
+  int fd = -1;                     // spill file (not for the direct field)
+  std::string buf;
+  uint64_t size = 0;               // bytes appended so far (written + buffered)
+  uint64_t flushed = 0;            // bytes written out
+  std::vector<uint64_t> offsets;   // N+1 once every sample is written
+  ~SpillField() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// File access properties of the writer: the alignment above. Lock held.
+Hid WriterFapl() {
+  Hid fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  H5Pset_alignment(fapl.get(), kDirectAt, kDirectAt);
+  return fapl;
+}
+
+Status WriteAll(int fd, const char* p, size_t len, uint64_t off, const std::string& what, const Location& at) {
+  while (len > 0) {
+    ssize_t w = ::pwrite(fd, p, len, off_t(off));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      Location l = at;
+      l.offset = int64_t(off);
+      return Status::FromErrno(w < 0 ? errno : EIO, what, l);
+    }
+    p += w;
+    off += uint64_t(w);
+    len -= size_t(w);
+  }
+  return Status::OK();
+}
+
+Status ReadAll(int fd, char* p, size_t len, uint64_t off, const std::string& what, const Location& at) {
+  while (len > 0) {
+    ssize_t r = ::pread(fd, p, len, off_t(off));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return Status::FromErrno(r < 0 ? errno : EIO, what, at);
+    p += r;
+    off += uint64_t(r);
+    len -= size_t(r);
+  }
+  return Status::OK();
+}
+
+class Hdf5Writer : public SampleWriter {
+ public:
+  Hdf5Writer(std::string path, WriteOptions opts)
+      : path_(std::move(path)), opts_(std::move(opts)), fs_(FileSystem::OrLocal(opts_.filesystem)) {
+    key_end_.push_back(0);
+  }
+  ~Hdf5Writer() override {
+    if (fd_ >= 0) ::close(fd_);
+    if (!temp_.empty() && !finished_) ::unlink(temp_.c_str());
+  }
+
+  Status Write(const Sample& s) override {
+    if (finished_) return Status::Invalid("write after Finish()", Location{.file = path_});
+    if (!failed_.ok()) return failed_;
+    Status st = DoWrite(s);
+    if (!st.ok()) failed_ = st;
+    return st;
+  }
+
+  Result<WriteSummary> Finish() override {
+    if (finished_) return Status::Invalid("Finish() called twice", Location{.file = path_});
+    if (!failed_.ok()) return failed_;
+    auto r = DoFinish();
+    if (!r.ok()) {
+      failed_ = r.status();
+      if (fd_ >= 0) ::close(fd_);
+      fd_ = -1;
+      if (!temp_.empty()) ::unlink(temp_.c_str());
+      temp_.clear();
+    }
+    return r;
+  }
+
+ private:
+  uint64_t n() const { return labels_.size(); }
+
+  // Creates the output file, unnamed (O_TMPFILE) where the file system allows
+  // it, else as `.NAME.tmp-PID`, as an HDF5 file with only its root group.
+  // Payloads are then written at kDirectAt, beyond its end; libhdf5 reopens it
+  // through h5name_ at Finish().
+  Status Start() {
+    std::string dir = io::DirName(path_);
+    auto base = std::filesystem::path(path_).filename().string();
+    H5Lock lock;
+    Hid fapl = WriterFapl();
+    int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0666);
+    if (fd >= 0) {
+      h5name_ = fmt::format("/proc/self/fd/{}", fd);
+      Hid f(H5Fcreate(h5name_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
+      if (f.ok() && f.close() >= 0) {
+        fd_ = fd;
+        return Status::OK();
+      }
+      H5Eclear2(H5E_DEFAULT);
+      ::close(fd);  // no /proc, or libhdf5 cannot reopen it: use a name
+    }
+    temp_ = fmt::format("{}/.{}.tmp-{}", dir, base, ::getpid());
+    h5name_ = temp_;
+    ::unlink(temp_.c_str());
+    Hid f(H5Fcreate(h5name_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
+    if (!f.ok() || f.close() < 0)
+      return Status::IOError(fmt::format("cannot create HDF5 file: {}", H5Message()), Location{.file = temp_});
+    fd_ = ::open(temp_.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd_ < 0) return Status::FromErrno(errno, "cannot open temporary file", Location{.file = temp_});
+    return Status::OK();
+  }
+
+  Status DoWrite(const Sample& s) {
+    Location at{.file = path_, .key = s.key, .index = int64_t(n())};
+    if (s.key.empty()) return Status::Invalid("empty sample key", at);
+    if (s.key.find('\0') != std::string::npos) return Status::Invalid("sample key holds a NUL byte", at);
+    if (fd_ < 0) SK_RETURN_IF_ERROR(Start());
+    int64_t label = -1;
+    bool cls_in_labels = false;
+    if (const Field* c = s.find("cls")) {
+      auto l = s.label();
+      // Only a canonical non-negative decimal goes to /labels alone; anything
+      // else is kept byte-exact in fields/cls.
+      if (l && *l >= 0 && std::to_string(*l) == c->data.view()) {
+        label = *l;
+        cls_in_labels = true;
+      }
+    }
+    for (const auto& f : s.fields) {
+      if (f.ext == "cls" && cls_in_labels) continue;
+      if (f.ext.empty() || f.ext.find('/') != std::string::npos || f.ext.find('\0') != std::string::npos ||
+          f.ext == "." || f.ext == "..")
+        return Status::Invalid(fmt::format("field extension '{}' cannot name an HDF5 group", f.ext), at);
+      // The direct field: the largest payload of the first sample that has one.
+      if (direct_ext_.empty() || (n() == 0 && spills_.empty() && f.data.size() > direct_size0_)) {
+        direct_ext_ = f.ext;
+        direct_size0_ = f.data.size();
+      }
+    }
+    for (const auto& f : s.fields) {
+      if (f.ext == "cls" && cls_in_labels) continue;
+      SK_ASSIGN_OR_RETURN(SpillField * sf, GetSpill(f.ext));
+      SK_RETURN_IF_ERROR(Append(sf, f.data.data(), f.data.size()));
+    }
+    for (auto& [ext, sf] : spills_) sf->offsets.push_back(sf->size);
+    key_blob_ += s.key;
+    key_end_.push_back(key_blob_.size());
+    labels_.push_back(label);
+    checksums_.push_back(s.checksum());
+    return Status::OK();
+  }
+
+  Result<SpillField*> GetSpill(const std::string& ext) {
+    auto it = spills_.find(ext);
+    if (it != spills_.end()) return it->second.get();
+    auto sf = std::make_unique<SpillField>();
+    sf->ext = ext;
+    sf->offsets.assign(n() + 1, 0);  // earlier samples lack this field: empty ranges
+    sf->buf.reserve(kSpillBuf);
+    if (ext == direct_ext_) {
+      sf->direct = true;
+    } else {
+      std::string dir = io::DirName(path_);
+      auto base = std::filesystem::path(path_).filename().string();
+      std::string spill = fmt::format("{}/.{}.spill-{}-{}", dir, base, ::getpid(), spills_.size());
+      sf->fd = ::open(spill.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+      if (sf->fd < 0) return Status::FromErrno(errno, "cannot create spill file", Location{.file = spill});
+      ::unlink(spill.c_str());  // anonymous from now on: nothing is left behind on a crash
+    }
+    SpillField* p = sf.get();
+    spills_.emplace(ext, std::move(sf));
+    return p;
+  }
+
+  Status FlushSpill(SpillField* sf, const char* p, size_t len) {
+    SK_RETURN_IF_ERROR(fs_->ExternalIo(path_, ExternalOp::kWrite));
+    if (sf->direct) {
+      SK_RETURN_IF_ERROR(WriteAll(fd_, p, len, kDirectAt + sf->flushed,
+                                  fmt::format("write of field '{}' failed", sf->ext), Location{.file = path_}));
+      sf->flushed += len;
+      return Status::OK();
+    }
+    while (len > 0) {
+      ssize_t w = ::write(sf->fd, p, len);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        return Status::FromErrno(errno, fmt::format("write to the spill file of field '{}' failed", sf->ext),
+                                 Location{.file = path_});
+      }
+      p += w;
+      len -= size_t(w);
+      sf->flushed += uint64_t(w);
+    }
+    return Status::OK();
+  }
+
+  Status Append(SpillField* sf, const uint8_t* data, size_t len) {
+    const char* p = reinterpret_cast<const char*>(data);
+    sf->size += len;
+    if (sf->buf.size() + len > kSpillBuf) {
+      SK_RETURN_IF_ERROR(FlushSpill(sf, sf->buf.data(), sf->buf.size()));
+      sf->buf.clear();
+      if (len >= kSpillBuf) return FlushSpill(sf, p, len);
+    }
+    sf->buf.append(p, len);
+    return Status::OK();
+  }
+
+  Result<WriteSummary> DoFinish() {
+    if (fd_ < 0) SK_RETURN_IF_ERROR(Start());  // no sample at all
+    for (auto& [ext, sf] : spills_) {
+      SK_RETURN_IF_ERROR(FlushSpill(sf.get(), sf->buf.data(), sf->buf.size()));
+      sf->buf.clear();
+      sf->buf.shrink_to_fit();
+    }
+    if (!opts_.overwrite && fs_->Exists(path_)) return io::OutputExists(path_);
+    std::string dir = io::DirName(path_);
+    auto base = std::filesystem::path(path_).filename().string();
+
+    std::map<std::string, haddr_t> addrs;
+    SK_RETURN_IF_ERROR(WriteHdf5(&addrs));
+    SK_RETURN_IF_ERROR(CopySpills(addrs));
+
+    SK_RETURN_IF_ERROR(fs_->ExternalIo(path_, ExternalOp::kSync));
+    struct stat st{};
+    ::fstat(fd_, &st);
+    if (::fsync(fd_) != 0) return Status::FromErrno(errno, "fsync failed", Location{.file = path_});
+    if (temp_.empty()) {  // unnamed: give it the temporary name, then rename as usual
+      std::string t = fmt::format("{}/.{}.tmp-{}", dir, base, ::getpid());
+      ::unlink(t.c_str());
+      if (::linkat(AT_FDCWD, h5name_.c_str(), AT_FDCWD, t.c_str(), AT_SYMLINK_FOLLOW) != 0)
+        return Status::FromErrno(errno, "cannot name the temporary file", Location{.file = t});
+      temp_ = t;
+    }
+    ::close(fd_);
+    fd_ = -1;
+    Status published = fs_->Publish(temp_, path_, PublishOptions{.replace = opts_.overwrite, .published = &finished_});
+    if (finished_) temp_.clear();
+    SK_RETURN_IF_ERROR(published);
+    spills_.clear();  // closes the spill files, freeing their blocks
+
+    WriteSummary sum;
+    sum.samples = n();
+    sum.bytes = uint64_t(st.st_size);
+    sum.shards.push_back(ShardInfo{.path = path_, .samples = n(), .bytes = uint64_t(st.st_size), .checksum = ""});
+    return sum;
+  }
+
+  // Creates a contiguous uint8 dataset of `size` bytes whose space is
+  // reserved now and never written by libhdf5; returns its file address
+  // (HADDR_UNDEF when size is 0). Lock held.
+  Result<haddr_t> CreateDataDataset(hid_t group, const std::string& ext, uint64_t size) {
+    Hid dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+    H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS);
+    H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY);
+    H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
+    hsize_t dims[1] = {size};
+    Hid space(H5Screate_simple(1, dims, nullptr), H5Sclose);
+    Hid d(H5Dcreate2(group, "data", H5T_STD_U8LE, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT), H5Dclose);
+    if (!d.ok())
+      return Status::IOError(fmt::format("cannot create dataset 'fields/{}/data': {}", ext, H5Message()),
+                             Location{.file = path_});
+    if (size == 0) return HADDR_UNDEF;
+    haddr_t a = H5Dget_offset(d.get());
+    if (a == HADDR_UNDEF)
+      return Status::IOError(fmt::format("dataset 'fields/{}/data' has no file address", ext), Location{.file = path_});
+    return a;
+  }
+
+  // Moves len bytes of the output file from `from` to `to` (ranges may overlap).
+  Status MoveRange(uint64_t from, uint64_t to, uint64_t len) {
+    std::string buf(std::min<uint64_t>(kCopyBlock, len), '\0');
+    Location at{.file = path_};
+    for (uint64_t done = 0; done < len;) {
+      size_t n = size_t(std::min<uint64_t>(buf.size(), len - done));
+      uint64_t off = to < from ? done : len - done - n;  // front to back when moving down, else back to front
+      SK_RETURN_IF_ERROR(ReadAll(fd_, buf.data(), n, from + off, "read of the output file failed", at));
+      SK_RETURN_IF_ERROR(WriteAll(fd_, buf.data(), n, to + off, "write failed", at));
+      done += n;
+    }
+    return Status::OK();
+  }
+
+  // Reopens the file made by Start() and creates every object; the direct
+  // field's data dataset first, so that it lands on the bytes already written
+  // at kDirectAt (if libhdf5 puts it elsewhere, the bytes are moved there at
+  // once, before anything else is allocated). Returns the address of every
+  // other field's data dataset, for CopySpills after the file is closed.
+  Status WriteHdf5(std::map<std::string, haddr_t>* addrs) {
+    H5Lock lock;
+    Location at{.file = path_};
+    auto fail = [&](std::string what) { return Status::IOError(fmt::format("{}: {}", what, H5Message()), at); };
+    Hid fapl = WriterFapl();
+    Hid file(H5Fopen(h5name_.c_str(), H5F_ACC_RDWR, fapl.get()), H5Fclose);
+    if (!file.ok()) return fail("cannot reopen the HDF5 file being written");
+    const hsize_t N = n();
+
+    Hid fields(H5Gcreate2(file.get(), "fields", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+    if (!fields.ok()) return fail("cannot create group 'fields'");
+    std::map<std::string, Hid> groups;
+    auto group = [&](const std::string& ext) -> Result<hid_t> {
+      auto it = groups.find(ext);
+      if (it != groups.end()) return it->second.get();
+      Hid g(H5Gcreate2(fields.get(), ext.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+      if (!g.ok()) return fail(fmt::format("cannot create group 'fields/{}'", ext));
+      hid_t id = g.get();
+      groups.emplace(ext, std::move(g));
+      return id;
+    };
+    if (auto it = spills_.find(direct_ext_); it != spills_.end()) {
+      SpillField* sf = it->second.get();
+      SK_ASSIGN_OR_RETURN(hid_t g, group(sf->ext));
+      SK_ASSIGN_OR_RETURN(haddr_t a, CreateDataDataset(g, sf->ext, sf->size));
+      if (sf->size > 0 && a != kDirectAt) SK_RETURN_IF_ERROR(MoveRange(kDirectAt, a, sf->size));
+    }
+
+    // Attributes on the root group.
+    {
+      Hid space(H5Screate(H5S_SCALAR), H5Sclose);
+      Hid attr(H5Acreate2(file.get(), "shardkit_format_version", H5T_STD_I32LE, space.get(), H5P_DEFAULT,
+                          H5P_DEFAULT),
+               H5Aclose);
+      int32_t v = kFormatVersion;
+      if (!attr.ok() || H5Awrite(attr.get(), H5T_NATIVE_INT32, &v) < 0) return fail("cannot write attribute");
+    }
+    if (!opts_.class_names.empty()) {
+      bool utf8 = true;
+      std::vector<const char*> ptrs;
+      for (const auto& c : opts_.class_names) {
+        if (c.find('\0') != std::string::npos)
+          return Status::Invalid(fmt::format("class name '{}' holds a NUL byte", c), at);
+        utf8 = utf8 && paths::IsValidUtf8(c);
+        ptrs.push_back(c.c_str());
+      }
+      Hid type(H5Tcopy(H5T_C_S1), H5Tclose);
+      H5Tset_size(type.get(), H5T_VARIABLE);
+      H5Tset_cset(type.get(), utf8 ? H5T_CSET_UTF8 : H5T_CSET_ASCII);
+      hsize_t dims[1] = {ptrs.size()};
+      Hid space(H5Screate_simple(1, dims, nullptr), H5Sclose);
+      Hid attr(H5Acreate2(file.get(), "class_names", type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+      if (!attr.ok() || H5Awrite(attr.get(), type.get(), ptrs.data()) < 0)
+        return fail("cannot write attribute 'class_names'");
+    }
+
+    // keys
+    {
+      std::vector<const char*> ptrs(N);
+      std::string blob;  // NUL-terminated copies
+      blob.reserve(key_blob_.size() + N);
+      std::vector<size_t> at0(N);
+      bool utf8 = true;
+      for (hsize_t i = 0; i < N; ++i) {
+        std::string_view k(key_blob_.data() + key_end_[i], key_end_[i + 1] - key_end_[i]);
+        utf8 = utf8 && paths::IsValidUtf8(k);
+        at0[i] = blob.size();
+        blob.append(k);
+        blob.push_back('\0');
+      }
+      for (hsize_t i = 0; i < N; ++i) ptrs[i] = blob.data() + at0[i];
+      Hid type(H5Tcopy(H5T_C_S1), H5Tclose);
+      H5Tset_size(type.get(), H5T_VARIABLE);
+      H5Tset_cset(type.get(), utf8 ? H5T_CSET_UTF8 : H5T_CSET_ASCII);
+      SK_RETURN_IF_ERROR(WriteDataset(file.get(), "keys", type.get(), type.get(), N, ptrs.data(), at));
+    }
+    SK_RETURN_IF_ERROR(WriteDataset(file.get(), "labels", H5T_STD_I64LE, H5T_NATIVE_INT64, N, labels_.data(), at));
+    SK_RETURN_IF_ERROR(
+        WriteDataset(file.get(), "checksums", H5T_STD_U64LE, H5T_NATIVE_UINT64, N, checksums_.data(), at));
+
+    for (auto& [ext, sf] : spills_) {
+      SK_ASSIGN_OR_RETURN(hid_t g, group(ext));
+      SK_RETURN_IF_ERROR(WriteDataset(g, "offsets", H5T_STD_U64LE, H5T_NATIVE_UINT64, N + 1, sf->offsets.data(), at));
+      if (sf->direct) continue;
+      SK_ASSIGN_OR_RETURN(haddr_t a, CreateDataDataset(g, ext, sf->size));
+      if (sf->size > 0) (*addrs)[ext] = a;
+    }
+    groups.clear();
+    fields.reset();
+    if (file.close() < 0) return fail("cannot close HDF5 file");
+    return Status::OK();
+  }
+
+  Status WriteDataset(hid_t parent, const char* name, hid_t ftype, hid_t mtype, hsize_t count, const void* buf,
+                      const Location& at) {
+    hsize_t dims[1] = {count};
+    Hid space(H5Screate_simple(1, dims, nullptr), H5Sclose);
+    Hid d(H5Dcreate2(parent, name, ftype, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
+    if (!d.ok() || (count > 0 && H5Dwrite(d.get(), mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0))
+      return Status::IOError(fmt::format("cannot write dataset '{}': {}", name, H5Message()), at);
+    return Status::OK();
+  }
+
+  // Copies each spill file into its dataset's byte range of the closed file.
+  Status CopySpills(const std::map<std::string, haddr_t>& addrs) {
+    std::string buf;
+    for (auto& [ext, a] : addrs) {
+      SpillField* sf = spills_.at(ext).get();
+      SK_RETURN_IF_ERROR(fs_->ExternalIo(path_, ExternalOp::kWrite));
+      uint64_t done = 0;
+      bool use_cfr = true;
+      while (done < sf->size) {
+        size_t len = size_t(std::min<uint64_t>(kCopyBlock * 8, sf->size - done));
+        if (use_cfr) {
+          loff_t in_off = loff_t(done), out_off = loff_t(a + done);
+          ssize_t c = ::copy_file_range(sf->fd, &in_off, fd_, &out_off, len, 0);
+          if (c > 0) {
+            done += uint64_t(c);
+            continue;
+          }
+          if (c < 0 && errno == EINTR) continue;
+          if (c < 0 && (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP)) {
+            use_cfr = false;
+            continue;
+          }
+          return Status::FromErrno(c < 0 ? errno : EIO, fmt::format("copy of field '{}' failed", ext),
+                                   Location{.file = path_, .offset = int64_t(a + done)});
+        }
+        len = std::min(len, kCopyBlock);
+        buf.resize(kCopyBlock);
+        SK_RETURN_IF_ERROR(ReadAll(sf->fd, buf.data(), len, done,
+                                   fmt::format("read of the spill file of '{}' failed", ext), Location{.file = path_}));
+        SK_RETURN_IF_ERROR(WriteAll(fd_, buf.data(), len, a + done, "write failed", Location{.file = path_}));
+        done += len;
+      }
+    }
+    return Status::OK();
+  }
+
+  std::string path_;
+  std::string temp_;    // the output's temporary name, once it has one
+  std::string h5name_;  // the name libhdf5 opens the output by
+  int fd_ = -1;         // the output file
+  WriteOptions opts_;
+  std::shared_ptr<FileSystem> fs_;  // opts_.filesystem or the local one
+  std::string direct_ext_;
+  size_t direct_size0_ = 0;
+  std::string key_blob_;
+  std::vector<uint64_t> key_end_;
+  std::vector<int64_t> labels_;
+  std::vector<uint64_t> checksums_;
+  std::map<std::string, std::unique_ptr<SpillField>> spills_;
+  Status failed_;
+  bool finished_ = false;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<SampleWriter>> CreateHdf5(const std::string& path, const WriteOptions& opts) {
+  // libhdf5 and the payload writes need a local file; the existence checks,
+  // the directory, the publish and the fault points go through the seam.
+  const std::shared_ptr<FileSystem>& fs = FileSystem::OrLocal(opts.filesystem);
+  SK_RETURN_IF_ERROR(fs->LocalPath(path).status());
+  if (!opts.overwrite && fs->Exists(path)) return io::OutputExists(path);
+  if (fs->IsDir(path)) return Status::Invalid("output is a directory", Location{.file = path});
+  std::string dir = io::DirName(path);
+  if (!fs->IsDir(dir)) SK_RETURN_IF_ERROR(fs->MakeDirs(dir));
+  return std::unique_ptr<SampleWriter>(new Hdf5Writer(path, opts));
+}
+
+}  // namespace shardkit::formats::hdf5
