@@ -55,6 +55,7 @@ class FileSystemWrapper : public FileSystem {
   Result<FileInfo> Stat(const std::string& p) override { return base_->Stat(p); }
   Result<std::vector<FileInfo>> ListDir(const std::string& d) override { return base_->ListDir(d); }
   Status MakeDirs(const std::string& d) override { return base_->MakeDirs(d); }
+  Status MakeNewDir(const std::string& d) override { return base_->MakeNewDir(d); }
   Status Remove(const std::string& p) override { return base_->Remove(p); }
   Status RemoveAll(const std::string& p) override { return base_->RemoveAll(p); }
   Result<std::string> LocalPath(const std::string& p) override { return base_->LocalPath(p); }
@@ -125,6 +126,10 @@ class FaultInjectingFileSystem : public FileSystemWrapper,
   Status MakeDirs(const std::string& d) override {
     SK_RETURN_IF_ERROR(Check(d, "mkdir"));
     return FileSystemWrapper::MakeDirs(d);
+  }
+  Status MakeNewDir(const std::string& d) override {
+    SK_RETURN_IF_ERROR(Check(d, "mkdir"));
+    return FileSystemWrapper::MakeNewDir(d);
   }
   Status Remove(const std::string& p) override {
     SK_RETURN_IF_ERROR(Check(p, "remove"));

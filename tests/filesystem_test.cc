@@ -313,3 +313,25 @@ TEST_CASE("AtomicFile on the seam: a failed publish leaves neither the file nor 
   CHECK(again.message() == "output exists");
   CHECK(sk_test::ReadFile(p) == "hello");
 }
+
+TEST_CASE("MakeNewDir: a new directory, never one that is already there", "[io]") {
+  TempDir t;
+  auto fs = FileSystem::Local();
+  const std::string d = t / "staging";
+  REQUIRE(fs->MakeNewDir(d).ok());
+  CHECK(fs::is_directory(d));
+  // Anything already there fails with kAlreadyExists: a directory, a file, a symlink
+  // (to a directory, or dangling), so a staging directory is always the caller's own.
+  CHECK(fs->MakeNewDir(d).code() == Code::kAlreadyExists);
+  REQUIRE(WriteNew(*fs, t / "file", "x").ok());
+  CHECK(fs->MakeNewDir(t / "file").code() == Code::kAlreadyExists);
+  fs::create_directory_symlink(d, t / "link");
+  fs::create_symlink(t / "nowhere", t / "dangling");
+  CHECK(fs->MakeNewDir(t / "link").code() == Code::kAlreadyExists);
+  CHECK(fs->MakeNewDir(t / "dangling").code() == Code::kAlreadyExists);
+  CHECK(!fs::exists(t / "nowhere"));
+  // A missing parent is an error naming the directory, not a silent mkdir -p.
+  Status miss = fs->MakeNewDir(t / "no/such/parent");
+  CHECK(miss.code() != Code::kOk);
+  CHECK(miss.where().file == t / "no/such/parent");
+}

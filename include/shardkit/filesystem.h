@@ -163,6 +163,11 @@ class SHARDKIT_API FileSystem {
   virtual Result<std::vector<FileInfo>> ListDir(const std::string& dir) = 0;
   // Creates a directory and its missing parents (mkdir -p); OK if it exists.
   virtual Status MakeDirs(const std::string& dir) = 0;
+  // Creates one new directory (its parent must exist) and fails with kAlreadyExists when
+  // anything is there, a symlink included: what a staging directory needs, so that no
+  // other process can have put its own directory or a link in the way. The default (for file systems without directories of their own):
+  // kAlreadyExists when Stat finds something, else MakeDirs; not atomic.
+  virtual Status MakeNewDir(const std::string& dir);
   // Removes a file or an empty directory; OK if nothing is there.
   virtual Status Remove(const std::string& path) = 0;
   // Removes a file or a directory tree; OK if nothing is there.

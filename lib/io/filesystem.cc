@@ -46,6 +46,12 @@ Result<std::string> FileSystem::LocalPath(const std::string& path) {
 
 Status FileSystem::ExternalIo(const std::string&, ExternalOp) { return Status::OK(); }
 
+Status FileSystem::MakeNewDir(const std::string& dir) {
+  SK_ASSIGN_OR_RETURN(FileInfo fi, Stat(dir));
+  if (fi.type != FileType::kNotFound) return Status::Exists("already exists", Location{.file = dir});
+  return MakeDirs(dir);
+}
+
 // ---------------------------------------------------------------- scheme registry
 
 namespace {

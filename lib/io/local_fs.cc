@@ -270,6 +270,12 @@ class LocalFileSystem : public FileSystem {
     return Status::OK();
   }
 
+  Status MakeNewDir(const std::string& dir) override {
+    if (::mkdir(dir.c_str(), 0777) == 0) return Status::OK();
+    if (errno == EEXIST) return Status::Exists("already exists", Location{.file = dir});
+    return Status::FromErrno(errno, "cannot create directory", Location{.file = dir});
+  }
+
   Status Remove(const std::string& path) override {
     if (::unlink(path.c_str()) == 0 || errno == ENOENT) return Status::OK();
     if (errno == EISDIR || errno == EPERM) {

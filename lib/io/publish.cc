@@ -55,22 +55,21 @@ Result<std::string> StageOutputDirectory(FileSystem& fs, const std::string& root
   SK_RETURN_IF_ERROR(CheckDirectoryOutput(fs, root, overwrite));
   std::string parent = DirName(root);
   if (!fs.IsDir(parent)) SK_RETURN_IF_ERROR(fs.MakeDirs(parent));
-  // A fresh name (mkdtemp's pattern; MakeDirs is fine with an existing directory, so
-  // the name is checked first).
-  std::string partial;
-  for (int attempt = 0; partial.empty(); ++attempt) {
-    if (attempt == 100) return Status::IOError("cannot pick a staging directory name", Location{.file = root});
+  // A fresh name (mkdtemp's pattern), created with MakeNewDir: it fails when anything
+  // is there, so the directory is the writer's own (not a link or a directory someone
+  // made between a check and a mkdir -p, as before), and what it holds is the writer's.
+  for (int attempt = 0; attempt < 100; ++attempt) {
     static const char kChars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
     std::string name = fmt::format("{}.partial-{}-", root, ::getpid());
     static thread_local std::mt19937_64 rng{std::random_device{}()};
     uint64_t r = rng();
     for (int i = 0; i < 6; ++i, r /= 62) name += kChars[r % 62];
-    SK_ASSIGN_OR_RETURN(FileInfo taken, fs.Stat(name));
-    if (taken.type == FileType::kNotFound) partial = std::move(name);
+    Status made = fs.MakeNewDir(name);
+    if (made.ok()) return name;
+    if (made.code() != Code::kAlreadyExists)
+      return Status(made.code(), "cannot create output directory: " + made.message(), Location{.file = root});
   }
-  Status made = fs.MakeDirs(partial);
-  if (!made.ok()) return Status(made.code(), "cannot create output directory: " + made.message(), Location{.file = root});
-  return partial;
+  return Status::IOError("cannot pick a staging directory name", Location{.file = root});
 }
 
 }  // namespace io

@@ -116,6 +116,7 @@ class UploadingFileSystem : public FileSystem {
   Result<FileInfo> Stat(const std::string& p) override { return base_->Stat(p); }
   Result<std::vector<FileInfo>> ListDir(const std::string& d) override { return base_->ListDir(d); }
   Status MakeDirs(const std::string& d) override { return base_->MakeDirs(d); }
+  Status MakeNewDir(const std::string& d) override { return base_->MakeNewDir(d); }
   Status Remove(const std::string& p) override { return base_->Remove(p); }
   Status RemoveAll(const std::string& p) override { return base_->RemoveAll(p); }
   Result<std::string> LocalPath(const std::string& p) override { return base_->LocalPath(p); }
