@@ -106,11 +106,12 @@ int main(int argc, char** argv) {
     ShardIndex big = MakeShard(7, per);
     uint64_t h1 = HeapBytes();
     auto c = CompactShardIndex::From(big, 7);
-    uint64_t h2 = HeapBytes();
     if (!c.ok()) return 1;
-    fmt::print("index of one shard of {} samples (2 fields, 10-char keys): ShardIndex {:.1f} bytes/sample, "
-               "compact {:.1f} bytes/sample (counted {:.1f})\n\n",
-               per, double(h1 - h0) / per, double(h2 - h1) / per, double((*c)->bytes()) / per);
+    // The compact index is one block (a mapping of its own from 32 KiB on, which malloc's
+    // statistics do not see): its size, rounded up to pages, is what it counts against the budget.
+    fmt::print("index of one shard of {} samples (2 fields, 10-char keys): ShardIndex {:.1f} bytes/sample "
+               "(malloc'd), compact {:.1f} bytes/sample (its block)\n\n",
+               per, double(h1 - h0) / per, double((*c)->bytes()) / per);
   }
 
   fmt::print("| measure | samples | time | RSS now / peak |\n|---|---|---|---|\n");
