@@ -3,11 +3,14 @@
 //
 // Opening is lazy: a shard's index comes from its .idx (parsed, trusted: its
 // member headers are not read) or the manifest's counts, so opening a dataset
-// reads no shard bytes when indexes are there. A shard is loaded on its first
-// random read: mapped (a local file, or a remote one's copy in the cache) and
-// its index checked against the member headers (else scanned), or, remote
-// without a cache, its index fetched and each sample's headers checked when
-// the sample's byte range is read. `verify` reads every shard in order and so
+// reads no shard bytes when indexes are there. A shard is opened on its first
+// random read: mapped (a local file, or a remote one's copy in the cache), or,
+// remote without a cache, opened for range requests. Its index is loaded on
+// demand into the dataset's index cache (index_cache.h: an LRU within a byte
+// budget, so a dataset of 10^9 samples is not held whole): checked against the
+// member headers (else scanned), or, remote without a cache, fetched, each
+// sample's headers then checked when the sample's byte range is read; an
+// evicted index is loaded again the same way. `verify` reads every shard in order and so
 // checks everything.
 #include "formats/wds/reader.h"
 
@@ -29,6 +32,7 @@
 #include "core/per_thread.h"
 #include "formats/tar/tar.h"
 #include "formats/wds/index.h"
+#include "formats/wds/index_cache.h"
 #include "formats/wds/manifest.h"
 #include "formats/wds/names.h"
 #include "formats/wds/pipe.h"
@@ -42,7 +46,8 @@ namespace {
 
 Result<uint64_t> FileSize(const std::string& path, int64_t shard);
 
-// One shard of an opened dataset, loaded on first use.
+// One shard of an opened dataset, opened on first use (its index lives in
+// Shards::indexes, loaded on demand and evicted within the budget).
 struct ShardState {
   std::string path;  // as addressed (a local path or a URL)
   int64_t number = 0;
@@ -53,13 +58,13 @@ struct ShardState {
   Status status;
   std::shared_ptr<io::MappedFile> map;        // local, or the cache's copy
   std::shared_ptr<ReadableFile> remote;       // remote and no cache: ranged reads
-  std::shared_ptr<const ShardIndex> index;    // checked against the headers (remote: per sample)
-  bool check_headers = false;                 // check each sample's member headers when it is read
+  std::atomic<bool> check_headers{false};     // check each sample's member headers when it is read
 };
 
 struct Shards {
   std::vector<std::unique_ptr<ShardState>> list;
   io::CacheOptions cache;
+  std::unique_ptr<ShardIndexCache> indexes;  // made at open (MakeIndexCache), loads through this object
 };
 
 // The index text beside a shard (local or remote), or kNotFound.
@@ -72,7 +77,9 @@ Result<std::string> IdxText(const std::string& shard_path) {
   return io::ReadAnyFile(idx_path);
 }
 
-Status LoadShard(ShardState& s, const io::CacheOptions& cache) {
+// Opens a shard for random reads: maps it (a remote one's cached copy), or, remote
+// without a cache, opens it for range requests. Once per shard (EnsureOpened).
+Status OpenShard(ShardState& s, const io::CacheOptions& cache) {
   Location where{.file = s.path, .shard = s.number};
   std::string local = s.path;
   if (io::IsUrl(s.path)) {
@@ -82,66 +89,90 @@ Status LoadShard(ShardState& s, const io::CacheOptions& cache) {
       if (f->size() != s.size)
         return Status::Corrupt(fmt::format("shard has {} bytes but had {} when the dataset was opened", f->size(), s.size),
                                where);
-      auto text = IdxText(s.path);
-      if (!text.ok()) {
-        if (text.status().code() != Code::kNotFound) return std::move(text).take_status();
-        return Status::Unsupported(
-            fmt::format("remote shard has no index ({}): random access by range requests needs one; write it with "
-                        "`shardkit index`, or pass a cache directory (--cache-dir / cache_dir=) to read a local copy",
-                        BaseOf(IdxPathFor(s.path))),
-            where);
-      }
-      SK_ASSIGN_OR_RETURN(ShardIndex idx, ParseIdx(*text, IdxPathFor(s.path), s.path, s.size, nullptr, s.number));
-      s.index = std::make_shared<ShardIndex>(std::move(idx));
       s.remote = std::shared_ptr<ReadableFile>(std::move(f));
-    } else {
-      SK_ASSIGN_OR_RETURN(local, io::CachedCopy(*fs, s.path, s.size, cache));
+      return Status::OK();
     }
+    SK_ASSIGN_OR_RETURN(local, io::CachedCopy(*fs, s.path, s.size, cache));
   }
-  if (!s.remote) {
-    SK_ASSIGN_OR_RETURN(s.map, MapShard(local, s.number));
-    if (s.map->size() != s.size)
-      return Status::Corrupt(
-          fmt::format("shard has {} bytes but had {} when the dataset was opened", s.map->size(), s.size), where);
-    std::shared_ptr<const ShardIndex> idx;
+  SK_ASSIGN_OR_RETURN(s.map, MapShard(local, s.number));
+  if (s.map->size() != s.size)
+    return Status::Corrupt(
+        fmt::format("shard has {} bytes but had {} when the dataset was opened", s.map->size(), s.size), where);
+  return Status::OK();
+}
+
+Status EnsureOpened(ShardState& s, const io::CacheOptions& cache) {
+  if (s.ready.load(std::memory_order_acquire)) return s.status;
+  std::lock_guard lock(s.mu);
+  if (!s.ready.load(std::memory_order_relaxed)) {
+    s.status = OpenShard(s, cache);
+    s.ready.store(true, std::memory_order_release);
+  }
+  return s.status;
+}
+
+// Builds an opened shard's index (on its first read, and again after an eviction):
+// its .idx checked against the member headers, else a scan; remote without a cache,
+// the .idx as is.
+Result<ShardIndex> BuildIndex(ShardState& s) {
+  Location where{.file = s.path, .shard = s.number};
+  ShardIndex built;
+  if (s.remote) {
+    auto text = IdxText(s.path);
+    if (!text.ok()) {
+      if (text.status().code() != Code::kNotFound) return std::move(text).take_status();
+      return Status::Unsupported(
+          fmt::format("remote shard has no index ({}): random access by range requests needs one; write it with "
+                      "`shardkit index`, or pass a cache directory (--cache-dir / cache_dir=) to read a local copy",
+                      BaseOf(IdxPathFor(s.path))),
+          where);
+    }
+    SK_ASSIGN_OR_RETURN(built, ParseIdx(*text, IdxPathFor(s.path), s.path, s.size, nullptr, s.number));
+  } else {
+    bool have = false;
     auto text = IdxText(s.path);
     if (text.ok()) {
       auto r = ParseIdx(*text, IdxPathFor(s.path), s.path, s.size, s.map->data(), s.number);
-      if (r.ok()) idx = std::make_shared<ShardIndex>(std::move(r).value());
+      if (r.ok()) {
+        built = std::move(r).value();
+        have = true;
+      }
     }
-    if (!idx) {
+    if (!have) {
       auto scanned = ScanShard(*s.map, s.number);
       if (scanned.ok()) {
-        idx = std::make_shared<ShardIndex>(std::move(scanned).value());
+        built = std::move(scanned).value();
       } else if (auto trusted = text.ok() ? ParseIdx(*text, IdxPathFor(s.path), s.path, s.size, nullptr, s.number)
                                           : Result<ShardIndex>(scanned.status());
                  trusted.ok() && (!s.samples || trusted->samples.size() == *s.samples)) {
         // A damaged member somewhere in an indexed shard: the other samples stay
         // readable; each sample's headers are checked when it is read.
-        idx = std::make_shared<ShardIndex>(std::move(trusted).value());
-        s.check_headers = true;
+        built = std::move(trusted).value();
+        s.check_headers.store(true, std::memory_order_release);
       } else {
         return std::move(scanned).take_status();
       }
     }
-    s.index = std::move(idx);
   }
-  if (s.samples && s.index->samples.size() != *s.samples)
+  if (s.samples && built.samples.size() != *s.samples)
     return Status::Corrupt(fmt::format("shard holds {} samples but its index or manifest said {} when the dataset was "
                                        "opened (the shard or its .idx changed?)",
-                                       s.index->samples.size(), *s.samples),
+                                       built.samples.size(), *s.samples),
                            where);
-  return Status::OK();
+  return built;
 }
 
-Status EnsureLoaded(ShardState& s, const io::CacheOptions& cache) {
-  if (s.ready.load(std::memory_order_acquire)) return s.status;
-  std::lock_guard lock(s.mu);
-  if (!s.ready.load(std::memory_order_relaxed)) {
-    s.status = LoadShard(s, cache);
-    s.ready.store(true, std::memory_order_release);
-  }
-  return s.status;
+// The dataset's index cache: a shard's index is opened, built and made compact on demand.
+Status MakeIndexCache(Shards& shards, const OpenOptions& opts) {
+  SK_ASSIGN_OR_RETURN(uint64_t budget, IndexBudgetOf(opts));
+  Shards* sh = &shards;  // owns the cache, so outlives every load
+  shards.indexes = std::make_unique<ShardIndexCache>(budget, [sh](size_t k) -> Result<ShardIndexCache::Index> {
+    ShardState& s = *sh->list[k];
+    SK_RETURN_IF_ERROR(EnsureOpened(s, sh->cache));
+    SK_ASSIGN_OR_RETURN(ShardIndex idx, BuildIndex(s));
+    return CompactShardIndex::From(idx, s.number);
+  });
+  return Status::OK();
 }
 
 class WdsReader : public SampleReader {
@@ -202,30 +233,44 @@ class WdsReader : public SampleReader {
 class WdsRandomAccess : public RandomAccess {
  public:
   explicit WdsRandomAccess(std::shared_ptr<Shards> shards) : shards_(std::move(shards)), owner_(shards_) {
-    for (auto& s : shards_->list) {
-      firsts_.push_back(total_);
-      total_ += *s->samples;
-    }
+    std::vector<uint64_t> counts;
+    counts.reserve(shards_->list.size());
+    for (auto& s : shards_->list) counts.push_back(*s->samples);
+    locator_ = ShardLocator(counts);
   }
-  uint64_t size() const override { return total_; }
+  uint64_t size() const override { return locator_.size(); }
   Status Get(uint64_t i, Sample* out) const override {
-    if (i >= total_)
-      return Status::Invalid(fmt::format("sample index {} out of range (dataset has {})", i, total_),
+    if (i >= locator_.size())
+      return Status::Invalid(fmt::format("sample index {} out of range (dataset has {})", i, locator_.size()),
                              Location{.index = int64_t(i)});
-    size_t k = size_t(std::upper_bound(firsts_.begin(), firsts_.end(), i) - firsts_.begin()) - 1;
+    auto [k, local] = locator_.Locate(i);
     ShardState& s = *shards_->list[k];
-    SK_RETURN_IF_ERROR(EnsureLoaded(s, shards_->cache));
-    const SampleRef& ref = s.index->samples[i - firsts_[k]];
-    if (s.map && s.check_headers)
-      SK_RETURN_IF_ERROR(
-          CheckSampleHeaders(s.map->data() + ref.offset, s.map->size() - ref.offset, ref, s.path, s.number, false));
+    SK_RETURN_IF_ERROR(EnsureOpened(s, shards_->cache));
+    // This thread's last shard's index, held by this thread (an eviction by another
+    // thread cannot free it); another shard's comes from the cache. Consecutive reads
+    // of one shard then touch no lock and no shared reference count.
+    SK_ASSIGN_OR_RETURN(std::shared_ptr<LastIndex> mine, last_.Get([]() -> Result<std::shared_ptr<LastIndex>> {
+      return std::make_shared<LastIndex>();
+    }));
+    if (mine->shard != k || !mine->index) {
+      mine->index.reset();
+      SK_ASSIGN_OR_RETURN(mine->index, shards_->indexes->Get(k));
+      mine->shard = k;
+    }
+    const CompactShardIndex* idx = mine->index.get();
+    if (s.map && s.check_headers.load(std::memory_order_acquire)) {
+      uint64_t off = idx->offset(local);
+      SK_RETURN_IF_ERROR(CheckSampleHeaders(s.map->data() + off, s.map->size() - off, idx->Ref(local), s.path,
+                                            s.number, false));
+    }
     if (s.map) {
       // The views' owner keeps every shard's mapping alive, through a control block of this
       // thread's own (lib/core/per_thread.h).
-      FillSample(*s.map, owner_.Owner(), ref, out);
+      FillSample(*s.map, owner_.Owner(), *idx, local, out);
       return Status::OK();
     }
     // Remote: the sample's members (headers and data) in one range request.
+    const SampleRef ref = idx->Ref(local);
     const FieldRef& last = ref.fields.back();
     uint64_t length = last.offset + last.size - ref.offset;
     auto buf = std::make_shared<std::string>(size_t(length), '\0');
@@ -243,10 +288,16 @@ class WdsRandomAccess : public RandomAccess {
   }
 
  private:
+  // A thread's last index (its slot of last_): at most one shard's index per thread
+  // is held beyond the cache's budget.
+  struct alignas(64) LastIndex {
+    size_t shard = 0;
+    ShardIndexCache::Index index;
+  };
   std::shared_ptr<Shards> shards_;
   core::PerThreadViewOwner owner_;
-  std::vector<uint64_t> firsts_;
-  uint64_t total_ = 0;
+  core::PerThread<LastIndex> last_;
+  ShardLocator locator_;
 };
 
 class WdsDataset : public Dataset {
@@ -395,6 +446,7 @@ io::CacheOptions CacheOf(const OpenOptions& opts) {
 Result<std::unique_ptr<Dataset>> OpenManifest(const std::string& path, const OpenOptions& opts) {
   auto ds = std::make_unique<WdsDataset>();
   ds->shards_->cache = CacheOf(opts);
+  SK_RETURN_IF_ERROR(MakeIndexCache(*ds->shards_, opts));
   DatasetInfo& info = ds->info_;
   info.format = "wds";
   info.address = path;
@@ -445,6 +497,7 @@ Result<std::unique_ptr<Dataset>> OpenWds(const std::string& path, const OpenOpti
   SK_ASSIGN_OR_RETURN(std::vector<std::string> paths, paths::ExpandBraces(path));
   auto ds = std::make_unique<WdsDataset>();
   ds->shards_->cache = CacheOf(opts);
+  SK_RETURN_IF_ERROR(MakeIndexCache(*ds->shards_, opts));
   DatasetInfo& info = ds->info_;
   info.format = "wds";
   info.address = path;
@@ -486,9 +539,11 @@ Result<std::unique_ptr<Dataset>> OpenWds(const std::string& path, const OpenOpti
       SK_ASSIGN_OR_RETURN(auto scanned, ScanShard(*map, int64_t(i)));
       idx = std::make_shared<ShardIndex>(std::move(scanned));
       if (map->size() == st->size) {
+        // Opened, and its index offered to the cache (kept within the budget; rebuilt if evicted).
         st->map = map;
-        st->index = idx;
         st->ready.store(true);
+        if (auto c = CompactShardIndex::From(*idx, int64_t(i)); c.ok())
+          ds->shards_->indexes->Put(ds->shards_->list.size(), *c);
       }
     }
     if (idx) {
