@@ -25,7 +25,8 @@ bool SchemeChar(char c) { return std::isalnum(static_cast<unsigned char>(c)) || 
 std::string RedactAddress(std::string_view url) {
   std::string u(url);
   size_t scheme = u.find("://");
-  if (scheme != std::string::npos) {
+  if (scheme == std::string::npos) return u;  // a local path: nothing to redact
+  {
     size_t host = scheme + 3;
     size_t end = u.find_first_of("/?#", host);
     if (end == std::string::npos) end = u.size();

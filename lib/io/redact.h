@@ -19,7 +19,7 @@
 namespace shardkit::io {
 
 // One address as it may be shown: the userinfo ("user:pw@") is removed, and a query
-// holding a credential becomes "?<redacted>". Anything else is returned unchanged.
+// holding a credential becomes "?<redacted>". Anything else (a local path) is returned unchanged.
 std::string RedactAddress(std::string_view address);
 
 // Free text (a message, a line of output, a JSON document) with every
