@@ -1153,3 +1153,35 @@ TEST_CASE("remote parts: 3 processes upload parts to s3, merge writes the manife
   CHECK(rerun.out.find("already complete") != std::string::npos);
   ::unsetenv("SHARDKIT_STAGING_DIR");
 }
+
+// A part's record is uploaded after its shards: a failed shard upload leaves none, so
+// merge never trusts a part whose shards are not all there; --resume completes it.
+TEST_CASE("remote parts: a failed shard upload leaves no part record and --resume uploads it last", "[remote]") {
+  HttpServer http;
+  sk_test::TempDir tmp;
+  ::setenv("SHARDKIT_STAGING_DIR", (tmp / "staging").c_str(), 1);
+  sk_test::MakeImageFolder(tmp / "src", 2, 8, 6);
+  const std::string args = "shard --samples-per-shard 4 --part 0/2 " + sk_test::Q(tmp / "src") + " " +
+                           sk_test::Q(http.Url("pf/train-%06d.tar"));
+  http.Fault("pf/train-000001.tar", "500", -1);
+  auto r = sk_test::Cli(args);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code != 0);
+  CHECK(r.err.find("train-000001.tar") != std::string::npos);
+  CHECK(!fs::exists(http.root + "/pf/train.part-00000-of-00002.json"));
+  CHECK(!fs::exists(http.root + "/pf/train.part-00000-of-00002.json.lock"));
+  http.Clear();
+  auto again = sk_test::Cli(args + " --resume");
+  INFO(again.out << again.err);
+  CHECK(again.exit_code == 0);
+  CHECK(fs::exists(http.root + "/pf/train.part-00000-of-00002.json"));
+  CHECK(fs::exists(http.root + "/pf/train-000001.tar"));
+  CHECK(fs::exists(http.root + "/pf/train-000001.idx"));
+  for (const auto& e : fs::directory_iterator(http.root + "/pf")) {
+    std::string name = e.path().filename().string();
+    INFO(name);
+    CHECK(name.find(".partial") == std::string::npos);
+    CHECK(name.find(".lock") == std::string::npos);
+  }
+  ::unsetenv("SHARDKIT_STAGING_DIR");
+}
