@@ -54,6 +54,19 @@ export AWS_ENDPOINT_URL="http://127.0.0.1:$(cat "$W/s3.port")" AWS_ACCESS_KEY_ID
 secs() { local t0 t1; t0=$(date +%s.%N); "$@" >"$W/log" 2>&1 || { echo "FAILED: $* ($(tail -1 "$W/log"))" >&2; exit 1; }; t1=$(date +%s.%N); awk "BEGIN{printf \"%.2f\", $t1 - $t0}"; }
 T_LOCAL=$(secs "$SK" shard "$W/imgs" "$W/local/ds-%06d.tar" --num-shards 8)
 T_S3=$(secs "$SK" shard "$W/imgs" "s3://test/ds/ds-%06d.tar" --num-shards 8)
+# The store's own ceiling: the same files PUT by boto3 (4 threads, as shardkit's uploader),
+# with nothing else to do; shard to s3:// cannot beat max(shard to local, this).
+T_PUT=$(secs /usr/bin/python3 -c '
+import boto3, os, sys
+from concurrent.futures import ThreadPoolExecutor
+d = sys.argv[1]
+s3 = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"], region_name="us-east-1")
+def put(n):
+    with open(os.path.join(d, n), "rb") as f:
+        s3.put_object(Bucket="test", Key="raw/" + n, Body=f.read())
+with ThreadPoolExecutor(4) as ex:
+    list(ex.map(put, sorted(os.listdir(d))))
+' "$W/local")
 cp "$W"/local/* "$W/http/"
 
 BB=()
@@ -85,3 +98,4 @@ printf "%-44s %12s %8s\n" "s3rver, --cache-dir, cold (first epoch)" "$S3COLD" "$
 printf "%-44s %12s %8s\n" "s3rver, --cache-dir, warm" "$S3WARM" "$(r "$S3WARM" "$L")"
 printf "%-44s %12s %8s\n" "shard to local disk (s)" "$T_LOCAL" "1.00"
 printf "%-44s %12s %8s\n" "shard to s3:// (s; ratio = speed vs local)" "$T_S3" "$(r "$T_LOCAL" "$T_S3")"
+printf "%-44s %12s %8s\n" "store ceiling: boto3 PUT of the same files (s)" "$T_PUT" "$(r "$T_LOCAL" "$T_PUT")"

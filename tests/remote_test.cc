@@ -22,6 +22,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "io/redact.h"
 #include "io/remote/credentials.h"
 #include "io/remote/http_client.h"
 #include "io/remote/object_store.h"
@@ -941,4 +942,246 @@ TEST_CASE("remote cache: bounded LRU, one download for many threads", "[remote]"
   auto wrong = io::CachedCopy(*local, files[3], 12345, c);
   CHECK(wrong.status().code() == Code::kCorrupt);
   CHECK(io::CacheBytes(tmp / "cache") == (2u << 20));
+}
+
+// Issue 14: "Secrets never appear in an error, a log line, `--json`, `info` or a manifest".
+TEST_CASE("remote: a password or a presigned query in an address is shown nowhere", "[remote]") {
+  const std::string pw = "pw-SeCrEt-9f3";
+  // The one redaction function (io/redact.h), on addresses inside text.
+  CHECK(io::RedactAddress("http://u:" + pw + "@h:1/a.tar") == "http://h:1/a.tar");
+  CHECK(io::RedactText("file 'http://u:" + pw + "@h/x.tar', offset 3: GET https://b.s3.x/k?X-Amz-Credential=AK&"
+                       "X-Amz-Signature=" + pw + " failed") ==
+        "file 'http://h/x.tar', offset 3: GET https://b.s3.x/k?<redacted> failed");
+  CHECK(io::RedactText("{\"a\":\"s3://b/k\",\"b\":\"http://x:" + pw + "@h/p\"}") == "{\"a\":\"s3://b/k\",\"b\":\"http://h/p\"}");
+  CHECK(io::RedactText("no address: a@b c://") == "no address: a@b c://");
+  CHECK(io::RedactText(io::RedactText("http://u:" + pw + "@h/?token=1")) == "http://h/?<redacted>");
+  // Every Status: its message, its location and its text.
+  Status made = Status::NotFound("cannot read https://h/k?X-Amz-Signature=" + pw,
+                                 Location{.file = "http://u:" + pw + "@h/x.tar"});
+  CHECK(made.message().find(pw) == std::string::npos);
+  CHECK(made.where().file == "http://h/x.tar");
+  CHECK(made.ToString().find(pw) == std::string::npos);
+  made.where().file = "http://u:" + pw + "@h/y.tar";  // set directly: ToString still redacts
+  CHECK(made.ToString().find(pw) == std::string::npos);
+  CHECK(made.ToString().find("http://h/y.tar") != std::string::npos);
+
+  HttpServer http;
+  sk_test::TempDir tmp;
+  ::setenv("SHARDKIT_STAGING_DIR", (tmp / "staging").c_str(), 1);
+  sk_test::MakeImageFolder(tmp / "src", 2, 6, 4);
+  ConvertOptions co;
+  co.write.samples_per_shard = 4;
+  REQUIRE(Convert(tmp / "src", http.root + "/train-%06d.tar", co).ok());
+  const std::string base = fmt::format("http://reader:{}@127.0.0.1:{}", pw, http.proc->port());
+  const std::string shown = fmt::format("http://127.0.0.1:{}", http.proc->port());
+  auto local = AllByKey(tmp / "src");
+  // Reading with the userinfo works (the client sends it), through the manifest and a range.
+  CHECK(AllByKey(base + "/train.manifest.json", {}, true) == local);
+  CHECK(AllByKey(base + "/train-{000000..000002}.tar") == local);
+  // A failing read: the error names the address without the password.
+  auto missing = Open(base + "/nothing-{000000..000001}.tar");
+  REQUIRE(!missing.ok());
+  INFO(missing.status().ToString());
+  CHECK(missing.status().ToString().find(pw) == std::string::npos);
+  CHECK(missing.status().ToString().find(shown) != std::string::npos);
+  http.Fault("train-000001.tar", "404", -1);
+  auto failing = Convert(base + "/train.manifest.json", "folder:" + (tmp / "f404"), {});
+  REQUIRE(!failing.ok());
+  CHECK(failing.status().ToString().find(pw) == std::string::npos);
+  CHECK(failing.status().ToString().find("train-000001.tar") != std::string::npos);
+  std::string cli_fail;
+  for (const std::string& args : {"info " + sk_test::Q(base + "/train-000001.tar"),
+                                  "verify " + sk_test::Q(base + "/train.manifest.json"),
+                                  "verify --json " + sk_test::Q(base + "/train.manifest.json"),
+                                  "convert " + sk_test::Q(base + "/train.manifest.json") + " " +
+                                      sk_test::Q("folder:" + (tmp / "f404b"))}) {
+    auto r = sk_test::Cli(args);
+    INFO(args << "\n" << r.out << r.err);
+    CHECK(r.exit_code != 0);
+    CHECK((r.out + r.err).find(pw) == std::string::npos);
+    CHECK((r.out + r.err).find(shown) != std::string::npos);
+  }
+  http.Clear();
+  // The command's output: info, --json, verify, convert summaries, index, merge.
+  const std::string up = base + "/up/train-%06d.tar";
+  for (const std::string& args :
+       {"info " + sk_test::Q(base + "/train.manifest.json"), "info --json " + sk_test::Q(base + "/train.manifest.json"),
+        "info " + sk_test::Q(base + "/train-{000000..000002}.tar"),
+        "info --json " + sk_test::Q(base + "/train-{000000..000002}.tar"),
+        "verify " + sk_test::Q(base + "/train.manifest.json"), "verify --json " + sk_test::Q(base + "/train.manifest.json"),
+        "convert --json " + sk_test::Q(base + "/train.manifest.json") + " " + sk_test::Q("wds:" + (tmp / "out/x-%06d.tar")),
+        "shard --samples-per-shard 5 " + sk_test::Q(base + "/train.manifest.json") + " " + sk_test::Q(up),
+        "shard --json --samples-per-shard 5 --overwrite " + sk_test::Q(base + "/train.manifest.json") + " " + sk_test::Q(up),
+        "index " + sk_test::Q(base + "/train-{000000..000002}.tar") + " --format wids --output " +
+            sk_test::Q(tmp / "out/list.wids.json"),
+        "shard --part 0/2 --samples-per-shard 5 " + sk_test::Q(base + "/train.manifest.json") + " " +
+            sk_test::Q(base + "/parts/train-%06d.tar"),
+        "shard --part 1/2 --samples-per-shard 5 " + sk_test::Q(base + "/train.manifest.json") + " " +
+            sk_test::Q(base + "/parts/train-%06d.tar")}) {
+    auto r = sk_test::Cli(args);
+    INFO(args << "\n" << r.out << r.err);
+    CHECK(r.exit_code == 0);
+    CHECK((r.out + r.err).find(pw) == std::string::npos);
+    if (args.rfind("index", 0) != 0) CHECK((r.out + r.err).find(shown) != std::string::npos);
+  }
+  CHECK(AllByKey(shown + "/up/train.manifest.json", {}, true) == local);
+  // The wids list names the remote shards by their redacted addresses.
+  CHECK(sk_test::ReadFile(tmp / "out/list.wids.json").find(shown + "/train-000002.tar") != std::string::npos);
+  auto merged = sk_test::Cli("merge " + sk_test::Q(base + "/parts/train-%06d.tar"));  // http: no listing
+  INFO(merged.out << merged.err);
+  CHECK(merged.exit_code != 0);
+  CHECK(merged.err.find("needs a store that lists") != std::string::npos);
+  CHECK((merged.out + merged.err).find(pw) == std::string::npos);
+  // Written files (local outputs, uploaded objects, staging leftovers): no password.
+  size_t files = 0;
+  for (const std::string& root : {tmp.path(), http.root})
+    for (const auto& e : fs::recursive_directory_iterator(root)) {
+      if (!e.is_regular_file()) continue;
+      ++files;
+      INFO(e.path());
+      CHECK(sk_test::ReadFile(e.path()).find(pw) == std::string::npos);
+    }
+  CHECK(files > 20);
+  CHECK(fs::exists(http.root + "/up/train.manifest.json"));
+  CHECK(fs::exists(tmp / "out/list.wids.json"));
+  ::unsetenv("SHARDKIT_STAGING_DIR");
+}
+
+// Issue 15 with issue 14: parts upload their shards and records, merge lists them and
+// writes the manifest last; the result is what one local process writes.
+TEST_CASE("remote parts: 3 processes upload parts to s3, merge writes the manifest last, byte-identical",
+          "[remote]") {
+  S3rverServer srv;
+  UseS3rver(srv);  // the environment: the child processes inherit it
+  sk_test::TempDir tmp;
+  ::setenv("SHARDKIT_STAGING_DIR", (tmp / "staging").c_str(), 1);
+  sk_test::MakeImageFolder(tmp / "src", 3, 9, 11);
+  const std::string flags = "--samples-per-shard 4 --shuffle --seed 5 ";
+  auto one = sk_test::Cli("shard " + flags + sk_test::Q(tmp / "src") + " " + sk_test::Q(tmp / "one/train-%06d.tar"));
+  INFO(one.out << one.err);
+  REQUIRE(one.exit_code == 0);
+  auto part = [&](const std::string& prefix, int i) {
+    return fmt::format("{} shard {}--part {}/3 {} {} > {} 2>&1", sk_test::Q(SHARDKIT_CLI), flags, i,
+                       sk_test::Q(tmp / "src"), sk_test::Q("s3://test/" + prefix + "/train-%06d.tar"),
+                       sk_test::Q(tmp / fmt::format("{}-{}.log", prefix, i)));
+  };
+  auto logs = [&](const std::string& prefix) {
+    std::string all;
+    for (int i = 0; i < 3; ++i)
+      if (fs::exists(tmp / fmt::format("{}-{}.log", prefix, i)))
+        all += sk_test::ReadFile(tmp / fmt::format("{}-{}.log", prefix, i));
+    return all;
+  };
+  S3Client s3(SettingsFor(srv.proc->base()), FastOptions());
+  auto keys = [&](const std::string& prefix) {
+    std::map<std::string, uint64_t> out;
+    auto list = s3.List("test", prefix + "/");
+    REQUIRE(list.ok());
+    for (const auto& o : *list) out[o.key.substr(prefix.size() + 1)] = o.size;
+    return out;
+  };
+
+  // A part that never ran: merge fails naming it, and writes no manifest.
+  {
+    auto r = sk_test::Run("(" + part("gap", 0) + ") & a=$!; (" + part("gap", 2) + ") & b=$!; wait $a; x=$?; wait $b; "
+                          "y=$?; exit $((x + y))");
+    INFO(logs("gap"));
+    REQUIRE(r.exit_code == 0);
+    auto m = sk_test::Cli("merge " + sk_test::Q("s3://test/gap/train-%06d.tar"));
+    INFO(m.out << m.err);
+    CHECK(m.exit_code != 0);
+    CHECK(m.err.find("part 1/3") != std::string::npos);
+    CHECK(m.err.find("no manifest written") != std::string::npos);
+    CHECK(keys("gap").count("train.manifest.json") == 0);
+    CHECK(keys("gap").count("train.part-00000-of-00003.json") == 1);
+    CHECK(keys("gap").count("train.part-00002-of-00003.json") == 1);
+    // A record whose shard went missing: merge names the shard.
+    REQUIRE(sk_test::Run(part("gap", 1)).exit_code == 0);
+    REQUIRE(s3.Delete({"test", "gap/train-000003.tar"}).ok());
+    auto m2 = sk_test::Cli("merge " + sk_test::Q("s3://test/gap/train-%06d.tar"));
+    INFO(m2.out << m2.err);
+    CHECK(m2.exit_code != 0);
+    CHECK(m2.err.find("train-000003.tar") != std::string::npos);
+    CHECK(keys("gap").count("train.manifest.json") == 0);
+  }
+
+  // Three processes at once, then merge.
+  auto r = sk_test::Run("(" + part("ds", 0) + ") & a=$!; (" + part("ds", 1) + ") & b=$!; (" + part("ds", 2) +
+                        ") & c=$!; wait $a; x=$?; wait $b; y=$?; wait $c; z=$?; exit $((x + y + z))");
+  INFO(logs("ds"));
+  REQUIRE(r.exit_code == 0);
+  CHECK(keys("ds").count("train.manifest.json") == 0);  // not before merge
+  auto m = sk_test::Cli("merge --json --checksums " + sk_test::Q("s3://test/ds/train-%06d.tar"));
+  INFO(m.out << m.err);
+  REQUIRE(m.exit_code == 0);
+  auto j = nlohmann::json::parse(m.out);
+  CHECK(j["parts"] == 3);
+  CHECK(j["samples"] == 27);
+  CHECK(j["unchanged"] == false);
+  auto again = sk_test::Cli("merge --json " + sk_test::Q("s3://test/ds/train-%06d.tar"));
+  REQUIRE(again.exit_code == 0);
+  CHECK(nlohmann::json::parse(again.out)["unchanged"] == true);
+
+  // Every file of the local single-process output is an object with the same bytes;
+  // the only other objects are the three part records (no journal, no lock).
+  auto remote = keys("ds");
+  std::set<std::string> local_names;
+  for (const auto& e : fs::directory_iterator(tmp / "one")) {
+    std::string name = e.path().filename().string();
+    local_names.insert(name);
+    INFO(name);
+    REQUIRE(remote.count(name) == 1);
+    auto bytes = s3.Get({"test", "ds/" + name});
+    REQUIRE(bytes.ok());
+    CHECK(*bytes == sk_test::ReadFile(e.path()));
+  }
+  CHECK(local_names.count("train.manifest.json") == 1);
+  CHECK(local_names.size() > 10);
+  std::set<std::string> extra;
+  for (const auto& [name, size] : remote)
+    if (!local_names.count(name)) extra.insert(name);
+  CHECK(extra == std::set<std::string>{"train.part-00000-of-00003.json", "train.part-00001-of-00003.json",
+                                       "train.part-00002-of-00003.json"});
+  CHECK((!fs::exists(tmp / "staging") || fs::is_empty(tmp / "staging")));  // every part's staging removed
+  CHECK(AllByKey("s3://test/ds/train.manifest.json", {}, true) == AllByKey(tmp / "src"));
+  // A rerun of a finished part with --resume checks the uploaded record and shards and
+  // writes nothing (its staging directory is gone).
+  auto rerun = sk_test::Cli("shard " + flags + "--part 1/3 --resume " + sk_test::Q(tmp / "src") + " " +
+                            sk_test::Q("s3://test/ds/train-%06d.tar"));
+  INFO(rerun.out << rerun.err);
+  CHECK(rerun.exit_code == 0);
+  CHECK(rerun.out.find("already complete") != std::string::npos);
+  ::unsetenv("SHARDKIT_STAGING_DIR");
+}
+
+// A part's record is uploaded after its shards: a failed shard upload leaves none, so
+// merge never trusts a part whose shards are not all there; --resume completes it.
+TEST_CASE("remote parts: a failed shard upload leaves no part record and --resume uploads it last", "[remote]") {
+  HttpServer http;
+  sk_test::TempDir tmp;
+  ::setenv("SHARDKIT_STAGING_DIR", (tmp / "staging").c_str(), 1);
+  sk_test::MakeImageFolder(tmp / "src", 2, 8, 6);
+  const std::string args = "shard --samples-per-shard 4 --part 0/2 " + sk_test::Q(tmp / "src") + " " +
+                           sk_test::Q(http.Url("pf/train-%06d.tar"));
+  http.Fault("pf/train-000001.tar", "500", -1);
+  auto r = sk_test::Cli(args);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code != 0);
+  CHECK(r.err.find("train-000001.tar") != std::string::npos);
+  CHECK(!fs::exists(http.root + "/pf/train.part-00000-of-00002.json"));
+  CHECK(!fs::exists(http.root + "/pf/train.part-00000-of-00002.json.lock"));
+  http.Clear();
+  auto again = sk_test::Cli(args + " --resume");
+  INFO(again.out << again.err);
+  CHECK(again.exit_code == 0);
+  CHECK(fs::exists(http.root + "/pf/train.part-00000-of-00002.json"));
+  CHECK(fs::exists(http.root + "/pf/train-000001.tar"));
+  CHECK(fs::exists(http.root + "/pf/train-000001.idx"));
+  for (const auto& e : fs::directory_iterator(http.root + "/pf")) {
+    std::string name = e.path().filename().string();
+    INFO(name);
+    CHECK(name.find(".partial") == std::string::npos);
+    CHECK(name.find(".lock") == std::string::npos);
+  }
+  ::unsetenv("SHARDKIT_STAGING_DIR");
 }

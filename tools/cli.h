@@ -12,6 +12,7 @@
 #include <string>
 
 #include "shardkit/shardkit.h"
+#include "io/redact.h"
 
 namespace shardkit::cli {
 

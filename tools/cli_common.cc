@@ -22,12 +22,12 @@ int Fail(const Status& st, bool overwrite_flag) {
   // The library says what is wrong; the command says which flag changes it.
   if (overwrite_flag && st.detail() == Detail::kOutputExists && st.message().find("--overwrite") == std::string::npos)
     text += " (pass --overwrite to replace it)";
-  std::fprintf(stderr, "shardkit: error: %s\n", text.c_str());
+  std::fprintf(stderr, "shardkit: error: %s\n", io::RedactText(text).c_str());
   return kExitError;
 }
 
 int UsageError(const std::string& message) {
-  std::fprintf(stderr, "shardkit: error: %s\n", message.c_str());
+  std::fprintf(stderr, "shardkit: error: %s\n", io::RedactText(message).c_str());
   return kExitUsage;
 }
 
@@ -117,13 +117,13 @@ void PrintSummary(const char* command, const ConvertSummary& s, bool json) {
     for (const auto& sh : s.shards)
       j["shards"].push_back(
           {{"path", sh.path}, {"samples", sh.samples}, {"bytes", sh.bytes}, {"checksum", sh.checksum}});
-    std::printf("%s\n", j.dump().c_str());
+    std::printf("%s\n", io::RedactText(j.dump()).c_str());
     return;
   }
   if (s.already_complete) {
     std::printf("%s: %s%s is already complete (checked: %zu file%s, %llu samples, %s); nothing written\n", command,
                 s.part.count > 0 ? fmt::format("part {}/{} of ", s.part.index, s.part.count).c_str() : "",
-                s.destination.c_str(), s.shards.size(), s.shards.size() == 1 ? "" : "s",
+                io::RedactText(s.destination).c_str(), s.shards.size(), s.shards.size() == 1 ? "" : "s",
                 static_cast<unsigned long long>(s.samples), HumanBytes(s.bytes).c_str());
     return;
   }
@@ -132,7 +132,7 @@ void PrintSummary(const char* command, const ConvertSummary& s, bool json) {
                 static_cast<unsigned long long>(s.part.count));
   std::printf("%s: %llu samples (%s) %s -> %s in %.2f s (%.1f MB/s), %zu output file%s, %s on disk\n",
               command, static_cast<unsigned long long>(s.samples), HumanBytes(s.payload_bytes).c_str(),
-              s.source.c_str(), s.destination.c_str(), s.seconds, mbs, s.shards.size(),
+              io::RedactText(s.source).c_str(), io::RedactText(s.destination).c_str(), s.seconds, mbs, s.shards.size(),
               s.shards.size() == 1 ? "" : "s", HumanBytes(s.bytes).c_str());
 }
 

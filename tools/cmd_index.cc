@@ -60,7 +60,8 @@ RunFn SetupIndex(CLI::App* sub) {
           written = f->output.empty() ? DaliIndexPathFor(s) : f->output;
         }
         if (!n.ok()) return Fail(n.status());
-        std::printf("%s: %llu samples -> %s\n", s.c_str(), static_cast<unsigned long long>(*n), written.c_str());
+        std::printf("%s: %llu samples -> %s\n", io::RedactText(s).c_str(), static_cast<unsigned long long>(*n),
+                    io::RedactText(written).c_str());
       }
       return kExitOk;
     }
@@ -74,7 +75,8 @@ RunFn SetupIndex(CLI::App* sub) {
       if (!d.ok()) return Fail(d.status());
       std::error_code ec;
       fs::path rel = fs::proximate(fs::path(s), base, ec);
-      std::string url = ec || rel.empty() ? s : rel.string();
+      // A remote shard keeps its address, without secrets (redact.h): no proximate path of a URL.
+      std::string url = s.find("://") != std::string::npos ? io::RedactAddress(s) : ec || rel.empty() ? s : rel.string();
       list.push_back({{"url", url}, {"nsamples", d->samples}, {"filesize", d->bytes}, {"md5sum", d->md5}});
       total += d->samples;
     }
@@ -98,7 +100,7 @@ RunFn SetupIndex(CLI::App* sub) {
     }
     Status st = WriteIndexFile(f->output, text);
     if (!st.ok()) return Fail(st);
-    std::printf("%s: %zu shards, %llu samples\n", f->output.c_str(), shards.size(),
+    std::printf("%s: %zu shards, %llu samples\n", io::RedactText(f->output).c_str(), shards.size(),
                 static_cast<unsigned long long>(total));
     return kExitOk;
   };

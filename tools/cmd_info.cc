@@ -59,7 +59,7 @@ RunFn SetupInfo(CLI::App* sub) {
             {{"path", sh.path}, {"samples", sh.samples}, {"bytes", sh.bytes}, {"checksum", sh.checksum}});
       j["bytes"] = info.total_bytes;
       j["extra"] = info.extra;
-      std::printf("%s\n", j.dump().c_str());
+      std::printf("%s\n", io::RedactText(j.dump()).c_str());
       return kExitOk;
     }
     std::string classes = fmt::format("{}", info.class_names.size());
@@ -69,7 +69,7 @@ RunFn SetupInfo(CLI::App* sub) {
     if (!info.class_names.empty()) classes += ")";
     std::string fields;
     for (const auto& x : info.fields) fields += (fields.empty() ? "" : ", ") + x;
-    std::printf("address: %s\n", (info.address.empty() ? f->address : info.address).c_str());
+    std::printf("address: %s\n", io::RedactText(info.address.empty() ? f->address : info.address).c_str());
     std::printf("format:  %s\n", info.format.c_str());
     std::printf("samples: %s\n", info.num_samples ? std::to_string(*info.num_samples).c_str()
                                                   : "unknown (use --count)");
@@ -78,11 +78,11 @@ RunFn SetupInfo(CLI::App* sub) {
     std::printf("shards:  %zu\n", info.shards.size());
     std::printf("bytes:   %llu (%s)\n", static_cast<unsigned long long>(info.total_bytes),
                 HumanBytes(info.total_bytes).c_str());
-    for (const auto& [k, v] : info.extra) std::printf("%s: %s\n", k.c_str(), v.c_str());
+    for (const auto& [k, v] : info.extra) std::printf("%s: %s\n", k.c_str(), io::RedactText(v).c_str());
     const size_t shown = info.shards.size() <= 20 ? info.shards.size() : 10;
     for (size_t i = 0; i < shown; ++i) {
       const auto& sh = info.shards[i];
-      std::printf("  %s  %llu samples  %llu bytes  %s\n", sh.path.c_str(),
+      std::printf("  %s  %llu samples  %llu bytes  %s\n", io::RedactText(sh.path).c_str(),
                   static_cast<unsigned long long>(sh.samples), static_cast<unsigned long long>(sh.bytes),
                   sh.checksum.c_str());
     }

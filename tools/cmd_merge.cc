@@ -22,12 +22,12 @@ void PrintMerge(const MergeSummary& m, bool json) {
     j["samples"] = m.samples;
     j["bytes"] = m.bytes;
     j["unchanged"] = m.unchanged;
-    std::printf("%s\n", j.dump().c_str());
+    std::printf("%s\n", io::RedactText(j.dump()).c_str());
     return;
   }
   std::printf("merge: %llu parts, %llu shards, %llu samples, %s -> %s%s\n",
               static_cast<unsigned long long>(m.parts), static_cast<unsigned long long>(m.shards),
-              static_cast<unsigned long long>(m.samples), HumanBytes(m.bytes).c_str(), m.metadata.c_str(),
+              static_cast<unsigned long long>(m.samples), HumanBytes(m.bytes).c_str(), io::RedactText(m.metadata).c_str(),
               m.unchanged ? " (already merged; unchanged)" : "");
 }
 
@@ -107,7 +107,7 @@ int FinishCopy(const char* command, const Result<ConvertSummary>& r, const std::
   MPI_Initialized(&inited);
   if (!inited && MPI_Init(nullptr, nullptr) != MPI_SUCCESS) {
     std::fprintf(stderr, "shardkit: error: MPI_Init failed; run `shardkit merge %s` once every part finished\n",
-                 dst.c_str());
+                 io::RedactText(dst).c_str());
     return kExitError;
   }
   int rank = 0, size = 1;

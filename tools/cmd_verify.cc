@@ -110,34 +110,35 @@ RunFn SetupVerify(CLI::App* sub) {
     if (!r.ok()) {
       if (f->json) {
         json j{{"address", f->address}, {"ok", false}, {"error", r.status().ToString()}};
-        std::printf("%s\n", j.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
+        std::printf("%s\n", io::RedactText(j.dump(-1, ' ', false, json::error_handler_t::replace)).c_str());
       }
       return Fail(r.status());
     }
     const VerifyReport& rep = *r;
     if (f->json) {
-      std::printf("%s\n",
-                  ReportJson(rep, f->against, f->decode).dump(-1, ' ', false, json::error_handler_t::replace).c_str());
+      std::printf("%s\n", io::RedactText(ReportJson(rep, f->against, f->decode)
+                                               .dump(-1, ' ', false, json::error_handler_t::replace))
+                               .c_str());
       return rep.ok() ? kExitOk : kExitError;
     }
-    std::printf("verify %s (%s): %llu samples, %llu shard%s, %s\n", rep.address.c_str(), rep.format.c_str(),
+    std::printf("verify %s (%s): %llu samples, %llu shard%s, %s\n", io::RedactText(rep.address).c_str(), rep.format.c_str(),
                 static_cast<unsigned long long>(rep.samples), static_cast<unsigned long long>(rep.shards),
                 rep.shards == 1 ? "" : "s", HumanBytes(rep.bytes).c_str());
     for (const auto& x : rep.findings) {
       std::string where = x.where.ToString();
-      std::printf("%s: %s%s%s\n", FindingKindName(x.kind), where.c_str(), where.empty() ? "" : ": ",
-                  x.message.c_str());
+      std::printf("%s: %s%s%s\n", FindingKindName(x.kind), io::RedactText(where).c_str(), where.empty() ? "" : ": ",
+                  io::RedactText(x.message).c_str());
     }
     if (rep.findings.size() < rep.total_findings())
       std::printf("... %llu more findings not listed (use --max-findings 0 or --json)\n",
                   static_cast<unsigned long long>(rep.total_findings() - rep.findings.size()));
-    for (const auto& n : rep.notes) std::printf("note: %s\n", n.c_str());
+    for (const auto& n : rep.notes) std::printf("note: %s\n", io::RedactText(n).c_str());
     std::string checked = fmt::format("sample checksums {}, shard checksums {}",
                                       rep.sample_checksums ? "checked" : "not checked (none recorded or readable)",
                                       rep.shard_checksums ? "checked" : "not checked (none recorded)");
     if (!f->against.empty()) checked += fmt::format(", compared with {} ({} samples)", f->against, rep.source_samples);
     if (f->decode) checked += fmt::format(", {} images decoded", rep.images_decoded);
-    std::printf("checked: %s\n", checked.c_str());
+    std::printf("checked: %s\n", io::RedactText(checked).c_str());
     if (rep.ok()) {
       std::printf("result: intact (%.2f s)\n", rep.seconds);
       return kExitOk;

@@ -65,7 +65,8 @@ int main(int argc, char** argv) {
     std::string where;
     for (auto& [sub, run] : runs)
       if (sub->parsed()) where = std::string(" ") + sub->get_name();
-    std::fprintf(stderr, "shardkit: error: %s\nRun 'shardkit%s --help' for usage.\n", e.what(),
+    std::fprintf(stderr, "shardkit: error: %s\nRun 'shardkit%s --help' for usage.\n",
+                 shardkit::io::RedactText(e.what()).c_str(),
                  where.c_str());
     return shardkit::cli::kExitUsage;
   }

@@ -64,8 +64,9 @@ struct SHARDKIT_API Location {
 class [[nodiscard]] SHARDKIT_API Status {
  public:
   Status() = default;  // OK
-  Status(Code code, std::string message, Location where = {})
-      : code_(code), message_(std::move(message)), where_(std::move(where)) {}
+  // An address in the message or the location is shown without its secrets
+  // (userinfo, query credentials: issue 14).
+  Status(Code code, std::string message, Location where = {});
 
   static Status OK() { return Status(); }
   static Status Invalid(std::string m, Location w = {}) { return {Code::kInvalidArgument, std::move(m), std::move(w)}; }

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "io/redact.h"
+
 namespace shardkit {
 
 const char* CodeName(Code c) {
@@ -35,12 +37,21 @@ std::string Location::ToString() const {
   return out;
 }
 
+Status::Status(Code code, std::string message, Location where)
+    : code_(code), message_(std::move(message)), where_(std::move(where)) {
+  io::RedactInPlace(&message_);
+  io::RedactInPlace(&where_.file);
+}
+
 Status Status::FromErrno(int err, std::string what, Location w) {
   return Status(Code::kIOError, fmt::format("{}: {}", what, std::strerror(err)), std::move(w));
 }
 
 Status& Status::At(const Location& o) {
-  if (where_.file.empty()) where_.file = o.file;
+  if (where_.file.empty()) {
+    where_.file = o.file;
+    io::RedactInPlace(&where_.file);
+  }
   if (where_.shard < 0) where_.shard = o.shard;
   if (where_.offset < 0) where_.offset = o.offset;
   if (where_.index < 0) where_.index = o.index;
@@ -50,8 +61,9 @@ Status& Status::At(const Location& o) {
 
 std::string Status::ToString() const {
   if (ok()) return "ok";
-  if (where_.empty()) return fmt::format("{}: {}", CodeName(code_), message_);
-  return fmt::format("{}: {}: {}", CodeName(code_), where_.ToString(), message_);
+  // where() is writable: redacted again here, the one way a Status is shown.
+  if (where_.empty()) return io::RedactText(fmt::format("{}: {}", CodeName(code_), message_));
+  return io::RedactText(fmt::format("{}: {}: {}", CodeName(code_), where_.ToString(), message_));
 }
 
 }  // namespace shardkit

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <filesystem>
@@ -40,6 +41,21 @@ Status UploadFile(const std::string& local, const std::string& address) {
 bool EndsWith(const std::string& s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
+
+// A file that says the files before it are complete, so it is uploaded last: a
+// manifest ("*.manifest.json") or a part's record ("*.part-00003-of-00016.json",
+// formats/wds/parts.h), which `shardkit merge` trusts to list uploaded shards.
+bool UploadedLast(const std::string& path) {
+  if (EndsWith(path, ".manifest.json")) return true;
+  auto part = path.rfind(".part-");
+  if (part == std::string::npos || !EndsWith(path, ".json")) return false;
+  unsigned long long i = 0, n = 0;
+  char tail[8] = {0};
+  return std::sscanf(path.c_str() + part, ".part-%llu-of-%llu%7s", &i, &n, tail) == 3 && std::string(tail) == ".json";
+}
+
+// Local-only state of a writer: journals ("*.partial") and a part's lock ("*.lock").
+bool StaysLocal(const std::string& path) { return EndsWith(path, ".partial") || EndsWith(path, ".lock"); }
 
 }  // namespace
 
@@ -84,7 +100,7 @@ class UploadingFileSystem : public FileSystem {
       if (!error_.ok()) return error_;  // an upload failed: stop the writer
     }
     SK_RETURN_IF_ERROR(base_->Publish(staged, final_path, opts));
-    if (final_path.compare(0, local_root_.size(), local_root_) != 0 || EndsWith(final_path, ".partial"))
+    if (final_path.compare(0, local_root_.size(), local_root_) != 0 || StaysLocal(final_path))
       return Status::OK();
     std::vector<std::string> files;
     if (base_->IsDir(final_path)) {
@@ -96,7 +112,7 @@ class UploadingFileSystem : public FileSystem {
     } else {
       files.push_back(final_path);
     }
-    if (EndsWith(final_path, ".manifest.json")) {
+    if (UploadedLast(final_path)) {
       // Last: after every shard, and only when all of them are there.
       SK_RETURN_IF_ERROR(Drain());
       SK_RETURN_IF_ERROR(UploadLeftovers(final_path));
@@ -144,7 +160,7 @@ class UploadingFileSystem : public FileSystem {
       if (!it->is_regular_file()) continue;
       std::string p = it->path().string();
       std::string name = it->path().filename().string();
-      if (p == manifest || EndsWith(p, ".partial") || name.find(".tmp") != std::string::npos || name[0] == '.') continue;
+      if (p == manifest || StaysLocal(p) || name.find(".tmp") != std::string::npos || name[0] == '.') continue;
       if (std::binary_search(done.begin(), done.end(), p)) continue;
       auto fs = FileSystemFor(RemoteOf(p));
       if (!fs.ok()) return fs.status();
@@ -206,7 +222,8 @@ bool IsRemoteOutput(std::string_view address) {
   return start < sep && address.substr(start, sep - start) != "file" && (start == 0 || address[start - 1] == ':');
 }
 
-Result<StagedOutput> StageRemoteOutput(std::string_view address, const std::shared_ptr<FileSystem>& base) {
+Result<StagedOutput> StageRemoteOutput(std::string_view address, const std::shared_ptr<FileSystem>& base,
+                                       std::string_view tag) {
   auto sep = address.find("://");
   if (sep == std::string_view::npos) return Status::Invalid("not a remote address", Location{.file = std::string(address)});
   size_t start = sep;
@@ -226,11 +243,14 @@ Result<StagedOutput> StageRemoteOutput(std::string_view address, const std::shar
   if (!dir || !*dir) dir = std::getenv("TMPDIR");
   if (!dir || !*dir) dir = "/tmp";
   std::string local_root =
-      fmt::format("{}/shardkit-upload-{:016x}", dir, XXH3_64bits(remote_root.data(), remote_root.size()));
+      fmt::format("{}/shardkit-upload-{:016x}{}", dir, XXH3_64bits(remote_root.data(), remote_root.size()), tag);
   std::error_code ec;
+  const bool fresh = !std::filesystem::exists(local_root, ec) || std::filesystem::is_empty(local_root, ec);
   std::filesystem::create_directories(local_root, ec);
   if (ec) return Status::IOError("cannot create the upload staging directory: " + ec.message(), Location{.file = local_root});
   StagedOutput out;
+  out.remote = std::string(address);
+  out.fresh = fresh;
   out.uploader = std::make_shared<UploadingFileSystem>(FileSystem::OrLocal(base), local_root, remote_root);
   out.fs = out.uploader;
   out.address = prefix + local_root + remote.substr(slash);

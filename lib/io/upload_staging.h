@@ -6,15 +6,18 @@
 // LMDB/HDF5 output) is uploaded under the same relative name below the remote
 // root, by background threads (up to 4 files at once), while the writer goes on
 // with the next shard.
-// A manifest (*.manifest.json) is uploaded last: its Publish waits for every
-// upload before it, and fails (uploading nothing) when one failed, so a reader
-// that sees a remote manifest sees complete shards. Files ending in ".partial"
-// (the resumable writers' journals) stay local. Before the manifest, staged
+// A manifest (*.manifest.json) or a part's record (*.part-I-of-N.json, written
+// by `--part I/N` instead of the manifest) is uploaded last: its Publish waits
+// for every upload before it, and fails (uploading nothing) when one failed, so a
+// reader that sees a remote manifest, or `shardkit merge` that sees a part's
+// record, sees complete shards. Files ending in ".partial" (the resumable
+// writers' journals) and ".lock" (a part's lock) stay local. Before the manifest, staged
 // files that an earlier, interrupted run committed but did not upload
 // (--resume) are uploaded too (those whose remote size differs).
 //
-// The staging directory is STAGING/shardkit-upload-<xxh3 of the remote root>
-// (STAGING: $SHARDKIT_STAGING_DIR, else $TMPDIR, else /tmp), so that --resume
+// The staging directory is STAGING/shardkit-upload-<xxh3 of the remote root><tag>
+// (STAGING: $SHARDKIT_STAGING_DIR, else $TMPDIR, else /tmp; tag: "-part-I-of-N"
+// for a part, so that parts on one machine never share one), so that --resume
 // finds it; it is removed after a successful Finish() and kept after a
 // failure. Uploads go through FileSystemFor(remote address): a remote
 // WritableFile (remote_fs.h: multipart in parts as they are appended on s3,
@@ -38,6 +41,8 @@ struct StagedOutput {
   std::string address;                   // the local address to write (the format prefix kept)
   std::shared_ptr<FileSystem> fs;        // pass as WriteOptions::filesystem
   std::shared_ptr<UploadingFileSystem> uploader;
+  std::string remote;  // the remote address (the format prefix kept)
+  bool fresh = false;  // the staging directory held nothing: no earlier run to resume from it
   // Waits for every upload; the first error. Removes the staging directory on success.
   Status Finish();
   // The remote address of a staged local path (unchanged when not below the staging root).
@@ -50,6 +55,8 @@ bool IsRemoteOutput(std::string_view address);
 
 // For an output address holding a "scheme://" part (after an optional
 // "format:" prefix). `base` is the local FileSystem to wrap (null = local).
-Result<StagedOutput> StageRemoteOutput(std::string_view address, const std::shared_ptr<FileSystem>& base);
+// `tag` is appended to the staging directory's name (a part's "-part-I-of-N").
+Result<StagedOutput> StageRemoteOutput(std::string_view address, const std::shared_ptr<FileSystem>& base,
+                                       std::string_view tag = {});
 
 }  // namespace shardkit::io

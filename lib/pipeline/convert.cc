@@ -22,6 +22,7 @@
 #include "core/cores.h"
 #include "decode/encode.h"
 #include "formats/registry.h"
+#include "io/redact.h"
 #include "io/upload_staging.h"
 #include "pipeline/plan.h"
 
@@ -319,7 +320,7 @@ Result<PartPlan> MakePartPlan(const Dataset& in, const formats::Format& fmt, Con
   }
   // What every part must agree on; merge names the first member that differs.
   nlohmann::json plan;
-  plan["source"] = std::string(src);
+  plan["source"] = io::RedactAddress(src);  // written into part records: never a secret (io/redact.h)
   plan["source_format"] = in.info().format;
   plan["source_samples"] = n;
   plan["shuffle"] = c->shuffle;
@@ -345,8 +346,10 @@ Result<PartPlan> MakePartPlan(const Dataset& in, const formats::Format& fmt, Con
 
 // The copy behind Convert() and Shard(): `in` into `out_address` with `c`, a part of
 // it (c.part), or nothing when --resume finds it complete.
+// `remote_address`: a remote output staged at `out_address` with nothing staged yet;
+// --resume then also looks for a finished output there.
 Result<ConvertSummary> CopyInto(const Dataset& in, std::string_view src, const std::string& out_address,
-                                ConvertOptions c, const ProgressFn& progress) {
+                                ConvertOptions c, const ProgressFn& progress, const std::string& remote_address = {}) {
   std::string out_path;
   SK_ASSIGN_OR_RETURN(const formats::Format* fmt, formats::Resolve(out_address, true, &out_path));
   if (c.write.class_names.empty()) c.write.class_names = in.info().class_names;
@@ -359,6 +362,12 @@ Result<ConvertSummary> CopyInto(const Dataset& in, std::string_view src, const s
     std::optional<WriteSummary> done;
     if (fmt->finished) {
       SK_ASSIGN_OR_RETURN(done, fmt->finished(out_path, c.write));
+      if (!done && !remote_address.empty()) {
+        std::string remote_path;
+        if (formats::Resolve(remote_address, true, &remote_path).ok()) {
+          SK_ASSIGN_OR_RETURN(done, fmt->finished(remote_path, c.write));
+        }
+      }
     } else if (auto d = Open(out_address, OpenOptions{.filesystem = c.write.filesystem}); d.ok()) {
       // Formats that publish the whole output at the end: it is there, so it finished.
       std::optional<uint64_t> have = (*d)->info().num_samples, want = in.info().num_samples;
@@ -394,6 +403,16 @@ Result<ConvertSummary> CopyInto(const Dataset& in, std::string_view src, const s
   SK_ASSIGN_OR_RETURN(ConvertSummary sum, ConvertFetched(&fetch, in, out.get(), c, progress));
   sum.part = c.part;
   return sum;
+}
+
+}  // namespace
+
+namespace {
+
+// A part stages a remote output in a directory of its own (io/upload_staging.h):
+// parts on one machine must not share one (each removes its own when done).
+std::string StagingTag(const PartSpec& part) {
+  return part.count > 0 ? fmt::format("-part-{}-of-{}", part.index, part.count) : std::string();
 }
 
 }  // namespace
@@ -479,11 +498,12 @@ Result<ConvertSummary> Convert(std::string_view src, std::string_view dst, const
   std::string target(dst);
   io::StagedOutput staged;  // a remote output: written locally, each finished file uploaded (upload_staging.h)
   if (io::IsRemoteOutput(dst)) {
-    SK_ASSIGN_OR_RETURN(staged, io::StageRemoteOutput(dst, c.write.filesystem));
+    SK_ASSIGN_OR_RETURN(staged, io::StageRemoteOutput(dst, c.write.filesystem, StagingTag(c.part)));
     c.write.filesystem = staged.fs;
     target = staged.address;
   }
-  SK_ASSIGN_OR_RETURN(ConvertSummary sum, CopyInto(*in, src, target, c, progress));
+  SK_ASSIGN_OR_RETURN(ConvertSummary sum,
+                      CopyInto(*in, src, target, c, progress, staged.fresh ? staged.remote : std::string()));
   SK_RETURN_IF_ERROR(staged.Finish());
   for (auto& si : sum.shards) si.path = staged.RemoteOf(si.path);
   sum.source = std::string(src);
@@ -565,11 +585,12 @@ Result<ConvertSummary> Shard(std::string_view src, std::string_view dst, const S
   std::string target = out_address;
   io::StagedOutput staged;  // a remote output: written locally, each finished file uploaded (upload_staging.h)
   if (io::IsRemoteOutput(out_address)) {
-    SK_ASSIGN_OR_RETURN(staged, io::StageRemoteOutput(out_address, c.write.filesystem));
+    SK_ASSIGN_OR_RETURN(staged, io::StageRemoteOutput(out_address, c.write.filesystem, StagingTag(c.part)));
     c.write.filesystem = staged.fs;
     target = staged.address;
   }
-  SK_ASSIGN_OR_RETURN(ConvertSummary sum, CopyInto(*in, src, target, c, progress));
+  SK_ASSIGN_OR_RETURN(ConvertSummary sum,
+                      CopyInto(*in, src, target, c, progress, staged.fresh ? staged.remote : std::string()));
   SK_RETURN_IF_ERROR(staged.Finish());
   for (auto& si : sum.shards) si.path = staged.RemoteOf(si.path);
   if (!c.write.wds.shard_plan.empty() && c.part.count == 0 && !sum.already_complete) {

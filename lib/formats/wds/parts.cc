@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <xxhash.h>
 
 #include "core/cores.h"
 #include "core/file.h"
@@ -19,6 +20,8 @@
 #include "formats/wds/index.h"
 #include "formats/wds/manifest.h"
 #include "formats/wds/names.h"
+#include "io/shard_cache.h"
+#include "shardkit/filesystem.h"
 
 namespace shardkit::formats::wds {
 
@@ -63,8 +66,15 @@ struct Record {
   std::vector<ShardInfo> shards;  // paths joined to the record's directory
 };
 
-Result<Record> ReadRecord(const std::string& path) {
-  SK_ASSIGN_OR_RETURN(std::string text, io::ReadFile(path));
+// The file system of a pattern's outputs: the local one, or a remote store's
+// (s3://, http(s)://: the parts uploaded their shards and records there).
+Result<std::shared_ptr<FileSystem>> OutputFs(const std::string& pattern) {
+  if (!io::IsUrl(pattern)) return FileSystem::Local();
+  return FileSystemFor(pattern);
+}
+
+Result<Record> ReadRecord(const std::string& path, FileSystem& fs) {
+  SK_ASSIGN_OR_RETURN(std::string text, io::IsUrl(path) ? fs.ReadFile(path) : io::ReadFile(path));
   Record r;
   r.path = path;
   const std::string dir = io::DirName(path);
@@ -97,27 +107,67 @@ Result<Record> ReadRecord(const std::string& path) {
   return r;
 }
 
+// The objects of a remote output directory by address: their sizes (one listing
+// instead of three HEAD requests per shard).
+using Listing = std::map<std::string, uint64_t>;
+
+// The whole-file checksum of a remote object, read in 16 MiB ranges.
+Result<uint64_t> HashRemote(FileSystem& fs, const std::string& path) {
+  SK_ASSIGN_OR_RETURN(auto f, fs.OpenForRead(path));
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  std::string buf(size_t(std::min<uint64_t>(16 << 20, std::max<uint64_t>(f->size(), 1))), '\0');
+  for (uint64_t off = 0; off < f->size();) {
+    auto n = f->ReadAt(off, buf.size(), buf.data());
+    if (!n.ok() || *n == 0) {
+      XXH3_freeState(st);
+      if (!n.ok()) return n.status();
+      return Status::IOError("the object ended early", Location{.file = path, .offset = int64_t(off)});
+    }
+    XXH3_64bits_update(st, buf.data(), *n);
+    off += *n;
+  }
+  uint64_t h = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  return h;
+}
+
 // Every shard present with its recorded size, its index (when written) and its
-// checksum file; with `hash`, its whole-file checksum too.
+// checksum file; with `hash`, its whole-file checksum too. Local files by stat(2);
+// remote ones from `listing` (the output directory's objects) when given.
 Status CheckShards(const std::vector<ShardInfo>& shards, uint64_t first, bool write_index, bool hash,
-                   const std::string& listed_in) {
+                   const std::string& listed_in, FileSystem* remote = nullptr, const Listing* listing = nullptr) {
+  auto exists = [&](const std::string& p) {
+    if (!remote) return io::Exists(p);
+    return listing ? listing->count(p) > 0 : remote->Exists(p);
+  };
   for (size_t i = 0; i < shards.size(); ++i) {
     const ShardInfo& s = shards[i];
     Location at{.file = s.path, .shard = int64_t(first + i)};
     struct stat st;
-    if (::stat(s.path.c_str(), &st) != 0)
+    if (remote) {
+      std::optional<uint64_t> size;
+      if (listing) {
+        if (auto it = listing->find(s.path); it != listing->end()) size = it->second;
+      } else {
+        SK_ASSIGN_OR_RETURN(FileInfo fi, remote->Stat(s.path));
+        if (fi.type == FileType::kFile) size = fi.size;
+      }
+      if (!size) return Status::NotFound(fmt::format("a shard that '{}' lists is missing", listed_in), at);
+      st.st_size = off_t(*size);
+    } else if (::stat(s.path.c_str(), &st) != 0)
       return Status::NotFound(fmt::format("a shard that '{}' lists is missing", listed_in), at);
     if (uint64_t(st.st_size) != s.bytes)
       return Status::Corrupt(fmt::format("shard has {} bytes, '{}' records {}: it was changed or damaged after "
                                          "it was written; rerun its part with --overwrite",
                                          st.st_size, listed_in, s.bytes),
                              at);
-    if (write_index && !io::Exists(IdxPathFor(s.path)))
+    if (write_index && !exists(IdxPathFor(s.path)))
       return Status::NotFound("the shard's DALI index is missing", Location{.file = IdxPathFor(s.path), .shard = at.shard});
-    if (!io::Exists(SumsPath(s.path)))
+    if (!exists(SumsPath(s.path)))
       return Status::NotFound("the shard's checksum file is missing", Location{.file = SumsPath(s.path), .shard = at.shard});
     if (hash) {
-      SK_ASSIGN_OR_RETURN(uint64_t h, paths::HashFile(s.path));
+      SK_ASSIGN_OR_RETURN(uint64_t h, remote ? HashRemote(*remote, s.path) : paths::HashFile(s.path));
       if (paths::ChecksumString(h) != s.checksum)
         return Status::Corrupt(fmt::format("shard checksum {} differs from the {} that '{}' records: the shard was "
                                            "damaged after it was written; rerun its part with --overwrite",
@@ -165,10 +215,16 @@ std::string PartRecordText(const std::string& pattern, const WriteOptions& opts,
 Result<std::optional<WriteSummary>> FinishedOutput(const std::string& pattern, const WriteOptions& opts) {
   const bool part = opts.part.count > 0;
   const std::string done = part ? PartRecordPath(pattern, opts.part.index, opts.part.count) : ManifestPathFor(pattern);
-  if (!io::Exists(done) || io::Exists(done + ".partial")) return std::optional<WriteSummary>();
+  // A remote output (the staging directory had nothing to resume): the uploaded
+  // record or manifest, and the objects it lists. Journals are never uploaded.
+  const bool remote = io::IsUrl(pattern);
+  SK_ASSIGN_OR_RETURN(std::shared_ptr<FileSystem> fs, OutputFs(pattern));
+  FileSystem* remote_fs = remote ? fs.get() : nullptr;
+  if (remote ? !fs->Exists(done) : !io::Exists(done) || io::Exists(done + ".partial"))
+    return std::optional<WriteSummary>();
   WriteSummary sum;
   if (part) {
-    SK_ASSIGN_OR_RETURN(Record r, ReadRecord(done));
+    SK_ASSIGN_OR_RETURN(Record r, ReadRecord(done, *fs));
     json want;
     try {
       want = ParsePlan(opts.part.plan);
@@ -185,7 +241,7 @@ Result<std::optional<WriteSummary>> FinishedOutput(const std::string& pattern, c
       return Status::Invalid("the finished part record names other shards than this command would write; start over "
                              "with --overwrite",
                              Location{.file = done});
-    SK_RETURN_IF_ERROR(CheckShards(r.shards, r.first_shard, r.write_index, false, done));
+    SK_RETURN_IF_ERROR(CheckShards(r.shards, r.first_shard, r.write_index, false, done, remote_fs));
     sum.samples = r.samples;
     sum.shards = std::move(r.shards);
   } else {
@@ -200,7 +256,7 @@ Result<std::optional<WriteSummary>> FinishedOutput(const std::string& pattern, c
                                            "start over with --overwrite",
                                            BaseOf(m.shards[i].path), i, BaseOf(paths::FormatShardPattern(pattern, i))),
                                Location{.file = done});
-    SK_RETURN_IF_ERROR(CheckShards(m.shards, 0, opts.wds.write_index, false, done));
+    SK_RETURN_IF_ERROR(CheckShards(m.shards, 0, opts.wds.write_index, false, done, remote_fs));
     sum.samples = m.num_samples;
     sum.shards = std::move(m.shards);
   }
@@ -219,15 +275,39 @@ Result<MergeSummary> MergeParts(const std::string& pattern, const MergeOptions& 
   // The records beside the pattern, by split (N) and part.
   std::map<uint64_t, std::map<uint64_t, std::string>> found;
   std::set<std::string> journals;
+  // A remote output (s3://): the parts uploaded their shards and records there; one
+  // listing of the directory gives the records and every object's size.
+  const bool remote = io::IsUrl(pattern);
+  SK_ASSIGN_OR_RETURN(std::shared_ptr<FileSystem> fs, OutputFs(pattern));
+  Listing listing;
+  std::vector<std::string> names;
   std::error_code ec;
-  if (!io::IsDir(dir))
-    return Status::NotFound(fmt::format("no part records beside '{}': the directory does not exist; run the parts "
-                                        "first (convert or shard with --part I/N)",
-                                        pattern),
-                            Location{.file = dir});
-  for (auto it = std::filesystem::directory_iterator(dir, ec); !ec && it != std::filesystem::directory_iterator();
-       it.increment(ec)) {
-    std::string name = it->path().filename().string();
+  if (remote) {
+    auto entries = fs->ListDir(dir);
+    if (!entries.ok())
+      return Status(entries.status().code(),
+                    fmt::format("cannot list the part records beside '{}': {}{}", pattern, entries.status().message(),
+                                entries.status().code() == Code::kUnsupported
+                                    ? " (merge of a remote output needs a store that lists objects: s3://)"
+                                    : ""),
+                    Location{.file = dir});
+    for (const FileInfo& e : *entries) {
+      if (e.type != FileType::kFile) continue;
+      names.push_back(e.name);
+      listing[JoinDir(dir, e.name)] = e.size;
+    }
+  } else {
+    if (!io::IsDir(dir))
+      return Status::NotFound(fmt::format("no part records beside '{}': the directory does not exist; run the parts "
+                                          "first (convert or shard with --part I/N)",
+                                          pattern),
+                              Location{.file = dir});
+    for (auto it = std::filesystem::directory_iterator(dir, ec); !ec && it != std::filesystem::directory_iterator();
+         it.increment(ec))
+      names.push_back(it->path().filename().string());
+  }
+  const bool manifest_exists = remote ? listing.count(manifest) > 0 : io::Exists(manifest);
+  for (const std::string& name : names) {
     if (name.rfind(stem, 0) != 0) continue;
     unsigned long long i = 0, n = 0;
     char tail[16] = {0};
@@ -243,7 +323,7 @@ Result<MergeSummary> MergeParts(const std::string& pattern, const MergeOptions& 
     return Status::NotFound(fmt::format("no part records ('{}*.json') beside '{}': run the parts first (convert or "
                                         "shard with --part I/N){}",
                                         stem, pattern,
-                                        io::Exists(manifest) ? "; the manifest exists: a single-process write "
+                                        manifest_exists ? "; the manifest exists: a single-process write "
                                                                "needs no merge"
                                                              : ""),
                             Location{.file = dir});
@@ -288,14 +368,15 @@ Result<MergeSummary> MergeParts(const std::string& pattern, const MergeOptions& 
   std::vector<std::pair<uint64_t, std::string>> list(records.begin(), records.end());
   std::vector<Result<Record>> read(list.size(), Status::Internal("unread"));
   json ref_plan;  // part 0's: the others' equal plans are dropped as they are read
-  if (auto r0 = ReadRecord(list[0].second); r0.ok()) ref_plan = r0->plan;
+  if (auto r0 = ReadRecord(list[0].second, *fs); r0.ok()) ref_plan = r0->plan;
   {
     std::atomic<size_t> next{0};
     auto work = [&] {
       for (size_t k; (k = next.fetch_add(1)) < list.size();) {
-        auto r = ReadRecord(list[k].second);
+        auto r = ReadRecord(list[k].second, *fs);
         if (r.ok()) {
-          Status st = CheckShards(r->shards, r->first_shard, r->write_index, opts.checksums, list[k].second);
+          Status st = CheckShards(r->shards, r->first_shard, r->write_index, opts.checksums, list[k].second,
+                                  remote ? fs.get() : nullptr, remote ? &listing : nullptr);
           if (!st.ok()) {
             r = std::move(st);
           } else if (k > 0 && r->plan == ref_plan) {
@@ -372,12 +453,21 @@ Result<MergeSummary> MergeParts(const std::string& pattern, const MergeOptions& 
                                   std::vector<std::string>(fields.begin(), fields.end()), shards, first.write_index,
                                   &out.bytes);
   out.shards = shards.size();
-  if (io::Exists(manifest)) {
-    auto old = io::ReadFile(manifest);
+  if (manifest_exists) {
+    auto old = remote ? fs->ReadFile(manifest) : io::ReadFile(manifest);
     if (old.ok() && *old == text) {
       out.unchanged = true;
       return out;
     }
+  }
+  if (remote) {
+    // One object, written whole (a PUT; multipart above 16 MiB, completed at Close):
+    // a reader sees the manifest complete or not at all, and only after every check.
+    const std::shared_ptr<FileSystem>& wfs = opts.filesystem ? opts.filesystem : fs;
+    SK_ASSIGN_OR_RETURN(auto w, wfs->NewWritableFile(manifest, CreateMode::kTruncate));
+    SK_RETURN_IF_ERROR(w->Append(text));
+    SK_RETURN_IF_ERROR(w->Close());
+    return out;
   }
   SK_RETURN_IF_ERROR(io::WriteFileAtomic(manifest, text, true, opts.filesystem));
   return out;

@@ -1,5 +1,7 @@
 #include "io/remote/http_client.h"
 
+#include "io/redact.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -241,27 +243,7 @@ struct HttpClient::Pool {
   }
 };
 
-std::string SafeUrl(std::string_view url) {
-  std::string u(url);
-  size_t scheme = u.find("://");
-  if (scheme != std::string::npos) {
-    size_t host = scheme + 3;
-    size_t end = u.find_first_of("/?#", host);
-    if (end == std::string::npos) end = u.size();
-    size_t at = u.rfind('@', end);
-    if (at != std::string::npos && at >= host) u.erase(host, at + 1 - host);
-  }
-  size_t q = u.find('?');
-  if (q != std::string::npos) {
-    std::string query = Lower(std::string_view(u).substr(q));
-    for (const char* secret : {"signature", "x-amz-credential", "x-amz-security-token", "token", "key="})
-      if (query.find(secret) != std::string::npos) {
-        u = u.substr(0, q) + "?<redacted>";
-        break;
-      }
-  }
-  return u;
-}
+std::string SafeUrl(std::string_view url) { return io::RedactAddress(url); }
 
 std::string UriEncode(std::string_view s, bool keep_slash) {
   static const char* kHex = "0123456789ABCDEF";
