@@ -222,3 +222,39 @@ def test_hdf5_decoded_arrays_equal_the_same_images_as_png(tmp_path, gray):
     assert_same(got, ref)
     if gray:  # gray comes out as equal R, G, B
         assert torch.equal(got[0][0][..., 0], got[0][0][..., 1])
+
+
+def test_hdf5_variable_size_arrays_as_vlen_with_shapes(tmp_path):
+    """h5py's advice for variable-size arrays: each image flattened into a vlen uint8
+    element, its shape in a `shapes` dataset. Read as "npy" arrays, fed to the loader as
+    the same pixels stored as PNG."""
+    h5py = pytest.importorskip("h5py")
+    rng = np.random.default_rng(6)
+    imgs = [rng.integers(0, 256, (18 + i, 25 - i % 4, 3), dtype=np.uint8) for i in range(9)]
+    imgs[4] = imgs[4][:, :, 0].copy()  # a gray one, [H, W]
+    labels = np.arange(9) % 3
+    src = str(tmp_path / "vlen.h5")
+    with h5py.File(src, "w") as f:
+        ds = f.create_dataset("images", (len(imgs),), dtype=h5py.vlen_dtype(np.uint8))
+        for i, a in enumerate(imgs):
+            ds[i] = a.ravel()
+        f.create_dataset("shapes", data=np.array([a.shape if a.ndim == 3 else a.shape + (1,) for a in imgs]))
+        f.create_dataset("labels", data=labels)
+    d = shardkit.open(src)
+    assert d.info["extra"]["layout"] == "decoded-images-vlen"
+    for i, a in enumerate(imgs):
+        got = np.load(io.BytesIO(d[i]["npy"]))
+        assert np.array_equal(got.reshape(a.shape), a)
+    png = png_shards(str(tmp_path / "png"), imgs, labels)
+    assert_same(all_batches(src), all_batches(png))
+    # A shape that does not match its element names it.
+    bad = str(tmp_path / "bad.h5")
+    with h5py.File(bad, "w") as f:
+        ds = f.create_dataset("images", (2,), dtype=h5py.vlen_dtype(np.uint8))
+        ds[0] = np.zeros(12, np.uint8)
+        ds[1] = np.zeros(11, np.uint8)
+        f.create_dataset("shapes", data=np.array([[2, 2, 3], [2, 2, 3]]))
+    b = shardkit.open(bad)
+    assert len(b[0]["npy"]) > 12
+    with pytest.raises(shardkit.Error, match="11 bytes"):
+        b[1]
