@@ -258,3 +258,19 @@ def test_hdf5_variable_size_arrays_as_vlen_with_shapes(tmp_path):
     assert len(b[0]["npy"]) > 12
     with pytest.raises(shardkit.Error, match="11 bytes"):
         b[1]
+
+
+def test_hdf5_encoded_images_beside_a_shapes_dataset_stay_files(tmp_path):
+    """`shapes` as metadata beside encoded JPEGs (not a flattening) keeps the images-labels layout."""
+    h5py = pytest.importorskip("h5py")
+    src = str(tmp_path / "jpegs.h5")
+    jpgs = [solid_jpeg((10 * i, 20, 30), (16 + i, 12)) for i in range(3)]
+    with h5py.File(src, "w") as f:
+        ds = f.create_dataset("images", (3,), dtype=h5py.vlen_dtype(np.uint8))
+        for i, j in enumerate(jpgs):
+            ds[i] = np.frombuffer(j, np.uint8)
+        f.create_dataset("shapes", data=np.array([[12, 16 + i, 3] for i in range(3)]))
+        f.create_dataset("labels", data=np.arange(3))
+    d = shardkit.open(src)
+    assert d.info["extra"]["layout"] == "images-labels"
+    assert d[1]["jpg"] == jpgs[1]

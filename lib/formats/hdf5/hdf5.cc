@@ -1616,7 +1616,7 @@ Status Hdf5Data::ReadShapes(hid_t file, TpField* images) {
   std::vector<int64_t> v(size_t(n * dims[1]));
   if (n > 0 && H5Dread(d.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0)
     return Corrupt("shapes", "cannot read: " + H5Message());
-  images->shapes.resize(n);
+  std::vector<std::vector<uint64_t>> shapes(n);
   for (uint64_t i = 0; i < n; ++i) {
     uint64_t elems = 1;
     for (hsize_t k = 0; k < dims[1]; ++k) {
@@ -1629,9 +1629,23 @@ Status Hdf5Data::ReadShapes(hid_t file, TpField* images) {
         return Status::Corrupt(fmt::format("dataset 'shapes': element {} is larger than {} bytes", i,
                                            hdf5::kMaxElementBytes),
                                Location{.file = path_, .index = int64_t(i)});
-      images->shapes[i].push_back(uint64_t(x));
+      shapes[i].push_back(uint64_t(x));
     }
   }
+  // Encoded files stored beside their images' shapes (metadata, not a flattening) stay
+  // the images-labels layout: element 0 must hold exactly its shape's bytes (an encoded
+  // file of exactly H * W * C bytes does not happen in practice).
+  if (n > 0) {
+    Sample s0;
+    SK_RETURN_IF_ERROR(GetTp(0, &s0));  // (images->shapes not set yet: the raw element)
+    const Field* raw = nullptr;
+    for (const auto& fl : s0.fields)
+      if (fl.ext != "cls") raw = &fl;
+    uint64_t want = 1;
+    for (uint64_t x : shapes[0]) want *= x;
+    if (!raw || raw->data.size() != want) return Status::OK();
+  }
+  images->shapes = std::move(shapes);
   images->ext = "npy";
   info.extra["layout"] = "decoded-images-vlen";
   return Status::OK();
