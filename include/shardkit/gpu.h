@@ -131,6 +131,9 @@ class SHARDKIT_API DeviceBatch {
   const std::vector<int64_t>& labels() const { return labels_; }
   const std::vector<std::string>& keys() const { return keys_; }
   const std::vector<uint64_t>& indices() const { return indices_; }
+  // LoaderOptions::fields of the valid rows (host memory), as Batch::field.
+  size_t num_fields() const { return fields_.size(); }
+  const std::vector<std::optional<Bytes>>& field(size_t f) const { return fields_[f]; }
   uint64_t epoch() const { return epoch_; }
   uint64_t index() const { return index_; }
   int device() const { return device_; }
@@ -162,6 +165,7 @@ class SHARDKIT_API DeviceBatch {
   std::vector<int64_t> labels_;
   std::vector<std::string> keys_;
   std::vector<uint64_t> indices_;
+  std::vector<std::vector<std::optional<Bytes>>> fields_;  // [field][row]
   uint64_t epoch_ = 0, index_ = 0;
   int device_ = 0;
 };
@@ -173,6 +177,10 @@ class SHARDKIT_API GpuLoader {
   static Result<std::unique_ptr<GpuLoader>> Create(std::string_view address, const LoaderOptions& opts,
                                                    const GpuOptions& gopts);
   static Result<std::unique_ptr<GpuLoader>> Create(std::shared_ptr<RandomAccess> data, const LoaderOptions& opts,
+                                                   const GpuOptions& gopts);
+  // Reads from an opened dataset (which the GpuLoader then owns; e.g. opened with
+  // OpenOptions::format_options), as Create(address) does.
+  static Result<std::unique_ptr<GpuLoader>> Create(std::unique_ptr<Dataset> ds, const LoaderOptions& opts,
                                                    const GpuOptions& gopts);
   ~GpuLoader();
 

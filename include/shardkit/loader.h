@@ -47,6 +47,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -83,6 +84,14 @@ enum class AugmentMode {
 enum class DecodeErrorPolicy {
   kError,  // Next() returns the error, naming the sample's key and index
   kSkip,   // the sample is left out of its batch (the batch is shorter) and counted
+};
+
+// A sample without one of LoaderOptions::fields (issue 17).
+enum class MissingFieldPolicy {
+  kError,  // the row fails: kCorrupt naming the field, the key, the index and, where the
+           // dataset's shard table says, the shard and its file; Next() returns it, or
+           // under DecodeErrorPolicy::kSkip the sample is skipped and listed
+  kNull,   // the row's value is absent: Batch::field(f)[i] is nullopt
 };
 
 struct LoaderOptions {
@@ -140,6 +149,13 @@ struct LoaderOptions {
   // workers idle from the end of an epoch until set_epoch (wasted work saved when the
   // next epoch is not e + 1, e.g. an evaluation loader re-run at the same epoch).
   bool prefetch_next_epoch = true;
+  // Extra fields carried beside each row's image and label (issue 17: image-text pairs),
+  // by extension as in Sample ("txt", "json", "cls", ...; lowercase, distinct). Batch::
+  // field(f) holds fields[f] of every row, in row order, as the sample's bytes (no copy
+  // where the format gives views). They follow their rows through shuffling, ranks,
+  // skips and resume. A sample without one: missing_fields.
+  std::vector<std::string> fields;
+  MissingFieldPolicy missing_fields = MissingFieldPolicy::kError;
 };
 
 // Checks `o` as Loader::Create does, without opening anything: OK, or kInvalidArgument
@@ -214,6 +230,10 @@ class SHARDKIT_API Batch {
   const std::vector<int64_t>& labels() const { return labels_; }   // -1 where no `cls`
   const std::vector<std::string>& keys() const { return keys_; }
   const std::vector<uint64_t>& indices() const { return indices_; } // dataset indices
+  // LoaderOptions::fields of the valid rows: field(f)[i] is row i's value of
+  // options().fields[f]; nullopt where the sample has none (MissingFieldPolicy::kNull).
+  size_t num_fields() const { return fields_.size(); }
+  const std::vector<std::optional<Bytes>>& field(size_t f) const { return fields_[f]; }
   uint64_t epoch() const { return epoch_; }
   uint64_t index() const { return index_; }        // batch index within this rank's epoch
   int buffer_id() const { return slot_; }          // pool slot in [0, prefetch), stable
@@ -232,6 +252,7 @@ class SHARDKIT_API Batch {
   std::vector<int64_t> labels_;
   std::vector<std::string> keys_;
   std::vector<uint64_t> indices_;
+  std::vector<std::vector<std::optional<Bytes>>> fields_;  // [field][row]
   uint64_t epoch_ = 0, index_ = 0;
 };
 

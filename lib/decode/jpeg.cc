@@ -257,6 +257,51 @@ ImageDecoder::ImageDecoder(Limits limits, DecodeSettings settings)
 const DecodeSettings& ImageDecoder::settings() const { return impl_->settings; }
 ImageDecoder::~ImageDecoder() = default;
 
+Status ImageDecoder::FromPixels(const uint8_t* pixels, int width, int height, int channels, size_t stride, bool bgr,
+                                const std::function<CropBox(const ImageInfo&)>& choose, Region* out,
+                                ImageInfo* info_out) {
+  if (channels != 1 && channels != 3)
+    return Status::Invalid(fmt::format("decoded image has {} channels (1 or 3 can be fed)", channels));
+  if (width <= 0 || height <= 0) return Status::Corrupt(fmt::format("image has zero size {}x{}", width, height));
+  SK_RETURN_IF_ERROR(impl_->CheckSize(uint64_t(width), uint64_t(height)));
+  if (stride < size_t(width) * size_t(channels)) return Status::Invalid("decoded image rows overlap (stride too small)");
+  ImageInfo info;
+  info.format = ImageFormat::kPixels;
+  info.width = width;
+  info.height = height;
+  info.components = channels;
+  const CropBox box = ClampBox(choose(info), width, height);
+  out->width = width;
+  out->height = height;
+  out->box = box;
+  out->scale_num = 8;
+  if (channels == 3 && !bgr) {
+    out->pixels = pixels;
+    out->stride = stride;
+  } else {
+    std::vector<uint8_t>& buf = impl_->buf;
+    const size_t row = size_t(width) * 3;
+    buf.resize(row * size_t(height));
+    for (int y = 0; y < height; ++y) {
+      const uint8_t* src = pixels + stride * size_t(y);
+      uint8_t* dst = buf.data() + row * size_t(y);
+      if (channels == 1) {
+        for (int x = 0; x < width; ++x) dst[3 * x] = dst[3 * x + 1] = dst[3 * x + 2] = src[x];
+      } else {
+        for (int x = 0; x < width; ++x) {
+          dst[3 * x] = src[3 * x + 2];
+          dst[3 * x + 1] = src[3 * x + 1];
+          dst[3 * x + 2] = src[3 * x];
+        }
+      }
+    }
+    out->pixels = buf.data();
+    out->stride = row;
+  }
+  if (info_out) *info_out = info;
+  return Status::OK();
+}
+
 uint64_t ImageDecoder::tolerated_warnings() const { return impl_->err.tolerated; }
 
 Status ImageDecoder::Decode(const uint8_t* data, size_t size,

@@ -29,7 +29,7 @@
 
 namespace shardkit::decode {
 
-enum class ImageFormat { kUnknown, kJpeg, kPng };
+enum class ImageFormat { kUnknown, kJpeg, kPng, kPixels };  // kPixels: FromPixels
 // By magic bytes: FF D8 FF is JPEG, 89 'P' 'N' 'G' is PNG.
 ImageFormat Sniff(const uint8_t* data, size_t size);
 
@@ -83,6 +83,15 @@ class ImageDecoder {
   Status Decode(const uint8_t* data, size_t size,
                 const std::function<CropBox(const ImageInfo&)>& choose,
                 double min_out_w, double min_out_h, Region* out, ImageInfo* info_out = nullptr);
+
+  // An already decoded image (a NumPy array of the "npy" field: uint8, `channels` 1 (gray)
+  // or 3 (RGB, or BGR when `bgr`), rows `stride` bytes apart) as a Region, the same one a
+  // lossless PNG of these pixels gives: choose(info) picks the box, Limits apply. RGB
+  // pixels are used in place (no copy: they must outlive the Region); gray is expanded to
+  // RGB and BGR reordered into this decoder's buffer.
+  Status FromPixels(const uint8_t* pixels, int width, int height, int channels, size_t stride, bool bgr,
+                    const std::function<CropBox(const ImageInfo&)>& choose, Region* out,
+                    ImageInfo* info_out = nullptr);
 
   const DecodeSettings& settings() const;
 

@@ -46,7 +46,8 @@ struct GpuLoaderAccess {
   }
   static DeviceBatch Make(std::shared_ptr<detail::DeviceRing> ring, int slot, DType dtype, Layout layout, int64_t n,
                           int h, int w, std::vector<int64_t> labels, std::vector<std::string> keys,
-                          std::vector<uint64_t> indices, uint64_t epoch, uint64_t index) {
+                          std::vector<uint64_t> indices, uint64_t epoch, uint64_t index,
+                          std::vector<std::vector<std::optional<Bytes>>> fields = {}) {
     DeviceBatch b;
     b.data_ = ring->slots[size_t(slot)].out;
     b.device_ = ring->device;
@@ -62,6 +63,7 @@ struct GpuLoaderAccess {
     b.labels_ = std::move(labels);
     b.keys_ = std::move(keys);
     b.indices_ = std::move(indices);
+    b.fields_ = std::move(fields);
     b.epoch_ = epoch;
     b.index_ = index;
     return b;
@@ -272,7 +274,7 @@ struct CopyImpl final : ProducerImpl {
     loader.reset();
   }
 
-  Status Init(std::shared_ptr<RandomAccess> data, std::string_view address) {
+  Status Init(std::shared_ptr<RandomAccess> data, std::unique_ptr<Dataset> ds, std::string_view address) {
     LoaderOptions inner = o;
     inner.dtype = DType::kUint8;
     inner.layout = Layout::kNHWC;
@@ -285,6 +287,8 @@ struct CopyImpl final : ProducerImpl {
     max_pending = size_t(inner.prefetch - 2);
     if (data) {
       SK_ASSIGN_OR_RETURN(loader, Loader::Create(std::move(data), inner));
+    } else if (ds) {
+      SK_ASSIGN_OR_RETURN(loader, Loader::Create(std::move(ds), inner));
     } else {
       SK_ASSIGN_OR_RETURN(loader, Loader::Create(address, inner));
     }
@@ -378,8 +382,11 @@ struct CopyImpl final : ProducerImpl {
       }
       free_events.pop_back();
       it.host = hb.size();
+      std::vector<std::vector<std::optional<Bytes>>> fields(hb.num_fields());
+      for (size_t f = 0; f < fields.size(); ++f) fields[f] = hb.field(f);
       it.batch = GpuLoaderAccess::Make(ring, slot, o.dtype, o.layout, int64_t(hb.size()), o.output_height,
-                                       o.output_width, hb.labels(), hb.keys(), hb.indices(), hb.epoch(), hb.index());
+                                       o.output_width, hb.labels(), hb.keys(), hb.indices(), hb.epoch(), hb.index(),
+                                       std::move(fields));
       pending.push_back({std::move(hb), ev});
       Push(std::move(it));
       if (stop.load()) return;
@@ -415,6 +422,8 @@ struct Row {
 #endif
   const uint8_t* data = nullptr;
   size_t size = 0;
+  const Field* image = nullptr;  // the image field (in `sample`): data, size
+  std::vector<std::optional<Bytes>> fields;  // LoaderOptions::fields
   std::vector<uint8_t> pixels;  // host route: the box's pixels, packed rows
   int pw = 0, ph = 0;           // their width, height
   bool flip = false;
@@ -438,6 +447,7 @@ struct DecodeImpl final : ProducerImpl {
   bool threads_defaulted = false;                 // LoaderOptions::threads was 0
   std::unique_ptr<Dataset> dataset;
   std::shared_ptr<RandomAccess> data;
+  pipeline::SourceFacts facts;  // of `dataset` (none when made from a RandomAccess)
   uint64_t n = 0;
   pipeline::Partition part;
   pipeline::RrcParams rrc;
@@ -723,7 +733,7 @@ struct DecodeImpl final : ProducerImpl {
   Status DecodeOnHost(Row& r, uint64_t e, uint64_t index, const Location& where) {
     pipeline::Augment aug;
     decode::Region reg;
-    SK_RETURN_IF_ERROR(pipeline::DecodeCrop(host_decoders.local(), o, rrc, e, index, r.data, r.size, where, &aug, &reg));
+    SK_RETURN_IF_ERROR(pipeline::DecodeImage(host_decoders.local(), o, rrc, e, index, *r.image, &facts, where, &aug, &reg));
     int xlo, xhi, ylo, yhi;
     gpu::BoxWeights(reg.box, reg.width, reg.height, o.output_width, o.output_height, &r.wx, &r.wy, &xlo, &ylo, &xhi,
                     &yhi);
@@ -786,18 +796,24 @@ struct DecodeImpl final : ProducerImpl {
   void Prepare(Row& r, uint64_t e, uint64_t index) {
     r.route = 0;
     r.label = -1;
-    r.st = pipeline::RunRow(data.get(), o, index, nullptr, &r.sample, [&](const pipeline::RowHead& h) -> Status {
-      r.label = h.label;
-      r.data = h.image->data.data();
-      r.size = h.image->data.size();
+    r.fields.clear();
+    r.st = pipeline::RunRow(
+        data.get(), o, index, nullptr, &r.sample,
+        [&](const pipeline::RowHead& h) -> Status {
+          r.label = h.label;
+          r.image = h.image;
+          r.data = h.image->data.data();
+          r.size = h.image->data.size();
+          r.fields = h.fields;
 #ifdef SHARDKIT_HAVE_NVJPEG
-      if (nv) {
-        int tid = tbb::this_task_arena::current_thread_index();
-        if (tid >= 0 && TryNvjpeg(r, tid, e, index)) return Status::OK();
-      }
+          if (nv && h.image->ext != "npy") {  // (decoded arrays: the host route, no decode)
+            int tid = tbb::this_task_arena::current_thread_index();
+            if (tid >= 0 && TryNvjpeg(r, tid, e, index)) return Status::OK();
+          }
 #endif
-      return DecodeOnHost(r, e, index, h.where);
-    });
+          return DecodeOnHost(r, e, index, h.where);
+        },
+        &facts);
   }
 
   // Buffers only grow, to the high-water mark of the batches seen (then memory stays
@@ -912,8 +928,10 @@ struct DecodeImpl final : ProducerImpl {
     std::vector<int64_t> labels;
     std::vector<std::string> keys;
     std::vector<uint64_t> indices;
+    std::vector<std::vector<std::optional<Bytes>>> fields(o.fields.size());
     for (size_t i : keep) {
       const Row& r = set.rows[i];
+      for (size_t f = 0; f < fields.size(); ++f) fields[f].push_back(r.fields[f]);
       labels.push_back(r.label);
       keys.push_back(r.sample.key);
       indices.push_back(order[begin + i]);
@@ -927,7 +945,8 @@ struct DecodeImpl final : ProducerImpl {
 #endif
     }
     return GpuLoaderAccess::Make(ring, slot, o.dtype, o.layout, int64_t(keep.size()), o.output_height,
-                                 o.output_width, std::move(labels), std::move(keys), std::move(indices), e, b);
+                                 o.output_width, std::move(labels), std::move(keys), std::move(indices), e, b,
+                                 std::move(fields));
   }
 
   // Phase 2: pack descriptors, weights and host pixels; upload; decode on the GPU.
@@ -1053,8 +1072,9 @@ struct DecodeImpl final : ProducerImpl {
   }
 };
 
-Result<std::unique_ptr<GpuLoader::Impl>> MakeImpl(std::shared_ptr<RandomAccess> data, std::string_view address,
-                                                   const LoaderOptions& opts, const GpuOptions& gopts) {
+Result<std::unique_ptr<GpuLoader::Impl>> MakeImpl(std::shared_ptr<RandomAccess> data, std::unique_ptr<Dataset> ds,
+                                                   std::string_view address, const LoaderOptions& opts,
+                                                   const GpuOptions& gopts) {
   std::string why = CudaUnavailableReason();
   if (!why.empty()) return Status::Unsupported(why);
   int count = CudaDeviceCount();
@@ -1072,7 +1092,7 @@ Result<std::unique_ptr<GpuLoader::Impl>> MakeImpl(std::shared_ptr<RandomAccess> 
     impl->o = o;
     impl->g = gopts;
     impl->kind = kind;
-    SK_RETURN_IF_ERROR(impl->Init(std::move(data), address));
+    SK_RETURN_IF_ERROR(impl->Init(std::move(data), std::move(ds), address));
     return std::unique_ptr<GpuLoader::Impl>(std::move(impl));
   }
   auto impl = std::make_unique<DecodeImpl>();
@@ -1084,8 +1104,14 @@ Result<std::unique_ptr<GpuLoader::Impl>> MakeImpl(std::shared_ptr<RandomAccess> 
   if (data) {
     impl->data = std::move(data);
   } else {
-    SK_ASSIGN_OR_RETURN(impl->dataset, Open(address));
+    if (ds) {
+      impl->dataset = std::move(ds);
+    } else {
+      SK_ASSIGN_OR_RETURN(impl->dataset, Open(address));
+    }
     SK_ASSIGN_OR_RETURN(impl->data, impl->dataset->NewRandomAccess());
+    impl->facts = pipeline::FactsOf(impl->dataset->info(), impl->data->size());
+    SK_RETURN_IF_ERROR(pipeline::CheckArrayColours(impl->data.get(), o, impl->facts));
   }
   SK_RETURN_IF_ERROR(impl->Init());
   return std::unique_ptr<GpuLoader::Impl>(std::move(impl));
@@ -1100,14 +1126,21 @@ GpuLoader::~GpuLoader() = default;
 
 Result<std::unique_ptr<GpuLoader>> GpuLoader::Create(std::string_view address, const LoaderOptions& opts,
                                                      const GpuOptions& gopts) {
-  SK_ASSIGN_OR_RETURN(auto impl, MakeImpl(nullptr, address, opts, gopts));
+  SK_ASSIGN_OR_RETURN(auto impl, MakeImpl(nullptr, nullptr, address, opts, gopts));
   return std::unique_ptr<GpuLoader>(new GpuLoader(std::move(impl)));
 }
 
 Result<std::unique_ptr<GpuLoader>> GpuLoader::Create(std::shared_ptr<RandomAccess> data, const LoaderOptions& opts,
                                                      const GpuOptions& gopts) {
   if (!data) return Status::Invalid("no dataset");
-  SK_ASSIGN_OR_RETURN(auto impl, MakeImpl(std::move(data), "", opts, gopts));
+  SK_ASSIGN_OR_RETURN(auto impl, MakeImpl(std::move(data), nullptr, "", opts, gopts));
+  return std::unique_ptr<GpuLoader>(new GpuLoader(std::move(impl)));
+}
+
+Result<std::unique_ptr<GpuLoader>> GpuLoader::Create(std::unique_ptr<Dataset> ds, const LoaderOptions& opts,
+                                                     const GpuOptions& gopts) {
+  if (!ds) return Status::Invalid("no dataset");
+  SK_ASSIGN_OR_RETURN(auto impl, MakeImpl(nullptr, std::move(ds), "", opts, gopts));
   return std::unique_ptr<GpuLoader>(new GpuLoader(std::move(impl)));
 }
 

@@ -50,6 +50,10 @@ Result<std::unique_ptr<GpuLoader>> GpuLoader::Create(std::shared_ptr<RandomAcces
                                                      const GpuOptions&) {
   return No();
 }
+Result<std::unique_ptr<GpuLoader>> GpuLoader::Create(std::unique_ptr<Dataset>, const LoaderOptions&,
+                                                     const GpuOptions&) {
+  return No();
+}
 void GpuLoader::set_epoch(uint64_t) {}
 uint64_t GpuLoader::epoch() const { return 0; }
 uint64_t GpuLoader::num_batches() const { return 0; }

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <tbb/info.h>
 
+#include "core/pickle.h"
 #include "shardkit/gpu.h"
 
 namespace shardkit {
@@ -39,6 +40,13 @@ Status CheckOptions(const LoaderOptions& o, int max_side) {
     return Status::Invalid("dct_min_cover must be in [0.5, 64]");
   for (float s : o.std)
     if (!(s > 0)) return Status::Invalid("std must be positive");
+  for (size_t i = 0; i < o.fields.size(); ++i) {
+    const std::string& f = o.fields[i];
+    if (f.empty() || f.front() == '.' || std::any_of(f.begin(), f.end(), [](char c) { return c >= 'A' && c <= 'Z'; }))
+      return Status::Invalid(fmt::format("fields: '{}' is not a field name (a lowercase extension such as \"txt\")", f));
+    if (std::find(o.fields.begin(), o.fields.begin() + ptrdiff_t(i), f) != o.fields.begin() + ptrdiff_t(i))
+      return Status::Invalid(fmt::format("fields: '{}' is listed twice", f));
+  }
   return Status::OK();
 }
 
@@ -97,8 +105,44 @@ double ResolvedHardwareLoad(const GpuOptions& g) {
   return g.hardware_load < 0 ? GpuOptions::kDefaultHardwareLoad : g.hardware_load;
 }
 
+Location SourceFacts::At(Location where) const {
+  if (where.index < 0 || shard_end.empty()) return where;
+  auto it = std::upper_bound(shard_end.begin(), shard_end.end(), uint64_t(where.index));
+  if (it == shard_end.end()) return where;
+  const size_t k = size_t(it - shard_end.begin());
+  where.shard = int64_t(k);
+  if (where.file.empty()) where.file = shard_file[k];
+  return where;
+}
+
+SourceFacts FactsOf(const DatasetInfo& info, uint64_t n) {
+  SourceFacts f;
+  uint64_t total = 0;
+  for (const auto& sh : info.shards) {
+    total += sh.samples;
+    f.shard_end.push_back(total);
+    f.shard_file.push_back(sh.path);
+  }
+  if (total != n) {  // no (complete) shard table: rows name key and index only
+    f.shard_end.clear();
+    f.shard_file.clear();
+  }
+  if (auto it = info.extra.find("channel_order"); it != info.extra.end()) {
+    // The words of the LMDB reader ("decoded arrays: bgr (...; not converted)"), as convert reads them.
+    f.arrays_bgr = it->second.find("bgr") != std::string::npos && it->second.find("rgb") == std::string::npos;
+    f.channel_order = it->second;
+  }
+  return f;
+}
+
+const Field* RowImage(const Sample& s, const LoaderOptions& o) {
+  if (!o.image_field.empty()) return s.find(o.image_field);
+  if (const Field* f = s.image()) return f;
+  return s.find("npy");
+}
+
 Result<RowHead> ReadRow(const RandomAccess* data, const LoaderOptions& o, uint64_t index, const Sample* given,
-                        Sample* scratch) {
+                        Sample* scratch, const SourceFacts* facts) {
   if (!given) {
     scratch->clear();
     Status st = data->Get(index, scratch);
@@ -107,13 +151,31 @@ Result<RowHead> ReadRow(const RandomAccess* data, const LoaderOptions& o, uint64
   RowHead h;
   h.sample = given ? given : scratch;
   h.where = Location{.key = h.sample->key, .index = int64_t(index)};
-  h.image = o.image_field.empty() ? h.sample->image() : h.sample->find(o.image_field);
+  h.image = RowImage(*h.sample, o);
   if (!h.image) {
-    return Status::Corrupt(o.image_field.empty() ? std::string("sample has no image field")
+    return Status::Corrupt(o.image_field.empty() ? std::string("sample has no image field (nor a decoded array 'npy')")
                                                  : fmt::format("sample has no '{}' field", o.image_field),
                            h.where);
   }
   h.label = h.sample->label().value_or(-1);
+  if (!o.fields.empty()) {
+    h.fields.reserve(o.fields.size());
+    for (const std::string& name : o.fields) {
+      const Field* f = h.sample->find(name);
+      if (f) {
+        h.fields.emplace_back(f->data);
+      } else if (o.missing_fields == MissingFieldPolicy::kNull) {
+        h.fields.emplace_back(std::nullopt);
+      } else {
+        std::string has;
+        for (const auto& x : h.sample->fields) has += (has.empty() ? "" : ", ") + x.ext;
+        return Status::Corrupt(fmt::format("sample has no '{}' field (it has: {}); to get None for it instead, "
+                                           "set missing_fields to none (LoaderOptions::missing_fields = kNull)",
+                                           name, has.empty() ? "nothing" : has),
+                               facts ? facts->At(h.where) : h.where);
+      }
+    }
+  }
   return h;
 }
 
@@ -136,6 +198,81 @@ Status DecodeCrop(decode::ImageDecoder& dec, const LoaderOptions& o, const RrcPa
   Status st = dec.Decode(data, size, choose, o.dct_scaling ? o.output_width * o.dct_min_cover : 0.0,
                          o.dct_scaling ? o.output_height * o.dct_min_cover : 0.0, out);
   if (!st.ok()) return st.At(where);
+  return Status::OK();
+}
+
+namespace {
+
+// The "npy" field as the pixels DecodeImage crops: uint8 [H, W], [H, W, 1] or [H, W, 3].
+struct ArrayView {
+  pickle::NdArray arr;
+  int width = 0, height = 0, channels = 0;
+};
+
+Result<ArrayView> ViewArray(const Bytes& npy) {
+  ArrayView v;
+  SK_ASSIGN_OR_RETURN(v.arr, pickle::ParseNpy(npy));
+  const auto& a = v.arr;
+  auto shape = [&] {
+    std::string t;
+    for (uint64_t d : a.shape) t += (t.empty() ? "" : ", ") + std::to_string(d);
+    return "[" + t + "]";
+  };
+  if (a.dtype.kind != 'u' || a.dtype.itemsize != 1)
+    return Status::Invalid(fmt::format("decoded array of dtype {} {}: the loader takes uint8 images "
+                                       "([H, W], [H, W, 1] or [H, W, 3])", a.dtype.descr(), shape()));
+  const size_t nd = a.shape.size();
+  const uint64_t c = nd == 3 ? a.shape[2] : 1;
+  if (nd < 2 || nd > 3 || (c != 1 && c != 3))
+    return Status::Invalid(fmt::format("decoded array of shape {}: the loader takes [H, W], [H, W, 1] or [H, W, 3] "
+                                       "(RGB) images", shape()));
+  if (a.fortran_order)
+    return Status::Invalid(fmt::format("decoded array of shape {} is in Fortran order: save it C-contiguous "
+                                       "(np.ascontiguousarray)", shape()));
+  if (a.shape[0] > uint64_t(INT32_MAX) || a.shape[1] > uint64_t(INT32_MAX))
+    return Status::Invalid(fmt::format("decoded array of shape {} is too large", shape()));
+  v.height = int(a.shape[0]);
+  v.width = int(a.shape[1]);
+  v.channels = int(c);
+  return v;
+}
+
+std::string BgrAdvice(const SourceFacts& f) {
+  return fmt::format("the source's decoded arrays are BGR ({}); the loader feeds RGB: open it with the source "
+                     "option lmdb.channels=bgr-to-rgb (converted on read), or lmdb.channels=rgb if they are RGB "
+                     "(Python: Loader(..., source_options={{\"lmdb.channels\": \"bgr-to-rgb\"}}))",
+                     f.channel_order);
+}
+
+}  // namespace
+
+Status DecodeImage(decode::ImageDecoder& dec, const LoaderOptions& o, const RrcParams& rrc, uint64_t epoch,
+                   uint64_t index, const Field& image, const SourceFacts* facts, const Location& where,
+                   Augment* aug, decode::Region* out) {
+  if (image.ext != "npy")
+    return DecodeCrop(dec, o, rrc, epoch, index, image.data.data(), image.data.size(), where, aug, out);
+  Result<ArrayView> v = ViewArray(image.data);
+  if (!v.ok()) return std::move(v).take_status().At(where);
+  if (v->channels == 3 && facts && facts->arrays_bgr) return Status::Invalid(BgrAdvice(*facts), where);
+  auto choose = [&](const decode::ImageInfo& info) {
+    *aug = ChooseCrop(o, rrc, epoch, index, info.width, info.height);
+    return aug->box;
+  };
+  Status st = dec.FromPixels(v->arr.data.data(), v->width, v->height, v->channels, size_t(v->width) * v->channels,
+                             false, choose, out);
+  if (!st.ok()) return st.At(where);
+  return Status::OK();
+}
+
+Status CheckArrayColours(const RandomAccess* data, const LoaderOptions& o, const SourceFacts& facts) {
+  if (!facts.arrays_bgr || !data || data->size() == 0) return Status::OK();
+  Sample s;
+  Status st = data->Get(0, &s);
+  if (!st.ok()) return Status::OK();  // the row reports it, at its batch
+  const Field* img = RowImage(s, o);
+  if (!img || img->ext != "npy") return Status::OK();
+  Result<ArrayView> v = ViewArray(img->data);
+  if (v.ok() && v->channels == 3) return Status::Invalid(BgrAdvice(facts), facts.At(Location{.key = s.key, .index = 0}));
   return Status::OK();
 }
 

@@ -9,7 +9,10 @@
 //   slots     each path's own scheduler (the CPU loader's buffer pool, job map and TBB
 //             workers; the GPU path's device ring, producer and submitter threads and
 //             queue): they share what the consumer sees, below
-//   rows      ReadRow (read the sample, find its image and label), then the path's row
+//   source    SourceFacts: what the dataset's info says that rows need (the shard of an
+//             index, for errors; decoded arrays said to be BGR); CheckArrayColours at Create
+//   rows      ReadRow (read the sample, find its image, label and LoaderOptions::fields),
+//             then the path's row
 //             decoder hook; DecodeCrop is the host decoder's one call (crop choice
 //             ChooseCrop + libjpeg-turbo / libpng at a DCT scale), used by the CPU loader
 //             for every row and by the GPU path for the rows nvJPEG does not take
@@ -30,6 +33,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <exception>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -73,22 +77,48 @@ inline BatchRows RowsOf(uint64_t samples, uint32_t batch_size, uint64_t b) {
   return {begin, std::max(begin, std::min<uint64_t>(begin + batch_size, samples))};
 }
 
+// ---- source ----
+
+// What a loader knows of its dataset beyond the samples (from DatasetInfo), for its rows.
+struct SourceFacts {
+  // The shard table (ShardInfo::samples, in order) when it covers every sample: errors
+  // of a row then name its shard and file.
+  std::vector<uint64_t> shard_end;  // cumulative sample counts
+  std::vector<std::string> shard_file;
+  // Decoded arrays said to be BGR and not converted (DatasetInfo::extra["channel_order"],
+  // the LMDB pickle layout's lmdb.channels=bgr): a 3-channel array is refused (the
+  // loader feeds RGB), naming the source option that converts or declares them.
+  bool arrays_bgr = false;
+  std::string channel_order;  // the info's words, for the error
+
+  // `where` with the shard and file of where.index added (when known).
+  Location At(Location where) const;
+};
+SourceFacts FactsOf(const DatasetInfo& info, uint64_t n);
+
 // ---- rows ----
 
-// What ReadRow found: the sample's image field, its label (-1 without `cls`) and the
-// location (key, index) every error of the row names.
+// What ReadRow found: the sample's image field, its label (-1 without `cls`), the
+// location (key, index) every error of the row names, and LoaderOptions::fields
+// (fields[f]: the sample's bytes, nullopt where it has none under MissingFieldPolicy::kNull).
 struct RowHead {
   const Sample* sample = nullptr;
   const Field* image = nullptr;
   int64_t label = -1;
   Location where;
+  std::vector<std::optional<Bytes>> fields;
 };
 
+// The image ReadRow decodes: LoaderOptions::image_field, else the sample's first image
+// field, else its decoded array ("npy"); nullptr if none.
+const Field* RowImage(const Sample& s, const LoaderOptions& o);
+
 // Reads sample `index` into *scratch (unless `given`: the sample already read, streamed
-// mode) and finds the image to decode (LoaderOptions::image_field, else the first image
-// field). Errors name the index (read) or key and index (no image: kCorrupt).
+// mode), finds the image to decode (RowImage) and collects LoaderOptions::fields. Errors
+// name the index (read) or key and index (no image: kCorrupt); a missing field under
+// MissingFieldPolicy::kError (kCorrupt) also its shard and file where `facts` knows them.
 Result<RowHead> ReadRow(const RandomAccess* data, const LoaderOptions& o, uint64_t index, const Sample* given,
-                        Sample* scratch);
+                        Sample* scratch, const SourceFacts* facts = nullptr);
 
 // The crop box and flip of sample `index` in epoch e for an image of w x h: training's
 // RandomResizedCrop + flip, or evaluation's resize + center crop.
@@ -101,6 +131,18 @@ Status DecodeCrop(decode::ImageDecoder& dec, const LoaderOptions& o, const RrcPa
                   uint64_t index, const uint8_t* data, size_t size, const Location& where, Augment* aug,
                   decode::Region* out);
 
+// DecodeCrop for the row's image field: a decoded array ("npy": uint8 [H, W], [H, W, 1]
+// or [H, W, 3], C order) goes straight to the crop (ImageDecoder::FromPixels: no decode,
+// no re-encode: the pixels a lossless PNG of it gives); anything else is decoded.
+Status DecodeImage(decode::ImageDecoder& dec, const LoaderOptions& o, const RrcParams& rrc, uint64_t epoch,
+                   uint64_t index, const Field& image, const SourceFacts* facts, const Location& where,
+                   Augment* aug, decode::Region* out);
+
+// Create's check of decoded arrays against SourceFacts::arrays_bgr: when the source says
+// its arrays are BGR, the first sample is read and a 3-channel array image refused
+// (kInvalidArgument naming the source options). Rows check it again (DecodeImage).
+Status CheckArrayColours(const RandomAccess* data, const LoaderOptions& o, const SourceFacts& facts);
+
 // One row through the row decoder hook: ReadRow, then decode(head), the path's hook
 // (the CPU loader decodes and resizes into the host batch; the GPU path hands the image
 // to nvJPEG or, when nvJPEG does not take it, to DecodeCrop and packs the pixels for the
@@ -109,9 +151,9 @@ Status DecodeCrop(decode::ImageDecoder& dec, const LoaderOptions& o, const RrcPa
 Status RowException(const std::exception& ex, uint64_t index);
 template <class Decode>
 Status RunRow(const RandomAccess* data, const LoaderOptions& o, uint64_t index, const Sample* given,
-              Sample* scratch, Decode&& decode) {
+              Sample* scratch, Decode&& decode, const SourceFacts* facts = nullptr) {
   try {
-    Result<RowHead> head = ReadRow(data, o, index, given, scratch);
+    Result<RowHead> head = ReadRow(data, o, index, given, scratch, facts);
     if (!head.ok()) return std::move(head).take_status();
     return decode(*head);
   } catch (const std::exception& ex) {

@@ -174,6 +174,7 @@ Batch& Batch::operator=(Batch&& o) noexcept {
   labels_ = std::move(o.labels_);
   keys_ = std::move(o.keys_);
   indices_ = std::move(o.indices_);
+  fields_ = std::move(o.fields_);
   epoch_ = o.epoch_;
   index_ = o.index_;
   return *this;
@@ -188,6 +189,7 @@ void Batch::Release() {
   labels_.clear();
   keys_.clear();
   indices_.clear();
+  fields_.clear();
 }
 
 size_t Batch::bytes() const {
@@ -215,6 +217,7 @@ struct Job {
   std::vector<uint64_t> indices;
   std::vector<int64_t> labels;
   std::vector<std::string> keys;
+  std::vector<std::vector<std::optional<Bytes>>> fields;  // LoaderOptions::fields: [field][row]
   std::vector<Status> row_status;
   Status error;                 // first failure under kError, or kCancelled
   std::vector<Status> skipped;  // under kSkip
@@ -264,6 +267,7 @@ struct Loader::Impl {
   pipeline::Partition part;
   pipeline::OutputSpec spec;
   pipeline::RrcParams rrc;
+  pipeline::SourceFacts facts;  // the dataset's shard table and colour order, for rows
   size_t row_elems = 0, row_bytes = 0;
   bool pinned = false;
 
@@ -634,6 +638,7 @@ struct Loader::Impl {
       job->rows_total = count;
       job->labels.assign(count, -1);
       job->keys.assign(count, std::string());
+      job->fields.assign(o.fields.size(), std::vector<std::optional<Bytes>>(count));
       job->row_status.assign(count, Status::OK());
       js[sub] = job;
       ++sub;
@@ -689,17 +694,20 @@ struct Loader::Impl {
   // host (DecodeCrop) and resized into its row of the batch. `given`: the sample already
   // read (streamed mode); null = Get(index) here.
   Status DecodeOne(Worker& w, uint64_t e, uint64_t index, const Sample* given, uint8_t* dst, int64_t* label,
-                   std::string* key) {
-    return pipeline::RunRow(data.get(), o, index, given, &w.sample, [&](const pipeline::RowHead& h) -> Status {
-      *key = h.sample->key;
-      *label = h.label;
-      pipeline::Augment aug;
-      decode::Region r;
-      SK_RETURN_IF_ERROR(pipeline::DecodeCrop(w.decoder, o, rrc, e, index, h.image->data.data(), h.image->data.size(),
-                                              h.where, &aug, &r));
-      w.resizer.Run(r.pixels, r.stride, r.width, r.height, r.box, aug.flip, spec, dst);
-      return Status::OK();
-    });
+                   std::string* key, Job& job, size_t row) {
+    return pipeline::RunRow(
+        data.get(), o, index, given, &w.sample,
+        [&](const pipeline::RowHead& h) -> Status {
+          *key = h.sample->key;
+          *label = h.label;
+          for (size_t f = 0; f < h.fields.size(); ++f) job.fields[f][row] = h.fields[f];
+          pipeline::Augment aug;
+          decode::Region r;
+          SK_RETURN_IF_ERROR(pipeline::DecodeImage(w.decoder, o, rrc, e, index, *h.image, &facts, h.where, &aug, &r));
+          w.resizer.Run(r.pixels, r.stride, r.width, r.height, r.box, aug.flip, spec, dst);
+          return Status::OK();
+        },
+        &facts);
   }
 
   void DecodeRow(Job& job, size_t i) {
@@ -711,7 +719,7 @@ struct Loader::Impl {
     try {
       job.row_status[i] = DecodeOne(workers.local(), job.epoch, job.indices[i],
                                     job.samples.empty() ? nullptr : &job.samples[i], base + i * row_bytes,
-                                    &job.labels[i], &job.keys[i]);
+                                    &job.labels[i], &job.keys[i], job, i);
     } catch (const std::exception& ex) {  // (the worker's state; the row's own are caught in RunRow)
       job.row_status[i] = pipeline::RowException(ex, job.indices[i]);
     }
@@ -737,6 +745,7 @@ struct Loader::Impl {
         job.labels[k] = job.labels[i];
         job.keys[k] = std::move(job.keys[i]);
         job.indices[k] = job.indices[i];
+        for (auto& col : job.fields) col[k] = std::move(col[i]);
       }
       ++k;
     }
@@ -744,6 +753,7 @@ struct Loader::Impl {
     job.labels.resize(k);
     job.keys.resize(k);
     job.indices.resize(k);
+    for (auto& col : job.fields) col.resize(k);
   }
 
   Result<Batch> Next(const std::shared_ptr<detail::BatchPool>& p) {
@@ -827,6 +837,7 @@ struct Loader::Impl {
     b.labels_ = std::move(job->labels);
     b.keys_ = std::move(job->keys);
     b.indices_ = std::move(job->indices);
+    b.fields_ = std::move(job->fields);
     b.epoch_ = out.epoch;
     b.index_ = job->batch;
     return b;
@@ -939,6 +950,7 @@ Result<std::unique_ptr<Loader>> Loader::CreateStreamed(std::unique_ptr<Dataset> 
   impl->n = n;
   impl->streaming = true;
   impl->class_names = info.class_names;
+  impl->facts = pipeline::FactsOf(info, n);
   SK_RETURN_IF_ERROR(impl->Init());
   impl->stream = std::make_unique<pipeline::StreamReader>(std::move(shards), std::move(opener),
                                                           impl->o.shuffle_buffer, impl->o.seed, impl->o.shuffle);
@@ -958,13 +970,22 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::unique_ptr<Dataset> ds, cons
   Result<std::shared_ptr<RandomAccess>> rar = ds->NewRandomAccess();
   if (!rar.ok() && rar.status().code() == Code::kUnsupported) return CreateStreamed(std::move(ds), opts);
   SK_ASSIGN_OR_RETURN(std::shared_ptr<RandomAccess> ra, std::move(rar));
-  std::vector<std::string> names = ds->info().class_names;
-  SK_ASSIGN_OR_RETURN(std::unique_ptr<Loader> l, Create(std::move(ra), opts));
-  l->impl_->class_names = std::move(names);
+  if (!ra) return Status::Invalid("no dataset");
+  auto impl = std::make_unique<Impl>();
+  impl->o = opts;
+  SK_RETURN_IF_ERROR(pipeline::ResolveOptions(&impl->o));
+  impl->data = std::move(ra);
+  impl->n = impl->data->size();
+  impl->class_names = ds->info().class_names;
+  // Known before the first row is decoded (Reset starts the workers).
+  impl->facts = pipeline::FactsOf(ds->info(), impl->n);
+  SK_RETURN_IF_ERROR(pipeline::CheckArrayColours(impl->data.get(), impl->o, impl->facts));
+  SK_RETURN_IF_ERROR(impl->Init());
   // The dataset must outlive its RandomAccess: Impl declares `dataset` before `data`,
   // so `data` is destroyed first.
-  l->impl_->dataset = std::move(ds);
-  return l;
+  impl->dataset = std::move(ds);
+  impl->Reset(0, 0);
+  return std::unique_ptr<Loader>(new Loader(std::move(impl)));
 }
 
 void Loader::set_epoch(uint64_t e) { impl_->Reset(e, 0, /*adopt=*/true); }

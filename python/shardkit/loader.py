@@ -108,7 +108,22 @@ class Loader:
         garbage, waits once more, and raises shardkit.Error instead of hanging.
       buffer_wait: seconds to wait for a pool buffer (or device ring slot) when every one
         is held (default 10).
-      return_keys: yield (images, labels, keys) with keys a list of sample keys.
+      return_keys: yield (images, labels, keys) with keys a list of sample keys (after the
+        `fields` lists when there are any: (images, labels, *fields, keys)).
+      fields: extra fields of each sample to yield beside images and labels, by extension,
+        e.g. ("txt", "json") for image-text pairs: each batch is then (images, labels,
+        txts, jsons), one Python list per field in batch order (row i of each list belongs
+        to images[i]), kept aligned through shuffling, ranks, skips and resume.
+        Values: "txt"/"text" as str (UTF-8), "json" parsed (json.loads), "cls" as int,
+        anything else bytes; decode_fields=False gives bytes for all.
+      missing_fields: "raise" (a sample without a requested field fails its batch with
+        shardkit.Error naming the field, the sample's key and its shard; on_error="skip"
+        skips it instead) or "none" (its value is None).
+      source_options: read options of the dataset where its content is ambiguous, as
+        shardkit.convert's: e.g. {"lmdb.channels": "bgr-to-rgb"} for an LMDB of pickled
+        cv2.imread arrays (BGR). Decoded arrays ("npy" fields: uint8 [H, W], [H, W, 1],
+        [H, W, 3]) are cropped, resized and normalised directly, without decoding; arrays
+        the source says are BGR are refused until converted or declared RGB.
       on_error: "raise" (a sample that fails to decode raises shardkit.Error naming its
         key) or "skip" (left out of its batch, listed by skipped()).
       image_field: the field to decode (default: the sample's first image field).
@@ -134,7 +149,8 @@ class Loader:
                  dtype="float32", layout="NCHW", threads=0, prefetch=4, drop_last=False,
                  return_keys=False, on_error="raise", image_field=None, dct_scaling=True, ring=None,
                  buffer_wait=10.0, stream=False, shuffle_buffer=8192, prefetch_next_epoch=True,
-                 hardware_load=None, profile=False, cache_dir=None, cache_bytes=0):
+                 hardware_load=None, profile=False, cache_dir=None, cache_bytes=0, fields=None,
+                 missing_fields="raise", decode_fields=True, source_options=None):
         if not _shardkit.HAVE_LOADER:
             raise NotImplementedError("this build of shardkit has no loader")
         if decoder not in ("auto", "cpu", "gpu"):
@@ -171,6 +187,13 @@ class Loader:
         if len(mean) != 3 or len(std) != 3:
             raise ValueError("mean and std need 3 values (R, G, B)")
 
+        if fields is None:
+            fields = ()
+        elif isinstance(fields, (str, bytes)):
+            fields = (fields,)
+        fields = tuple(str(f.decode() if isinstance(f, bytes) else f) for f in fields)
+        if missing_fields not in ("raise", "none"):
+            raise ValueError(f'missing_fields must be "raise" or "none", not {missing_fields!r}')
         if hardware_load is not None and not 0.0 <= float(hardware_load) <= 1.0:
             raise ValueError(f"hardware_load must be in [0, 1] or None, not {hardware_load!r}")
 
@@ -186,6 +209,8 @@ class Loader:
         self_gpu = self._device.type == "cuda"
         self._channels_last = layout == "channels_last"
         self._return_keys = bool(return_keys)
+        self._fields = fields
+        self._field_decoders = tuple(_field_decoder(f) if decode_fields else None for f in fields)
         self._address = address
         args = dict(
             batch_size=int(batch_size), shuffle=bool(shuffle), seed=int(seed),
@@ -197,7 +222,9 @@ class Loader:
             layout="NHWC" if layout in ("NHWC", "channels_last") else "NCHW",
             on_error=on_error, image_field=image_field or "",
             buffer_wait_ms=max(0, int(float(buffer_wait) * 1000)), stream=bool(stream),
-            shuffle_buffer=int(shuffle_buffer), prefetch_next_epoch=bool(prefetch_next_epoch))
+            shuffle_buffer=int(shuffle_buffer), prefetch_next_epoch=bool(prefetch_next_epoch),
+            fields=list(fields), missing_fields=missing_fields,
+            source_options={str(k): str(v) for k, v in (source_options or {}).items()})
         # Device batches from the library (GpuLoader) when it has CUDA; else the host
         # loader, and a torch copy for device="cuda:N".
         self._gpu = self._device.type == "cuda" and _shardkit.CUDA_COMPILED
@@ -266,6 +293,11 @@ class Loader:
     @property
     def epoch(self):
         return self._epoch
+
+    @property
+    def fields(self):
+        """The extra fields each batch carries (the `fields` argument), in yield order."""
+        return self._fields
 
     @property
     def num_samples(self):
@@ -415,16 +447,39 @@ class Loader:
                 return
             images = torch.from_dlpack(b.images(self._channels_last))
             labels = torch.from_dlpack(b.labels())
-            keys = b.keys if self._return_keys else None
+            keys = b.keys if (self._return_keys or self._fields) else None
+            extra = self._field_values(b.fields(), keys) if self._fields else ()
             b.drop()
             del b
             if self._device.type == "cuda" and not self._gpu:
                 images, labels = self._to_device(torch, images, labels)
             if self._return_keys:
-                yield images, labels, keys
+                yield (images, labels, *extra, keys)
+            elif extra:
+                yield (images, labels, *extra)
             else:
                 yield images, labels
             del images, labels  # hold no batch while the consumer's step runs the next call
+
+    def _field_values(self, columns, keys):
+        out = []
+        for name, dec, col in zip(self._fields, self._field_decoders, columns):
+            if dec is None:
+                out.append(col)
+                continue
+            vals = []
+            for key, v in zip(keys, col):
+                if v is None:
+                    vals.append(None)
+                    continue
+                try:
+                    vals.append(dec(v))
+                except ValueError as e:  # (UnicodeDecodeError and JSONDecodeError are ValueErrors)
+                    raise ValueError(f"field {name!r} of sample {key!r} cannot be read as "
+                                     f"{_DECODED_AS.get(dec, 'a value')}: {e} (decode_fields=False "
+                                     "yields the bytes)") from None
+            out.append(vals)
+        return out
 
     def _to_device(self, torch, images, labels):
         # Until device batches come from the library (issue 7): copy on the current
@@ -448,6 +503,32 @@ class Loader:
             elif not event.query():
                 return
             self._in_flight.popleft()
+
+
+def _utf8(b):
+    return b.decode("utf-8")
+
+
+def _json(b):
+    return json.loads(b.decode("utf-8"))
+
+
+def _int(b):
+    return int(b.decode("ascii").strip())
+
+
+_DECODED_AS = {_utf8: "UTF-8 text", _json: "JSON", _int: "an integer"}
+
+
+def _field_decoder(name):
+    """How a field's bytes become a Python value (WebDataset's conventions)."""
+    if name in ("txt", "text") or name.endswith(".txt"):
+        return _utf8
+    if name == "json" or name.endswith(".json"):
+        return _json
+    if name == "cls" or name.endswith(".cls"):
+        return _int
+    return lambda b: b
 
 
 def _parse_device(device):

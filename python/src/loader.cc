@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -193,6 +194,28 @@ Layout ParseLayout(const std::string& s) {
   throw py::value_error("layout must be \"NCHW\" or \"NHWC\", not \"" + s + "\"");
 }
 
+// LoaderOptions::fields of a batch: one list per field, bytes (None where absent) per row.
+py::list FieldLists(size_t n, const std::function<const std::vector<std::optional<Bytes>>&(size_t)>& field) {
+  py::list out;
+  for (size_t f = 0; f < n; ++f) {
+    py::list col;
+    for (const auto& v : field(f)) {
+      if (v) col.append(py::bytes(reinterpret_cast<const char*>(v->data()), v->size()));
+      else col.append(py::none());
+    }
+    out.append(std::move(col));
+  }
+  return out;
+}
+
+// The dataset a loader reads: opened with the source's read options when there are any.
+Result<std::unique_ptr<Dataset>> OpenSource(const std::string& address,
+                                            const std::map<std::string, std::string>& source_options) {
+  OpenOptions oo;
+  oo.format_options = source_options;
+  return Open(address, oo);
+}
+
 // One batch handed to Python. Holds the C++ Batch (and so its pool buffer) until this
 // object and every tensor exported from it are gone.
 class PyBatch {
@@ -220,7 +243,14 @@ class PyBatch {
     return t;
   }
   ExportTensor Labels() const { return Int64Tensor(b_->labels()); }
-  const Batch& batch() const { return *b_; }
+  py::list Fields() const {
+    const Batch& b = batch();
+    return FieldLists(b.num_fields(), [&](size_t f) -> const std::vector<std::optional<Bytes>>& { return b.field(f); });
+  }
+  const Batch& batch() const {
+    if (!b_) Throw(Status::Invalid("the batch was dropped"));
+    return *b_;
+  }
   // Drops this object's hold on the buffer (exported tensors keep theirs).
   void Drop() { b_.reset(); }
   bool alive() const { return b_ != nullptr; }
@@ -360,6 +390,10 @@ class PyDeviceBatch {
     return t;
   }
   ExportTensor Labels() const { return Int64Tensor(get().labels()); }
+  py::list Fields() const {
+    const DeviceBatch& b = get();
+    return FieldLists(b.num_fields(), [&](size_t f) -> const std::vector<std::optional<Bytes>>& { return b.field(f); });
+  }
   const DeviceBatch& batch() const { return get(); }
   void Drop() { h_.reset(); }
   // Blocks until the data is complete (for callers that do not use the stream protocol).
@@ -388,8 +422,13 @@ LoaderOptions MakeOptions(uint32_t batch_size, bool shuffle, uint64_t seed, int 
                           int resize_size, bool dct_scaling, const std::vector<float>& mean,
                           const std::vector<float>& std_, const std::string& dtype, const std::string& layout,
                           const std::string& on_error, const std::string& image_field, bool stream,
-                          uint32_t shuffle_buffer, bool prefetch_next_epoch) {
+                          uint32_t shuffle_buffer, bool prefetch_next_epoch, const std::vector<std::string>& fields,
+                          const std::string& missing_fields) {
   LoaderOptions o;
+  o.fields = fields;
+  if (missing_fields == "raise" || missing_fields == "error") o.missing_fields = MissingFieldPolicy::kError;
+  else if (missing_fields == "none") o.missing_fields = MissingFieldPolicy::kNull;
+  else throw py::value_error("missing_fields must be \"raise\" or \"none\", not \"" + missing_fields + "\"");
   o.stream = stream;
   o.shuffle_buffer = shuffle_buffer;
   o.prefetch_next_epoch = prefetch_next_epoch;
@@ -450,6 +489,7 @@ tensor made from it is freed.)doc")
   py::class_<PyBatch>(m, "_Batch")
       .def("images", &PyBatch::Images, py::arg("channels_last") = false)
       .def("labels", &PyBatch::Labels)
+      .def("fields", &PyBatch::Fields)
       .def_property_readonly("keys", [](const PyBatch& b) { return b.batch().keys(); })
       .def_property_readonly("indices", [](const PyBatch& b) { return b.batch().indices(); })
       .def_property_readonly("epoch", [](const PyBatch& b) { return b.batch().epoch(); })
@@ -466,13 +506,19 @@ tensor made from it is freed.)doc")
                        std::pair<double, double> ratio, double flip_p, int resize_size, bool dct_scaling,
                        std::vector<float> mean, std::vector<float> std_, const std::string& dtype,
                        const std::string& layout, const std::string& on_error, const std::string& image_field,
-                       int buffer_wait_ms, bool stream, uint32_t shuffle_buffer, bool prefetch_next_epoch) {
+                       int buffer_wait_ms, bool stream, uint32_t shuffle_buffer, bool prefetch_next_epoch,
+                       std::vector<std::string> fields, const std::string& missing_fields,
+                       std::map<std::string, std::string> source_options) {
              LoaderOptions o = MakeOptions(batch_size, shuffle, seed, rank, world_size, drop_last, threads, prefetch,
                                            output_height, output_width, train, scale, ratio, flip_p, resize_size,
                                            dct_scaling, mean, std_, dtype, layout, on_error, image_field, stream,
-                                           shuffle_buffer, prefetch_next_epoch);
+                                           shuffle_buffer, prefetch_next_epoch, fields, missing_fields);
              o.buffer_wait_ms = buffer_wait_ms;
-             return std::make_unique<PyLoader>([&] { return Loader::Create(address, o); });
+             return std::make_unique<PyLoader>([&]() -> Result<std::unique_ptr<Loader>> {
+               if (source_options.empty()) return Loader::Create(address, o);
+               SK_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, OpenSource(address, source_options));
+               return Loader::Create(std::move(ds), o);
+             });
            }),
            py::arg("address"), py::kw_only(), py::arg("batch_size"), py::arg("shuffle"), py::arg("seed"),
            py::arg("rank"), py::arg("world_size"), py::arg("drop_last"), py::arg("threads"), py::arg("prefetch"),
@@ -480,7 +526,9 @@ tensor made from it is freed.)doc")
            py::arg("ratio"), py::arg("flip_p"), py::arg("resize_size"), py::arg("dct_scaling"),
            py::arg("mean"), py::arg("std"), py::arg("dtype"), py::arg("layout"), py::arg("on_error"),
            py::arg("image_field"), py::arg("buffer_wait_ms") = 0, py::arg("stream") = false,
-           py::arg("shuffle_buffer") = 8192, py::arg("prefetch_next_epoch") = true)
+           py::arg("shuffle_buffer") = 8192, py::arg("prefetch_next_epoch") = true,
+           py::arg("fields") = std::vector<std::string>{}, py::arg("missing_fields") = "raise",
+           py::arg("source_options") = std::map<std::string, std::string>{})
       .def("next", &PyLoader::Next)
       .def("set_epoch", &PyLoader::SetEpoch, py::arg("epoch"))
       .def("save_state", &PyLoader::SaveState)
@@ -507,6 +555,7 @@ tensor made from it is freed.)doc")
   py::class_<PyDeviceBatch>(m, "_DeviceBatch")
       .def("images", &PyDeviceBatch::Images, py::arg("channels_last") = false)
       .def("labels", &PyDeviceBatch::Labels)
+      .def("fields", &PyDeviceBatch::Fields)
       .def("synchronize", &PyDeviceBatch::Synchronize)
       .def_property_readonly("keys", [](const PyDeviceBatch& b) { return b.batch().keys(); })
       .def_property_readonly("indices", [](const PyDeviceBatch& b) { return b.batch().indices(); })
@@ -525,11 +574,13 @@ tensor made from it is freed.)doc")
                        std::vector<float> mean, std::vector<float> std_, const std::string& dtype,
                        const std::string& layout, const std::string& on_error, const std::string& image_field,
                        int device, const std::string& decoder, int ring, int buffer_wait_ms, bool stream,
-                       uint32_t shuffle_buffer, bool prefetch_next_epoch, double hardware_load, bool profile) {
+                       uint32_t shuffle_buffer, bool prefetch_next_epoch, double hardware_load, bool profile,
+                       std::vector<std::string> fields, const std::string& missing_fields,
+                       std::map<std::string, std::string> source_options) {
              LoaderOptions o = MakeOptions(batch_size, shuffle, seed, rank, world_size, drop_last, threads, prefetch,
                                            output_height, output_width, train, scale, ratio, flip_p, resize_size,
                                            dct_scaling, mean, std_, dtype, layout, on_error, image_field, stream,
-                                           shuffle_buffer, prefetch_next_epoch);
+                                           shuffle_buffer, prefetch_next_epoch, fields, missing_fields);
              o.buffer_wait_ms = buffer_wait_ms;
              GpuOptions g;
              g.device = device;
@@ -540,7 +591,11 @@ tensor made from it is freed.)doc")
              g.ring = ring;
              g.hardware_load = hardware_load;
              g.profile = profile;
-             return std::make_unique<PyGpuLoader>([&] { return GpuLoader::Create(address, o, g); });
+             return std::make_unique<PyGpuLoader>([&]() -> Result<std::unique_ptr<GpuLoader>> {
+               if (source_options.empty()) return GpuLoader::Create(address, o, g);
+               SK_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, OpenSource(address, source_options));
+               return GpuLoader::Create(std::move(ds), o, g);
+             });
            }),
            py::arg("address"), py::kw_only(), py::arg("batch_size"), py::arg("shuffle"), py::arg("seed"),
            py::arg("rank"), py::arg("world_size"), py::arg("drop_last"), py::arg("threads"), py::arg("prefetch"),
@@ -549,7 +604,9 @@ tensor made from it is freed.)doc")
            py::arg("mean"), py::arg("std"), py::arg("dtype"), py::arg("layout"), py::arg("on_error"),
            py::arg("image_field"), py::arg("device"), py::arg("decoder"), py::arg("ring"),
            py::arg("buffer_wait_ms") = 0, py::arg("stream") = false, py::arg("shuffle_buffer") = 8192,
-           py::arg("prefetch_next_epoch") = true, py::arg("hardware_load") = -1.0, py::arg("profile") = false)
+           py::arg("prefetch_next_epoch") = true, py::arg("hardware_load") = -1.0, py::arg("profile") = false,
+           py::arg("fields") = std::vector<std::string>{}, py::arg("missing_fields") = "raise",
+           py::arg("source_options") = std::map<std::string, std::string>{})
       .def("next", &PyGpuLoader::Next)
       .def("set_epoch", &PyGpuLoader::SetEpoch, py::arg("epoch"))
       .def("save_state", &PyGpuLoader::SaveState)

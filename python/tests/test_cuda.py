@@ -190,3 +190,48 @@ def test_holding_the_whole_ring_raises_instead_of_hanging(tar):
     with pytest.raises(shardkit.Error):
         next(it)
     del held
+
+
+@pytest.mark.parametrize("decoder", ["cpu", "gpu"])
+def test_fields_and_decoded_arrays_on_the_device_paths(tmp_path, decoder):
+    """Issue 17: fields ride with their rows on the copy path and the GPU decode path;
+    decoded arrays (HDF5 [N, H, W, 3]) take the GPU path's host route (no nvJPEG)."""
+    if decoder == "gpu" and not _shardkit.NVJPEG_COMPILED:
+        pytest.skip("no nvJPEG in this build")
+    import io
+    import os
+    import tarfile
+
+    import numpy as np
+    from conftest import make_image_folder
+
+    samples = make_image_folder(str(tmp_path / "imgs"))
+    shard = str(tmp_path / "p-000000.tar")
+    with tarfile.open(shard, "w") as tf:  # jpg + cls + txt per sample
+        for key in sorted(samples):
+            for ext, data in (("cls", str(samples[key][1]).encode()), ("jpg", open(samples[key][0], "rb").read()),
+                              ("txt", f"text {key}".encode())):
+                info = tarfile.TarInfo(f"{key}.{ext}")
+                info.size = len(data)
+                tf.addfile(info, io.BytesIO(data))
+    n = 0
+    for images, labels, texts, keys in loader(shard, device="cuda:0", decoder=decoder, fields=("txt",),
+                                              return_keys=True):
+        assert images.device.type == "cuda"
+        assert texts == [f"text {k}" for k in keys]
+        assert labels.tolist() == [samples[k][1] for k in keys]
+        n += len(keys)
+    assert n == 24
+    h5py = pytest.importorskip("h5py")
+    rng = np.random.default_rng(2)
+    src = str(tmp_path / "a.h5")
+    with h5py.File(src, "w") as f:
+        f.create_dataset("images", data=rng.integers(0, 256, (10, 20, 24, 3), dtype=np.uint8))
+        f.create_dataset("labels", data=np.arange(10))
+    kw = dict(dtype="uint8", layout="NHWC", seed=3)
+    cpu = [i.clone() for i, _ in loader(src, **kw)]
+    gpu = [i.cpu() for i, _ in loader(src, device="cuda:0", decoder=decoder, **kw)]
+    assert len(cpu) == len(gpu) == 2
+    for c, g in zip(cpu, gpu):
+        # bit-identical: the copy path, and the GPU path's host route (docs/gpu.md)
+        assert torch.equal(c, g)

@@ -36,6 +36,10 @@ struct TpField {
   std::string name;  // dataset name in the file
   std::string ext;   // "" = sniff per sample
   enum Kind { kVlenU8, kVlenStr, kFixedStr, kInt, kArray } kind = kVlenU8;
+  // kVlenU8 with a `shapes` dataset beside it (variable-size decoded images stored
+  // flattened as vlen uint8, h5py's advice): element i is an array of shape shapes[i]
+  // ([H, W] or [H, W, C]), field "npy". Empty = plain bytes.
+  std::vector<std::vector<uint64_t>> shapes;
   Hid dset;
   Hid mtype;                  // memory type for element reads
   size_t fixed_size = 0;      // kFixedStr
@@ -65,6 +69,9 @@ class Hdf5Data {
  private:
   Status OpenShardkit(hid_t file, uint64_t file_size);
   Status OpenMapped(hid_t file, const std::map<std::string, std::string>& map, bool nchw);
+  // The `shapes` dataset [N, 2] or [N, 3] of variable-size decoded images in `images`.
+  Status ReadShapes(hid_t file, TpField* images);
+  bool vlen_shapes_ = false;  // the default map found `images` + `shapes`
   Status Corrupt(const std::string& dataset, const std::string& what) const {
     return Status::Corrupt(fmt::format("dataset '{}': {}", dataset, what), Location{.file = path_});
   }
@@ -553,6 +560,7 @@ Status Hdf5Data::Open(const std::string& path, const OpenOptions& opts) {
     std::map<std::string, std::string> map = opts.field_map;
     if (map.empty()) {
       if (has("images")) map["images"] = "";
+      vlen_shapes_ = has("images") && has("shapes");
       if (has("labels")) map["labels"] = "cls";
       else if (has("targets")) map["targets"] = "cls";
       // Keras-style files (x_train/y_train, X/y, x/y) when there is no `images`.
@@ -786,6 +794,9 @@ Status Hdf5Data::OpenMapped(hid_t file, const std::map<std::string, std::string>
     }
     tp_.push_back(std::move(f));
   }
+  if (vlen_shapes_)
+    for (auto& f : tp_)
+      if (f.name == "images" && f.kind == TpField::kVlenU8) SK_RETURN_IF_ERROR(ReadShapes(file, &f));
   // Payload fields before labels, so that tp_.front() names a payload in messages.
   std::stable_sort(tp_.begin(), tp_.end(),
                    [](const TpField& a, const TpField& b) { return (a.kind == TpField::kInt) < (b.kind == TpField::kInt); });
@@ -800,6 +811,56 @@ Status Hdf5Data::OpenMapped(hid_t file, const std::map<std::string, std::string>
     if (!f.ext.empty() && std::find(fields.begin(), fields.end(), f.ext) == fields.end()) fields.push_back(f.ext);
   std::sort(fields.begin(), fields.end());
   info.fields = fields;
+  return Status::OK();
+}
+
+Status Hdf5Data::ReadShapes(hid_t file, TpField* images) {
+  SK_ASSIGN_OR_RETURN(Hid d, OpenDataset(file, "shapes", "shapes"));
+  Hid space(H5Dget_space(d.get()), H5Sclose);
+  Hid type(H5Dget_type(d.get()), H5Tclose);
+  hsize_t dims[2] = {0, 0};
+  if (!space.ok() || H5Sget_simple_extent_ndims(space.get()) != 2 || !type.ok() ||
+      H5Tget_class(type.get()) != H5T_INTEGER || H5Tget_size(type.get()) > 8)
+    return Corrupt("shapes", "expected integers of shape [N, 2] or [N, 3] (the shape of each element of 'images')");
+  H5Sget_simple_extent_dims(space.get(), dims, nullptr);
+  if (dims[0] != n || (dims[1] != 2 && dims[1] != 3))
+    return Corrupt("shapes", fmt::format("has shape [{}, {}]; expected [{}, 2] or [{}, 3] (one shape per image)", dims[0],
+                                         dims[1], n, n));
+  std::vector<int64_t> v(size_t(n * dims[1]));
+  if (n > 0 && H5Dread(d.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0)
+    return Corrupt("shapes", "cannot read: " + H5Message());
+  std::vector<std::vector<uint64_t>> shapes(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    uint64_t elems = 1;
+    for (hsize_t k = 0; k < dims[1]; ++k) {
+      const int64_t x = v[size_t(i * dims[1] + k)];
+      if (x <= 0 || x > (int64_t(1) << 31))
+        return Status::Corrupt(fmt::format("dataset 'shapes': element {} has a dimension of {}", i, x),
+                               Location{.file = path_, .index = int64_t(i)});
+      elems *= uint64_t(x);
+      if (elems > hdf5::kMaxElementBytes)
+        return Status::Corrupt(fmt::format("dataset 'shapes': element {} is larger than {} bytes", i,
+                                           hdf5::kMaxElementBytes),
+                               Location{.file = path_, .index = int64_t(i)});
+      shapes[i].push_back(uint64_t(x));
+    }
+  }
+  // Encoded files stored beside their images' shapes (metadata, not a flattening) stay
+  // the images-labels layout: element 0 must hold exactly its shape's bytes (an encoded
+  // file of exactly H * W * C bytes does not happen in practice).
+  if (n > 0) {
+    Sample s0;
+    SK_RETURN_IF_ERROR(GetTp(0, &s0));  // (images->shapes not set yet: the raw element)
+    const Field* raw = nullptr;
+    for (const auto& fl : s0.fields)
+      if (fl.ext != "cls") raw = &fl;
+    uint64_t want = 1;
+    for (uint64_t x : shapes[0]) want *= x;
+    if (!raw || raw->data.size() != want) return Status::OK();
+  }
+  images->shapes = std::move(shapes);
+  images->ext = "npy";
+  info.extra["layout"] = "decoded-images-vlen";
   return Status::OK();
 }
 
@@ -833,6 +894,18 @@ Status Hdf5Data::GetTp(uint64_t i, Sample* out) const {
       }
       b = Bytes::Copy(v.p, v.len);
       H5Dvlen_reclaim(f.mtype.get(), mspace.get(), H5P_DEFAULT, &v);
+      if (!f.shapes.empty()) {  // a flattened decoded image and its shape
+        pickle::NdArray a;
+        a.dtype = pickle::DType{'u', 1, '|'};
+        a.shape = f.shapes[i];
+        if (a.elements() != b.size())
+          return Status::Corrupt(fmt::format("dataset '{}': element holds {} bytes, its shape in 'shapes' needs {}",
+                                             f.name, b.size(), a.elements()),
+                                 at);
+        a.data = std::move(b);
+        out->set(f.ext, pickle::ToNpy(a));
+        continue;
+      }
     } else if (f.kind == TpField::kVlenStr) {
       char* p = nullptr;
       VlenCheck check = NewVlenCheck(i);

@@ -168,11 +168,15 @@ Status Decode(const Catalog& cat, std::string_view lkey, const Bytes& value, uin
       // ToNpy made an owned copy: swap channels 0 and 2 of every pixel in place.
       uint8_t* px = const_cast<uint8_t*>(npy.data()) + (npy.size() - a.data.size());
       const size_t s = a.dtype.itemsize, stride = s * size_t(a.shape[2]);
-      uint8_t tmp[16];
-      for (size_t off = 0; off + stride <= a.data.size(); off += stride) {
-        std::memcpy(tmp, px + off, s);
-        std::memcpy(px + off, px + off + 2 * s, s);
-        std::memcpy(px + off + 2 * s, tmp, s);
+      if (s == 1 && stride == 3) {  // cv2.imread's uint8 BGR: a loop the compiler vectorises (the generic one made the loader 2.5x slower than from JPEG)
+        for (size_t off = 0; off + 3 <= a.data.size(); off += 3) std::swap(px[off], px[off + 2]);
+      } else {
+        uint8_t tmp[16];
+        for (size_t off = 0; off + stride <= a.data.size(); off += stride) {
+          std::memcpy(tmp, px + off, s);
+          std::memcpy(px + off, px + off + 2 * s, s);
+          std::memcpy(px + off + 2 * s, tmp, s);
+        }
       }
     }
     out->set("npy", std::move(npy));
