@@ -201,8 +201,6 @@ class Loader:
             raise NotImplementedError('decoder="gpu" needs device="cuda:N"')
         if cache_dir is not None:
             # Remote shards (http(s)://, s3://): the library reads these at open (docs/remote.md).
-            import os
-
             os.environ["SHARDKIT_CACHE_DIR"] = str(cache_dir)
             os.environ["SHARDKIT_CACHE_BYTES"] = str(int(cache_bytes))
         self._device = _parse_device(device)

@@ -421,3 +421,26 @@ def test_input_stats_and_summary_say_whether_the_input_waits(data):
     assert s["rate_host"] > 0 and s["hardware_share"] < 0
     line = ld.summary()
     assert line.startswith(f"shardkit: {len(ld)} batches") and "decoder cpu" in line and "host" in line
+
+
+def test_every_default_in_a_fresh_interpreter(data):
+    """shardkit.Loader(address, batch_size=...) with every other argument at its default
+    (threads=0: the affinity mask; no cache_dir), in a fresh interpreter as a user's script
+    runs it: a name bound only on one branch of __init__ once made it fail before the first
+    batch (UnboundLocalError) unless threads= or cache_dir= was passed."""
+    import subprocess
+    import sys
+    import textwrap
+
+    address = data[0]
+    code = textwrap.dedent(f"""
+        import os, shardkit
+        os.environ.pop("LOCAL_WORLD_SIZE", None)
+        ld = shardkit.Loader({address!r}, batch_size=4, output_size=32)
+        assert ld.threads >= 1, ld.threads
+        images, labels = next(iter(ld))
+        assert tuple(images.shape) == (4, 3, 32, 32), images.shape
+        print("defaults-ok", ld.threads)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "defaults-ok" in r.stdout, r.stderr[-2000:]
