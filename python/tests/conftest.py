@@ -53,6 +53,25 @@ def folder(tmp_path):
     return "folder:" + root, samples
 
 
+def write_tar_shards(out_dir, items, per_shard, prefix="train", mode=0o444):
+    """Tar shards of {key: {ext: bytes}} (keys sorted, members key.ext), written by
+    Python's tarfile as <out_dir>/<prefix>-NNNNNN.tar. Returns the brace-range path."""
+    keys = sorted(items)
+    os.makedirs(out_dir, exist_ok=True)
+    n = (len(keys) + per_shard - 1) // per_shard
+    for s in range(n):
+        with tarfile.open(os.path.join(out_dir, f"{prefix}-{s:06d}.tar"), "w", format=tarfile.USTAR_FORMAT) as tf:
+            for key in keys[s * per_shard:(s + 1) * per_shard]:
+                for ext in sorted(items[key]):
+                    data = items[key][ext]
+                    info = tarfile.TarInfo(f"{key}.{ext}")
+                    info.size = len(data)
+                    if mode is not None:
+                        info.mode = mode
+                    tf.addfile(info, io.BytesIO(data))
+    return os.path.join(out_dir, f"{prefix}-" + "{%06d..%06d}.tar" % (0, n - 1))
+
+
 def make_tar_shards(out_dir, samples, per_shard=10, extra=None):
     """WebDataset tar shards of the image folder's samples, written by Python's tarfile
     (members key.jpg, key.cls in key order), plus `extra` {key: {ext: bytes}} samples.
@@ -60,19 +79,7 @@ def make_tar_shards(out_dir, samples, per_shard=10, extra=None):
     items = {k: {"jpg": open(p, "rb").read(), "cls": str(label).encode()}
              for k, (p, label, _) in samples.items()}
     items.update(extra or {})
-    keys = sorted(items)
-    os.makedirs(out_dir, exist_ok=True)
-    n = (len(keys) + per_shard - 1) // per_shard
-    for s in range(n):
-        with tarfile.open(os.path.join(out_dir, f"train-{s:06d}.tar"), "w", format=tarfile.USTAR_FORMAT) as tf:
-            for key in keys[s * per_shard:(s + 1) * per_shard]:
-                for ext in sorted(items[key]):
-                    data = items[key][ext]
-                    info = tarfile.TarInfo(f"{key}.{ext}")
-                    info.size = len(data)
-                    info.mode = 0o444
-                    tf.addfile(info, io.BytesIO(data))
-    return "wds:" + os.path.join(out_dir, "train-{%06d..%06d}.tar" % (0, n - 1))
+    return "wds:" + write_tar_shards(out_dir, items, per_shard)
 
 
 def _folder_available(address):

@@ -5,14 +5,13 @@ import io
 import json
 import os
 import pickle
-import tarfile
 
 import numpy as np
 import pytest
 
 import shardkit
 
-from conftest import solid_jpeg
+from conftest import solid_jpeg, write_tar_shards
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(not shardkit.HAVE_LOADER, reason="no loader in this build")
@@ -20,17 +19,7 @@ pytestmark = pytest.mark.skipif(not shardkit.HAVE_LOADER, reason="no loader in t
 
 def write_shards(out_dir, items, per_shard):
     """Tar shards of {key: {ext: bytes}} (keys sorted), written by Python's tarfile."""
-    keys = sorted(items)
-    os.makedirs(out_dir, exist_ok=True)
-    n = (len(keys) + per_shard - 1) // per_shard
-    for s in range(n):
-        with tarfile.open(os.path.join(out_dir, f"p-{s:06d}.tar"), "w", format=tarfile.USTAR_FORMAT) as tf:
-            for key in keys[s * per_shard:(s + 1) * per_shard]:
-                for ext in sorted(items[key]):
-                    info = tarfile.TarInfo(f"{key}.{ext}")
-                    info.size = len(items[key][ext])
-                    tf.addfile(info, io.BytesIO(items[key][ext]))
-    return os.path.join(out_dir, "p-{%06d..%06d}.tar" % (0, n - 1))
+    return write_tar_shards(out_dir, items, per_shard, prefix="p", mode=None)
 
 
 def caption(key):
