@@ -27,7 +27,13 @@ static void on_fault(int sig, siginfo_t* si, void* ctx) {
   _exit(128 + sig);
 }
 __attribute__((constructor)) static void install(void) {
+  /* An alternate stack, so that a stack overflow is reported too (for the thread that
+     loads the library; sigaltstack is per thread). */
+  static char alt[1 << 16];
+  stack_t ss; memset(&ss, 0, sizeof ss);
+  ss.ss_sp = alt; ss.ss_size = sizeof alt;
+  sigaltstack(&ss, 0);
   struct sigaction sa; memset(&sa, 0, sizeof sa);
-  sa.sa_sigaction = on_fault; sa.sa_flags = SA_SIGINFO;
+  sa.sa_sigaction = on_fault; sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
   sigaction(SIGSEGV, &sa, 0); sigaction(SIGBUS, &sa, 0); sigaction(SIGABRT, &sa, 0);
 }
