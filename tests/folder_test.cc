@@ -16,6 +16,7 @@
 #include "shardkit/shardkit.h"
 #include "fault_fs.h"
 #include "support.h"
+#include "read_all.h"
 
 using namespace shardkit;
 namespace fs = std::filesystem;
@@ -31,18 +32,7 @@ std::unique_ptr<Dataset> MustOpen(const std::string& addr) {
 }
 
 std::vector<Sample> ReadAll(const Dataset& ds) {
-  auto r = ds.NewReader();
-  REQUIRE(r.ok());
-  std::vector<Sample> out;
-  for (;;) {
-    Sample s;
-    auto more = (*r)->Next(&s);
-    INFO(more.status().ToString());
-    REQUIRE(more.ok());
-    if (!*more) break;
-    out.push_back(std::move(s));
-  }
-  return out;
+  return sk_test::ReadAllSamples(ds);
 }
 
 void MkDir(const std::string& p) { fs::create_directories(p); }

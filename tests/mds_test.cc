@@ -17,6 +17,7 @@
 #include "formats/registry.h"
 #include "shardkit/shardkit.h"
 #include "support.h"
+#include "read_all.h"
 
 using namespace shardkit;
 using namespace sk_test;
@@ -58,19 +59,7 @@ std::vector<Sample> ReadAll(const std::string& addr) {
   auto ds = Open(addr);
   INFO(ds.status().ToString());
   REQUIRE(ds.ok());
-  auto r = (*ds)->NewReader();
-  INFO(r.status().ToString());
-  REQUIRE(r.ok());
-  std::vector<Sample> out;
-  for (;;) {
-    Sample s;
-    auto more = (*r)->Next(&s);
-    INFO(more.status().ToString());
-    REQUIRE(more.ok());
-    if (!*more) break;
-    out.push_back(std::move(s));
-  }
-  return out;
+  return sk_test::ReadAllSamples(**ds);
 }
 
 void SameSamples(const std::vector<Sample>& got, const std::vector<Sample>& want) {

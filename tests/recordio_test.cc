@@ -14,6 +14,7 @@
 #include "formats/registry.h"
 #include "shardkit/shardkit.h"
 #include "support.h"
+#include "read_all.h"
 
 using namespace shardkit;
 using namespace sk_test;
@@ -43,18 +44,7 @@ std::vector<Sample> ReadAllOf(const std::string& addr) {
   auto ds = Open(addr);
   INFO(ds.status().ToString());
   REQUIRE(ds.ok());
-  auto r = (*ds)->NewReader();
-  REQUIRE(r.ok());
-  std::vector<Sample> out;
-  for (;;) {
-    Sample s;
-    auto more = (*r)->Next(&s);
-    INFO(more.status().ToString());
-    REQUIRE(more.ok());
-    if (!*more) break;
-    out.push_back(std::move(s));
-  }
-  return out;
+  return sk_test::ReadAllSamples(**ds);
 }
 
 Status FirstError(const std::string& addr) {

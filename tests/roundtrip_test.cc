@@ -13,6 +13,7 @@
 #include "formats/registry.h"
 #include "shardkit/shardkit.h"
 #include "support.h"
+#include "read_all.h"
 
 using namespace shardkit;
 using namespace sk_test;
@@ -79,18 +80,7 @@ std::vector<Sample> ReadAll(const std::string& addr, DatasetInfo* info) {
   INFO("open " << addr << ": " << ds.status().ToString());
   REQUIRE(ds.ok());
   *info = (*ds)->info();
-  auto r = (*ds)->NewReader();
-  REQUIRE(r.ok());
-  std::vector<Sample> out;
-  for (;;) {
-    Sample s;
-    auto more = (*r)->Next(&s);
-    INFO(more.status().ToString());
-    REQUIRE(more.ok());
-    if (!*more) break;
-    out.push_back(std::move(s));
-  }
-  return out;
+  return sk_test::ReadAllSamples(**ds);
 }
 
 bool Available(const std::string& format) {

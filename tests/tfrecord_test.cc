@@ -20,6 +20,7 @@
 #include "shardkit/shardkit.h"
 #include "shardkit/verify.h"
 #include "support.h"
+#include "read_all.h"
 
 using namespace shardkit;
 using namespace sk_test;
@@ -64,18 +65,7 @@ std::vector<Sample> ReadAll(const std::string& address, DatasetInfo* info = null
   INFO(address << ": " << ds.status().ToString());
   REQUIRE(ds.ok());
   if (info) *info = (*ds)->info();
-  auto r = (*ds)->NewReader();
-  REQUIRE(r.ok());
-  std::vector<Sample> out;
-  for (;;) {
-    Sample s;
-    auto more = (*r)->Next(&s);
-    INFO(more.status().ToString());
-    REQUIRE(more.ok());
-    if (!*more) break;
-    out.push_back(std::move(s));
-  }
-  return out;
+  return sk_test::ReadAllSamples(**ds);
 }
 
 void CheckSame(const std::vector<Sample>& got, const std::vector<Sample>& want) {
