@@ -195,4 +195,11 @@ SHARDKIT_API Status RegisterFileSystem(const std::string& scheme, FileSystemFact
 // "scheme://". Thread-safe.
 SHARDKIT_API Result<std::shared_ptr<FileSystem>> FileSystemFor(std::string_view address);
 
+// An address as it may be shown (a log line, an error, a report): the userinfo
+// ("user:password@") removed and a query holding a credential (an S3 presigned URL's
+// X-Amz-Signature, X-Amz-Credential, X-Amz-Security-Token; token=, sig=, ...) replaced by
+// "?<redacted>"; a local path is returned unchanged. Errors (Status) and the command's
+// output are already redacted; this is for what a program shows itself. Thread-safe.
+SHARDKIT_API std::string RedactAddress(std::string_view address);
+
 }  // namespace shardkit

@@ -1,5 +1,6 @@
 // Addresses made safe to show (redact.h).
 #include "io/redact.h"
+#include "shardkit/filesystem.h"
 
 #include <cctype>
 
@@ -75,3 +76,7 @@ void RedactInPlace(std::string* text) {
 }
 
 }  // namespace shardkit::io
+
+namespace shardkit {
+std::string RedactAddress(std::string_view address) { return io::RedactAddress(address); }
+}  // namespace shardkit

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common.h"
+#include "shardkit/filesystem.h"
 
 namespace shardkit::python {
 namespace {
@@ -150,7 +151,7 @@ class PyDataset {
 
 py::dict ShardToDict(const ShardInfo& s) {
   py::dict d;
-  d["path"] = s.path;
+  d["path"] = RedactAddress(s.path);
   d["samples"] = s.samples;
   d["bytes"] = s.bytes;
   d["checksum"] = s.checksum.empty() ? py::object(py::none()) : py::object(py::str(s.checksum));
@@ -160,7 +161,7 @@ py::dict ShardToDict(const ShardInfo& s) {
 py::dict InfoToDict(const DatasetInfo& i) {
   py::dict d;
   d["format"] = i.format;
-  d["address"] = i.address;
+  d["address"] = RedactAddress(i.address);
   d["num_samples"] = i.num_samples ? py::object(py::int_(*i.num_samples)) : py::object(py::none());
   d["class_names"] = i.class_names;
   d["fields"] = i.fields;
@@ -200,7 +201,7 @@ dataset's metadata as a dict. Calls release the GIL; a Dataset may be shared by 
       .def("__repr__", [](const PyDataset& d) {
         const DatasetInfo& i = d.info();
         std::string n = i.num_samples ? std::to_string(*i.num_samples) : std::string("?");
-        return "<shardkit.Dataset " + i.format + " '" + i.address + "', " + n + " samples>";
+        return "<shardkit.Dataset " + i.format + " '" + RedactAddress(i.address) + "', " + n + " samples>";
       });
 
   m.def("open", &PyDataset::Open, py::arg("address"), py::kw_only(),

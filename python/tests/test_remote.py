@@ -103,3 +103,25 @@ def test_loader_over_http_with_a_cache(folder, http_root, tmp_path):
     finally:
         os.environ.pop("SHARDKIT_CACHE_DIR", None)
         os.environ.pop("SHARDKIT_CACHE_BYTES", None)
+
+
+def test_a_password_in_an_address_is_not_shown(folder, http_root):
+    """Issue 14: secrets never appear in an error, info or a repr. The test server takes any
+    credentials; the address carries user:secret@ and the reads work."""
+    if not shardkit.HAVE_CONVERT:
+        pytest.skip("no convert in this build")
+    address, _ = folder
+    root, base = http_root
+    shardkit.shard(address, str(root / "train-%06d.tar"), samples_per_shard=10)
+    secret_base = base.replace("http://", "http://user:s3cr3tpw@")
+    ds = shardkit.open(secret_base + "/train.manifest.json")
+    assert len(ds) == 24 and ds[0]["__key__"]
+    info = ds.info
+    assert info["num_samples"] == 24
+    shown = repr(info) + repr(ds) + repr(shardkit.info(secret_base + "/train.manifest.json"))
+    assert "s3cr3tpw" not in shown, shown
+    assert "127.0.0.1" in shown  # the address is there, without its password
+    assert ds.address == secret_base + "/train.manifest.json"  # as given, to pass on
+    with pytest.raises(shardkit.Error) as e:
+        shardkit.open(secret_base + "/no-such-shard.tar")[0]
+    assert "s3cr3tpw" not in str(e.value) and "no-such-shard" in str(e.value), str(e.value)
