@@ -3,7 +3,8 @@
 # torch while `import torch; import shardkit` works? (Found and fixed: python/src/module.map;
 # docs/python.md.) Builds the module (as device_ddp.sh does), then: a native backtrace of a
 # crash (an LD_PRELOAD'ed SIGSEGV handler that prints every frame's library and symbol),
-# trivial pybind11 modules with and without libshardkit linked, and the module's exports. There (carry .deps):  source .deps/unpack.sh && bash scripts/device_import_diag.sh
+# trivial pybind11 modules with and without libshardkit linked, and the module's exports.
+# There (carry .deps):  source .deps/unpack.sh && bash scripts/device_import_diag.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [[ "${CMAKE_PREFIX_PATH:-}" == */opt/deps/* ]] || source .deps/unpack.sh
