@@ -32,7 +32,16 @@ for remote in OFF ON; do
         --args "$S" bench --loader "$W/ds.manifest.json" --batches 10 2>&1 | tail -80
     else
       gcc -O1 -shared -fPIC -o "$W/segv.so" scripts/segv_backtrace.c 2>/dev/null
-      LD_PRELOAD=$W/segv.so "$S" bench --loader "$W/ds.manifest.json" --batches 10 2>&1 | grep NATIVE | head -40
+      LD_PRELOAD=$W/segv.so "$S" bench --loader "$W/ds.manifest.json" --batches 10 2>&1 | grep NATIVE >"$W/bt-all.txt"
+      grep "thread created" "$W/bt-all.txt" | sort | uniq -c
+      grep -v "thread created" "$W/bt-all.txt" | head -60 >"$W/bt.txt"
+      cat "$W/bt.txt"
+      # Frames in our own binaries, to function and line (addr2line from binutils).
+      if command -v addr2line >/dev/null; then
+        grep -oE '([^ ]*(shardkit|libshardkit[^ ]*))\+0x[0-9a-f]+' "$W/bt.txt" | head -30 | while IFS=+ read -r f off; do
+          echo "  $f+$off: $(addr2line -f -C -i -e "$f" "$off" 2>/dev/null | paste -sd' ' | cut -c1-300)"
+        done
+      fi
     fi
     nm -D --defined-only "$S" | wc -l | sed 's/^/  dynamic symbols exported by the tool: /'
     readelf -d "$S" | grep -c 'NEEDED.*libstdc++' | sed 's/^/  libstdc++ NEEDED (0 = static): /'

@@ -3,6 +3,8 @@
    gcc -O1 -shared -fPIC -o segv.so scripts/segv_backtrace.c */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <execinfo.h>
 #include <signal.h>
 #include <stdio.h>
@@ -25,6 +27,29 @@ static void on_fault(int sig, siginfo_t* si, void* ctx) {
   void* bt[48]; int n = backtrace(bt, 48);
   for (int i = 0; i < n; i++) frame("NATIVE #", bt[i]);
   _exit(128 + sig);
+}
+/* Every thread gets an alternate signal stack too (sigaltstack is per thread): without it a
+   stack overflow in a worker thread kills the process before the handler can run. */
+struct start { void* (*fn)(void*); void* arg; };
+static void* with_altstack(void* p) {
+  struct start s = *(struct start*)p; free(p);
+  stack_t ss; memset(&ss, 0, sizeof ss);
+  ss.ss_size = 1 << 16; ss.ss_sp = malloc(ss.ss_size);
+  if (ss.ss_sp) sigaltstack(&ss, 0);
+  return s.fn(s.arg);
+}
+int pthread_create(pthread_t* t, const pthread_attr_t* a, void* (*fn)(void*), void* arg) {
+  static int (*real)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
+  if (!real) real = (int (*)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*))dlsym(RTLD_NEXT, "pthread_create");
+  struct start* s = malloc(sizeof *s);
+  if (!s) return real(t, a, fn, arg);
+  s->fn = fn; s->arg = arg;
+  size_t sz = 0;
+  if (a && pthread_attr_getstacksize(a, &sz) == 0) {
+    char buf[96]; int len = snprintf(buf, sizeof buf, "NATIVE thread created, stack %zu bytes\n", sz);
+    write(2, buf, len);
+  }
+  return real(t, a, with_altstack, s);
 }
 __attribute__((constructor)) static void install(void) {
   /* An alternate stack, so that a stack overflow is reported too (for the thread that

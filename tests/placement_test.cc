@@ -55,12 +55,27 @@ TEST_CASE("feed-bound: the share converges within a few batches to the split whe
   }
 }
 
-TEST_CASE("model-bound with host threads enough: the engines' share goes to 0 (least GPU work)", "[placement]") {
+TEST_CASE("model-bound with host threads enough: the engines' share goes to 0 (least GPU work) within a few batches",
+          "[placement]") {
   Feed f;
   PlacementController c(0.7);
-  const double wait_share = Run(&c, f, /*work=*/0.06, 60);  // 4,300 images/s wanted; the host does 8,000
+  Run(&c, f, /*work=*/0.06, 12);  // 4,300 images/s wanted; the host does 8,000
+  CHECK(c.share() == 0.0);
+  const double wait_share = Run(&c, f, 0.06, 48);
   CHECK(c.share() == 0.0);
   CHECK(wait_share == 0.0);
+}
+
+TEST_CASE("a consumer that slows down (heavier model, evaluation) brings the share from its floor to 0",
+          "[placement]") {
+  Feed f;
+  PlacementController c(0.0);
+  Run(&c, f, 0.022, 150);  // needs the engines: the share settles above 0 (next test)
+  const double settled = c.share();
+  CHECK(settled > 0.2);
+  Run(&c, f, 0.06, 30);  // now the host threads alone keep up
+  INFO("settled at " << settled);
+  CHECK(c.share() == 0.0);
 }
 
 TEST_CASE("model-bound needing the engines: the share settles near the least that keeps the consumer fed",

@@ -14,9 +14,14 @@
 //    waits for): the share moves towards the split where the host side (phase 1) and the
 //    engine side (submitter) take equal time, the feed's maximum, by 0.3 x their relative
 //    difference per batch (a few batches to converge from any start).
-//  - The consumer does not wait: the share goes down by 0.02 per batch, so that the GPU
-//    does the least work that still keeps the consumer fed; once the host threads fall
-//    behind, the consumer waits and the first rule pushes it back up.
+//  - The consumer does not wait: the share goes down, so that the GPU does the least work
+//    that still keeps the consumer fed; once the host threads fall behind, the consumer
+//    waits and the first rule pushes it back up. The step down is 0.3 x the distance to
+//    the last share at which the consumer waited (the floor; 0 at start), at least 0.02:
+//    from the default start (0.7) a model the host threads keep fed alone reaches 0 in
+//    about 10 batches, and near the floor it creeps (0.02) instead of overshooting into
+//    waits again. The floor sinks by 0.01 per batch without a wait, so a consumer that
+//    slows down later (a heavier model, evaluation) still brings the share to 0.
 //  - The nvJPEG CUDA backend (which runs on the SMs, beside the model) takes the images the
 //    engines reject only while the consumer waits with the share at 1.
 // Threading: Observe() from one thread (the consumer); share() and cuda_on() from any.
@@ -31,7 +36,9 @@ class PlacementController {
  public:
   static constexpr double kWaiting = 0.02;   // the consumer waits: > 2% of its step
   static constexpr double kGain = 0.3;       // per batch, times the relative imbalance
-  static constexpr double kStepDown = 0.02;  // per batch while the consumer does not wait
+  static constexpr double kStepDown = 0.02;  // per batch while the consumer does not wait, at least
+  static constexpr double kFall = 0.3;       // ... else this times the distance to the floor
+  static constexpr double kFloorSink = 0.01; // the floor's fall per batch without a wait
 
   explicit PlacementController(double start = 0.7) : share_(std::clamp(start, 0.0, 1.0)) {}
 
@@ -44,11 +51,13 @@ class PlacementController {
     double s = share_.load(std::memory_order_relaxed);
     const bool feed_bound = wait_ > kWaiting && acquire_s < 0.25 * std::max(prepare_s, 1e-6);
     if (feed_bound) {
+      floor_ = s;
       const double err = (prepare_s - submit_s) / std::max({prepare_s, submit_s, 1e-6});  // > 0: host slower
       s += kGain * err;
       cuda_on_.store(s >= 0.999 && err > 0, std::memory_order_relaxed);
     } else {
-      s -= kStepDown;
+      floor_ = std::max(0.0, floor_ - kFloorSink);
+      s -= std::max(kStepDown, kFall * (s - floor_));
       cuda_on_.store(false, std::memory_order_relaxed);
     }
     share_.store(std::clamp(s, 0.0, 1.0), std::memory_order_relaxed);
@@ -62,6 +71,7 @@ class PlacementController {
   std::atomic<double> share_;
   std::atomic<bool> cuda_on_{false};
   double wait_ = 0;
+  double floor_ = 0;  // the share at the last batch the consumer waited for (consumer thread)
 };
 
 }  // namespace shardkit::pipeline
