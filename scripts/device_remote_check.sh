@@ -15,7 +15,7 @@ NPROC=$(nproc)
 W=${WORK:-/tmp/skremote}
 rm -rf "$W" && mkdir -p "$W"
 python3 .corpus/make_corpus.py "$W/imgs" --count 400 >/dev/null 2>&1 || { echo "no corpus script (.corpus)"; exit 1; }
-for remote in OFF ON; do
+for remote in ${ONLY:-OFF ON}; do
   B=build-remote-$remote
   cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDKIT_WITH_CUDA=OFF -DSHARDKIT_WITH_REMOTE=$remote \
     >"$OUT/cmake-$remote.log" 2>&1 || { tail -20 "$OUT/cmake-$remote.log"; continue; }
@@ -36,6 +36,11 @@ for remote in OFF ON; do
       grep "thread created" "$W/bt-all.txt" | sort | uniq -c
       grep -v "thread created" "$W/bt-all.txt" | head -60 >"$W/bt.txt"
       cat "$W/bt.txt"
+      # The faulting pc inside libc: the nearest exported symbol below it.
+      pc=$(grep -oE 'NATIVE pc [^ ]+ [^ ]*libc\.so\.6\+0x[0-9a-f]+' "$W/bt.txt" | sed 's/.*+//')
+      [ -n "$pc" ] && nm -D --defined-only /lib/x86_64-linux-gnu/libc.so.6 | python3 -c "
+import sys; o = int('$pc', 16); best = max(((int(a, 16), n) for a, _, n in (l.split()[:3] for l in sys.stdin if len(l.split()) >= 3) if int(a, 16) <= o), default=(0, '?'))
+print('  libc pc: %s+0x%x' % (best[1], o - best[0]))"
       # Frames in our own binaries, to function and line (addr2line from binutils).
       if command -v addr2line >/dev/null; then
         grep -oE '([^ ]*(shardkit|libshardkit[^ ]*))\+0x[0-9a-f]+' "$W/bt.txt" | head -30 | while IFS=+ read -r f off; do

@@ -21,9 +21,22 @@ static void frame(const char* tag, void* pc) {
   write(2, buf, len);
 }
 static void on_fault(int sig, siginfo_t* si, void* ctx) {
-  char buf[128]; int len = snprintf(buf, sizeof buf, "NATIVE signal %d at address %p\n", sig, si->si_addr);
+  char buf[192]; int len = snprintf(buf, sizeof buf, "NATIVE signal %d at address %p\n", sig, si->si_addr);
   write(2, buf, len);
   frame("NATIVE pc", (void*)((ucontext_t*)ctx)->uc_mcontext.gregs[REG_RIP]);
+  /* The registers that carry a leaf function's arguments, then a scan of the stack for
+     return addresses (words that fall in a loaded object): backtrace() below may itself
+     fault on a damaged stack, and a libc leaf (strlen, memcpy) keeps no frame. */
+  greg_t* g = ((ucontext_t*)ctx)->uc_mcontext.gregs;
+  len = snprintf(buf, sizeof buf, "NATIVE rdi %llx rsi %llx rdx %llx rsp %llx\n", (unsigned long long)g[REG_RDI],
+                 (unsigned long long)g[REG_RSI], (unsigned long long)g[REG_RDX], (unsigned long long)g[REG_RSP]);
+  write(2, buf, len);
+  void** sp = (void**)g[REG_RSP];
+  int shown = 0;
+  for (int i = 0; i < 1024 && shown < 60; i++) {
+    Dl_info d;
+    if (dladdr(sp[i], &d) && d.dli_fname) { frame("NATIVE stack", sp[i]); shown++; }
+  }
   void* bt[48]; int n = backtrace(bt, 48);
   for (int i = 0; i < n; i++) frame("NATIVE #", bt[i]);
   _exit(128 + sig);
