@@ -16,7 +16,17 @@ bash ../shared/device/carry-debs.sh \
 # Debian's libssh2 and OpenLDAP too); the carried package brings headers and the .so link.
 # zlib and zstd (the TFRecord and MDS formats) likewise: headers from Debian, the machine's
 # own runtime (libz.so.1, libzstd.so.1). OpenMPI is not carried (optional at build time).
+# libjpeg: Debian's (JPEG_LIB_VERSION 62), headers and library together. Its jconfig.h
+# lives in the multiarch include folder, which CPATH did not name, so the machine's own
+# jconfig.h (Ubuntu's libjpeg-turbo8-dev: version 80) was read beside Debian's jpeglib.h
+# (REMOTE=OFF), or Debian's once curl's include folder (/usr/include/x86_64-linux-gnu)
+# was on the line (REMOTE=ON), while libjpeg.pc's -L/usr/lib/... linked the machine's
+# libjpeg.so.8: libjpeg refused jpeg_create_decompress (version 62 != 80) and the decoder
+# crashed (every `bench --loader` with the remote client; lib/decode/jpeg.cc now reports
+# it as an error). So: the multiarch headers on CPATH, and libjpeg.pc pointed at /opt/deps.
 cat >> .deps/unpack.sh <<'EOF'
+export CPATH=/opt/deps/usr/include/x86_64-linux-gnu:$CPATH
+sed -i -E 's#^(prefix|exec_prefix|libdir|includedir)=/usr#\1=/opt/deps/usr#' /opt/deps/usr/lib/x86_64-linux-gnu/pkgconfig/libjpeg.pc
 rm -f /opt/deps/usr/lib/x86_64-linux-gnu/libcurl.so.4*
 for _lib in libcurl.so.4 libz.so.1 libzstd.so.1; do
   for _d in /usr/lib/x86_64-linux-gnu /lib/x86_64-linux-gnu; do

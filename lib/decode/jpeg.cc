@@ -109,10 +109,22 @@ struct ImageDecoder::Impl {
     err.pub.output_message = OutputMessage;
     err.progress.progress_monitor = ProgressMonitor;
     err.max_scans = l.max_scans;
+    // libjpeg reports a failure to start (its version or struct size differs from the
+    // jpeglib.h / jconfig.h this was compiled with: a build that mixed one libjpeg's
+    // headers with another's library) through error_exit, so the jump must be set here too.
+    if (setjmp(err.jump)) {
+      start_error = err.message;
+      return;
+    }
     jpeg_create_decompress(&cinfo);
     cinfo.progress = &err.progress;
+    created = true;
   }
-  ~Impl() { jpeg_destroy_decompress(&cinfo); }
+  ~Impl() {
+    if (created) jpeg_destroy_decompress(&cinfo);
+  }
+  bool created = false;
+  std::string start_error;  // libjpeg's message when it refused to start
 
   Status CheckSize(uint64_t w, uint64_t h) const {
     if (w == 0 || h == 0) return Status::Corrupt(fmt::format("image has zero size {}x{}", w, h));
@@ -126,6 +138,10 @@ struct ImageDecoder::Impl {
   Status DecodeJpeg(const uint8_t* data, size_t size,
                     const std::function<CropBox(const ImageInfo&)>& choose, double min_w, double min_h,
                     Region* out, ImageInfo* info) {
+    if (!created)
+      return Status::Internal(fmt::format("libjpeg did not start: {} (shardkit was built with the headers of "
+                                          "another libjpeg than the one it runs with)",
+                                          start_error));
     if (setjmp(err.jump)) {
       jpeg_abort_decompress(&cinfo);
       return Status::Corrupt(fmt::format("JPEG: {}", err.message));
