@@ -7,7 +7,9 @@
 # Prints one table: images/s (loader: decode + RandomResizedCrop + normalize, random
 # order) and the ratio to local disk; the first epoch from S3 with an empty cache
 # (cold) and the next with the cache filled (warm); convert seconds local vs s3://.
-# SK: the shardkit binary (default build/tools/shardkit); MAKE_CORPUS as bench_convert.sh.
+# SK: the shardkit binary (default build/tools/shardkit); MAKE_CORPUS as bench_convert.sh;
+# PY: a python3 with PIL and numpy (default /usr/bin/python3). Without node (or with
+# NO_S3=1; the GPU machine has no node) the s3rver rows are left out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 COUNT=2000
@@ -23,6 +25,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 SK=${SK:-build/tools/shardkit}
+PY=${PY:-/usr/bin/python3}
+S3=1
+{ [ -n "${NO_S3:-}" ] || ! command -v node >/dev/null || [ ! -d .npm-deps/node_modules ]; } && S3=0
 [ -x "$SK" ] || { echo "build shardkit first (cmake --build build --target shardkit_cli)" >&2; exit 1; }
 W=$(mktemp -d "${TMPDIR:-/tmp}/skremote.XXXXXX")
 PIDS=()
@@ -36,16 +41,20 @@ GEN="$W/gen"; mkdir -p "$GEN/sources"
 cp "$MK" "$GEN/make_corpus.py"
 find "$(dirname "$MK")/sources" -maxdepth 1 -type f \( -iname '*.png' -o -iname '*.jpg' -o -iname '*.jpeg' \) \
   -exec cp {} "$GEN/sources/" \;
-/usr/bin/python3 "$GEN/make_corpus.py" "$W/imgs" --count "$COUNT" >/dev/null 2>&1
+"$PY" "$GEN/make_corpus.py" "$W/imgs" --count "$COUNT" >/dev/null 2>&1
 N=$(find "$W/imgs" -type f | wc -l)
 
 # Servers on free loopback ports.
-/usr/bin/python3 tests/remote_http_server.py --root "$W/http" --port-file "$W/http.port" >/dev/null 2>&1 &
+"$PY" tests/remote_http_server.py --root "$W/http" --port-file "$W/http.port" >/dev/null 2>&1 &
 PIDS+=($!)
 mkdir -p "$W/http" "$W/s3data"
-NODE_PATH=.npm-deps/node_modules node --openssl-legacy-provider tests/s3rver_launch.js "$W/s3data" "$W/s3.port" \
-  >/dev/null 2>&1 &
-PIDS+=($!)
+if [ $S3 = 1 ]; then
+  NODE_PATH=.npm-deps/node_modules node --openssl-legacy-provider tests/s3rver_launch.js "$W/s3data" "$W/s3.port" \
+    >/dev/null 2>&1 &
+  PIDS+=($!)
+else
+  echo 0 >"$W/s3.port"
+fi
 for f in http.port s3.port; do for _ in $(seq 200); do [ -s "$W/$f" ] && break; sleep 0.1; done; done
 HTTP="http://127.0.0.1:$(cat "$W/http.port")"
 export AWS_ENDPOINT_URL="http://127.0.0.1:$(cat "$W/s3.port")" AWS_ACCESS_KEY_ID=S3RVER \
@@ -53,6 +62,9 @@ export AWS_ENDPOINT_URL="http://127.0.0.1:$(cat "$W/s3.port")" AWS_ACCESS_KEY_ID
 
 secs() { local t0 t1; t0=$(date +%s.%N); "$@" >"$W/log" 2>&1 || { echo "FAILED: $* ($(tail -1 "$W/log"))" >&2; exit 1; }; t1=$(date +%s.%N); awk "BEGIN{printf \"%.2f\", $t1 - $t0}"; }
 T_LOCAL=$(secs "$SK" shard "$W/imgs" "$W/local/ds-%06d.tar" --num-shards 8)
+T_HTTP=$(secs "$SK" shard "$W/imgs" "$HTTP/up/ds-%06d.tar" --num-shards 8)
+T_S3=- T_PUT=-
+if [ $S3 = 1 ]; then
 T_S3=$(secs "$SK" shard "$W/imgs" "s3://test/ds/ds-%06d.tar" --num-shards 8)
 # The store's own ceiling: the same files PUT by boto3 (4 threads, as shardkit's uploader),
 # with nothing else to do; shard to s3:// cannot beat max(shard to local, this).
@@ -67,13 +79,14 @@ def put(n):
 with ThreadPoolExecutor(4) as ex:
     list(ex.map(put, sorted(os.listdir(d))))
 ' "$W/local")
+fi
 cp "$W"/local/* "$W/http/"
 
 BB=()
 [ "$BATCHES" -gt 0 ] && BB=(--batches "$BATCHES")
 ips() {  # images/s of one `bench --loader` run
   "$SK" bench --loader "$@" --threads "$THREADS" --batch-size 64 "${BB[@]}" --json 2>"$W/err" |
-    /usr/bin/python3 -c 'import json,sys; r=json.load(sys.stdin)["rows"][0]; print(round(r["images_per_s"]))' ||
+    "$PY" -c 'import json,sys; r=json.load(sys.stdin)["rows"][0]; print(round(r["images_per_s"]))' ||
     { echo "FAILED: bench --loader $* ($(tail -1 "$W/err"))" >&2; exit 1; }
 }
 "$SK" bench --loader "$W/local/ds.manifest.json" --threads "$THREADS" --batch-size 64 --batches 2 >/dev/null 2>&1 || true
@@ -81,14 +94,17 @@ max() { awk "BEGIN{print ($1 > $2) ? $1 : $2}"; }
 # Two rounds in alternating order (the best of each): a loaded machine drifts.
 L=$(ips "$W/local/ds.manifest.json")
 H=$(ips "$HTTP/ds.manifest.json")
+S3RANGE=- S3COLD=- S3WARM=-
+if [ $S3 = 1 ]; then
 S3RANGE=$(ips "s3://test/ds/ds.manifest.json")
 S3COLD=$(ips "s3://test/ds/ds.manifest.json" --cache-dir "$W/cache")
 S3WARM=$(ips "s3://test/ds/ds.manifest.json" --cache-dir "$W/cache")
 S3WARM=$(max "$S3WARM" "$(ips "s3://test/ds/ds.manifest.json" --cache-dir "$W/cache")")
 S3RANGE=$(max "$S3RANGE" "$(ips "s3://test/ds/ds.manifest.json")")
+fi
 H=$(max "$H" "$(ips "$HTTP/ds.manifest.json")")
 L=$(max "$L" "$(ips "$W/local/ds.manifest.json")")
-r() { awk "BEGIN{printf \"%.2f\", $1 / $2}"; }
+r() { [ "$1" = - ] || [ "$2" = - ] && { echo -; return; }; awk "BEGIN{printf \"%.2f\", $1 / $2}"; }
 echo "remote storage, $N images in 8 shards, $THREADS threads, loopback servers"
 printf "%-44s %12s %8s\n" "loader (random order, decode+crop; best of 2)" "images/s" "ratio"
 printf "%-44s %12s %8s\n" "local disk" "$L" "1.00"
@@ -97,5 +113,6 @@ printf "%-44s %12s %8s\n" "s3rver, range requests, no cache" "$S3RANGE" "$(r "$S
 printf "%-44s %12s %8s\n" "s3rver, --cache-dir, cold (first epoch)" "$S3COLD" "$(r "$S3COLD" "$L")"
 printf "%-44s %12s %8s\n" "s3rver, --cache-dir, warm" "$S3WARM" "$(r "$S3WARM" "$L")"
 printf "%-44s %12s %8s\n" "shard to local disk (s)" "$T_LOCAL" "1.00"
+printf "%-44s %12s %8s\n" "shard to http:// PUT (python server) (s)" "$T_HTTP" "$(r "$T_LOCAL" "$T_HTTP")"
 printf "%-44s %12s %8s\n" "shard to s3:// (s; ratio = speed vs local)" "$T_S3" "$(r "$T_LOCAL" "$T_S3")"
 printf "%-44s %12s %8s\n" "store ceiling: boto3 PUT of the same files (s)" "$T_PUT" "$(r "$T_LOCAL" "$T_PUT")"
