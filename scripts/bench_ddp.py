@@ -14,7 +14,7 @@ feed in turn:
   shardkit    shardkit.Loader with its defaults (rank and world from torchrun, decoder
               "auto", threads from the rank's CPU affinity), device=cuda:LOCAL_RANK
   shardkit_cpu / shardkit_gpu   the same with the decoder pinned; a suffix @X pins the
-              engines' share (hardware_load=X), e.g. shardkit_gpu@1.0, shardkit_gpu@0
+              engines' share (hardware_load=X), e.g. shardkit_gpu@1.0, shardkit_gpu@0; #N sets its host threads (shardkit#12)
   feed, feed_cpu, feed_gpu@1.0, ...   (no model) the loader alone: what the feed delivers
 Each rank is pinned (os.sched_setaffinity) to its own block of the host's cores,
 cores / GPUs-on-the-host of them, whatever G is, so that G = 1 and G = 2 see the same
@@ -77,11 +77,14 @@ def worker(args):
     def feed_shardkit(spec):
         import shardkit
 
+        spec, _, nthreads = spec.partition("#")  # shardkit_gpu@0.7#12: 12 host threads
         spec, _, load = spec.partition("@")
         decoder = spec.split("_", 1)[1] if "_" in spec else "auto"
         kw = {} if decoder == "auto" else {"decoder": decoder}
         if load:
             kw["hardware_load"] = float(load)
+        if nthreads:
+            kw["threads"] = int(nthreads)
         ld = shardkit.Loader(args.shards, batch_size=args.batch, seed=0, device=f"cuda:{local_rank}",
                              layout="channels_last", drop_last=True, **kw)
         info = {"decoder": ld.decoder, "threads": getattr(ld, "threads", None), "batches_per_epoch": len(ld)}
