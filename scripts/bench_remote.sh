@@ -44,10 +44,34 @@ find "$(dirname "$MK")/sources" -maxdepth 1 -type f \( -iname '*.png' -o -iname 
 "$PY" "$GEN/make_corpus.py" "$W/imgs" --count "$COUNT" >/dev/null 2>&1
 N=$(find "$W/imgs" -type f | wc -l)
 
-# Servers on free loopback ports.
-"$PY" tests/remote_http_server.py --root "$W/http" --port-file "$W/http.port" >/dev/null 2>&1 &
-PIDS+=($!)
+# Servers on free loopback ports. HTTP_SERVER=nginx: nginx (Debian's nginx-core, with
+# its DAV module for PUT) instead of the tests' Python server, to see whether the client
+# or the Python server is the limit.
 mkdir -p "$W/http" "$W/s3data"
+if [ "${HTTP_SERVER:-python}" = nginx ]; then
+  NGX=$(command -v nginx || echo /usr/sbin/nginx)
+  PORT=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  mkdir -p "$W/ngx"
+  cat >"$W/ngx/nginx.conf" <<NGX
+daemon off; worker_processes auto; user root; pid $W/ngx/nginx.pid; error_log $W/ngx/error.log;
+events { worker_connections 4096; }
+http {
+  access_log off; client_body_temp_path $W/ngx/body; proxy_temp_path $W/ngx/proxy;
+  fastcgi_temp_path $W/ngx/fcgi; uwsgi_temp_path $W/ngx/uwsgi; scgi_temp_path $W/ngx/scgi;
+  client_max_body_size 0; sendfile on; keepalive_requests 100000;
+  server { listen 127.0.0.1:$PORT; root $W/http; dav_methods PUT DELETE; create_full_put_path on; }
+}
+NGX
+  [ "$(id -u)" = 0 ] || sed -i "s/ user root;//" "$W/ngx/nginx.conf"  # workers run as us
+  "$NGX" -c "$W/ngx/nginx.conf" -p "$W/ngx" >/dev/null 2>&1 &
+  PIDS+=($!)
+  echo "$PORT" >"$W/http.port"
+  HTTP_NAME="http (nginx)"
+else
+  "$PY" tests/remote_http_server.py --root "$W/http" --port-file "$W/http.port" >/dev/null 2>&1 &
+  PIDS+=($!)
+  HTTP_NAME="http (python server)"
+fi
 if [ $S3 = 1 ]; then
   NODE_PATH=.npm-deps/node_modules node --openssl-legacy-provider tests/s3rver_launch.js "$W/s3data" "$W/s3.port" \
     >/dev/null 2>&1 &
@@ -108,11 +132,11 @@ r() { [ "$1" = - ] || [ "$2" = - ] && { echo -; return; }; awk "BEGIN{printf \"%
 echo "remote storage, $N images in 8 shards, $THREADS threads, loopback servers"
 printf "%-44s %12s %8s\n" "loader (random order, decode+crop; best of 2)" "images/s" "ratio"
 printf "%-44s %12s %8s\n" "local disk" "$L" "1.00"
-printf "%-44s %12s %8s\n" "http (python server), range requests" "$H" "$(r "$H" "$L")"
+printf "%-44s %12s %8s\n" "$HTTP_NAME, range requests" "$H" "$(r "$H" "$L")"
 printf "%-44s %12s %8s\n" "s3rver, range requests, no cache" "$S3RANGE" "$(r "$S3RANGE" "$L")"
 printf "%-44s %12s %8s\n" "s3rver, --cache-dir, cold (first epoch)" "$S3COLD" "$(r "$S3COLD" "$L")"
 printf "%-44s %12s %8s\n" "s3rver, --cache-dir, warm" "$S3WARM" "$(r "$S3WARM" "$L")"
 printf "%-44s %12s %8s\n" "shard to local disk (s)" "$T_LOCAL" "1.00"
-printf "%-44s %12s %8s\n" "shard to http:// PUT (python server) (s)" "$T_HTTP" "$(r "$T_LOCAL" "$T_HTTP")"
+printf "%-44s %12s %8s\n" "shard to $HTTP_NAME PUT (s)" "$T_HTTP" "$(r "$T_LOCAL" "$T_HTTP")"
 printf "%-44s %12s %8s\n" "shard to s3:// (s; ratio = speed vs local)" "$T_S3" "$(r "$T_LOCAL" "$T_S3")"
 printf "%-44s %12s %8s\n" "store ceiling: boto3 PUT of the same files (s)" "$T_PUT" "$(r "$T_LOCAL" "$T_PUT")"
