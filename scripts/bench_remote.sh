@@ -49,7 +49,7 @@ N=$(find "$W/imgs" -type f | wc -l)
 # or the Python server is the limit.
 mkdir -p "$W/http" "$W/s3data"
 if [ "${HTTP_SERVER:-python}" = nginx ]; then
-  NGX=$(command -v nginx || echo /usr/sbin/nginx)
+  NGX=$(command -v nginx || { [ -x /opt/deps/usr/sbin/nginx ] && echo /opt/deps/usr/sbin/nginx; } || echo /usr/sbin/nginx)
   PORT=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   mkdir -p "$W/ngx"
   cat >"$W/ngx/nginx.conf" <<NGX
@@ -63,7 +63,7 @@ http {
 }
 NGX
   [ "$(id -u)" = 0 ] || sed -i "s/ user root;//" "$W/ngx/nginx.conf"  # workers run as us
-  "$NGX" -c "$W/ngx/nginx.conf" -p "$W/ngx" >/dev/null 2>&1 &
+  "$NGX" -c "$W/ngx/nginx.conf" -p "$W/ngx" -e "$W/ngx/error.log" >/dev/null 2>&1 &
   PIDS+=($!)
   echo "$PORT" >"$W/http.port"
   HTTP_NAME="http (nginx)"

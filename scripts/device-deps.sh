@@ -11,11 +11,13 @@ bash ../shared/device/carry-debs.sh \
   libmsgpack-cxx-dev libdlpack-dev catch2 pybind11-dev \
   libprotobuf-dev libprotobuf32 libprotoc32 protobuf-compiler \
   libcurl4-openssl-dev libexpat1-dev libexpat1 \
-  zlib1g-dev libzstd-dev
+  zlib1g-dev libzstd-dev nginx
 # libcurl: link against the GPU machine's own libcurl.so.4 (Debian's runtime would need
 # Debian's libssh2 and OpenLDAP too); the carried package brings headers and the .so link.
 # zlib and zstd (the TFRecord and MDS formats) likewise: headers from Debian, the machine's
 # own runtime (libz.so.1, libzstd.so.1). OpenMPI is not carried (optional at build time).
+# nginx: a real HTTP server (ranges, PUT through its DAV module) for
+# `HTTP_SERVER=nginx scripts/bench_remote.sh` (/opt/deps/usr/sbin/nginx).
 # libjpeg: Debian's (JPEG_LIB_VERSION 62), headers and library together. Its jconfig.h
 # lives in the multiarch include folder, which CPATH did not name, so the machine's own
 # jconfig.h (Ubuntu's libjpeg-turbo8-dev: version 80) was read beside Debian's jpeglib.h
