@@ -61,10 +61,13 @@ bool StaysLocal(const std::string& path) { return EndsWith(path, ".partial") || 
 
 class UploadingFileSystem : public FileSystem {
  public:
-  static constexpr int kWorkers = 4;  // files uploaded at once (each a multipart upload of its own on s3)
+  // Files uploaded at once (each a multipart upload of its own on s3): half the cores, 4 to
+  // 16 (was 4). Shards are published one after another as the writer completes them; while
+  // an upload takes longer than 4 shards' writing, uploads queue up behind the writer.
+  static int Workers() { return std::clamp(int(std::thread::hardware_concurrency()) / 2, 4, 16); }
   UploadingFileSystem(std::shared_ptr<FileSystem> base, std::string local_root, std::string remote_root)
       : base_(std::move(base)), local_root_(std::move(local_root)), remote_root_(std::move(remote_root)) {
-    for (int i = 0; i < kWorkers; ++i) workers_.emplace_back([this] { Work(); });
+    for (int i = 0, n = Workers(); i < n; ++i) workers_.emplace_back([this] { Work(); });
   }
   ~UploadingFileSystem() override {
     {
