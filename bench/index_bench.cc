@@ -9,7 +9,7 @@
 //     order, the shard counts, the cache) + the first index lookup; time and RSS.
 //  3. Random lookups from T threads through the cache: RSS (now and peak), cache bytes.
 // Usage: sk_index_bench [--shards S] [--per-shard K] [--lookups L] [--threads T]
-//                       [--budget BYTES]   (default: the reader's, SHARDKIT_INDEX_BUDGET)
+//                       [--budget BYTES]   (default: the reader's, 64MiB)
 #include <fmt/format.h>
 #include <malloc.h>
 
