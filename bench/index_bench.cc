@@ -9,7 +9,7 @@
 //     order, the shard counts, the cache) + the first index lookup; time and RSS.
 //  3. Random lookups from T threads through the cache: RSS (now and peak), cache bytes.
 // Usage: sk_index_bench [--shards S] [--per-shard K] [--lookups L] [--threads T]
-//                       [--budget BYTES]   (default: the reader's, SHARDKIT_INDEX_BUDGET)
+//                       [--budget BYTES]   (default: the reader's, 64MiB)
 #include <fmt/format.h>
 #include <malloc.h>
 
@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_memory.h"
 #include "formats/wds/index_cache.h"
 #include "pipeline/plan.h"
 #include "shardkit/convert.h"
@@ -28,22 +29,16 @@
 
 using namespace shardkit;
 using namespace shardkit::formats::wds;
-using Clock = std::chrono::steady_clock;
+using sk_bench::Clock;
 
 namespace {
 
-double Ms(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
+using sk_bench::Ms;
 
 // VmRSS and VmHWM of this process, in MB.
 std::pair<double, double> RssMb() {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  double rss = 0, hwm = 0;
-  while (std::getline(f, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) rss = std::strtod(line.c_str() + 6, nullptr) / 1024;
-    if (line.rfind("VmHWM:", 0) == 0) hwm = std::strtod(line.c_str() + 6, nullptr) / 1024;
-  }
-  return {rss, hwm};
+  sk_bench::Rss r = sk_bench::ProcessRss();
+  return {r.now_mb, r.peak_mb};
 }
 
 uint64_t HeapBytes() { return mallinfo2().uordblks; }

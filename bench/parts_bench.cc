@@ -8,7 +8,6 @@
 //     in a scratch directory): the time of Merge() and the memory it adds.
 // Usage: sk_parts_bench [--samples N] [--parts P] [--dir SCRATCH] [--skip-merge]
 #include <fmt/format.h>
-#include <sys/resource.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -18,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_memory.h"
 #include "core/file.h"
 #include "formats/wds/parts.h"
 #include "pipeline/plan.h"
@@ -25,17 +25,14 @@
 #include "shardkit/loader.h"
 
 using namespace shardkit;
-using Clock = std::chrono::steady_clock;
+using sk_bench::Clock;
 
 namespace {
 
-double Ms(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
+using sk_bench::Ms;
 
-double PeakMb() {
-  struct rusage u;
-  getrusage(RUSAGE_SELF, &u);
-  return u.ru_maxrss / 1024.0;
-}
+// The process's peak resident memory (VmHWM), in MB.
+double PeakMb() { return sk_bench::ProcessRss().peak_mb; }
 
 }  // namespace
 

@@ -523,3 +523,12 @@ TEST_CASE("mds: bids, listing and the CLI's info and verify") {
   CHECK(sh["hashes"] == json({"md5", "sha1"}));
   SameSamples(ReadAll(t / "e"), ReadAll(t / "d"));
 }
+
+TEST_CASE("mds: a key of 4096 bytes or more (held by reference like a large field) reads back whole") {
+  TempDir t;
+  auto want = Fixture(3);
+  want[1].key = std::string(5000, 'k') + "/long";  // over the writer's hold size (4096)
+  want[2].key = std::string(4096, 'x');            // exactly at it
+  WriteAll("mds:" + (t / "out"), want);
+  SameSamples(ReadAll("mds:" + (t / "out")), want);
+}

@@ -783,9 +783,9 @@ TEST_CASE("remote wds: folder -> s3 -> folder, random access by ranges, streamed
   S3rverServer srv;
   UseS3rver(srv);
   sk_test::TempDir tmp;
-  ::setenv("SHARDKIT_STAGING_DIR", (tmp / "staging").c_str(), 1);
   sk_test::MakeImageFolder(tmp / "src", 3, 10, 5);
   ConvertOptions co;
+  co.staging_dir = tmp / "staging";  // an option: the library reads no environment
   co.write.samples_per_shard = 7;
   auto sum = Convert(tmp / "src", "s3://test/ds/train-%06d.tar", co);
   INFO(sum.status().ToString());
@@ -841,7 +841,6 @@ TEST_CASE("remote wds: folder -> s3 -> folder, random access by ranges, streamed
   INFO(back.status().ToString());
   REQUIRE(back.ok());
   CHECK(AllByKey("folder:" + (tmp / "back")) == local);
-  ::unsetenv("SHARDKIT_STAGING_DIR");
 }
 
 TEST_CASE("remote wds: http shards with .idx are read by range requests, not downloaded", "[remote]") {
@@ -887,10 +886,10 @@ TEST_CASE("remote wds: http shards with .idx are read by range requests, not dow
 TEST_CASE("remote wds: a failed upload leaves no manifest", "[remote]") {
   HttpServer http;
   sk_test::TempDir tmp;
-  ::setenv("SHARDKIT_STAGING_DIR", (tmp / "staging").c_str(), 1);
   sk_test::MakeImageFolder(tmp / "src", 2, 10, 3);
   http.Fault("out/train-000001.tar", "500", -1);
   ConvertOptions co;
+  co.staging_dir = tmp / "staging";
   co.write.samples_per_shard = 5;
   auto sum = Convert(tmp / "src", http.Url("out/train-%06d.tar"), co);
   REQUIRE(!sum.ok());
@@ -906,7 +905,6 @@ TEST_CASE("remote wds: a failed upload leaves no manifest", "[remote]") {
   REQUIRE(again.ok());
   CHECK(fs::exists(http.root + "/out/train.manifest.json"));
   CHECK(AllByKey(http.Url("out/train.manifest.json"), {}, true) == AllByKey(tmp / "src"));
-  ::unsetenv("SHARDKIT_STAGING_DIR");
 }
 
 TEST_CASE("remote cache: bounded LRU, one download for many threads", "[remote]") {
@@ -967,9 +965,9 @@ TEST_CASE("remote: a password or a presigned query in an address is shown nowher
 
   HttpServer http;
   sk_test::TempDir tmp;
-  ::setenv("SHARDKIT_STAGING_DIR", (tmp / "staging").c_str(), 1);
   sk_test::MakeImageFolder(tmp / "src", 2, 6, 4);
   ConvertOptions co;
+  co.staging_dir = tmp / "staging";
   co.write.samples_per_shard = 4;
   REQUIRE(Convert(tmp / "src", http.root + "/train-%06d.tar", co).ok());
   const std::string base = fmt::format("http://reader:{}@127.0.0.1:{}", pw, http.proc->port());
@@ -1044,7 +1042,6 @@ TEST_CASE("remote: a password or a presigned query in an address is shown nowher
   CHECK(files > 20);
   CHECK(fs::exists(http.root + "/up/train.manifest.json"));
   CHECK(fs::exists(tmp / "out/list.wids.json"));
-  ::unsetenv("SHARDKIT_STAGING_DIR");
 }
 
 // Issue 15 with issue 14: parts upload their shards and records, merge lists them and
@@ -1184,4 +1181,105 @@ TEST_CASE("remote parts: a failed shard upload leaves no part record and --resum
     CHECK(name.find(".lock") == std::string::npos);
   }
   ::unsetenv("SHARDKIT_STAGING_DIR");
+}
+
+// ---------------------------------------------------------------- knobs are options (issue 13)
+
+namespace {
+bool HasEntries(const std::string& dir) { return fs::exists(dir) && !fs::is_empty(dir); }
+}  // namespace
+
+TEST_CASE("remote knobs: the shard cache is OpenOptions::cache_dir, SHARDKIT_CACHE_DIR reaches it through the CLI only",
+          "[remote]") {
+  HttpServer http;
+  sk_test::TempDir tmp;
+  sk_test::MakeImageFolder(tmp / "src", 2, 6, 4);
+  ConvertOptions co;
+  co.write.samples_per_shard = 4;
+  auto sum = Convert(tmp / "src", http.root + "/train-%06d.tar", co);
+  REQUIRE(sum.ok());
+  uint64_t total = 0;
+  for (const auto& sh : sum->shards) total += sh.bytes;
+  const std::string manifest = http.Url("train.manifest.json");
+  const auto local = AllByKey(tmp / "src");
+
+  // The library reads no environment: the variable neither creates nor fills a cache.
+  ::setenv("SHARDKIT_CACHE_DIR", (tmp / "env-cache").c_str(), 1);
+  ::setenv("SHARDKIT_CACHE_BYTES", "1", 1);
+  CHECK(AllByKey(manifest, {}, true) == local);
+  CHECK(!fs::exists(tmp / "env-cache"));
+  // The option takes effect, and the variables beside it change nothing (no bound of 1 byte).
+  OpenOptions o;
+  o.cache_dir = tmp / "opt-cache";
+  CHECK(AllByKey(manifest, o, true) == local);
+  CHECK(io::CacheBytes(tmp / "opt-cache") == total);
+  CHECK(!fs::exists(tmp / "env-cache"));
+  ::unsetenv("SHARDKIT_CACHE_DIR");
+  ::unsetenv("SHARDKIT_CACHE_BYTES");
+
+  // The commands honour the variable (compatibility), and --cache-dir wins over it.
+  auto env = sk_test::Run("SHARDKIT_CACHE_DIR=" + sk_test::Q(tmp / "cli-env") + " " + sk_test::Q(SHARDKIT_CLI) +
+                          " verify " + sk_test::Q(manifest) + " 2>&1");
+  INFO(env.out);
+  CHECK(env.exit_code == 0);
+  CHECK(io::CacheBytes(tmp / "cli-env") == total);
+  auto flag = sk_test::Run("SHARDKIT_CACHE_DIR=" + sk_test::Q(tmp / "cli-env2") + " " + sk_test::Q(SHARDKIT_CLI) +
+                           " verify " + sk_test::Q(manifest) + " --cache-dir " + sk_test::Q(tmp / "cli-flag") + " 2>&1");
+  INFO(flag.out);
+  CHECK(flag.exit_code == 0);
+  CHECK(io::CacheBytes(tmp / "cli-flag") == total);
+  CHECK(!fs::exists(tmp / "cli-env2"));
+  auto bad = sk_test::Run("SHARDKIT_CACHE_BYTES=lots " + sk_test::Q(SHARDKIT_CLI) + " info " + sk_test::Q(manifest) +
+                          " 2>&1");
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.out.find("SHARDKIT_CACHE_BYTES 'lots'") != std::string::npos);
+}
+
+TEST_CASE("remote knobs: a remote output is staged in ConvertOptions::staging_dir, SHARDKIT_STAGING_DIR is the CLI's",
+          "[remote]") {
+  HttpServer http;
+  sk_test::TempDir tmp;
+  sk_test::MakeImageFolder(tmp / "src", 2, 6, 5);
+  ::setenv("SHARDKIT_STAGING_DIR", (tmp / "env-staging").c_str(), 1);
+  ::setenv("TMPDIR", (tmp / "env-tmp").c_str(), 1);
+  ConvertOptions co;
+  co.write.samples_per_shard = 4;
+  // Without the option: /tmp (removed after success), never the variables' directories.
+  auto ok = Convert(tmp / "src", http.Url("a/train-%06d.tar"), co);
+  INFO(ok.status().ToString());
+  REQUIRE(ok.ok());
+  CHECK(fs::exists(http.root + "/a/train.manifest.json"));
+  CHECK(!fs::exists(tmp / "env-staging"));
+  CHECK(!fs::exists(tmp / "env-tmp"));
+  // With it: a failed upload keeps the staged files there (for --resume), and only there.
+  http.Fault("b/train-000001.tar", "500", -1);
+  co.staging_dir = tmp / "opt-staging";
+  auto failed = Convert(tmp / "src", http.Url("b/train-%06d.tar"), co);
+  REQUIRE(!failed.ok());
+  CHECK(HasEntries(tmp / "opt-staging"));
+  CHECK(!fs::exists(tmp / "env-staging"));
+  // ShardOptions carries it too.
+  ShardOptions so;
+  so.samples_per_shard = 4;
+  so.staging_dir = tmp / "opt-staging-shard";
+  http.Fault("c/train-000001.tar", "500", -1);
+  REQUIRE(!Shard(tmp / "src", http.Url("c/train-%06d.tar"), so).ok());
+  CHECK(HasEntries(tmp / "opt-staging-shard"));
+  CHECK(!fs::exists(tmp / "env-staging"));
+  ::unsetenv("TMPDIR");
+  ::unsetenv("SHARDKIT_STAGING_DIR");
+
+  // The command reads SHARDKIT_STAGING_DIR, else TMPDIR (compatibility).
+  http.Fault("d/train-000001.tar", "500", -1);
+  auto cli = sk_test::Run("SHARDKIT_STAGING_DIR=" + sk_test::Q(tmp / "cli-staging") + " " + sk_test::Q(SHARDKIT_CLI) +
+                          " convert --samples-per-shard 4 " + sk_test::Q(tmp / "src") + " " +
+                          sk_test::Q("wds:" + http.Url("d/train-%06d.tar")) + " 2>&1");
+  CHECK(cli.exit_code != 0);
+  CHECK(HasEntries(tmp / "cli-staging"));
+  http.Fault("e/train-000001.tar", "500", -1);
+  auto tmpdir = sk_test::Run("TMPDIR=" + sk_test::Q(tmp / "cli-tmp") + " " + sk_test::Q(SHARDKIT_CLI) +
+                             " shard --samples-per-shard 4 " + sk_test::Q(tmp / "src") + " " +
+                             sk_test::Q(http.Url("e/train-%06d.tar")) + " 2>&1");
+  CHECK(tmpdir.exit_code != 0);
+  CHECK(HasEntries(tmp / "cli-tmp"));
 }

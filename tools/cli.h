@@ -52,8 +52,16 @@ int UsageError(const std::string& message);
 bool ParseSizeFlag(const std::string& flag, const std::string& value, uint64_t* out);
 
 // --cache-dir DIR and --cache-bytes SIZE: the local cache of remote shards
-// (docs/remote.md), passed to the library as SHARDKIT_CACHE_DIR/_BYTES.
-void AddCacheOptions(CLI::App* sub);
+// (docs/remote.md), set on *open (OpenOptions::cache_dir/_bytes); *open must
+// outlive the parse.
+void AddCacheOptions(CLI::App* sub, OpenOptions* open);
+// The environment the commands honour for compatibility (the library reads none):
+// SHARDKIT_CACHE_DIR / SHARDKIT_CACHE_BYTES fill cache_dir / cache_bytes when the
+// flags left them empty, SHARDKIT_INDEX_BUDGET fills format_options["wds.index_budget"]
+// unless given. kInvalidArgument naming the variable when a size does not parse.
+Status OpenOptionsFromEnvironment(OpenOptions* o);
+// ConvertOptions::staging_dir from SHARDKIT_STAGING_DIR, else TMPDIR, else "" (/tmp).
+std::string StagingDirFromEnvironment();
 
 // Progress on stderr (samples, MB/s, ETA) when stderr is a terminal, else a no-op.
 class ProgressPrinter {
@@ -83,5 +91,7 @@ int FinishCopy(const char* command, const Result<ConvertSummary>& r, const std::
 // Help text: how size values are written, for footers.
 extern const char* const kSizeHelp;
 extern const char* const kExitHelp;
+// The environment variables of OpenOptionsFromEnvironment, for footers.
+extern const char* const kEnvironmentHelp;
 
 }  // namespace shardkit::cli

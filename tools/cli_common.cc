@@ -31,22 +31,54 @@ int UsageError(const std::string& message) {
   return kExitUsage;
 }
 
-void AddCacheOptions(CLI::App* sub) {
+void AddCacheOptions(CLI::App* sub, OpenOptions* open) {
   sub->add_option_function<std::string>(
-         "--cache-dir", [](const std::string& d) { ::setenv("SHARDKIT_CACHE_DIR", d.c_str(), 1); },
+         "--cache-dir", [open](const std::string& d) { open->cache_dir = d; },
          "Remote shards (http(s)://, s3://): download each shard whole on first use into DIR and read it from "
-         "there (a second epoch reads local disk); several processes may share DIR")
+         "there (a second epoch reads local disk); several processes may share DIR (default: "
+         "$SHARDKIT_CACHE_DIR)")
       ->type_name("DIR");
   sub->add_option_function<std::string>(
          "--cache-bytes",
-         [](const std::string& v) {
+         [open](const std::string& v) {
            auto r = ParseByteSize(v);
            if (!r.ok()) throw CLI::ValidationError("--cache-bytes", std::string(r.status().message()));
-           ::setenv("SHARDKIT_CACHE_BYTES", std::to_string(*r).c_str(), 1);
+           open->cache_bytes = *r;
          },
-         "Bound of --cache-dir (e.g. 50G; least recently used shards are removed first; default unbounded)")
+         "Bound of --cache-dir (e.g. 50G; least recently used shards are removed first; default "
+         "$SHARDKIT_CACHE_BYTES, else unbounded)")
       ->type_name("SIZE");
 }
+
+// The library reads no environment: the variables the command has always honoured
+// become options here, below the flags.
+Status OpenOptionsFromEnvironment(OpenOptions* o) {
+  if (const char* d = std::getenv("SHARDKIT_CACHE_DIR"); d && *d && o->cache_dir.empty()) o->cache_dir = d;
+  if (const char* b = std::getenv("SHARDKIT_CACHE_BYTES"); b && *b && o->cache_bytes == 0) {
+    auto r = ParseByteSize(b);
+    if (!r.ok()) return Status::Invalid(fmt::format("SHARDKIT_CACHE_BYTES '{}': {}", b, r.status().message()));
+    o->cache_bytes = *r;
+  }
+  if (const char* e = std::getenv("SHARDKIT_INDEX_BUDGET"); e && *e) {
+    if (!ParseByteSize(e).ok())
+      return Status::Invalid(fmt::format("SHARDKIT_INDEX_BUDGET '{}' is not a size (the random-access index's memory "
+                                         "budget, e.g. 64MiB, 1GB or a number of bytes)",
+                                         e));
+    o->format_options.emplace("wds.index_budget", e);  // an explicit wds.index_budget wins
+  }
+  return Status::OK();
+}
+
+std::string StagingDirFromEnvironment() {
+  for (const char* name : {"SHARDKIT_STAGING_DIR", "TMPDIR"})
+    if (const char* d = std::getenv(name); d && *d) return d;
+  return {};
+}
+
+const char* const kEnvironmentHelp =
+    "Environment (the flags win): SHARDKIT_CACHE_DIR / SHARDKIT_CACHE_BYTES (--cache-dir /\n"
+    "--cache-bytes), SHARDKIT_INDEX_BUDGET (the source option wds.index_budget: memory for the\n"
+    "per-shard indexes of tar shards' random access, default 64MiB).\n";
 
 bool ParseSizeFlag(const std::string& flag, const std::string& value, uint64_t* out) {
   auto r = ParseByteSize(value);

@@ -50,9 +50,10 @@ RunFn SetupBench(CLI::App* sub) {
     uint64_t batches = 0;
     double step_ms = 0;
     std::string dtype = "float32";
+    OpenOptions open;  // --cache-dir / --cache-bytes, then the environment
   };
   auto f = std::make_shared<Flags>();
-  AddCacheOptions(sub);
+  AddCacheOptions(sub, &f->open);
   sub->add_option("DATASET", f->addresses,
                   "One or more dataset addresses (the same data in different formats, and the source folder "
                   "as the one-file-per-sample baseline); measured interleaved")
@@ -91,8 +92,9 @@ RunFn SetupBench(CLI::App* sub) {
                           "  shardkit bench out/train.manifest.json --mode both --cold --json\n"
                           "  shardkit bench out/train.manifest.json --loader --threads 1,2 --step-ms 50\n"
                           "  shardkit bench 'pipe:cat train-000000.tar' --mode sequential   (a stream: no random access)\n") +
-              kExitHelp);
+              kEnvironmentHelp + kExitHelp);
   return [f]() -> int {
+    if (Status st = OpenOptionsFromEnvironment(&f->open); !st.ok()) return UsageError(st.message());
     if (f->loader) {
       std::vector<int> threads;
       if (!ParseThreads(f->threads, &threads))
@@ -113,6 +115,7 @@ RunFn SetupBench(CLI::App* sub) {
           o.loader.layout = o.loader.dtype == DType::kUint8 ? Layout::kNHWC : Layout::kNCHW;
           o.batches = f->batches;
           o.step_ms = f->step_ms;
+          o.open = f->open;
           auto r = RunLoaderBench(a, o);
           if (!r.ok()) return Fail(r.status());
           rows.push_back(*r);
@@ -131,6 +134,7 @@ RunFn SetupBench(CLI::App* sub) {
     o.cold = f->cold;
     o.seed = f->seed;
     o.floor = !f->no_floor;
+    o.open = f->open;
     bool tty = ::isatty(2);
     auto progress = [tty](const std::string& what) {
       if (tty) std::fprintf(stderr, "\r\033[Kbench: %s", what.c_str());

@@ -12,6 +12,10 @@ namespace shardkit::cli {
 
 namespace {
 
+const char* const kStagingHelp =
+    "A remote DST (s3://, http(s)://) is written into a local staging directory below\n"
+    "$SHARDKIT_STAGING_DIR, else $TMPDIR, else /tmp, and uploaded file by file.\n";
+
 // Flags shared by convert and shard.
 struct CopyFlags {
   std::string src, dst;
@@ -26,7 +30,21 @@ struct CopyFlags {
   bool no_index = false;
   std::string part;
   std::vector<std::string> source_options;  // KEY=VALUE -> OpenOptions::format_options
+  OpenOptions cache;  // --cache-dir / --cache-bytes (cache_dir, cache_bytes only)
 };
+
+// The source's options from the flags, then the environment below them
+// (OpenOptions::format_options from --source-option, the cache, SHARDKIT_*); false
+// (and a message, *rc set) when one does not parse.
+bool TakeSourceEnvironment(const CopyFlags& f, OpenOptions* o, int* rc) {
+  o->cache_dir = f.cache.cache_dir;
+  o->cache_bytes = f.cache.cache_bytes;
+  if (Status st = OpenOptionsFromEnvironment(o); !st.ok()) {
+    *rc = UsageError(st.message());
+    return false;
+  }
+  return true;
+}
 
 void AddCopyFlags(CLI::App* sub, CopyFlags* f) {
   sub->add_option("SRC", f->src, "Source dataset address, e.g. images/ or wds:train-{000000..000009}.tar")
@@ -136,7 +154,7 @@ RunFn SetupConvert(CLI::App* sub) {
     std::string encode;
   };
   auto f = std::make_shared<Flags>();
-  AddCacheOptions(sub);
+  AddCacheOptions(sub, &f->cache);
   AddCopyFlags(sub, f.get());
   sub->add_option("--field-map", f->field_map,
                   "Source fields by name, 'NAME=FIELD,...': TFRecord feature names (FIELD: __key__, cls, "
@@ -178,7 +196,7 @@ RunFn SetupConvert(CLI::App* sub) {
                   "  shardkit convert 'train-{00000..01023}-of-01024' wds:out/train-%06d.tar  # TFRecords\n"
                   "  shardkit convert images/ tfrecord:out/train-%05d.tfrecord --tfrecord-preset tfds\n"
                   "  shardkit convert raw/ wds:out/x-%06d.tar --key-dots replace --overwrite\n") +
-              kSizeHelp + kExitHelp);
+              kSizeHelp + kEnvironmentHelp + kStagingHelp + kExitHelp);
   return [f]() -> int {
     ConvertOptions o;
     if (!f->shard_size.empty() && !ParseSizeFlag("--shard-size", f->shard_size, &o.write.shard_size))
@@ -203,11 +221,13 @@ RunFn SetupConvert(CLI::App* sub) {
     o.write.tfrecord.preset = f->tfrecord_preset;
     o.write.tfrecord.compression = f->tfrecord_compression;
     if (!ApplySourceOptions(f->source_options, &o.open)) return kExitUsage;
+    int rc = kExitOk;
+    if (!TakeSourceEnvironment(*f, &o.open, &rc)) return rc;
+    o.staging_dir = StagingDirFromEnvironment();
     o.encode = f->encode;
     o.shuffle = f->shuffle;
     o.seed = f->seed;
     o.threads = f->threads;
-    int rc = kExitOk;
     if (!TakePart(*f, &o.part, &rc)) return rc;
     Result<ConvertSummary> r = [&] {
       ProgressPrinter progress;
@@ -224,7 +244,7 @@ RunFn SetupShard(CLI::App* sub) {
     std::string shard_size;
   };
   auto f = std::make_shared<Flags>();
-  AddCacheOptions(sub);
+  AddCacheOptions(sub, &f->cache);
   AddCopyFlags(sub, f.get());
   auto* n = sub->add_option("--num-shards", f->num_shards,
                             "Write exactly N shards whose sample counts differ by at most one "
@@ -245,7 +265,7 @@ RunFn SetupShard(CLI::App* sub) {
                   "  shardkit shard images/ wds:out/train-%06d.tar --samples-per-shard 10000 --shuffle --seed 1\n"
                   "  shardkit shard 'old-{000..099}.tar' new-%04d.tar --shard-size 1GiB --json\n"
                   "  shardkit shard images/ tfrecord:out/train-%05d.tfrecord --num-shards 1024  # TFRecords\n") +
-              kSizeHelp + kExitHelp);
+              kSizeHelp + kEnvironmentHelp + kStagingHelp + kExitHelp);
   return [f]() -> int {
     ShardOptions o;
     if (!f->shard_size.empty() && !ParseSizeFlag("--shard-size", f->shard_size, &o.shard_size))
@@ -262,6 +282,8 @@ RunFn SetupShard(CLI::App* sub) {
     int rc = kExitOk;
     if (!TakePart(*f, &o.part, &rc)) return rc;
     if (!ApplySourceOptions(f->source_options, &o.open)) return kExitUsage;
+    if (!TakeSourceEnvironment(*f, &o.open, &rc)) return rc;
+    o.staging_dir = StagingDirFromEnvironment();
     Result<ConvertSummary> r = [&] {
       ProgressPrinter progress;
       return Shard(f->src, f->dst, o, progress.fn());

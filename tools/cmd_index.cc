@@ -18,9 +18,12 @@ RunFn SetupIndex(CLI::App* sub) {
     std::string format = "dali";
     std::string output;
     std::string name;
+    // --cache-dir / --cache-bytes are accepted as on every command, but index reads
+    // each shard once, front to back, without the shard cache (as it always has).
+    OpenOptions unused_cache;
   };
   auto f = std::make_shared<Flags>();
-  AddCacheOptions(sub);
+  AddCacheOptions(sub, &f->unused_cache);
   sub->add_option("SHARD", f->shards, "Tar shards (paths; a brace range such as 'train-{000000..000009}.tar' "
                                       "is expanded by shardkit when quoted), or files of a format with an index "
                                       "of its own (MXNet RecordIO x.rec: writes x.idx)")

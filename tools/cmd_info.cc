@@ -14,9 +14,10 @@ RunFn SetupInfo(CLI::App* sub) {
     std::string address;
     bool json = false;
     bool count = false;
+    OpenOptions open;  // --cache-dir / --cache-bytes, then the environment
   };
   auto f = std::make_shared<Flags>();
-  AddCacheOptions(sub);
+  AddCacheOptions(sub, &f->open);
   sub->add_option("DATASET", f->address, "Dataset address, e.g. images/, out/train.manifest.json, lmdb:train.lmdb")
       ->required();
   sub->add_flag("--count", f->count,
@@ -28,9 +29,10 @@ RunFn SetupInfo(CLI::App* sub) {
                           "  shardkit info images/\n"
                           "  shardkit info 'wds:out/train-{000000..000009}.tar' --count\n"
                           "  shardkit info lmdb:train.lmdb --json\n") +
-              kExitHelp);
+              kEnvironmentHelp + kExitHelp);
   return [f]() -> int {
-    auto ds = Open(f->address);
+    if (Status st = OpenOptionsFromEnvironment(&f->open); !st.ok()) return UsageError(st.message());
+    auto ds = Open(f->address, f->open);
     if (!ds.ok()) return Fail(ds.status());
     DatasetInfo info = (*ds)->info();
     if (!info.num_samples && f->count) {

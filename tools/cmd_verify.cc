@@ -58,9 +58,10 @@ RunFn SetupVerify(CLI::App* sub) {
     bool decode = false, json = false;
     uint64_t max_findings = 1000;
     int threads = 0;
+    OpenOptions open;  // --cache-dir / --cache-bytes, then the environment (dataset and --against)
   };
   auto f = std::make_shared<Flags>();
-  AddCacheOptions(sub);
+  AddCacheOptions(sub, &f->open);
   sub->add_option("DATASET", f->address, "Dataset address, e.g. out/train.manifest.json, lmdb:train.lmdb")
       ->required();
   sub->add_option("--against", f->against,
@@ -85,9 +86,13 @@ RunFn SetupVerify(CLI::App* sub) {
                   "  shardkit verify 'out/train-{000000..000009}.tar' --against images/ --decode\n"
                   "  shardkit verify lmdb:train.lmdb --json\n"
                   "Exit status: 0 when the dataset is intact, 1 when there are findings or it cannot be\n"
-                  "checked (the message says why), 2 on a usage error.\n"));
+                  "checked (the message says why), 2 on a usage error.\n") +
+              kEnvironmentHelp);
   return [f]() -> int {
+    if (Status st = OpenOptionsFromEnvironment(&f->open); !st.ok()) return UsageError(st.message());
     VerifyOptions opts;
+    opts.open = f->open;
+    opts.against_open = f->open;
     opts.against = f->against;
     opts.decode = f->decode;
     opts.threads = f->threads;

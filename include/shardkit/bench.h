@@ -34,6 +34,7 @@ struct BenchOptions {
   uint64_t seed = 0;                  // random order
   int slices = 8;                     // interleaving: each pass is cut into this many slices
   bool floor = true;                  // measure the memcpy floor and the in-memory dataset
+  OpenOptions open;                   // for every dataset (e.g. cache_dir of remote shards)
 };
 
 // Latency percentiles of single whole-sample reads, in microseconds.
@@ -89,6 +90,7 @@ struct LoaderBenchOptions {
   LoaderOptions loader;
   uint64_t batches = 0;   // batches to time (0: one epoch, at most 200); a first one is untimed
   double step_ms = 0;     // simulated consumer work per batch
+  OpenOptions open;       // for the dataset (e.g. cache_dir of remote shards)
 };
 
 struct LoaderBenchResult {

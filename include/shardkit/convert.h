@@ -71,6 +71,11 @@ struct ConvertOptions {
   // are BGR (DatasetInfo::extra["channel_order"]) is refused: convert them first
   // (lmdb.channels=bgr-to-rgb) or say they are RGB.
   std::string encode;
+  // A remote destination (s3://, http(s)://; docs/remote.md) is written into a local
+  // staging directory below this one (shardkit-upload-<hash>[-part-I-of-N]) and
+  // uploaded file by file. Empty: /tmp. The library reads no environment for it: the
+  // CLI and Python fill it from SHARDKIT_STAGING_DIR, else TMPDIR.
+  std::string staging_dir;
 };
 
 struct ConvertProgress {
@@ -124,6 +129,7 @@ struct ShardOptions {
   bool resume = false;  // WriteOptions::resume: continue an interrupted run
   std::shared_ptr<FileSystem> filesystem;  // WriteOptions::filesystem (null = local)
   PartSpec part;  // ConvertOptions::part
+  std::string staging_dir;  // ConvertOptions::staging_dir (a remote destination)
 };
 
 // Re-shards any dataset into WebDataset tar shards. `dst` is a printf pattern

@@ -109,8 +109,11 @@ struct OpenOptions {
   //   "lmdb.layout": shardkit | caffe | image | pickle (default: detected from the first values)
   //   "lmdb.channels": bgr | rgb | bgr-to-rgb (pickled decoded arrays; default bgr, kept as is)
   //   "hdf5.order":  nhwc | nchw (4-D decoded image datasets; default nhwc)
-  //   "wds.index_budget": bytes of per-shard indexes random access keeps (LRU; default 64MiB, else
-  //                       SHARDKIT_INDEX_BUDGET; docs/formats-wds.md)
+  //   "wds.index_budget": bytes of per-shard indexes random access keeps (LRU; default 64MiB;
+  //                       docs/formats-wds.md)
+  // The library reads no environment for any option here; the CLI and Python turn
+  // SHARDKIT_INDEX_BUDGET, SHARDKIT_CACHE_DIR and SHARDKIT_CACHE_BYTES into
+  // "wds.index_budget", cache_dir and cache_bytes when those are not given.
   // A format ignores the others' keys.
   std::map<std::string, std::string> format_options;
   // Where the files are (null = FileSystem::Local()). The readers map and read

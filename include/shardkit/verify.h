@@ -83,6 +83,7 @@ struct VerifyOptions {
   // Findings kept in VerifyReport::findings (counts cover all of them); 0: all.
   uint64_t max_findings = 0;
   OpenOptions open;     // for the dataset (not the source)
+  OpenOptions against_open;  // for the source (`against`)
   // Called about every 1000 samples and at the end of each phase.
   std::function<void(const VerifyProgress&)> progress;
 };

@@ -226,7 +226,7 @@ bool IsRemoteOutput(std::string_view address) {
 }
 
 Result<StagedOutput> StageRemoteOutput(std::string_view address, const std::shared_ptr<FileSystem>& base,
-                                       std::string_view tag) {
+                                       std::string_view staging_dir, std::string_view tag) {
   auto sep = address.find("://");
   if (sep == std::string_view::npos) return Status::Invalid("not a remote address", Location{.file = std::string(address)});
   size_t start = sep;
@@ -242,9 +242,7 @@ Result<StagedOutput> StageRemoteOutput(std::string_view address, const std::shar
     return Status::Invalid("a remote output needs a path below the bucket or host (e.g. s3://bucket/out/train-%06d.tar)",
                            Location{.file = remote});
   std::string remote_root = remote.substr(0, slash);
-  const char* dir = std::getenv("SHARDKIT_STAGING_DIR");
-  if (!dir || !*dir) dir = std::getenv("TMPDIR");
-  if (!dir || !*dir) dir = "/tmp";
+  const std::string_view dir = staging_dir.empty() ? std::string_view("/tmp") : staging_dir;
   std::string local_root =
       fmt::format("{}/shardkit-upload-{:016x}{}", dir, XXH3_64bits(remote_root.data(), remote_root.size()), tag);
   std::error_code ec;

@@ -16,7 +16,9 @@
 // (--resume) are uploaded too (those whose remote size differs).
 //
 // The staging directory is STAGING/shardkit-upload-<xxh3 of the remote root><tag>
-// (STAGING: $SHARDKIT_STAGING_DIR, else $TMPDIR, else /tmp; tag: "-part-I-of-N"
+// (STAGING: the caller's staging_dir, ConvertOptions::staging_dir, else /tmp; the
+// library reads no environment: the CLI and Python fill it from
+// $SHARDKIT_STAGING_DIR, else $TMPDIR; tag: "-part-I-of-N"
 // for a part, so that parts on one machine never share one), so that --resume
 // finds it; it is removed after a successful Finish() and kept after a
 // failure. Uploads go through FileSystemFor(remote address): a remote
@@ -55,8 +57,9 @@ bool IsRemoteOutput(std::string_view address);
 
 // For an output address holding a "scheme://" part (after an optional
 // "format:" prefix). `base` is the local FileSystem to wrap (null = local).
-// `tag` is appended to the staging directory's name (a part's "-part-I-of-N").
+// `staging_dir` is STAGING above (empty: /tmp). `tag` is appended to the staging
+// directory's name (a part's "-part-I-of-N").
 Result<StagedOutput> StageRemoteOutput(std::string_view address, const std::shared_ptr<FileSystem>& base,
-                                       std::string_view tag = {});
+                                       std::string_view staging_dir, std::string_view tag = {});
 
 }  // namespace shardkit::io

@@ -339,11 +339,11 @@ Status SeqPass(Target& tg, uint64_t n, Accum* acc) {
   return Status::OK();
 }
 
-Status OpenTarget(Target& t, bool need_random) {
+Status OpenTarget(Target& t, bool need_random, const OpenOptions& open) {
   t.seq.reset();
   t.ra.reset();
   t.ds.reset();
-  SK_ASSIGN_OR_RETURN(t.ds, Open(t.address));
+  SK_ASSIGN_OR_RETURN(t.ds, Open(t.address, open));
   t.format = t.ds->info().format;
   t.file_per_sample = t.ds->info().file_per_sample;
   if (need_random) {
@@ -429,7 +429,7 @@ Result<BenchReport> RunBench(const std::vector<std::string>& addresses, const Be
   uint64_t min_size = UINT64_MAX;
   for (size_t i = 0; i < addresses.size(); ++i) {
     targets[i].address = addresses[i];
-    SK_RETURN_IF_ERROR(OpenTarget(targets[i], opts.random));
+    SK_RETURN_IF_ERROR(OpenTarget(targets[i], opts.random, opts.open));
     targets[i].files = CollectFiles(addresses[i], targets[i].ds->info());
     uint64_t n = opts.random ? targets[i].ra->size() : targets[i].ds->info().num_samples.value_or(UINT64_MAX);
     if (n == UINT64_MAX && !opts.samples && opts.seconds <= 0) {
@@ -533,7 +533,7 @@ Result<BenchReport> RunBench(const std::vector<std::string>& addresses, const Be
             t.ds.reset();
             acc[i].cache_kept_sum += DropCache(t.files);
             acc[i].cache_drops++;
-            SK_RETURN_IF_ERROR(OpenTarget(t, opts.random));
+            SK_RETURN_IF_ERROR(OpenTarget(t, opts.random, opts.open));
           }
           if (m == Mode::kSeq) {
             SK_RETURN_IF_ERROR(SeqPass(t, hi - lo, &acc[i]).At(Location{.file = t.address}));
@@ -558,7 +558,7 @@ Result<BenchReport> RunBench(const std::vector<std::string>& addresses, const Be
   if (opts.floor && opts.random) {
     // Sample sizes of the order, from the first dataset.
     auto& t0 = targets.front();
-    if (!t0.ra) SK_RETURN_IF_ERROR(OpenTarget(t0, true));
+    if (!t0.ra) SK_RETURN_IF_ERROR(OpenTarget(t0, true, opts.open));
     std::vector<uint64_t> sizes(order.size());
     uint64_t total = 0, max_size = 0;
     std::map<uint64_t, uint64_t> size_of;
@@ -662,7 +662,8 @@ const BenchRow* Floor(const BenchReport& r, int threads) {
 }  // namespace
 
 Result<LoaderBenchResult> RunLoaderBench(const std::string& address, const LoaderBenchOptions& opts) {
-  SK_ASSIGN_OR_RETURN(auto loader, Loader::Create(address, opts.loader));
+  SK_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, Open(address, opts.open));
+  SK_ASSIGN_OR_RETURN(auto loader, Loader::Create(std::move(ds), opts.loader));
   LoaderBenchResult r;
   r.dataset = address;
   r.threads = opts.loader.threads > 0 ? opts.loader.threads : core::UsableCores();

@@ -498,7 +498,7 @@ Result<ConvertSummary> Convert(std::string_view src, std::string_view dst, const
   std::string target(dst);
   io::StagedOutput staged;  // a remote output: written locally, each finished file uploaded (upload_staging.h)
   if (io::IsRemoteOutput(dst)) {
-    SK_ASSIGN_OR_RETURN(staged, io::StageRemoteOutput(dst, c.write.filesystem, StagingTag(c.part)));
+    SK_ASSIGN_OR_RETURN(staged, io::StageRemoteOutput(dst, c.write.filesystem, c.staging_dir, StagingTag(c.part)));
     c.write.filesystem = staged.fs;
     target = staged.address;
   }
@@ -549,6 +549,7 @@ Result<ConvertSummary> Shard(std::string_view src, std::string_view dst, const S
   c.write.resume = opts.resume;
   c.write.wds.write_index = opts.write_index;
   c.part = opts.part;
+  c.staging_dir = opts.staging_dir;
   if (opts.samples_per_shard > 0) {
     c.write.samples_per_shard = opts.samples_per_shard;
     c.write.shard_size = std::numeric_limits<uint64_t>::max();
@@ -585,7 +586,7 @@ Result<ConvertSummary> Shard(std::string_view src, std::string_view dst, const S
   std::string target = out_address;
   io::StagedOutput staged;  // a remote output: written locally, each finished file uploaded (upload_staging.h)
   if (io::IsRemoteOutput(out_address)) {
-    SK_ASSIGN_OR_RETURN(staged, io::StageRemoteOutput(out_address, c.write.filesystem, StagingTag(c.part)));
+    SK_ASSIGN_OR_RETURN(staged, io::StageRemoteOutput(out_address, c.write.filesystem, c.staging_dir, StagingTag(c.part)));
     c.write.filesystem = staged.fs;
     target = staged.address;
   }

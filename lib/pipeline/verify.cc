@@ -123,7 +123,7 @@ class Verifier {
   // ---- the source (--against)
 
   Status LoadSource() {
-    auto src = Open(opts_.against);
+    auto src = Open(opts_.against, opts_.against_open);
     if (!src.ok()) {
       Status s = std::move(src).take_status();
       return Status(s.code(), "--against source: " + s.message(), s.where());

@@ -68,7 +68,8 @@ class Loader:
         manifests may be http(s):// or s3:// addresses (docs/remote.md).
       cache_dir, cache_bytes: remote shards are downloaded whole on first use into
         cache_dir (bounded by cache_bytes, 0 = unbounded) so that later epochs read local
-        disk; sets SHARDKIT_CACHE_DIR/_BYTES for this process.
+        disk. None: SHARDKIT_CACHE_DIR / SHARDKIT_CACHE_BYTES when set (read at this call;
+        SHARDKIT_INDEX_BUDGET likewise sets the tar shards' index budget).
       batch_size, shuffle, seed, drop_last: as DataLoader / DistributedSampler.
       rank, world_size: this process's part; None = torchrun's RANK / WORLD_SIZE
         environment, else 0 / 1. Every rank yields len(loader) batches.
@@ -199,10 +200,6 @@ class Loader:
 
         if decoder == "gpu" and str(device) == "cpu":
             raise NotImplementedError('decoder="gpu" needs device="cuda:N"')
-        if cache_dir is not None:
-            # Remote shards (http(s)://, s3://): the library reads these at open (docs/remote.md).
-            os.environ["SHARDKIT_CACHE_DIR"] = str(cache_dir)
-            os.environ["SHARDKIT_CACHE_BYTES"] = str(int(cache_bytes))
         self._device = _parse_device(device)
         self_gpu = self._device.type == "cuda"
         self._channels_last = layout == "channels_last"
@@ -222,7 +219,10 @@ class Loader:
             buffer_wait_ms=max(0, int(float(buffer_wait) * 1000)), stream=bool(stream),
             shuffle_buffer=int(shuffle_buffer), prefetch_next_epoch=bool(prefetch_next_epoch),
             fields=list(fields), missing_fields=missing_fields,
-            source_options={str(k): str(v) for k, v in (source_options or {}).items()})
+            source_options={str(k): str(v) for k, v in (source_options or {}).items()},
+            # Remote shards (http(s)://, s3://; docs/remote.md): an option of the dataset's
+            # open, with the environment below it (python/src/loader.cc).
+            cache_dir="" if cache_dir is None else str(cache_dir), cache_bytes=int(cache_bytes))
         # Device batches from the library (GpuLoader) when it has CUDA; else the host
         # loader, and a torch copy for device="cuda:N".
         self._gpu = self._device.type == "cuda" and _shardkit.CUDA_COMPILED

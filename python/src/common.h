@@ -44,6 +44,16 @@ py::object MakeError(const Status& s);
 // "invalid_argument", "not_found", ...: the `code` attribute of shardkit.Error.
 const char* CodeId(Code c);
 
+// The environment the module honours for compatibility (the library reads none):
+// SHARDKIT_CACHE_DIR / SHARDKIT_CACHE_BYTES fill cache_dir / cache_bytes when the
+// arguments left them empty, SHARDKIT_INDEX_BUDGET fills
+// format_options["wds.index_budget"] unless given; raises (invalid_argument, naming
+// the variable) when a size does not parse.
+void OptionsFromEnvironment(OpenOptions* o);
+// ConvertOptions::staging_dir when the argument is empty: SHARDKIT_STAGING_DIR, else
+// TMPDIR, else "" (/tmp).
+std::string StagingDirOr(const std::string& given);
+
 py::dict InfoToDict(const DatasetInfo& info);
 py::dict ShardToDict(const ShardInfo& s);
 

@@ -101,7 +101,8 @@ void BindConvert(py::module_& m) {
            const std::map<std::string, std::string>& tfrecord_field_map, const py::object& progress,
            const std::string& mds_compression, const std::optional<std::vector<std::string>>& mds_hashes,
            const py::object& part, bool resume,
-           const std::map<std::string, std::string>& source_options, const std::string& encode) {
+           const std::map<std::string, std::string>& source_options, const std::string& encode,
+           const std::string& staging_dir) {
           ConvertOptions o;
           o.write.mds.compression = mds_compression;
           if (mds_hashes) o.write.mds.hashes = *mds_hashes;
@@ -123,6 +124,8 @@ void BindConvert(py::module_& m) {
           o.write.tfrecord.compression = tfrecord_compression;
           o.write.tfrecord.field_map = tfrecord_field_map;
           o.open.format_options = source_options;
+          OptionsFromEnvironment(&o.open);
+          o.staging_dir = StagingDirOr(staging_dir);
           o.encode = encode;
           py::dict d = RunWithProgress(progress, [&](const ProgressFn& fn) { return Convert(src, dst, o, fn); });
           d["threads"] = o.threads;
@@ -139,7 +142,7 @@ void BindConvert(py::module_& m) {
         py::arg("mds_compression") = "", py::arg("mds_hashes") = py::none(),
         py::arg("part") = py::none(), py::arg("resume") = false,
         py::arg("source_options") = std::map<std::string, std::string>{},
-        py::arg("encode") = "",
+        py::arg("encode") = "", py::arg("staging_dir") = "",
         R"doc(Copies every sample of the dataset `src` into a new dataset `dst` (any formats).
 
 Keeps dataset order, or with shuffle=True writes a seeded global permutation (needs random
@@ -159,7 +162,10 @@ decoded arrays as .npy, "png" or "jpeg:Q" writes them as images. progress: a cal
 part: write only part I of N of a tar shard output ("I/N", (I, N), or "env" for the
 launcher's variables); merge(dst) then writes the manifest (docs/cluster.md). resume:
 continue an interrupted run; on a finished one, check it and write nothing
-(already_complete=True in the summary).
+(already_complete=True in the summary). staging_dir: where a remote dst (s3://,
+http(s)://) is written before its upload (default: SHARDKIT_STAGING_DIR, else TMPDIR,
+else /tmp). The source is read with SHARDKIT_CACHE_DIR / _BYTES / SHARDKIT_INDEX_BUDGET
+when set (docs/remote.md).
 Returns a summary dict (with the `threads` used). Nothing appears under `dst` unless it
 succeeds.)doc");
 
@@ -167,7 +173,7 @@ succeeds.)doc");
         [](const std::string& src, const std::string& dst, uint64_t num_shards, uint64_t samples_per_shard,
            const py::object& shard_size, bool shuffle, uint64_t seed, std::optional<int> threads, bool overwrite,
            const std::string& key_dots, const std::map<std::string, std::string>& field_map,
-           const py::object& progress, const py::object& part, bool resume) {
+           const py::object& progress, const py::object& part, bool resume, const std::string& staging_dir) {
           ShardOptions o;
           o.part = ParsePartArg(part);
           o.resume = resume;
@@ -180,6 +186,8 @@ succeeds.)doc");
           o.overwrite = overwrite;
           o.key_dots = ParseKeyDots(key_dots);
           o.open.field_map = field_map;
+          OptionsFromEnvironment(&o.open);
+          o.staging_dir = StagingDirOr(staging_dir);
           py::dict d = RunWithProgress(progress, [&](const ProgressFn& fn) { return Shard(src, dst, o, fn); });
           d["threads"] = o.threads;
           return d;
@@ -189,10 +197,11 @@ succeeds.)doc");
         py::arg("seed") = 0, py::arg("threads") = py::none(), py::arg("overwrite") = false,
         py::arg("key_dots") = "error", py::arg("field_map") = std::map<std::string, std::string>{},
         py::arg("progress") = py::none(), py::arg("part") = py::none(), py::arg("resume") = false,
+        py::arg("staging_dir") = "",
         R"doc(Re-shards any dataset into WebDataset tar shards named by the printf pattern `dst`
 (e.g. "out/train-%06d.tar"). Cut by exactly one of num_shards (counts differ by at most
 one), samples_per_shard, shard_size (bytes or "1GiB"); none given: 1 GiB shards.
-Other arguments as in convert() (part, resume included). Returns a summary dict.)doc");
+Other arguments as in convert() (part, resume, staging_dir included). Returns a summary dict.)doc");
 
   m.def("merge",
         [](const std::string& dst, bool checksums) {

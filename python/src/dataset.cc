@@ -4,12 +4,14 @@
 // with the GIL released (RandomAccess::Get is thread-safe; each iterator owns its
 // own SampleReader).
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 
 #include "common.h"
+#include "shardkit/convert.h"
 #include "shardkit/filesystem.h"
 
 namespace shardkit::python {
@@ -63,6 +65,7 @@ class PyDataset {
     opts.field_map = field_map;
     opts.cache_dir = cache_dir;
     opts.cache_bytes = cache_bytes;
+    OptionsFromEnvironment(&opts);
     Result<std::unique_ptr<Dataset>> ds = Status::Internal("unset");
     {
       py::gil_scoped_release nogil;
@@ -158,6 +161,29 @@ py::dict ShardToDict(const ShardInfo& s) {
   return d;
 }
 
+void OptionsFromEnvironment(OpenOptions* o) {
+  if (const char* d = std::getenv("SHARDKIT_CACHE_DIR"); d && *d && o->cache_dir.empty()) o->cache_dir = d;
+  if (const char* b = std::getenv("SHARDKIT_CACHE_BYTES"); b && *b && o->cache_bytes == 0) {
+    auto r = ParseByteSize(b);
+    if (!r.ok()) Throw(Status::Invalid("SHARDKIT_CACHE_BYTES '" + std::string(b) + "': " + r.status().message()));
+    o->cache_bytes = *r;
+  }
+  if (const char* e = std::getenv("SHARDKIT_INDEX_BUDGET"); e && *e) {
+    if (!ParseByteSize(e).ok())
+      Throw(Status::Invalid("SHARDKIT_INDEX_BUDGET '" + std::string(e) +
+                            "' is not a size (the random-access index's memory budget, e.g. 64MiB, 1GB or a "
+                            "number of bytes)"));
+    o->format_options.emplace("wds.index_budget", e);  // an explicit wds.index_budget wins
+  }
+}
+
+std::string StagingDirOr(const std::string& given) {
+  if (!given.empty()) return given;
+  for (const char* name : {"SHARDKIT_STAGING_DIR", "TMPDIR"})
+    if (const char* d = std::getenv(name); d && *d) return d;
+  return {};
+}
+
 py::dict InfoToDict(const DatasetInfo& i) {
   py::dict d;
   d["format"] = i.format;
@@ -214,6 +240,8 @@ field_map: HDF5 dataset names to fields, e.g. {"images": "jpg", "labels": "cls"}
 cache_dir, cache_bytes: remote shards (http(s)://, s3://) are downloaded whole on first
 use into cache_dir (bounded by cache_bytes, 0 = unbounded, least recently used first) and
 read from there; without one, random access reads each sample by a range request.
+Unset, they come from SHARDKIT_CACHE_DIR / SHARDKIT_CACHE_BYTES; SHARDKIT_INDEX_BUDGET
+sets the tar shards' index budget (docs/formats-wds.md).
 Raises shardkit.Error naming the file when it cannot be opened.)doc");
 
   m.def("info", [](const std::string& address, const std::map<std::string, std::string>& field_map) {

@@ -208,12 +208,20 @@ py::list FieldLists(size_t n, const std::function<const std::vector<std::optiona
   return out;
 }
 
-// The dataset a loader reads: opened with the source's read options when there are any.
-Result<std::unique_ptr<Dataset>> OpenSource(const std::string& address,
-                                            const std::map<std::string, std::string>& source_options) {
+// The read options of a loader's dataset: the source options and the cache of remote
+// shards, then the environment (SHARDKIT_CACHE_DIR/_BYTES, SHARDKIT_INDEX_BUDGET) below them.
+OpenOptions SourceOptions(const std::map<std::string, std::string>& source_options, const std::string& cache_dir,
+                          uint64_t cache_bytes) {
   OpenOptions oo;
   oo.format_options = source_options;
-  return Open(address, oo);
+  oo.cache_dir = cache_dir;
+  oo.cache_bytes = cache_bytes;
+  OptionsFromEnvironment(&oo);
+  return oo;
+}
+// True when `oo` is what Open(address) uses anyway (the loader may open the address itself).
+bool DefaultOpen(const OpenOptions& oo) {
+  return oo.format_options.empty() && oo.cache_dir.empty() && oo.cache_bytes == 0;
 }
 
 // One batch handed to Python. Holds the C++ Batch (and so its pool buffer) until this
@@ -508,15 +516,17 @@ tensor made from it is freed.)doc")
                        const std::string& layout, const std::string& on_error, const std::string& image_field,
                        int buffer_wait_ms, bool stream, uint32_t shuffle_buffer, bool prefetch_next_epoch,
                        std::vector<std::string> fields, const std::string& missing_fields,
-                       std::map<std::string, std::string> source_options) {
+                       std::map<std::string, std::string> source_options, const std::string& cache_dir,
+                       uint64_t cache_bytes) {
              LoaderOptions o = MakeOptions(batch_size, shuffle, seed, rank, world_size, drop_last, threads, prefetch,
                                            output_height, output_width, train, scale, ratio, flip_p, resize_size,
                                            dct_scaling, mean, std_, dtype, layout, on_error, image_field, stream,
                                            shuffle_buffer, prefetch_next_epoch, fields, missing_fields);
              o.buffer_wait_ms = buffer_wait_ms;
+             const OpenOptions oo = SourceOptions(source_options, cache_dir, cache_bytes);
              return std::make_unique<PyLoader>([&]() -> Result<std::unique_ptr<Loader>> {
-               if (source_options.empty()) return Loader::Create(address, o);
-               SK_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, OpenSource(address, source_options));
+               if (DefaultOpen(oo)) return Loader::Create(address, o);
+               SK_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, Open(address, oo));
                return Loader::Create(std::move(ds), o);
              });
            }),
@@ -528,7 +538,8 @@ tensor made from it is freed.)doc")
            py::arg("image_field"), py::arg("buffer_wait_ms") = 0, py::arg("stream") = false,
            py::arg("shuffle_buffer") = 8192, py::arg("prefetch_next_epoch") = true,
            py::arg("fields") = std::vector<std::string>{}, py::arg("missing_fields") = "raise",
-           py::arg("source_options") = std::map<std::string, std::string>{})
+           py::arg("source_options") = std::map<std::string, std::string>{}, py::arg("cache_dir") = "",
+           py::arg("cache_bytes") = 0)
       .def("next", &PyLoader::Next)
       .def("set_epoch", &PyLoader::SetEpoch, py::arg("epoch"))
       .def("save_state", &PyLoader::SaveState)
@@ -576,12 +587,14 @@ tensor made from it is freed.)doc")
                        int device, const std::string& decoder, int ring, int buffer_wait_ms, bool stream,
                        uint32_t shuffle_buffer, bool prefetch_next_epoch, double hardware_load, bool profile,
                        std::vector<std::string> fields, const std::string& missing_fields,
-                       std::map<std::string, std::string> source_options) {
+                       std::map<std::string, std::string> source_options, const std::string& cache_dir,
+                       uint64_t cache_bytes) {
              LoaderOptions o = MakeOptions(batch_size, shuffle, seed, rank, world_size, drop_last, threads, prefetch,
                                            output_height, output_width, train, scale, ratio, flip_p, resize_size,
                                            dct_scaling, mean, std_, dtype, layout, on_error, image_field, stream,
                                            shuffle_buffer, prefetch_next_epoch, fields, missing_fields);
              o.buffer_wait_ms = buffer_wait_ms;
+             const OpenOptions oo = SourceOptions(source_options, cache_dir, cache_bytes);
              GpuOptions g;
              g.device = device;
              if (decoder == "cpu") g.decoder = DecoderKind::kCpu;
@@ -592,8 +605,8 @@ tensor made from it is freed.)doc")
              g.hardware_load = hardware_load;
              g.profile = profile;
              return std::make_unique<PyGpuLoader>([&]() -> Result<std::unique_ptr<GpuLoader>> {
-               if (source_options.empty()) return GpuLoader::Create(address, o, g);
-               SK_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, OpenSource(address, source_options));
+               if (DefaultOpen(oo)) return GpuLoader::Create(address, o, g);
+               SK_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, Open(address, oo));
                return GpuLoader::Create(std::move(ds), o, g);
              });
            }),
@@ -606,7 +619,8 @@ tensor made from it is freed.)doc")
            py::arg("buffer_wait_ms") = 0, py::arg("stream") = false, py::arg("shuffle_buffer") = 8192,
            py::arg("prefetch_next_epoch") = true, py::arg("hardware_load") = -1.0, py::arg("profile") = false,
            py::arg("fields") = std::vector<std::string>{}, py::arg("missing_fields") = "raise",
-           py::arg("source_options") = std::map<std::string, std::string>{})
+           py::arg("source_options") = std::map<std::string, std::string>{}, py::arg("cache_dir") = "",
+           py::arg("cache_bytes") = 0)
       .def("next", &PyGpuLoader::Next)
       .def("set_epoch", &PyGpuLoader::SetEpoch, py::arg("epoch"))
       .def("save_state", &PyGpuLoader::SaveState)

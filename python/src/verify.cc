@@ -61,6 +61,8 @@ void BindVerify(py::module_& m) {
           o.threads = threads;
           o.max_findings = max_findings;
           o.open.field_map = field_map;
+          OptionsFromEnvironment(&o.open);
+          OptionsFromEnvironment(&o.against_open);
           std::optional<py::error_already_set> callback_error;
           if (!progress.is_none()) {
             o.progress = [&](const VerifyProgress& p) {

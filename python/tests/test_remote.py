@@ -105,6 +105,53 @@ def test_loader_over_http_with_a_cache(folder, http_root, tmp_path):
         os.environ.pop("SHARDKIT_CACHE_BYTES", None)
 
 
+def test_cache_and_staging_are_arguments_with_the_environment_below_them(folder, http_root, tmp_path, monkeypatch):
+    """Issue 13: the library reads no environment; the module turns SHARDKIT_CACHE_DIR and
+    SHARDKIT_STAGING_DIR into options when the argument is not given."""
+    if not shardkit.HAVE_CONVERT:
+        pytest.skip("no convert in this build")
+    address, _ = folder
+    root, base = http_root
+    shardkit.shard(address, str(root / "train-%06d.tar"), samples_per_shard=10)
+    manifest = base + "/train.manifest.json"
+    monkeypatch.setenv("SHARDKIT_CACHE_DIR", str(tmp_path / "env-cache"))
+    want = samples_of(shardkit.open(str(root / "train.manifest.json")))
+    assert samples_of(shardkit.open(manifest, cache_dir=str(tmp_path / "arg-cache")), random=True) == want
+    assert any((tmp_path / "arg-cache").iterdir())
+    assert not (tmp_path / "env-cache").exists()
+    assert samples_of(shardkit.open(manifest), random=True) == want
+    assert any((tmp_path / "env-cache").iterdir())
+    monkeypatch.setenv("SHARDKIT_CACHE_BYTES", "lots")
+    with pytest.raises(shardkit.Error, match="SHARDKIT_CACHE_BYTES 'lots'"):
+        shardkit.open(manifest)
+    monkeypatch.delenv("SHARDKIT_CACHE_BYTES")
+    monkeypatch.delenv("SHARDKIT_CACHE_DIR")
+    # A remote output: staged below staging_dir= (its directory is made there, and only there).
+    monkeypatch.setenv("SHARDKIT_STAGING_DIR", str(tmp_path / "env-staging"))
+    shardkit.convert(manifest, base + "/a/out-%06d.tar", staging_dir=str(tmp_path / "arg-staging"))
+    assert (root / "a" / "out.manifest.json").exists()
+    assert (tmp_path / "arg-staging").is_dir() and not (tmp_path / "env-staging").exists()
+    shardkit.shard(manifest, base + "/b/out-%06d.tar", samples_per_shard=10)
+    assert (root / "b" / "out.manifest.json").exists()
+    assert (tmp_path / "env-staging").is_dir()
+
+
+def test_loader_cache_dir_is_its_own_option(folder, http_root, tmp_path, monkeypatch):
+    if not (shardkit.HAVE_CONVERT and shardkit.HAVE_LOADER):
+        pytest.skip("no convert or loader in this build")
+    pytest.importorskip("torch")
+    address, _ = folder
+    root, base = http_root
+    shardkit.shard(address, str(root / "train-%06d.tar"), samples_per_shard=10)
+    monkeypatch.delenv("SHARDKIT_CACHE_DIR", raising=False)
+    loader = shardkit.Loader(base + "/train.manifest.json", batch_size=4, output_size=32, threads=2,
+                             cache_dir=str(tmp_path / "loader-cache"))
+    assert "SHARDKIT_CACHE_DIR" not in os.environ  # no longer set for the whole process
+    assert sum(images.shape[0] for images, _ in loader) == 24
+    loader.close()
+    assert any(p.name.endswith("train-000000.tar") for p in (tmp_path / "loader-cache").iterdir())
+
+
 def test_a_password_in_an_address_is_not_shown(folder, http_root):
     """Issue 14: secrets never appear in an error, info or a repr. The test server takes any
     credentials; the address carries user:secret@ and the reads work."""

@@ -247,7 +247,7 @@ class MdsWriter : public SampleWriter {
         char b[8];
         std::memcpy(b, &x, 8);
         AddSmall(b, 8);
-      } else if (vals[i]->size() >= kHoldSize && vals[i] != &key) {
+      } else if (vals[i]->size() >= kHoldSize) {  // the key too: its Copy owns its bytes, the piece shares them
         pieces_.push_back(Piece{*vals[i], 0, vals[i]->size()});
       } else {
         AddSmall(vals[i]->data(), vals[i]->size());

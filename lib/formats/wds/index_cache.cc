@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -15,21 +14,16 @@
 namespace shardkit::formats::wds {
 
 Result<uint64_t> IndexBudgetOf(const OpenOptions& opts) {
-  std::string text, where;
-  if (auto it = opts.format_options.find("wds.index_budget"); it != opts.format_options.end()) {
-    text = it->second;
-    where = "wds.index_budget";
-  } else if (const char* e = std::getenv("SHARDKIT_INDEX_BUDGET"); e && *e) {
-    text = e;
-    where = "SHARDKIT_INDEX_BUDGET";
-  } else {
-    return kDefaultIndexBudget;
-  }
+  // The option only: the library reads no environment (the CLI and Python turn
+  // SHARDKIT_INDEX_BUDGET into this option).
+  auto it = opts.format_options.find("wds.index_budget");
+  if (it == opts.format_options.end()) return kDefaultIndexBudget;
+  const std::string& text = it->second;
   auto r = ParseByteSize(text);
   if (!r.ok())
-    return Status::Invalid(fmt::format("{} '{}' is not a size (the random-access index's memory budget, e.g. 64MiB, "
-                                       "1GB or a number of bytes)",
-                                       where, text));
+    return Status::Invalid(fmt::format("wds.index_budget '{}' is not a size (the random-access index's memory budget, "
+                                       "e.g. 64MiB, 1GB or a number of bytes)",
+                                       text));
   return *r;
 }
 

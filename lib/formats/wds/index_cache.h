@@ -16,9 +16,9 @@
 //    to the system when the index is evicted (from malloc, blocks made by one
 //    thread and freed by another would stay in the first thread's arena).
 //  - ShardIndexCache: the LRU of compact indexes, bounded by a byte budget
-//    (IndexBudgetOf: OpenOptions::format_options["wds.index_budget"], else the
-//    environment's SHARDKIT_INDEX_BUDGET, else kDefaultIndexBudget; "64MiB",
-//    "1GB", a number of bytes). Whole shard indexes are evicted, least recently
+//    (IndexBudgetOf: OpenOptions::format_options["wds.index_budget"], else
+//    kDefaultIndexBudget; "64MiB", "1GB", a number of bytes; the library reads no
+//    environment: the CLI and Python turn SHARDKIT_INDEX_BUDGET into the option). Whole shard indexes are evicted, least recently
 //    used first; the one just loaded is always kept, so a budget smaller than
 //    one shard's index still works, one shard at a time (the budget is then
 //    exceeded by that one index).

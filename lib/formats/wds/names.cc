@@ -107,4 +107,51 @@ Result<NameKind> Classify(const tar::Member& m, const std::string& file, int64_t
   return NameKind::kField;
 }
 
+Result<bool> SampleGrouper::Next(tar::Scanner& scan, Sample* out) {
+  if (!have_pending_) {
+    SK_ASSIGN_OR_RETURN(bool more, Pull(scan));
+    if (!more) return false;
+  }
+  out->clear();
+  out->key = std::move(pending_key_);
+  out->set(pending_ext_, std::move(pending_data_));
+  have_pending_ = false;
+  for (;;) {
+    SK_ASSIGN_OR_RETURN(bool more, Pull(scan));
+    if (!more || pending_key_ != out->key) return true;
+    for (const auto& f : out->fields)
+      if (f.ext == pending_ext_)
+        return Status::Corrupt(fmt::format("field '{}' appears twice in sample '{}'", f.ext, out->key),
+                               Location{.file = file_, .shard = shard_, .offset = int64_t(pending_header_),
+                                        .key = out->key});
+    out->set(pending_ext_, std::move(pending_data_));
+    have_pending_ = false;
+  }
+}
+
+Result<bool> SampleGrouper::Pull(tar::Scanner& scan) {
+  if (done_) return false;
+  for (;;) {
+    tar::Member m;
+    auto r = scan.Next(&m);
+    if (!r.ok()) return Fail(std::move(r).take_status());
+    if (!*r) {
+      done_ = true;
+      if (at_end_) at_end_();
+      return false;
+    }
+    std::string key, ext;
+    SK_ASSIGN_OR_RETURN(NameKind kind, Classify(m, file_, shard_, &key, &ext));
+    if (kind == NameKind::kSkip) continue;
+    auto data = scan.TakeData();
+    if (!data.ok()) return Fail(std::move(data).take_status());
+    pending_key_ = std::move(key);
+    pending_ext_ = std::move(ext);
+    pending_header_ = m.header_offset;
+    pending_data_ = std::move(data).value();
+    have_pending_ = true;
+    return true;
+  }
+}
+
 }  // namespace shardkit::formats::wds

@@ -16,7 +16,12 @@ namespace {
 // headers); the fields of a sample are views of the buffers they arrived in.
 class PipeShardReader : public SampleReader {
  public:
-  PipeShardReader(std::string address, int64_t shard) : address_(address), shard_(shard), child_(address, shard) {}
+  PipeShardReader(std::string address, int64_t shard)
+      : address_(address),
+        child_(address, shard),
+        group_(
+            std::move(address), shard, [this](Status s) { return Fail(std::move(s)); },
+            [this] { exit_ = child_.Finish(src_->bytes_read()); }) {}
 
   // Starts the command on the first call. An error is sticky: every later call returns it again.
   Result<bool> Next(Sample* out) override {
@@ -29,7 +34,7 @@ class PipeShardReader : public SampleReader {
                                              child_.Where());
       scan_ = std::make_unique<tar::Scanner>(src_.get(), address_);
     }
-    auto r = NextSample(out);
+    auto r = group_.Next(*scan_, out);
     if (!r.ok()) {
       error_ = r.status();
     } else if (!*r && !exit_.ok()) {
@@ -40,28 +45,6 @@ class PipeShardReader : public SampleReader {
   }
 
  private:
-  Result<bool> NextSample(Sample* out) {
-    if (!have_pending_) {
-      SK_ASSIGN_OR_RETURN(bool more, Pull());
-      if (!more) return false;
-    }
-    out->clear();
-    out->key = std::move(pending_key_);
-    out->set(pending_ext_, std::move(pending_data_));
-    have_pending_ = false;
-    for (;;) {
-      SK_ASSIGN_OR_RETURN(bool more, Pull());
-      if (!more || pending_key_ != out->key) return true;
-      for (const auto& f : out->fields)
-        if (f.ext == pending_ext_)
-          return Status::Corrupt(fmt::format("field '{}' appears twice in sample '{}'", f.ext, out->key),
-                                 Location{.file = address_, .shard = shard_, .offset = int64_t(pending_header_),
-                                          .key = out->key});
-      out->set(pending_ext_, std::move(pending_data_));
-      have_pending_ = false;
-    }
-  }
-
   // A failure of the archive: when the output has ended, the command's exit
   // status is the first cause (`cat missing.tar` writes nothing and fails).
   Status Fail(Status s) {
@@ -76,46 +59,15 @@ class PipeShardReader : public SampleReader {
     return s;
   }
 
-  // Reads the next data member into pending_*; false after the end-of-archive
-  // blocks and the end of the output, the command's exit status then in exit_.
-  Result<bool> Pull() {
-    if (done_) return false;
-    for (;;) {
-      tar::Member m;
-      auto r = scan_->Next(&m);
-      if (!r.ok()) return Fail(std::move(r).take_status());
-      if (!*r) {
-        done_ = true;
-        exit_ = child_.Finish(src_->bytes_read());
-        return false;
-      }
-      std::string key, ext;
-      SK_ASSIGN_OR_RETURN(NameKind kind, Classify(m, address_, shard_, &key, &ext));
-      if (kind == NameKind::kSkip) continue;
-      auto data = scan_->TakeData();
-      if (!data.ok()) return Fail(std::move(data).take_status());
-      pending_key_ = std::move(key);
-      pending_ext_ = std::move(ext);
-      pending_header_ = m.header_offset;
-      pending_data_ = std::move(data).value();
-      have_pending_ = true;
-      return true;
-    }
-  }
-
   std::string address_;
-  int64_t shard_;
   ChildStream child_;  // declared before the source and scanner, which read its pipe
   std::unique_ptr<tar::FdSource> src_;
   std::unique_ptr<tar::Scanner> scan_;
+  // Members into samples; at the end of the archive, the command's exit status into exit_.
+  SampleGrouper group_;
   bool started_ = false;
-  bool done_ = false;
   Status exit_;   // the command's, once the archive has ended
   Status error_;
-  bool have_pending_ = false;
-  std::string pending_key_, pending_ext_;
-  Bytes pending_data_;
-  uint64_t pending_header_ = 0;
 };
 
 }  // namespace

@@ -73,7 +73,7 @@ namespace {
 
 class RangedShardReader : public SampleReader {
  public:
-  RangedShardReader(std::string path, int64_t shard) : path_(std::move(path)), shard_(shard) {}
+  RangedShardReader(std::string path, int64_t shard) : path_(path), shard_(shard), group_(std::move(path), shard) {}
 
   Result<bool> Next(Sample* out) override {
     if (!error_.ok()) return error_;
@@ -89,7 +89,7 @@ class RangedShardReader : public SampleReader {
       src_ = std::make_unique<RangedSource>(std::shared_ptr<ReadableFile>(std::move(f).value()));
       scan_ = std::make_unique<tar::Scanner>(src_.get(), path_);
     }
-    auto r = NextSample(out);
+    auto r = group_.Next(*scan_, out);
     if (!r.ok()) {
       error_ = r.status();
       error_.At(Location{.shard = shard_});
@@ -98,59 +98,12 @@ class RangedShardReader : public SampleReader {
   }
 
  private:
-  Result<bool> NextSample(Sample* out) {
-    if (!have_pending_) {
-      SK_ASSIGN_OR_RETURN(bool more, Pull());
-      if (!more) return false;
-    }
-    out->clear();
-    out->key = std::move(pending_key_);
-    out->set(pending_ext_, std::move(pending_data_));
-    have_pending_ = false;
-    for (;;) {
-      SK_ASSIGN_OR_RETURN(bool more, Pull());
-      if (!more || pending_key_ != out->key) return true;
-      for (const auto& f : out->fields)
-        if (f.ext == pending_ext_)
-          return Status::Corrupt(fmt::format("field '{}' appears twice in sample '{}'", f.ext, out->key),
-                                 Location{.file = path_, .shard = shard_, .offset = int64_t(pending_header_),
-                                          .key = out->key});
-      out->set(pending_ext_, std::move(pending_data_));
-      have_pending_ = false;
-    }
-  }
-
-  Result<bool> Pull() {
-    if (done_) return false;
-    for (;;) {
-      tar::Member m;
-      SK_ASSIGN_OR_RETURN(bool more, scan_->Next(&m));
-      if (!more) {
-        done_ = true;
-        return false;
-      }
-      std::string key, ext;
-      SK_ASSIGN_OR_RETURN(NameKind kind, Classify(m, path_, shard_, &key, &ext));
-      if (kind == NameKind::kSkip) continue;
-      SK_ASSIGN_OR_RETURN(pending_data_, scan_->TakeData());
-      pending_key_ = std::move(key);
-      pending_ext_ = std::move(ext);
-      pending_header_ = m.header_offset;
-      have_pending_ = true;
-      return true;
-    }
-  }
-
   std::string path_;
   int64_t shard_;
   std::unique_ptr<RangedSource> src_;
   std::unique_ptr<tar::Scanner> scan_;
+  SampleGrouper group_;
   Status error_;
-  bool done_ = false;
-  bool have_pending_ = false;
-  std::string pending_key_, pending_ext_;
-  Bytes pending_data_;
-  uint64_t pending_header_ = 0;
 };
 
 }  // namespace

@@ -432,16 +432,10 @@ bool HasSums(const std::string& first_shard) {
   return io::IsUrl(sp) ? io::AnyExists(sp) : io::Exists(sp);
 }
 
-// OpenOptions' cache, else the environment's (SHARDKIT_CACHE_DIR, SHARDKIT_CACHE_BYTES: how the CLI's
-// --cache-dir / --cache-bytes reach every command).
-io::CacheOptions CacheOf(const OpenOptions& opts) {
-  io::CacheOptions c{opts.cache_dir, opts.cache_bytes};
-  if (c.dir.empty())
-    if (const char* d = std::getenv("SHARDKIT_CACHE_DIR")) c.dir = d;
-  if (c.max_bytes == 0)
-    if (const char* b = std::getenv("SHARDKIT_CACHE_BYTES")) c.max_bytes = std::strtoull(b, nullptr, 10);
-  return c;
-}
+// OpenOptions' cache only: the library reads no environment (the CLI's --cache-dir /
+// --cache-bytes and Python's cache_dir= set these options; both also turn
+// SHARDKIT_CACHE_DIR / SHARDKIT_CACHE_BYTES into them).
+io::CacheOptions CacheOf(const OpenOptions& opts) { return io::CacheOptions{opts.cache_dir, opts.cache_bytes}; }
 
 Result<std::unique_ptr<Dataset>> OpenManifest(const std::string& path, const OpenOptions& opts) {
   auto ds = std::make_unique<WdsDataset>();
