@@ -31,6 +31,7 @@
 #include "io/shard_cache.h"
 #include "shardkit/convert.h"
 #include "shardkit/dataset.h"
+#include "shardkit/loader.h"
 #include "support.h"
 
 extern char** environ;
@@ -1233,6 +1234,46 @@ TEST_CASE("remote knobs: the shard cache is OpenOptions::cache_dir, SHARDKIT_CAC
                           " 2>&1");
   CHECK(bad.exit_code == 2);
   CHECK(bad.out.find("SHARDKIT_CACHE_BYTES 'lots'") != std::string::npos);
+}
+
+TEST_CASE("remote knobs: a streamed loader opens each shard with LoaderOptions::open (the cache fills)", "[remote]") {
+  HttpServer http;
+  sk_test::TempDir tmp;
+  sk_test::MakeImageFolder(tmp / "src", 2, 6, 4);
+  ConvertOptions co;
+  co.write.samples_per_shard = 4;
+  auto sum = Convert(tmp / "src", http.root + "/train-%06d.tar", co);
+  INFO(sum.status().ToString());
+  REQUIRE(sum.ok());
+  REQUIRE(sum->shards.size() == 3);
+  uint64_t total = 0;
+  for (const auto& sh : sum->shards) total += sh.bytes;
+  // No .idx beside the shards: the loader streams them, opening each one alone.
+  for (int i = 0; i < 3; ++i) REQUIRE(fs::remove(fmt::format("{}/train-{:06d}.idx", http.root, i)));
+  LoaderOptions o;
+  o.batch_size = 4;
+  o.threads = 2;
+  o.output_width = o.output_height = 32;
+  o.stream = true;
+  o.open.cache_dir = tmp / "cache";
+  // The dataset opened without the cache (as a caller may): its shards, opened by the
+  // loader one by one, still go through it.
+  auto ds = Open(http.Url("train-{000000..000002}.tar"));
+  REQUIRE(ds.ok());
+  CHECK(!fs::exists(tmp / "cache"));
+  auto loader = Loader::Create(std::move(*ds), o);
+  INFO(loader.status().ToString());
+  REQUIRE(loader.ok());
+  size_t images = 0;
+  for (;;) {
+    auto b = (*loader)->Next();
+    INFO(b.status().ToString());
+    REQUIRE(b.ok());
+    if (b->end_of_epoch()) break;
+    images += b->size();
+  }
+  CHECK(images == 12);
+  CHECK(io::CacheBytes(tmp / "cache") == total);  // every shard came through the cache
 }
 
 TEST_CASE("remote knobs: a remote output is staged in ConvertOptions::staging_dir, SHARDKIT_STAGING_DIR is the CLI's",

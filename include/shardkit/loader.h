@@ -138,6 +138,11 @@ struct LoaderOptions {
   // the shards' index; others: DatasetInfo::num_samples); without them Create()
   // counts the samples by reading every shard once.
   bool stream = false;
+  // How Create(address) opens the address and, in streamed mode, each tar shard (which
+  // is opened alone): format options ("wds.index_budget"), the remote shard cache
+  // (cache_dir / cache_bytes). A dataset passed to Create() was opened by the caller;
+  // its streamed shards are still opened with these.
+  OpenOptions open;
   // Streamed mode: samples held in the shuffle buffer (memory: this many encoded
   // samples). 0 or 1 = no sample-level shuffle (shards are still permuted).
   uint32_t shuffle_buffer = 8192;

@@ -1107,7 +1107,7 @@ Result<std::unique_ptr<GpuLoader::Impl>> MakeImpl(std::shared_ptr<RandomAccess> 
     if (ds) {
       impl->dataset = std::move(ds);
     } else {
-      SK_ASSIGN_OR_RETURN(impl->dataset, Open(address));
+      SK_ASSIGN_OR_RETURN(impl->dataset, Open(address, opts.open));
     }
     SK_ASSIGN_OR_RETURN(impl->data, impl->dataset->NewRandomAccess());
     impl->facts = pipeline::FactsOf(impl->dataset->info(), impl->data->size());

@@ -663,7 +663,9 @@ const BenchRow* Floor(const BenchReport& r, int threads) {
 
 Result<LoaderBenchResult> RunLoaderBench(const std::string& address, const LoaderBenchOptions& opts) {
   SK_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, Open(address, opts.open));
-  SK_ASSIGN_OR_RETURN(auto loader, Loader::Create(std::move(ds), opts.loader));
+  LoaderOptions lo = opts.loader;
+  lo.open = opts.open;  // streamed mode opens each shard with them too
+  SK_ASSIGN_OR_RETURN(auto loader, Loader::Create(std::move(ds), lo));
   LoaderBenchResult r;
   r.dataset = address;
   r.threads = opts.loader.threads > 0 ? opts.loader.threads : core::UsableCores();

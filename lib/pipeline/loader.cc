@@ -914,9 +914,9 @@ Result<std::unique_ptr<Loader>> Loader::CreateStreamed(std::unique_ptr<Dataset> 
       shards.push_back(pipeline::StreamShard{si.path, si.samples, 0});
       addresses.push_back(si.address);
     }
-    opener = [addresses](uint64_t i) -> Result<pipeline::ShardReader> {
+    opener = [addresses, oo = impl->o.open](uint64_t i) -> Result<pipeline::ShardReader> {
       pipeline::ShardReader r;
-      SK_ASSIGN_OR_RETURN(r.dataset, Open(addresses[i]));
+      SK_ASSIGN_OR_RETURN(r.dataset, Open(addresses[i], oo));
       SK_ASSIGN_OR_RETURN(r.reader, r.dataset->NewReader());
       return r;
     };
@@ -960,7 +960,7 @@ Result<std::unique_ptr<Loader>> Loader::CreateStreamed(std::unique_ptr<Dataset> 
 }
 
 Result<std::unique_ptr<Loader>> Loader::Create(std::string_view address, const LoaderOptions& opts) {
-  SK_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, Open(address));
+  SK_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, Open(address, opts.open));
   return Create(std::move(ds), opts);
 }
 

@@ -219,10 +219,6 @@ OpenOptions SourceOptions(const std::map<std::string, std::string>& source_optio
   OptionsFromEnvironment(&oo);
   return oo;
 }
-// True when `oo` is what Open(address) uses anyway (the loader may open the address itself).
-bool DefaultOpen(const OpenOptions& oo) {
-  return oo.format_options.empty() && oo.cache_dir.empty() && oo.cache_bytes == 0;
-}
 
 // One batch handed to Python. Holds the C++ Batch (and so its pool buffer) until this
 // object and every tensor exported from it are gone.
@@ -523,11 +519,10 @@ tensor made from it is freed.)doc")
                                            dct_scaling, mean, std_, dtype, layout, on_error, image_field, stream,
                                            shuffle_buffer, prefetch_next_epoch, fields, missing_fields);
              o.buffer_wait_ms = buffer_wait_ms;
-             const OpenOptions oo = SourceOptions(source_options, cache_dir, cache_bytes);
+             // How the address and, streamed, each shard are opened (LoaderOptions::open).
+             o.open = SourceOptions(source_options, cache_dir, cache_bytes);
              return std::make_unique<PyLoader>([&]() -> Result<std::unique_ptr<Loader>> {
-               if (DefaultOpen(oo)) return Loader::Create(address, o);
-               SK_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, Open(address, oo));
-               return Loader::Create(std::move(ds), o);
+               return Loader::Create(address, o);
              });
            }),
            py::arg("address"), py::kw_only(), py::arg("batch_size"), py::arg("shuffle"), py::arg("seed"),
@@ -594,7 +589,7 @@ tensor made from it is freed.)doc")
                                            dct_scaling, mean, std_, dtype, layout, on_error, image_field, stream,
                                            shuffle_buffer, prefetch_next_epoch, fields, missing_fields);
              o.buffer_wait_ms = buffer_wait_ms;
-             const OpenOptions oo = SourceOptions(source_options, cache_dir, cache_bytes);
+             o.open = SourceOptions(source_options, cache_dir, cache_bytes);
              GpuOptions g;
              g.device = device;
              if (decoder == "cpu") g.decoder = DecoderKind::kCpu;
@@ -605,9 +600,7 @@ tensor made from it is freed.)doc")
              g.hardware_load = hardware_load;
              g.profile = profile;
              return std::make_unique<PyGpuLoader>([&]() -> Result<std::unique_ptr<GpuLoader>> {
-               if (DefaultOpen(oo)) return GpuLoader::Create(address, o, g);
-               SK_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, Open(address, oo));
-               return GpuLoader::Create(std::move(ds), o, g);
+               return GpuLoader::Create(address, o, g);
              });
            }),
            py::arg("address"), py::kw_only(), py::arg("batch_size"), py::arg("shuffle"), py::arg("seed"),
