@@ -222,7 +222,7 @@ TEST_CASE("DCT scale 1/2 for a box of 1.5x-2x the output (dct_min_cover 0.75) st
   }
 }
 
-TEST_CASE("flip mirrors exactly; normalisation and half types are exact conversions", "[decode]") {
+TEST_CASE("flip mirrors exactly, normalisation and half types are exact conversions", "[decode]") {
   std::string jpg = MakeJpeg(160, 120, 5);
   CropBox box{10, 12, 100, 90};
   auto a = Ours(jpg, box, 48, 40, false, false);

@@ -98,7 +98,7 @@ TEST_CASE("Validate: one check of the loader options, the GPU's a superset of th
   }
 }
 
-TEST_CASE("Validate leaves the options alone; ResolveOptions fills in rank, world size and threads", "[engine]") {
+TEST_CASE("Validate leaves the options alone, ResolveOptions fills in rank, world size and threads", "[engine]") {
   LoaderOptions o = Good();
   o.rank = -1;
   o.world_size = -1;

@@ -529,7 +529,7 @@ TEST_CASE("read errors: unreadable entries are errors naming the file, not skips
   CHECK(st.where().file == root + "/c/later.jpg");
 }
 
-TEST_CASE("read: symlink loops do not hang; symlinks to files and to other directories are followed", "[folder]") {
+TEST_CASE("read: symlink loops do not hang, symlinks to files and to other directories are followed", "[folder]") {
   TempDir t;
   std::string root = t / "d";
   MkDir(root + "/c/sub");

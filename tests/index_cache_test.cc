@@ -96,7 +96,7 @@ TEST_CASE("index cache: locator maps global indexes to shards, empty shards incl
   CHECK(loc.Locate(8) == std::pair<size_t, uint64_t>{5, 3});
 }
 
-TEST_CASE("index cache: stays within budget under random access; evicted shards reload identical", "[index]") {
+TEST_CASE("index cache: stays within budget under random access, evicted shards reload identical", "[index]") {
   const size_t per = 100, shards = 200;
   const uint64_t one = (*CompactShardIndex::From(MakeShard(0, per), 0))->bytes();
   const uint64_t budget = one * 5 + one / 2;  // room for 5 shards

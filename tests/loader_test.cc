@@ -102,7 +102,7 @@ TEST_CASE("same seed and epoch give the same batches across runs and thread coun
   }
 }
 
-TEST_CASE("different epochs and seeds give different orders; no shuffle keeps dataset order", "[loader]") {
+TEST_CASE("different epochs and seeds give different orders, no shuffle keeps dataset order", "[loader]") {
   auto data = MakeData(40);
   LoaderOptions o = SmallOpts();
   auto l = MustCreate(data, o);

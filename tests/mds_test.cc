@@ -239,7 +239,7 @@ TEST_CASE("mds: writes index.json and shards as MDSWriter does, and reads them b
   CHECK((*ra)->Get(10, &s).code() == Code::kInvalidArgument);
 }
 
-TEST_CASE("mds: shard size and count limits cut shards as MDSWriter does; each shard opens alone") {
+TEST_CASE("mds: shard size and count limits cut shards as MDSWriter does, each shard opens alone") {
   TempDir t;
   auto want = Fixture(20);
   WriteOptions wo;

@@ -311,7 +311,7 @@ TEST_CASE("tar: the end of the archive: zero blocks, EOF after one, padding, and
   CHECK(trail.message == "trailing garbage after the end-of-archive blocks");
 }
 
-TEST_CASE("tar: the pipe source hands out data that outlives its buffer; the memory source is zero-copy", "[tar]") {
+TEST_CASE("tar: the pipe source hands out data that outlives its buffer, the memory source is zero-copy", "[tar]") {
   ::signal(SIGPIPE, SIG_IGN);
   std::string ar;
   for (int i = 0; i < 40; ++i)

@@ -454,7 +454,7 @@ TEST_CASE("tfrecord: hostile files fail with the file and offset named, never cr
   }
 }
 
-TEST_CASE("tfrecord: verify finds damaged records by key; index writes DALI's tfrecord2idx", "[tfrecord][verify]") {
+TEST_CASE("tfrecord: verify finds damaged records by key, index writes DALI's tfrecord2idx", "[tfrecord][verify]") {
   TempDir t;
   auto want = MakeSamples(8);
   WriteOptions o;

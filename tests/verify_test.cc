@@ -487,7 +487,7 @@ TEST_CASE("shardkit verify: exit codes, report and JSON", "[verify][cli]") {
   CHECK(missing.err.find("nope.manifest.json") != std::string::npos);
 }
 
-TEST_CASE("shardkit index: DALI offsets point at each member's data; wids list parses", "[verify][index]") {
+TEST_CASE("shardkit index: DALI offsets point at each member's data, wids list parses", "[verify][index]") {
   TempDir dir;
   auto samples = MakeSamples(7);
   WriteOptions opts;
