@@ -71,7 +71,12 @@ class Hdf5Data {
   Status OpenMapped(hid_t file, const std::map<std::string, std::string>& map, bool nchw);
   // The `shapes` dataset [N, 2] or [N, 3] of variable-size decoded images in `images`.
   Status ReadShapes(hid_t file, TpField* images);
+  // Decoded images written by shardkit (Hdf5WriteOptions::arrays "native"): `keys`, the
+  // root's shardkit_format_version (then a label < 0 means "none") and class_names, and
+  // the `images` attribute channel_order. Lock held.
+  Status ReadNativeExtras(hid_t file, bool has_keys);
   bool vlen_shapes_ = false;  // the default map found `images` + `shapes`
+  bool negative_label_none_ = false;  // a label < 0 gives no cls (shardkit-written files)
   Status Corrupt(const std::string& dataset, const std::string& what) const {
     return Status::Corrupt(fmt::format("dataset '{}': {}", dataset, what), Location{.file = path_});
   }
@@ -586,6 +591,7 @@ Status Hdf5Data::Open(const std::string& path, const OpenOptions& opts) {
     if (order != "nhwc" && order != "nchw")
       return Status::Invalid(fmt::format("hdf5.order '{}': nhwc or nchw", order), Location{.file = path});
     s = OpenMapped(file.get(), map, order == "nchw");
+    if (s.ok() && opts.field_map.empty()) s = ReadNativeExtras(file.get(), has("keys"));
     if (s.ok()) file_ = std::move(file);
   }
   if (!s.ok()) return s;
@@ -814,6 +820,39 @@ Status Hdf5Data::OpenMapped(hid_t file, const std::map<std::string, std::string>
   return Status::OK();
 }
 
+Status Hdf5Data::ReadNativeExtras(hid_t file, bool has_keys) {
+  if (has_keys) {
+    SK_ASSIGN_OR_RETURN(Hid d, OpenDataset(file, "keys", "keys"));
+    SK_ASSIGN_OR_RETURN(uint64_t len, Length1D(d.get(), "keys", path_));
+    if (len != n) return Corrupt("keys", fmt::format("holds {} elements, expected {}", len, n));
+    SK_ASSIGN_OR_RETURN(auto keys, ReadStrings(d.get(), false, "keys"));
+    key_end_.reserve(n + 1);
+    key_end_.push_back(0);
+    for (uint64_t i = 0; i < n; ++i) {
+      if (keys[i].empty())
+        return Status::Corrupt("dataset 'keys': empty key", Location{.file = path_, .index = int64_t(i)});
+      key_blob_ += keys[i];
+      key_end_.push_back(key_blob_.size());
+    }
+  }
+  if (H5Aexists(file, "shardkit_format_version") > 0) {
+    negative_label_none_ = true;
+    if (H5Aexists(file, "class_names") > 0) {
+      Hid a(H5Aopen(file, "class_names", H5P_DEFAULT), H5Aclose);
+      SK_ASSIGN_OR_RETURN(info.class_names, ReadStrings(a.get(), true, "class_names (attribute)"));
+    }
+  }
+  for (const auto& f : tp_) {
+    if (f.ext != "npy" || H5Aexists(f.dset.get(), "channel_order") <= 0) continue;
+    Hid a(H5Aopen(f.dset.get(), "channel_order", H5P_DEFAULT), H5Aclose);
+    SK_ASSIGN_OR_RETURN(auto v, ReadStrings(a.get(), true, "channel_order (attribute of '" + f.name + "')"));
+    if (v.size() == 1 && v[0] == "bgr")
+      info.extra["channel_order"] = fmt::format("decoded arrays: bgr (attribute channel_order of '{}'; not converted)",
+                                                f.name);
+  }
+  return Status::OK();
+}
+
 Status Hdf5Data::ReadShapes(hid_t file, TpField* images) {
   SK_ASSIGN_OR_RETURN(Hid d, OpenDataset(file, "shapes", "shapes"));
   Hid space(H5Dget_space(d.get()), H5Sclose);
@@ -867,10 +906,12 @@ Status Hdf5Data::ReadShapes(hid_t file, TpField* images) {
 // Reads element i of every mapped dataset. Lock held.
 Status Hdf5Data::GetTp(uint64_t i, Sample* out) const {
   out->clear();
-  out->key = fmt::format("{:08d}", i);
+  if (!key_end_.empty()) out->key.assign(key_blob_, key_end_[i], key_end_[i + 1] - key_end_[i]);
+  else out->key = fmt::format("{:08d}", i);
   for (const auto& f : tp_) {
     Location at{.file = path_, .index = int64_t(i)};
     if (f.kind == TpField::kInt) {
+      if (negative_label_none_ && f.ext == "cls" && f.ints[i] < 0) continue;
       out->set(f.ext, Bytes::Take(std::to_string(f.ints[i])));
       continue;
     }
