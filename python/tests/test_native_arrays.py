@@ -185,3 +185,29 @@ def test_bgr_article_lmdb_stays_bgr_and_says_so(tmp_path):
     with h5py.File(rgb_out, "r") as f:
         assert f["images"].attrs["channel_order"] in ("rgb", b"rgb")
         assert np.array_equal(f["images"][4], bgr[4][:, :, ::-1])
+
+
+def test_lmdb_pickle_layout_other_dtypes_and_labels_python_loads(tmp_path):
+    arrs = [np.asfortranarray(np.arange(6, dtype=np.float32).reshape(2, 3) / 7),
+            np.arange(300, dtype=">i2").reshape(30, 10),
+            np.array([[True, False]]),
+            np.arange(24, dtype=np.uint8).reshape(2, 3, 4)]
+    labels = [70000, -5, 2 ** 40, None]
+    src, _ = npy_shards(tmp_path, arrs, labels)
+    out = str(tmp_path / "d.lmdb")
+    shardkit.convert(src, out)
+    env = lmdb.open(out, readonly=True, lock=False)
+    with env.begin() as txn:
+        for idx, (a, l) in enumerate(zip(arrs, labels)):
+            got, label = pickle.loads(txn.get(f"{idx}".encode()))
+            # as numpy's own pickle round trip gives it (numpy 1.24 loads '>i2' as '<i2', same values)
+            assert got.dtype == pickle.loads(pickle.dumps(a, protocol=4)).dtype
+            assert got.shape == a.shape and np.array_equal(got, a)
+            assert got.flags["C_CONTIGUOUS"] == a.flags["C_CONTIGUOUS"]  # the Fortran array stays Fortran
+            assert label == l
+    env.close()
+    back = tmp_path / "dback"
+    shardkit.convert(out, str(back / "s-%06d.tar"))
+    m = tar_members(str(back))
+    for i, a in enumerate(arrs):
+        assert m[f"{i}.npy"] == npy_bytes(a)

@@ -160,7 +160,9 @@ class Hdf5Writer : public SampleWriter {
     if (fd_ < 0) SK_RETURN_IF_ERROR(Start());
     if (n() == 0 && !decided_) {
       decided_ = true;
-      arrays_ = opts_.hdf5.arrays == "native" && s.find("npy");
+      // Only when the first sample fits the layout: any other sample (a field beside the
+      // array, a non-uint8 array, ...) keeps shardkit's byte layout, which holds everything.
+      arrays_ = opts_.hdf5.arrays == "native" && s.find("npy") && CheckArraySample(s, at).ok();
     }
     if (arrays_) return WriteArray(s, at);
     int64_t label = -1;
@@ -198,12 +200,18 @@ class Hdf5Writer : public SampleWriter {
     return Status::OK();
   }
 
-  // Hdf5WriteOptions::arrays "native": a sample is a decoded uint8 array ("npy", [H, W] or
-  // [H, W, C], C order) and at most a canonical label; its pixels go to the spill file of
-  // "npy" (offsets per sample), its shape to shapes_. Finish() writes `images`.
-  Status WriteArray(const Sample& s, const Location& at) {
-    const Field* npy = nullptr;
+  // Whether `s` fits the images layout (else the error WriteArray gives).
+  Status CheckArraySample(const Sample& s, const Location& at) {
+    auto st = ParseArraySample(s, at);
+    return st.ok() ? Status::OK() : st.status();
+  }
+  struct ArraySample {
+    pickle::NdArray arr;
     int64_t label = -1;
+  };
+  Result<ArraySample> ParseArraySample(const Sample& s, const Location& at) {
+    ArraySample out;
+    const Field* npy = nullptr;
     for (const auto& f : s.fields) {
       if (f.ext == "npy") {
         npy = &f;
@@ -214,7 +222,7 @@ class Hdf5Writer : public SampleWriter {
                                              "HDF5 images layout stores (--hdf5-arrays fields keeps any bytes)",
                                              s.key, f.data.str()),
                                  at);
-        label = *l;
+        out.label = *l;
       } else {
         return Status::Invalid(fmt::format("sample '{}': the HDF5 images layout holds a decoded array and a label, "
                                            "not field '{}' (--hdf5-arrays fields keeps every field)",
@@ -237,6 +245,17 @@ class Hdf5Writer : public SampleWriter {
           at);
     for (uint64_t d : arr->shape)
       if (d == 0) return Status::Invalid(fmt::format("sample '{}': an empty array ({})", s.key, fmt::join(arr->shape, "x")), at);
+    out.arr = std::move(arr).value();
+    return out;
+  }
+
+  // Hdf5WriteOptions::arrays "native": a sample is a decoded uint8 array ("npy", [H, W] or
+  // [H, W, C], C order) and at most a canonical label; its pixels go to the spill file of
+  // "npy" (offsets per sample), its shape to shapes_. Finish() writes `images`.
+  Status WriteArray(const Sample& s, const Location& at) {
+    SK_ASSIGN_OR_RETURN(ArraySample a, ParseArraySample(s, at));
+    const pickle::NdArray* arr = &a.arr;
+    const int64_t label = a.label;
     if (!shapes_.empty() && shapes_.front().size() != arr->shape.size())
       return Status::Invalid(fmt::format("sample '{}': a {}-D array after {}-D ones: the HDF5 images layout keeps one "
                                          "rank (--hdf5-arrays fields keeps any)",

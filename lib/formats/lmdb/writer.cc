@@ -535,7 +535,13 @@ class LmdbWriter : public SampleWriter {
   };
 
   Status WriteOne(const Sample& s) {
-    if (count_ == 0 && layout_ == Layout::kShardkit && opts_.lmdb.arrays == "pickle" && s.find("npy")) {
+    // Only when the first sample fits the layout ((array, label)): any other keeps the
+    // shardkit records, which hold everything.
+    if (count_ == 0 && layout_ == Layout::kShardkit && opts_.lmdb.arrays == "pickle" && s.find("npy") &&
+        [&] {
+          std::string k, v;
+          return PreparePickle(s, 0, &k, &v).ok();
+        }()) {
       if (opts_.resume)
         return Status::Unsupported(
             "--resume: the LMDB pickle layout (decoded arrays as pickle.dumps((array, label))) keeps no journal; "
