@@ -67,7 +67,8 @@ void AddCopyFlags(CLI::App* sub, CopyFlags* f) {
                   "is byte for byte that of one process (docs/cluster.md)");
   sub->add_option("--source-option", f->source_options,
                   "KEY=VALUE read option of the source where its content is ambiguous (repeatable): "
-                  "lmdb.layout=shardkit|caffe|image|pickle, lmdb.channels=bgr|rgb|bgr-to-rgb, hdf5.order=nhwc|nchw "
+                  "lmdb.layout=shardkit|caffe|image|pickle, lmdb.channels=bgr|rgb|bgr-to-rgb, hdf5.order=nhwc|nchw, "
+                  "hdf5.channels=bgr|rgb|bgr-to-rgb "
                   "(see docs/existing-data.md)");
   sub->add_flag("--json", f->json,
                 "Print the summary as one JSON object: command, source, destination, "

@@ -109,6 +109,8 @@ struct OpenOptions {
   //   "lmdb.layout": shardkit | caffe | image | pickle (default: detected from the first values)
   //   "lmdb.channels": bgr | rgb | bgr-to-rgb (pickled decoded arrays; default bgr, kept as is)
   //   "hdf5.order":  nhwc | nchw (4-D decoded image datasets; default nhwc)
+  //   "hdf5.channels": bgr | rgb | bgr-to-rgb (decoded image datasets; default: the images' attribute
+  //                    channel_order, else rgb)
   //   "wds.index_budget": bytes of per-shard indexes random access keeps (LRU; default 64MiB, else
   //                       SHARDKIT_INDEX_BUDGET; docs/formats-wds.md)
   // A format ignores the others' keys.

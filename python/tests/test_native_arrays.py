@@ -211,3 +211,31 @@ def test_lmdb_pickle_layout_other_dtypes_and_labels_python_loads(tmp_path):
     m = tar_members(str(back))
     for i, a in enumerate(arrs):
         assert m[f"{i}.npy"] == npy_bytes(a)
+
+
+def test_hdf5_bgr_file_channels_option(tmp_path):
+    rng = np.random.default_rng(9)
+    bgr = [rng.integers(0, 256, (5, 6, 3), dtype=np.uint8) for _ in range(4)]
+    src = str(tmp_path / "a.lmdb")
+    env = lmdb.open(src, map_size=1 << 24)
+    with env.begin(write=True) as txn:
+        for idx, img in enumerate(bgr):
+            txn.put(f"{idx}".encode(), pickle.dumps((img, 1)))
+    env.close()
+    h5 = str(tmp_path / "bgr.h5")
+    shardkit.convert(src, h5)
+    with pytest.raises(shardkit.Error, match="BGR"):  # image files are RGB: refused until told
+        shardkit.convert(h5, str(tmp_path / "p" / "s-%06d.tar"), encode="png")
+    out = tmp_path / "rgb"
+    shardkit.convert(h5, str(out / "s-%06d.tar"), source_options={"hdf5.channels": "bgr-to-rgb"}, encode="png")
+    from PIL import Image
+
+    m = tar_members(str(out))
+    for i in range(4):
+        assert np.array_equal(np.asarray(Image.open(io.BytesIO(m[f"{i}.png"]))), bgr[i][:, :, ::-1])
+    said = tmp_path / "said"  # "they are RGB": kept as stored, not refused
+    shardkit.convert(h5, str(said / "s-%06d.tar"), source_options={"hdf5.channels": "rgb"}, encode="png")
+    m = tar_members(str(said))
+    assert np.array_equal(np.asarray(Image.open(io.BytesIO(m["0.png"]))), bgr[0])
+    with pytest.raises(shardkit.Error, match="hdf5.channels"):
+        shardkit.convert(h5, str(tmp_path / "x" / "s-%06d.tar"), source_options={"hdf5.channels": "grb"})

@@ -542,11 +542,14 @@ class LmdbWriter : public SampleWriter {
           std::string k, v;
           return PreparePickle(s, 0, &k, &v).ok();
         }()) {
-      if (opts_.resume)
+      if (opts_.resume) {
+        keep_state_ = false;  // nothing was committed: leave no partial directory behind
+        failed_ = true;
         return Status::Unsupported(
             "--resume: the LMDB pickle layout (decoded arrays as pickle.dumps((array, label))) keeps no journal; "
             "write shardkit records (--lmdb-arrays record) to resume, or drop --resume",
             Location{.file = final_, .key = s.key});
+      }
       pickle_ = true;
     }
     Pending p{s, {}, {}, s.checksum()};
