@@ -256,16 +256,17 @@ class Hdf5Writer : public SampleWriter {
     SK_ASSIGN_OR_RETURN(ArraySample a, ParseArraySample(s, at));
     const pickle::NdArray* arr = &a.arr;
     const int64_t label = a.label;
-    if (!shapes_.empty() && shapes_.front().size() != arr->shape.size())
+    if (rank_ == 0) rank_ = arr->shape.size();
+    if (rank_ != arr->shape.size())
       return Status::Invalid(fmt::format("sample '{}': a {}-D array after {}-D ones: the HDF5 images layout keeps one "
                                          "rank (--hdf5-arrays fields keeps any)",
-                                         s.key, arr->shape.size(), shapes_.front().size()),
+                                         s.key, arr->shape.size(), rank_),
                              at);
     SK_ASSIGN_OR_RETURN(SpillField * sf, GetSpill("npy"));
     SK_RETURN_IF_ERROR(Append(sf, arr->data.data(), arr->data.size()));
     sf->offsets.push_back(sf->size);
-    if (!shapes_.empty() && shapes_.front() != arr->shape) same_shape_ = false;
-    shapes_.push_back(arr->shape);
+    if (!shapes_.empty() && !std::equal(arr->shape.begin(), arr->shape.end(), shapes_.begin())) same_shape_ = false;
+    shapes_.insert(shapes_.end(), arr->shape.begin(), arr->shape.end());
     key_blob_ += s.key;
     key_end_.push_back(key_blob_.size());
     labels_.push_back(label);
@@ -535,12 +536,12 @@ class Hdf5Writer : public SampleWriter {
     SK_RETURN_IF_ERROR(WriteRootAttributes(file.get(), at));
     SK_RETURN_IF_ERROR(WriteKeys(file.get(), at));
     SK_RETURN_IF_ERROR(WriteDataset(file.get(), "labels", H5T_STD_I64LE, H5T_NATIVE_INT64, N, labels_.data(), at));
-    const size_t rank = shapes_.front().size();
+    const size_t rank = rank_;
     Hid images;
     std::string buf;
     if (same_shape_) {
       std::vector<hsize_t> dims{N}, chunk{1};
-      for (uint64_t d : shapes_.front()) dims.push_back(d), chunk.push_back(d);
+      for (size_t k = 0; k < rank; ++k) dims.push_back(shapes_[k]), chunk.push_back(shapes_[k]);
       const uint64_t one = sf->offsets[1] - sf->offsets[0];
       Hid space(H5Screate_simple(int(dims.size()), dims.data(), nullptr), H5Sclose);
       Hid dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
@@ -594,8 +595,7 @@ class Hdf5Writer : public SampleWriter {
       }
       std::vector<int64_t> shapes;
       shapes.reserve(size_t(N * rank));
-      for (const auto& sh : shapes_)
-        for (uint64_t d : sh) shapes.push_back(int64_t(d));
+      for (uint64_t d : shapes_) shapes.push_back(int64_t(d));
       hsize_t sdims[2] = {N, rank};
       Hid sspace(H5Screate_simple(2, sdims, nullptr), H5Sclose);
       Hid sd(H5Dcreate2(file.get(), "shapes", H5T_STD_I64LE, sspace.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
@@ -679,7 +679,8 @@ class Hdf5Writer : public SampleWriter {
   std::map<std::string, std::unique_ptr<SpillField>> spills_;
   // Hdf5WriteOptions::arrays "native", decided at the first sample (it holds "npy").
   bool decided_ = false, arrays_ = false, same_shape_ = true;
-  std::vector<std::vector<uint64_t>> shapes_;  // each array's shape
+  std::vector<uint64_t> shapes_;  // each array's shape, rank_ numbers per sample
+  size_t rank_ = 0;
   Status failed_;
   bool finished_ = false;
 };
