@@ -121,7 +121,11 @@ def main():
         print("|---|---|---|")
         base = None
         for name, addr, opts in sources:
-            r = rate(addr, a, opts)
+            try:
+                r = rate(addr, a, opts)
+            except Exception as e:  # one source failing (e.g. a path the device loader lacks) keeps the table
+                print(f"| {name} | error: {type(e).__name__}: {str(e)[:160]} | |", flush=True)
+                continue
             if base is None:
                 base = r
             print(f"| {name} | {r:.0f} | {r / base:.2f}x |", flush=True)
