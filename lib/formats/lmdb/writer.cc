@@ -624,6 +624,7 @@ class LmdbWriter : public SampleWriter {
     unsynced_ = 0;
     unsynced_bytes_ = 0;
     last_durable_ = std::chrono::steady_clock::now();
+    if (pickle_) return Status::OK();  // no journal: the pickle layout cannot be resumed (WriteOne)
     return WriteJournal();
   }
 
