@@ -1,14 +1,25 @@
-"""Issue 17's loader goal: the Loader fed decoded arrays (HDF5 [N, H, W, 3], an LMDB of
-pickled arrays) against the same images as JPEG tar shards, images/s.
+"""Issue 17's loader goal: the Loader fed decoded arrays against the same images as JPEG
+tar shards, images/s, and the ratio arrays / JPEG.
 
-    PYTHONPATH=build/python python3 scripts/bench_arrays.py [--n 2000] [--side 256] [--threads 0]
+Every dataset is made by shardkit itself from one set of tar shards of .npy arrays
+(written here with numpy + tarfile), so nothing beyond numpy and the built module is
+needed (no py-lmdb, no h5py, no PIL):
+  - JPEG q90 tar shards:       shardkit.convert(npy shards, encode="jpeg:90")
+  - tar shards of .npy:        the arrays as they are
+  - HDF5 images [N, H, W, 3]:  shardkit.convert(npy shards -> .h5), the native layout
+  - LMDB pickle((array, label)): shardkit.convert(npy shards -> .lmdb), the native layout
+  - with h5py present: also an h5py-written contiguous [N, H, W, 3] file.
 
-Prints one table row per source (best of --epochs epochs, after one warm-up epoch).
+    PYTHONPATH=build/python python3 scripts/bench_arrays.py [--n 2000] [--side 256] \
+        [--threads 0] [--epochs 3] [--batch 128] [--device cpu|cuda:0]
+
+Prints one row per source (best of --epochs epochs after one warm-up epoch) and its
+ratio to the JPEG row.
 """
 import argparse
 import io
 import os
-import pickle
+import shutil
 import tarfile
 import tempfile
 import time
@@ -31,6 +42,40 @@ def images(n, side, seed=0):
     return out
 
 
+def write_npy_shards(d, imgs, per=500):
+    os.makedirs(d)
+    n = len(imgs)
+    shards = (n + per - 1) // per
+    for s in range(shards):
+        with tarfile.open(os.path.join(d, f"a-{s:06d}.tar"), "w") as tf:
+            for i in range(s * per, min(n, (s + 1) * per)):
+                buf = io.BytesIO()
+                np.save(buf, imgs[i])
+                for ext, data in (("cls", str(i % 10).encode()), ("npy", buf.getvalue())):
+                    info = tarfile.TarInfo(f"{i:06d}.{ext}")
+                    info.size = len(data)
+                    tf.addfile(info, io.BytesIO(data))
+    return os.path.join(d, "a-{%06d..%06d}.tar" % (0, shards - 1))
+
+
+def rate(addr, a, opts=None):
+    kw = {"source_options": opts} if opts else {}
+    if a.device != "cpu":
+        kw["device"] = a.device
+    ld = shardkit.Loader(addr, batch_size=a.batch, threads=a.threads, **kw)
+    best = 0.0
+    for e in range(a.epochs + 1):
+        ld.set_epoch(e)
+        t = time.perf_counter()
+        n = 0
+        for batch in ld:
+            n += batch[0].shape[0]
+        r = n / (time.perf_counter() - t)
+        if e > 0:
+            best = max(best, r)
+    return best
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=2000)
@@ -38,67 +83,57 @@ def main():
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--device", default="cpu", help='"cpu" or "cuda:N" (loader output on the GPU)')
+    ap.add_argument("--keep", action="store_true", help="keep the temporary datasets")
     a = ap.parse_args()
-    from PIL import Image
 
     imgs = images(a.n, a.side)
     tmp = tempfile.mkdtemp(prefix="bench_arrays_")
-    sources = {}
-    # JPEG (quality 90) tar shards.
-    jdir = os.path.join(tmp, "jpg")
-    os.makedirs(jdir)
-    per = 500
-    shards = (a.n + per - 1) // per
-    for s in range(shards):
-        with tarfile.open(os.path.join(jdir, f"j-{s:06d}.tar"), "w") as tf:
-            for i in range(s * per, min(a.n, (s + 1) * per)):
-                buf = io.BytesIO()
-                Image.fromarray(imgs[i]).save(buf, format="JPEG", quality=90)
-                for ext, data in (("cls", str(i % 10).encode()), ("jpg", buf.getvalue())):
-                    info = tarfile.TarInfo(f"{i:06d}.{ext}")
-                    info.size = len(data)
-                    tf.addfile(info, io.BytesIO(data))
-    sources["JPEG q90 tar shards"] = (os.path.join(jdir, "j-{%06d..%06d}.tar" % (0, shards - 1)), {})
     try:
-        import h5py
+        npy = write_npy_shards(os.path.join(tmp, "npy"), imgs)
+        sources = []  # (name, address, source options, is JPEG)
+        jpg = os.path.join(tmp, "jpg", "j-%06d.tar")
+        shardkit.convert("wds:" + npy, "wds:" + jpg, encode="jpeg:90", shard_size="100MiB", overwrite=True)
+        js = sorted(f for f in os.listdir(os.path.join(tmp, "jpg")) if f.endswith(".tar"))
+        sources.append(("JPEG q90 tar shards (baseline)",
+                        "wds:" + os.path.join(tmp, "jpg", "j-{%06d..%06d}.tar" % (0, len(js) - 1)), None))
+        sources.append(("tar shards of .npy", "wds:" + npy, None))
+        h5 = os.path.join(tmp, "native.h5")
+        shardkit.convert("wds:" + npy, h5)
+        sources.append(("HDF5 images [N,H,W,3] (shardkit, chunk = 1 image)", h5, None))
+        db = os.path.join(tmp, "native.lmdb")
+        shardkit.convert("wds:" + npy, db)
+        sources.append(("LMDB pickle((array, label)) (shardkit)", db, None))
+        try:
+            import h5py
 
-        h5 = os.path.join(tmp, "train.h5")
-        with h5py.File(h5, "w") as f:
-            f.create_dataset("images", data=imgs)
-            f.create_dataset("labels", data=np.arange(a.n) % 10)
-        sources["HDF5 uint8 [N,H,W,3] (contiguous)"] = (h5, {})
-    except ImportError:
-        pass
-    try:
-        import lmdb
+            h5c = os.path.join(tmp, "h5py.h5")
+            with h5py.File(h5c, "w") as f:
+                f.create_dataset("images", data=imgs)
+                f.create_dataset("labels", data=np.arange(a.n) % 10)
+            sources.append(("HDF5 [N,H,W,3] contiguous (h5py)", h5c, None))
+        except ImportError:
+            pass
 
-        path = os.path.join(tmp, "train.lmdb")
-        env = lmdb.open(path, map_size=imgs.nbytes * 2 + (1 << 26))
-        with env.begin(write=True) as txn:
-            for i in range(a.n):
-                txn.put(f"{i}".encode(), pickle.dumps((imgs[i][:, :, ::-1].copy(), i % 10)))
-        env.close()
-        sources["LMDB pickle((BGR array, label)), bgr-to-rgb"] = (path, {"lmdb.channels": "bgr-to-rgb"})
-        sources["LMDB pickle((array, label)), declared rgb"] = (path, {"lmdb.channels": "rgb"})
-    except ImportError:
-        pass
-
-    print(f"{a.n} images {a.side}x{a.side}, output 224, float32 NCHW, batch {a.batch}, threads {a.threads or 'all'}")
-    print("| source | images/s (best epoch) |")
-    print("|---|---|")
-    for name, (addr, opts) in sources.items():
-        ld = shardkit.Loader(addr, batch_size=a.batch, threads=a.threads, source_options=opts or None)
-        best = 0.0
-        for e in range(a.epochs + 1):
-            ld.set_epoch(e)
-            t = time.perf_counter()
-            n = 0
-            for images_, _ in ld:
-                n += images_.shape[0]
-            rate = n / (time.perf_counter() - t)
-            if e > 0:
-                best = max(best, rate)
-        print(f"| {name} | {best:.0f} |")
+        print(f"{a.n} images {a.side}x{a.side}, output 224, float32 NCHW, batch {a.batch}, "
+              f"threads {a.threads or 'all'} ({os.cpu_count()} cores), device {a.device}")
+        print("| source | images/s (best epoch) | / JPEG |")
+        print("|---|---|---|")
+        base = None
+        for name, addr, opts in sources:
+            try:
+                r = rate(addr, a, opts)
+            except Exception as e:  # one source failing (e.g. a path the device loader lacks) keeps the table
+                print(f"| {name} | error: {type(e).__name__}: {str(e)[:160]} | |", flush=True)
+                continue
+            if base is None:
+                base = r
+            print(f"| {name} | {r:.0f} | {r / base:.2f}x |", flush=True)
+    finally:
+        if a.keep:
+            print("datasets kept in", tmp)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

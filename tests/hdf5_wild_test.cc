@@ -110,3 +110,116 @@ TEST_CASE("hdf5 wild: decoded-image layouts read and convert to every format and
   REQUIRE(!refused.ok());
   CHECK_THAT(refused.status().message(), Catch::Contains("hdf5.order 'chwn'"));
 }
+
+namespace {
+
+Bytes NpyOf(std::vector<uint64_t> shape, uint32_t seed) {
+  pickle::NdArray a;
+  a.dtype = pickle::DType{'u', 1, '|'};
+  a.shape = std::move(shape);
+  std::string d(size_t(a.elements()), '\0');
+  for (size_t i = 0; i < d.size(); ++i) d[i] = char((i * 131 + seed * 17) & 0xff);
+  a.data = Bytes::Copy(d);
+  return pickle::ToNpy(a);
+}
+
+// Writes `samples` to `path` (any options), returns what Finish() said.
+Status WriteSamples(const std::string& path, const std::vector<Sample>& samples, const WriteOptions& o = {}) {
+  auto w = Create(path, o);
+  if (!w.ok()) return w.status();
+  for (const auto& s : samples) SK_RETURN_IF_ERROR((*w)->Write(s));
+  return (*w)->Finish().status();
+}
+
+}  // namespace
+
+TEST_CASE("hdf5 native arrays: images [N,H,W,C] or vlen + shapes, keys and labels back identical", "[hdf5][native]") {
+  TempDir dir;
+  for (bool same : {true, false}) {
+    INFO("same shape " << same);
+    std::vector<Sample> in;
+    for (uint32_t i = 0; i < 40; ++i) {
+      Sample s;
+      s.key = fmt::format("dir/k{:03d}", i);
+      s.set("npy", NpyOf(same ? std::vector<uint64_t>{5, 7, 3} : std::vector<uint64_t>{3 + i % 4, 7, 3}, i));
+      if (i % 9 != 4) s.set_label(i % 6);
+      in.push_back(std::move(s));
+    }
+    std::string path = dir / fmt::format("n{}.h5", same);
+    Status st = WriteSamples(path, in);
+    REQUIRE(st.ok());
+    auto ds = Open(path);
+    REQUIRE(ds.ok());
+    CHECK((*ds)->info().extra.at("layout") == (same ? "decoded-images" : "decoded-images-vlen"));
+    CHECK(!(*ds)->info().extra.count("channel_order"));
+    auto got = ReadAll(**ds);
+    REQUIRE(got.size() == in.size());
+    for (size_t i = 0; i < in.size(); ++i) {
+      INFO("sample " << i);
+      CHECK(got[i].key == in[i].key);
+      CHECK(got[i].find("npy")->data == in[i].find("npy")->data);
+      CHECK(got[i].label() == in[i].label());
+      CHECK(got[i].fields.size() == in[i].fields.size());
+    }
+  }
+  SECTION("several 16 MiB runs of images (written by hyperslab runs)") {
+    for (bool same : {true, false}) {
+      std::vector<Sample> in(5);
+      for (uint32_t i = 0; i < 5; ++i) {
+        in[i].key = fmt::format("big{}", i);
+        in[i].set("npy", NpyOf({same ? 1024u : 1000u + i, 2048, 3}, i));  // ~6 MiB each: runs of 2
+        in[i].set_label(i);
+      }
+      std::string path = dir / fmt::format("big{}.h5", same);
+      REQUIRE(WriteSamples(path, in).ok());
+      auto ds = Open(path);
+      REQUIRE(ds.ok());
+      auto got = ReadAll(**ds);
+      REQUIRE(got.size() == 5);
+      for (size_t i = 0; i < 5; ++i) CHECK(got[i].find("npy")->data == in[i].find("npy")->data);
+    }
+  }
+  SECTION("BGR said by the source: recorded, reported, converted only when asked") {
+    std::vector<Sample> in(3);
+    for (uint32_t i = 0; i < 3; ++i) {
+      in[i].key = std::to_string(i);
+      in[i].set("npy", NpyOf({2, 3, 3}, i));
+    }
+    WriteOptions o;
+    o.array_channels = "bgr";
+    REQUIRE(WriteSamples(dir / "bgr.h5", in, o).ok());
+    auto ds = Open(dir / "bgr.h5");
+    REQUIRE(ds.ok());
+    CHECK((*ds)->info().extra.at("channel_order").find("bgr") != std::string::npos);
+    CHECK(ReadAll(**ds)[1].find("npy")->data == in[1].find("npy")->data);
+    auto sw = Open(dir / "bgr.h5", OpenOptions{.format_options = {{"hdf5.channels", "bgr-to-rgb"}}});
+    REQUIRE(sw.ok());
+    auto a = pickle::ParseNpy(ReadAll(**sw)[1].find("npy")->data);
+    auto b = pickle::ParseNpy(in[1].find("npy")->data);
+    REQUIRE((a.ok() && b.ok()));
+    CHECK(a->data.data()[0] == b->data.data()[2]);
+    CHECK(a->data.data()[2] == b->data.data()[0]);
+    CHECK(a->data.data()[1] == b->data.data()[1]);
+  }
+  SECTION("a later sample that does not fit is refused, naming it; nothing is published") {
+    std::vector<Sample> in(3);
+    for (uint32_t i = 0; i < 3; ++i) {
+      in[i].key = fmt::format("s{}", i);
+      in[i].set("npy", NpyOf(i == 2 ? std::vector<uint64_t>{4, 4} : std::vector<uint64_t>{4, 4, 3}, i));
+    }
+    Status st = WriteSamples(dir / "bad.h5", in);
+    CHECK(st.code() == Code::kInvalidArgument);
+    CHECK(st.message().find("s2") != std::string::npos);
+    CHECK(!std::filesystem::exists(dir / "bad.h5"));
+    in[2].set("npy", NpyOf({4, 4, 3}, 2));
+    in[2].set("txt", Bytes::Copy("caption"));
+    st = WriteSamples(dir / "bad.h5", in);
+    CHECK(st.message().find("--hdf5-arrays fields") != std::string::npos);
+    WriteOptions o;
+    o.hdf5.arrays = "fields";
+    REQUIRE(WriteSamples(dir / "fields.h5", in, o).ok());
+    auto ds = Open(dir / "fields.h5");
+    REQUIRE(ds.ok());
+    CHECK((*ds)->info().extra.at("layout") == "shardkit");
+  }
+}

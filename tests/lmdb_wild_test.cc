@@ -12,6 +12,7 @@
 
 #include "core/md5.h"
 #include "core/pickle.h"
+#include "formats/lmdb/wild.h"
 #include "shardkit/shardkit.h"
 #include "support.h"
 
@@ -349,5 +350,48 @@ TEST_CASE("lmdb wild: --encode png|jpeg:Q writes decoded arrays as images, BGR o
     INFO(c.err);
     CHECK(c.exit_code == 0);
     CHECK(c.out == "6\n");
+  }
+}
+
+TEST_CASE("lmdb wild: the pickle layout writer's values read back through the subset reader", "[lmdb][wild][pickle]") {
+  struct Case {
+    pickle::DType dt;
+    std::vector<uint64_t> shape;
+    bool fortran;
+    std::optional<int64_t> label;
+  };
+  const Case cases[] = {
+      {{'u', 1, '|'}, {3, 4, 3}, false, 7},
+      {{'u', 1, '|'}, {300, 2}, false, std::nullopt},  // > 255 elements: BINBYTES, not SHORT_BINBYTES
+      {{'f', 4, '<'}, {2, 3}, true, -5},
+      {{'i', 2, '>'}, {70000}, false, 70000},
+      {{'b', 1, '|'}, {1, 1, 1}, false, int64_t(1) << 40},
+  };
+  for (const auto& c : cases) {
+    INFO(c.dt.descr() << " fortran " << c.fortran);
+    pickle::NdArray a;
+    a.dtype = c.dt;
+    a.shape = c.shape;
+    a.fortran_order = c.fortran;
+    std::string data(size_t(a.elements() * c.dt.itemsize), '\0');
+    for (size_t i = 0; i < data.size(); ++i) data[i] = char(c.dt.kind == 'b' ? i % 2 : i * 37 + 11);
+    a.data = Bytes::Copy(data);
+    std::string value = formats::lmdb::wild::PickleArray(a, c.label);
+    auto v = pickle::ParsePickle(Bytes::Copy(value));
+    if (!v.ok()) FAIL(v.status().ToString());
+    REQUIRE(v->kind == pickle::Value::Kind::kTuple);
+    REQUIRE(v->items.size() == 2);
+    const auto& got = v->items[0];
+    REQUIRE(got.kind == pickle::Value::Kind::kArray);
+    CHECK(got.array.dtype.descr() == c.dt.descr());
+    CHECK(got.array.shape == c.shape);
+    CHECK(got.array.fortran_order == c.fortran);
+    CHECK(got.array.data.str() == data);
+    if (c.label) {
+      REQUIRE(v->items[1].is_int());
+      CHECK(v->items[1].i == *c.label);
+    } else {
+      CHECK(v->items[1].kind == pickle::Value::Kind::kNone);
+    }
   }
 }

@@ -85,7 +85,8 @@ void AddCopyFlags(CLI::App* sub, CopyFlags* f) {
                   "is byte for byte that of one process (docs/cluster.md)");
   sub->add_option("--source-option", f->source_options,
                   "KEY=VALUE read option of the source where its content is ambiguous (repeatable): "
-                  "lmdb.layout=shardkit|caffe|image|pickle, lmdb.channels=bgr|rgb|bgr-to-rgb, hdf5.order=nhwc|nchw "
+                  "lmdb.layout=shardkit|caffe|image|pickle, lmdb.channels=bgr|rgb|bgr-to-rgb, hdf5.order=nhwc|nchw, "
+                  "hdf5.channels=bgr|rgb|bgr-to-rgb "
                   "(see docs/existing-data.md)");
   sub->add_flag("--json", f->json,
                 "Print the summary as one JSON object: command, source, destination, "
@@ -148,6 +149,7 @@ RunFn SetupConvert(CLI::App* sub) {
     std::string shard_size;
     uint64_t samples_per_shard = 0;
     std::string lmdb_layout = "shardkit";
+    std::string lmdb_arrays = "pickle", hdf5_arrays = "native";
     std::string mds_compression;
     std::string mds_hashes = "xxh3_64";
     std::string field_map, tfrecord_preset = "imagenet", tfrecord_compression = "none", tfrecord_field_map;
@@ -181,6 +183,15 @@ RunFn SetupConvert(CLI::App* sub) {
                   "LMDB output layout: 'shardkit' (default; one record per sample, see docs/formats.md) "
                   "or 'caffe' (Caffe Datum values, readable by Caffe and DALI)")
       ->check(CLI::IsMember({"shardkit", "caffe"}));
+  sub->add_option("--lmdb-arrays", f->lmdb_arrays,
+                  "LMDB output, samples that are a decoded array (npy) and a label: 'pickle' (default; keys "
+                  "f\"{idx}\", values pickle.dumps((array, label)), as the common scripts write them) or 'record' "
+                  "(shardkit records holding the .npy)")
+      ->check(CLI::IsMember({"pickle", "record"}));
+  sub->add_option("--hdf5-arrays", f->hdf5_arrays,
+                  "HDF5 output, samples that are a decoded array (npy) and a label: 'native' (default; images "
+                  "uint8 [N,H,W,C] + labels, as h5py scripts write them) or 'fields' (shardkit's byte layout)")
+      ->check(CLI::IsMember({"native", "fields"}));
   sub->add_option("--mds-compression", f->mds_compression,
                   "MDS output: compress each shard with 'zstd' or 'zstd:LEVEL' (1..22), as streaming names it "
                   "(default: none)");
@@ -207,6 +218,8 @@ RunFn SetupConvert(CLI::App* sub) {
     o.write.key_dots = ToKeyDots(f->key_dots);
     o.write.wds.write_index = !f->no_index;
     o.write.lmdb.layout = f->lmdb_layout;
+    o.write.lmdb.arrays = f->lmdb_arrays;
+    o.write.hdf5.arrays = f->hdf5_arrays;
     o.write.mds.compression = f->mds_compression;
     o.write.mds.hashes.clear();
     for (size_t start = 0; f->mds_hashes != "none" && start <= f->mds_hashes.size();) {

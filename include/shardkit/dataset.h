@@ -109,6 +109,8 @@ struct OpenOptions {
   //   "lmdb.layout": shardkit | caffe | image | pickle (default: detected from the first values)
   //   "lmdb.channels": bgr | rgb | bgr-to-rgb (pickled decoded arrays; default bgr, kept as is)
   //   "hdf5.order":  nhwc | nchw (4-D decoded image datasets; default nhwc)
+  //   "hdf5.channels": bgr | rgb | bgr-to-rgb (decoded image datasets; default: the images' attribute
+  //                    channel_order, else rgb)
   //   "wds.index_budget": bytes of per-shard indexes random access keeps (LRU; default 64MiB;
   //                       docs/formats-wds.md)
   // The library reads no environment for any option here; the CLI and Python turn
@@ -157,6 +159,18 @@ struct PartWriteOptions {
 };
 struct LmdbWriteOptions {
   std::string layout = "shardkit";  // or "caffe" (Datum records, "%08d_<key>" keys)
+  // Samples whose image is a decoded array (field "npy" and at most "cls"), layout "shardkit":
+  // "pickle" (default): keys f"{idx}", values pickle.dumps((ndarray, label)), as the common
+  // scripts write them (docs/formats-lmdb.md); "record": shardkit's msgpack records (npy field).
+  std::string arrays = "pickle";
+};
+// HDF5 (docs/formats-hdf5.md).
+struct Hdf5WriteOptions {
+  // Samples whose image is a decoded array (field "npy", uint8 [H, W] or [H, W, C], and at most
+  // "cls"): "native" (default): `images` uint8 [N, H, W(, C)] chunked one image per chunk (every
+  // array of one shape; else vlen `images` + `shapes`), `labels` int64, `keys`; "fields":
+  // shardkit's byte layout (fields/npy/data + offsets).
+  std::string arrays = "native";
 };
 struct MdsWriteOptions {
   // "" (none), "zstd" or "zstd:LEVEL" (1..22), as streaming names it.
@@ -183,7 +197,12 @@ struct WriteOptions {
   LmdbWriteOptions lmdb;
   MdsWriteOptions mds;
   TfrecordWriteOptions tfrecord;
+  Hdf5WriteOptions hdf5;
   PartWriteOptions part;
+  // What the source says its decoded arrays ("npy") are: "bgr", or "" (RGB, shardkit's
+  // convention). Convert fills it from DatasetInfo::extra["channel_order"]; the LMDB
+  // pickle and HDF5 native layouts record it beside the arrays (nothing is converted).
+  std::string array_channels;
   // wds, lmdb: continue an interrupted write of the same source with the same
   // options. The writer reads its journal (wds: "<manifest>.partial"; lmdb: the
   // sidecar in "<dir>.partial"), checks what was committed, and then expects

@@ -353,6 +353,12 @@ Result<ConvertSummary> CopyInto(const Dataset& in, std::string_view src, const s
   std::string out_path;
   SK_ASSIGN_OR_RETURN(const formats::Format* fmt, formats::Resolve(out_address, true, &out_path));
   if (c.write.class_names.empty()) c.write.class_names = in.info().class_names;
+  // Decoded arrays said to be BGR (the words convert's --encode check reads): recorded by the
+  // writers that keep arrays natively (LMDB pickle, HDF5 images), never converted.
+  if (auto co = in.info().extra.find("channel_order"); c.write.array_channels.empty() && co != in.info().extra.end() &&
+                                                        co->second.find("bgr") != std::string::npos &&
+                                                        co->second.find("rgb") == std::string::npos)
+    c.write.array_channels = "bgr";
   std::optional<PartPlan> plan;
   if (c.part.count > 0) {
     SK_ASSIGN_OR_RETURN(plan, MakePartPlan(in, *fmt, &c, src));

@@ -102,7 +102,7 @@ void BindConvert(py::module_& m) {
            const std::string& mds_compression, const std::optional<std::vector<std::string>>& mds_hashes,
            const py::object& part, bool resume,
            const std::map<std::string, std::string>& source_options, const std::string& encode,
-           const std::string& staging_dir) {
+           const std::string& staging_dir, const std::string& lmdb_arrays, const std::string& hdf5_arrays) {
           ConvertOptions o;
           o.write.mds.compression = mds_compression;
           if (mds_hashes) o.write.mds.hashes = *mds_hashes;
@@ -127,6 +127,8 @@ void BindConvert(py::module_& m) {
           OptionsFromEnvironment(&o.open);
           o.staging_dir = StagingDirOr(staging_dir);
           o.encode = encode;
+          o.write.lmdb.arrays = lmdb_arrays;
+          o.write.hdf5.arrays = hdf5_arrays;
           py::dict d = RunWithProgress(progress, [&](const ProgressFn& fn) { return Convert(src, dst, o, fn); });
           d["threads"] = o.threads;
           return d;
@@ -142,7 +144,8 @@ void BindConvert(py::module_& m) {
         py::arg("mds_compression") = "", py::arg("mds_hashes") = py::none(),
         py::arg("part") = py::none(), py::arg("resume") = false,
         py::arg("source_options") = std::map<std::string, std::string>{},
-        py::arg("encode") = "", py::arg("staging_dir") = "",
+        py::arg("encode") = "", py::arg("staging_dir") = "", py::arg("lmdb_arrays") = "pickle",
+        py::arg("hdf5_arrays") = "native",
         R"doc(Copies every sample of the dataset `src` into a new dataset `dst` (any formats).
 
 Keeps dataset order, or with shuffle=True writes a seeded global permutation (needs random
@@ -157,7 +160,9 @@ extension). tfrecord_preset ("imagenet" or "tfds"), tfrecord_compression ("none"
 "zlib"), tfrecord_field_map (feature -> field, instead of the preset): TFRecord outputs
 (docs/formats-tfrecord.md). source_options: read options of the source, e.g. {"lmdb.layout": "pickle",
 "lmdb.channels": "bgr-to-rgb", "hdf5.order": "nchw"} (docs/existing-data.md). encode: "" keeps
-decoded arrays as .npy, "png" or "jpeg:Q" writes them as images. progress: a callable taking a dict
+decoded arrays as .npy, "png" or "jpeg:Q" writes them as images. lmdb_arrays ("pickle" or
+"record") and hdf5_arrays ("native" or "fields"): how LMDB / HDF5 outputs store decoded arrays
+(docs/formats-lmdb.md, docs/formats-hdf5.md). progress: a callable taking a dict
 {samples, bytes, elapsed, total}, called about ten times a second on this thread.
 part: write only part I of N of a tar shard output ("I/N", (I, N), or "env" for the
 launcher's variables); merge(dst) then writes the manifest (docs/cluster.md). resume:

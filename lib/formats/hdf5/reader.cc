@@ -71,7 +71,16 @@ class Hdf5Data {
   Status OpenMapped(hid_t file, const std::map<std::string, std::string>& map, bool nchw);
   // The `shapes` dataset [N, 2] or [N, 3] of variable-size decoded images in `images`.
   Status ReadShapes(hid_t file, TpField* images);
+  // Decoded images written by shardkit (Hdf5WriteOptions::arrays "native"): `keys`, the
+  // root's shardkit_format_version (then a label < 0 means "none") and class_names, and
+  // the `images` attribute channel_order. Lock held.
+  Status ReadNativeExtras(hid_t file, bool has_keys, const OpenOptions& opts);
+  // OpenOptions::format_options["hdf5.channels"] = "bgr-to-rgb": channels 0 and 2 of
+  // 3- and 4-channel arrays swapped on read (in the .npy copy just made).
+  Status SwapChannels(const pickle::NdArray& a, Bytes* npy, const Location& at) const;
+  bool swap_bgr_ = false;
   bool vlen_shapes_ = false;  // the default map found `images` + `shapes`
+  bool negative_label_none_ = false;  // a label < 0 gives no cls (shardkit-written files)
   Status Corrupt(const std::string& dataset, const std::string& what) const {
     return Status::Corrupt(fmt::format("dataset '{}': {}", dataset, what), Location{.file = path_});
   }
@@ -586,6 +595,7 @@ Status Hdf5Data::Open(const std::string& path, const OpenOptions& opts) {
     if (order != "nhwc" && order != "nchw")
       return Status::Invalid(fmt::format("hdf5.order '{}': nhwc or nchw", order), Location{.file = path});
     s = OpenMapped(file.get(), map, order == "nchw");
+    if (s.ok()) s = ReadNativeExtras(file.get(), opts.field_map.empty() && has("keys"), opts);
     if (s.ok()) file_ = std::move(file);
   }
   if (!s.ok()) return s;
@@ -814,6 +824,79 @@ Status Hdf5Data::OpenMapped(hid_t file, const std::map<std::string, std::string>
   return Status::OK();
 }
 
+Status Hdf5Data::SwapChannels(const pickle::NdArray& a, Bytes* npy, const Location& at) const {
+  if (!swap_bgr_ || a.shape.size() != 3 || (a.shape[2] != 3 && a.shape[2] != 4)) return Status::OK();
+  if (a.fortran_order) return Status::Corrupt("hdf5.channels=bgr-to-rgb of a Fortran-order array", at);
+  // ToNpy made an owned copy: swap channels 0 and 2 of every pixel in place.
+  uint8_t* px = const_cast<uint8_t*>(npy->data()) + (npy->size() - a.data.size());
+  const size_t sz = a.dtype.itemsize, stride = sz * size_t(a.shape[2]);
+  if (sz == 1 && stride == 3) {
+    for (size_t off = 0; off + 3 <= a.data.size(); off += 3) std::swap(px[off], px[off + 2]);
+    return Status::OK();
+  }
+  uint8_t tmp[16];
+  for (size_t off = 0; off + stride <= a.data.size(); off += stride) {
+    std::memcpy(tmp, px + off, sz);
+    std::memcpy(px + off, px + off + 2 * sz, sz);
+    std::memcpy(px + off + 2 * sz, tmp, sz);
+  }
+  return Status::OK();
+}
+
+Status Hdf5Data::ReadNativeExtras(hid_t file, bool has_keys, const OpenOptions& opts) {
+  std::string channels;  // hdf5.channels: bgr | rgb | bgr-to-rgb (default: the file's channel_order)
+  if (auto it = opts.format_options.find("hdf5.channels"); it != opts.format_options.end()) {
+    channels = it->second;
+    if (channels != "bgr" && channels != "rgb" && channels != "bgr-to-rgb")
+      return Status::Invalid(fmt::format("hdf5.channels '{}': bgr, rgb or bgr-to-rgb", channels),
+                             Location{.file = path_});
+  }
+  if (has_keys) {
+    SK_ASSIGN_OR_RETURN(Hid d, OpenDataset(file, "keys", "keys"));
+    SK_ASSIGN_OR_RETURN(uint64_t len, Length1D(d.get(), "keys", path_));
+    if (len != n) return Corrupt("keys", fmt::format("holds {} elements, expected {}", len, n));
+    SK_ASSIGN_OR_RETURN(auto keys, ReadStrings(d.get(), false, "keys"));
+    key_end_.reserve(n + 1);
+    key_end_.push_back(0);
+    for (uint64_t i = 0; i < n; ++i) {
+      if (keys[i].empty())
+        return Status::Corrupt("dataset 'keys': empty key", Location{.file = path_, .index = int64_t(i)});
+      key_blob_ += keys[i];
+      key_end_.push_back(key_blob_.size());
+    }
+  }
+  if (opts.field_map.empty() && H5Aexists(file, "shardkit_format_version") > 0) {
+    negative_label_none_ = true;
+    if (H5Aexists(file, "class_names") > 0) {
+      Hid a(H5Aopen(file, "class_names", H5P_DEFAULT), H5Aclose);
+      SK_ASSIGN_OR_RETURN(info.class_names, ReadStrings(a.get(), true, "class_names (attribute)"));
+    }
+  }
+  bool any_arrays = false, file_bgr = false;
+  std::string attr_of;
+  for (const auto& f : tp_) {
+    if (f.ext != "npy") continue;
+    any_arrays = true;
+    if (H5Aexists(f.dset.get(), "channel_order") <= 0) continue;
+    Hid a(H5Aopen(f.dset.get(), "channel_order", H5P_DEFAULT), H5Aclose);
+    SK_ASSIGN_OR_RETURN(auto v, ReadStrings(a.get(), true, "channel_order (attribute of '" + f.name + "')"));
+    if (v.size() == 1 && v[0] == "bgr") file_bgr = true, attr_of = f.name;
+  }
+  if (!any_arrays) return Status::OK();
+  if (channels == "bgr-to-rgb") {
+    swap_bgr_ = true;
+    info.extra["channel_order"] = "decoded arrays: rgb (converted from bgr on read)";
+  } else if (channels == "rgb" && file_bgr) {
+    info.extra["channel_order"] = "decoded arrays: rgb (said by hdf5.channels; not converted)";
+  } else if (channels == "bgr") {
+    info.extra["channel_order"] = "decoded arrays: bgr (said by hdf5.channels; not converted)";
+  } else if (file_bgr && channels.empty()) {
+    info.extra["channel_order"] =
+        fmt::format("decoded arrays: bgr (attribute channel_order of '{}'; not converted)", attr_of);
+  }
+  return Status::OK();
+}
+
 Status Hdf5Data::ReadShapes(hid_t file, TpField* images) {
   SK_ASSIGN_OR_RETURN(Hid d, OpenDataset(file, "shapes", "shapes"));
   Hid space(H5Dget_space(d.get()), H5Sclose);
@@ -867,16 +950,20 @@ Status Hdf5Data::ReadShapes(hid_t file, TpField* images) {
 // Reads element i of every mapped dataset. Lock held.
 Status Hdf5Data::GetTp(uint64_t i, Sample* out) const {
   out->clear();
-  out->key = fmt::format("{:08d}", i);
+  if (!key_end_.empty()) out->key.assign(key_blob_, key_end_[i], key_end_[i + 1] - key_end_[i]);
+  else out->key = fmt::format("{:08d}", i);
   for (const auto& f : tp_) {
     Location at{.file = path_, .index = int64_t(i)};
     if (f.kind == TpField::kInt) {
+      if (negative_label_none_ && f.ext == "cls" && f.ints[i] < 0) continue;
       out->set(f.ext, Bytes::Take(std::to_string(f.ints[i])));
       continue;
     }
     if (f.kind == TpField::kArray) {
       SK_ASSIGN_OR_RETURN(pickle::NdArray a, hdf5::ReadElement(f.dset.get(), f.dt, f.dims, i, f.nchw, f.name, path_));
-      out->set(f.ext, pickle::ToNpy(a));
+      Bytes npy = pickle::ToNpy(a);
+      SK_RETURN_IF_ERROR(SwapChannels(a, &npy, at));
+      out->set(f.ext, std::move(npy));
       continue;
     }
     Hid fspace(H5Dget_space(f.dset.get()), H5Sclose);
@@ -903,7 +990,9 @@ Status Hdf5Data::GetTp(uint64_t i, Sample* out) const {
                                              f.name, b.size(), a.elements()),
                                  at);
         a.data = std::move(b);
-        out->set(f.ext, pickle::ToNpy(a));
+        Bytes npy = pickle::ToNpy(a);
+        SK_RETURN_IF_ERROR(SwapChannels(a, &npy, at));
+        out->set(f.ext, std::move(npy));
         continue;
       }
     } else if (f.kind == TpField::kVlenStr) {

@@ -17,6 +17,8 @@
 #include <set>
 
 #include "core/per_thread.h"
+#include <fmt/ranges.h>
+
 #include "formats/hdf5/arrays.h"
 
 namespace shardkit::formats::hdf5 {
@@ -156,6 +158,13 @@ class Hdf5Writer : public SampleWriter {
     if (s.key.empty()) return Status::Invalid("empty sample key", at);
     if (s.key.find('\0') != std::string::npos) return Status::Invalid("sample key holds a NUL byte", at);
     if (fd_ < 0) SK_RETURN_IF_ERROR(Start());
+    if (n() == 0 && !decided_) {
+      decided_ = true;
+      // Only when the first sample fits the layout: any other sample (a field beside the
+      // array, a non-uint8 array, ...) keeps shardkit's byte layout, which holds everything.
+      arrays_ = opts_.hdf5.arrays == "native" && s.find("npy") && CheckArraySample(s, at).ok();
+    }
+    if (arrays_) return WriteArray(s, at);
     int64_t label = -1;
     bool cls_in_labels = false;
     if (const Field* c = s.find("cls")) {
@@ -188,6 +197,79 @@ class Hdf5Writer : public SampleWriter {
     key_end_.push_back(key_blob_.size());
     labels_.push_back(label);
     checksums_.push_back(s.checksum());
+    return Status::OK();
+  }
+
+  // Whether `s` fits the images layout (else the error WriteArray gives).
+  Status CheckArraySample(const Sample& s, const Location& at) {
+    auto st = ParseArraySample(s, at);
+    return st.ok() ? Status::OK() : st.status();
+  }
+  struct ArraySample {
+    pickle::NdArray arr;
+    int64_t label = -1;
+  };
+  Result<ArraySample> ParseArraySample(const Sample& s, const Location& at) {
+    ArraySample out;
+    const Field* npy = nullptr;
+    for (const auto& f : s.fields) {
+      if (f.ext == "npy") {
+        npy = &f;
+      } else if (f.ext == "cls") {
+        auto l = s.label();
+        if (!l || *l < 0 || std::to_string(*l) != f.data.view())
+          return Status::Invalid(fmt::format("sample '{}': cls '{}' is not a non-negative integer label, which the "
+                                             "HDF5 images layout stores (--hdf5-arrays fields keeps any bytes)",
+                                             s.key, f.data.str()),
+                                 at);
+        out.label = *l;
+      } else {
+        return Status::Invalid(fmt::format("sample '{}': the HDF5 images layout holds a decoded array and a label, "
+                                           "not field '{}' (--hdf5-arrays fields keeps every field)",
+                                           s.key, f.ext),
+                               at);
+      }
+    }
+    if (!npy)
+      return Status::Invalid(fmt::format("sample '{}' has no decoded array (npy field), which every sample of the HDF5 "
+                                         "images layout holds (--hdf5-arrays fields keeps any sample)",
+                                         s.key),
+                             at);
+    auto arr = pickle::ParseNpy(npy->data);
+    if (!arr.ok()) return Status::Invalid(fmt::format("sample '{}': field npy: {}", s.key, arr.status().message()), at);
+    if (arr->dtype.descr() != "|u1" || arr->fortran_order || (arr->shape.size() != 2 && arr->shape.size() != 3))
+      return Status::Invalid(
+          fmt::format("sample '{}': the HDF5 images layout holds uint8 [H, W] or [H, W, C] arrays in C order, not "
+                      "{} {}{} (--hdf5-arrays fields keeps the .npy bytes as they are)",
+                      s.key, arr->dtype.descr(), fmt::join(arr->shape, "x"), arr->fortran_order ? " Fortran order" : ""),
+          at);
+    for (uint64_t d : arr->shape)
+      if (d == 0) return Status::Invalid(fmt::format("sample '{}': an empty array ({})", s.key, fmt::join(arr->shape, "x")), at);
+    out.arr = std::move(arr).value();
+    return out;
+  }
+
+  // Hdf5WriteOptions::arrays "native": a sample is a decoded uint8 array ("npy", [H, W] or
+  // [H, W, C], C order) and at most a canonical label; its pixels go to the spill file of
+  // "npy" (offsets per sample), its shape to shapes_. Finish() writes `images`.
+  Status WriteArray(const Sample& s, const Location& at) {
+    SK_ASSIGN_OR_RETURN(ArraySample a, ParseArraySample(s, at));
+    const pickle::NdArray* arr = &a.arr;
+    const int64_t label = a.label;
+    if (rank_ == 0) rank_ = arr->shape.size();
+    if (rank_ != arr->shape.size())
+      return Status::Invalid(fmt::format("sample '{}': a {}-D array after {}-D ones: the HDF5 images layout keeps one "
+                                         "rank (--hdf5-arrays fields keeps any)",
+                                         s.key, arr->shape.size(), rank_),
+                             at);
+    SK_ASSIGN_OR_RETURN(SpillField * sf, GetSpill("npy"));
+    SK_RETURN_IF_ERROR(Append(sf, arr->data.data(), arr->data.size()));
+    sf->offsets.push_back(sf->size);
+    if (!shapes_.empty() && !std::equal(arr->shape.begin(), arr->shape.end(), shapes_.begin())) same_shape_ = false;
+    shapes_.insert(shapes_.end(), arr->shape.begin(), arr->shape.end());
+    key_blob_ += s.key;
+    key_end_.push_back(key_blob_.size());
+    labels_.push_back(label);
     return Status::OK();
   }
 
@@ -259,8 +341,13 @@ class Hdf5Writer : public SampleWriter {
     auto base = std::filesystem::path(path_).filename().string();
 
     std::map<std::string, haddr_t> addrs;
-    SK_RETURN_IF_ERROR(WriteHdf5(&addrs));
-    SK_RETURN_IF_ERROR(CopySpills(addrs));
+    if (arrays_) {
+      SK_RETURN_IF_ERROR(fs_->ExternalIo(path_, ExternalOp::kWrite));
+      SK_RETURN_IF_ERROR(WriteArraysHdf5());
+    } else {
+      SK_RETURN_IF_ERROR(WriteHdf5(&addrs));
+      SK_RETURN_IF_ERROR(CopySpills(addrs));
+    }
 
     SK_RETURN_IF_ERROR(fs_->ExternalIo(path_, ExternalOp::kSync));
     struct stat st{};
@@ -355,10 +442,54 @@ class Hdf5Writer : public SampleWriter {
       if (sf->size > 0 && a != kDirectAt) SK_RETURN_IF_ERROR(MoveRange(kDirectAt, a, sf->size));
     }
 
-    // Attributes on the root group.
+    SK_RETURN_IF_ERROR(WriteRootAttributes(file.get(), at));
+    SK_RETURN_IF_ERROR(WriteKeys(file.get(), at));
+    SK_RETURN_IF_ERROR(WriteDataset(file.get(), "labels", H5T_STD_I64LE, H5T_NATIVE_INT64, N, labels_.data(), at));
+    SK_RETURN_IF_ERROR(
+        WriteDataset(file.get(), "checksums", H5T_STD_U64LE, H5T_NATIVE_UINT64, N, checksums_.data(), at));
+
+    for (auto& [ext, sf] : spills_) {
+      SK_ASSIGN_OR_RETURN(hid_t g, group(ext));
+      SK_RETURN_IF_ERROR(WriteDataset(g, "offsets", H5T_STD_U64LE, H5T_NATIVE_UINT64, N + 1, sf->offsets.data(), at));
+      if (sf->direct) continue;
+      SK_ASSIGN_OR_RETURN(haddr_t a, CreateDataDataset(g, ext, sf->size));
+      if (sf->size > 0) (*addrs)[ext] = a;
+    }
+    groups.clear();
+    fields.reset();
+    if (file.close() < 0) return fail("cannot close HDF5 file");
+    return Status::OK();
+  }
+
+  // The keys dataset (vlen strings, UTF-8 when every key is). Lock held.
+  Status WriteKeys(hid_t file, const Location& at) {
+    const hsize_t N = n();
+    std::vector<const char*> ptrs(N);
+    std::string blob;  // NUL-terminated copies
+    blob.reserve(key_blob_.size() + N);
+    std::vector<size_t> at0(N);
+    bool utf8 = true;
+    for (hsize_t i = 0; i < N; ++i) {
+      std::string_view k(key_blob_.data() + key_end_[i], key_end_[i + 1] - key_end_[i]);
+      utf8 = utf8 && paths::IsValidUtf8(k);
+      at0[i] = blob.size();
+      blob.append(k);
+      blob.push_back('\0');
+    }
+    for (hsize_t i = 0; i < N; ++i) ptrs[i] = blob.data() + at0[i];
+    Hid type(H5Tcopy(H5T_C_S1), H5Tclose);
+    H5Tset_size(type.get(), H5T_VARIABLE);
+    H5Tset_cset(type.get(), utf8 ? H5T_CSET_UTF8 : H5T_CSET_ASCII);
+    SK_RETURN_IF_ERROR(WriteDataset(file, "keys", type.get(), type.get(), N, ptrs.data(), at));
+    return Status::OK();
+  }
+
+  // Root attributes: shardkit_format_version and class_names (when given). Lock held.
+  Status WriteRootAttributes(hid_t file, const Location& at) {
+    auto fail = [&](std::string what) { return Status::IOError(fmt::format("{}: {}", what, H5Message()), at); };
     {
       Hid space(H5Screate(H5S_SCALAR), H5Sclose);
-      Hid attr(H5Acreate2(file.get(), "shardkit_format_version", H5T_STD_I32LE, space.get(), H5P_DEFAULT,
+      Hid attr(H5Acreate2(file, "shardkit_format_version", H5T_STD_I32LE, space.get(), H5P_DEFAULT,
                           H5P_DEFAULT),
                H5Aclose);
       int32_t v = kFormatVersion;
@@ -378,44 +509,111 @@ class Hdf5Writer : public SampleWriter {
       H5Tset_cset(type.get(), utf8 ? H5T_CSET_UTF8 : H5T_CSET_ASCII);
       hsize_t dims[1] = {ptrs.size()};
       Hid space(H5Screate_simple(1, dims, nullptr), H5Sclose);
-      Hid attr(H5Acreate2(file.get(), "class_names", type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+      Hid attr(H5Acreate2(file, "class_names", type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
       if (!attr.ok() || H5Awrite(attr.get(), type.get(), ptrs.data()) < 0)
         return fail("cannot write attribute 'class_names'");
     }
 
-    // keys
-    {
-      std::vector<const char*> ptrs(N);
-      std::string blob;  // NUL-terminated copies
-      blob.reserve(key_blob_.size() + N);
-      std::vector<size_t> at0(N);
-      bool utf8 = true;
-      for (hsize_t i = 0; i < N; ++i) {
-        std::string_view k(key_blob_.data() + key_end_[i], key_end_[i + 1] - key_end_[i]);
-        utf8 = utf8 && paths::IsValidUtf8(k);
-        at0[i] = blob.size();
-        blob.append(k);
-        blob.push_back('\0');
+    return Status::OK();
+  }
+
+  // Hdf5WriteOptions::arrays "native": reopens the file made by Start() (without the
+  // payload alignment: no direct field here) and writes, as h5py users read them:
+  //   images  uint8 [N, H, W(, C)], chunked [1, H, W(, C)] (one image per chunk), when every
+  //           array has one shape; else 1-D vlen uint8 (each array flattened) + shapes
+  //           int64 [N, rank];
+  //   labels  int64 [N] (-1: none), keys (vlen strings), root attributes
+  //   shardkit_format_version and class_names, and images' attribute channel_order
+  //   ("rgb", or "bgr" when the source said so: WriteOptions::array_channels).
+  Status WriteArraysHdf5() {
+    H5Lock lock;
+    Location at{.file = path_};
+    auto fail = [&](std::string what) { return Status::IOError(fmt::format("{}: {}", what, H5Message()), at); };
+    Hid file(H5Fopen(h5name_.c_str(), H5F_ACC_RDWR, H5P_DEFAULT), H5Fclose);
+    if (!file.ok()) return fail("cannot reopen the HDF5 file being written");
+    const hsize_t N = n();
+    SpillField* sf = spills_.at("npy").get();
+    SK_RETURN_IF_ERROR(WriteRootAttributes(file.get(), at));
+    SK_RETURN_IF_ERROR(WriteKeys(file.get(), at));
+    SK_RETURN_IF_ERROR(WriteDataset(file.get(), "labels", H5T_STD_I64LE, H5T_NATIVE_INT64, N, labels_.data(), at));
+    const size_t rank = rank_;
+    Hid images;
+    std::string buf;
+    if (same_shape_) {
+      std::vector<hsize_t> dims{N}, chunk{1};
+      for (size_t k = 0; k < rank; ++k) dims.push_back(shapes_[k]), chunk.push_back(shapes_[k]);
+      const uint64_t one = sf->offsets[1] - sf->offsets[0];
+      Hid space(H5Screate_simple(int(dims.size()), dims.data(), nullptr), H5Sclose);
+      Hid dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+      H5Pset_chunk(dcpl.get(), int(chunk.size()), chunk.data());
+      H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
+      images = Hid(H5Dcreate2(file.get(), "images", H5T_STD_U8LE, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+                   H5Dclose);
+      if (!images.ok()) return fail("cannot create dataset 'images'");
+      // Written in runs of whole images (about 16 MiB), each run one hyperslab.
+      const hsize_t per = std::max<hsize_t>(1, (16u << 20) / std::max<uint64_t>(one, 1));
+      for (hsize_t i = 0; i < N; i += per) {
+        const hsize_t k = std::min<hsize_t>(per, N - i);
+        buf.resize(size_t(k * one));
+        SK_RETURN_IF_ERROR(ReadAll(sf->fd, buf.data(), buf.size(), sf->offsets[i],
+                                   "read of the spill file of the arrays failed", at));
+        std::vector<hsize_t> start(dims.size(), 0), count = dims;
+        start[0] = i;
+        count[0] = k;
+        Hid fspace(H5Dget_space(images.get()), H5Sclose);
+        H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
+        Hid mspace(H5Screate_simple(int(count.size()), count.data(), nullptr), H5Sclose);
+        if (H5Dwrite(images.get(), H5T_NATIVE_UINT8, mspace.get(), fspace.get(), H5P_DEFAULT, buf.data()) < 0)
+          return fail(fmt::format("cannot write images [{}, {}) of dataset 'images'", i, i + k));
       }
-      for (hsize_t i = 0; i < N; ++i) ptrs[i] = blob.data() + at0[i];
+    } else {
+      Hid vtype(H5Tvlen_create(H5T_STD_U8LE), H5Tclose);
+      Hid mtype(H5Tvlen_create(H5T_NATIVE_UINT8), H5Tclose);
+      hsize_t dims[1] = {N};
+      Hid space(H5Screate_simple(1, dims, nullptr), H5Sclose);
+      images = Hid(H5Dcreate2(file.get(), "images", vtype.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                   H5Dclose);
+      if (!images.ok()) return fail("cannot create dataset 'images'");
+      std::vector<hvl_t> elems;
+      for (hsize_t i = 0; i < N;) {
+        hsize_t j = i + 1;  // a run of about 16 MiB (at least one image)
+        while (j < N && sf->offsets[j + 1] - sf->offsets[i] <= (16u << 20)) ++j;
+        buf.resize(size_t(sf->offsets[j] - sf->offsets[i]));
+        SK_RETURN_IF_ERROR(ReadAll(sf->fd, buf.data(), buf.size(), sf->offsets[i],
+                                   "read of the spill file of the arrays failed", at));
+        elems.resize(size_t(j - i));
+        for (hsize_t x = i; x < j; ++x)
+          elems[size_t(x - i)] = hvl_t{size_t(sf->offsets[x + 1] - sf->offsets[x]),
+                                       buf.data() + (sf->offsets[x] - sf->offsets[i])};
+        hsize_t start[1] = {i}, count[1] = {j - i};
+        Hid fspace(H5Dget_space(images.get()), H5Sclose);
+        H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start, nullptr, count, nullptr);
+        Hid mspace(H5Screate_simple(1, count, nullptr), H5Sclose);
+        if (H5Dwrite(images.get(), mtype.get(), mspace.get(), fspace.get(), H5P_DEFAULT, elems.data()) < 0)
+          return fail(fmt::format("cannot write images [{}, {}) of dataset 'images'", i, j));
+        i = j;
+      }
+      std::vector<int64_t> shapes;
+      shapes.reserve(size_t(N * rank));
+      for (uint64_t d : shapes_) shapes.push_back(int64_t(d));
+      hsize_t sdims[2] = {N, rank};
+      Hid sspace(H5Screate_simple(2, sdims, nullptr), H5Sclose);
+      Hid sd(H5Dcreate2(file.get(), "shapes", H5T_STD_I64LE, sspace.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+             H5Dclose);
+      if (!sd.ok() || H5Dwrite(sd.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, shapes.data()) < 0)
+        return fail("cannot write dataset 'shapes'");
+    }
+    {
+      const std::string order = opts_.array_channels == "bgr" ? "bgr" : "rgb";
       Hid type(H5Tcopy(H5T_C_S1), H5Tclose);
       H5Tset_size(type.get(), H5T_VARIABLE);
-      H5Tset_cset(type.get(), utf8 ? H5T_CSET_UTF8 : H5T_CSET_ASCII);
-      SK_RETURN_IF_ERROR(WriteDataset(file.get(), "keys", type.get(), type.get(), N, ptrs.data(), at));
+      H5Tset_cset(type.get(), H5T_CSET_UTF8);
+      Hid space(H5Screate(H5S_SCALAR), H5Sclose);
+      Hid attr(H5Acreate2(images.get(), "channel_order", type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+      const char* p = order.c_str();
+      if (!attr.ok() || H5Awrite(attr.get(), type.get(), &p) < 0) return fail("cannot write attribute 'channel_order'");
     }
-    SK_RETURN_IF_ERROR(WriteDataset(file.get(), "labels", H5T_STD_I64LE, H5T_NATIVE_INT64, N, labels_.data(), at));
-    SK_RETURN_IF_ERROR(
-        WriteDataset(file.get(), "checksums", H5T_STD_U64LE, H5T_NATIVE_UINT64, N, checksums_.data(), at));
-
-    for (auto& [ext, sf] : spills_) {
-      SK_ASSIGN_OR_RETURN(hid_t g, group(ext));
-      SK_RETURN_IF_ERROR(WriteDataset(g, "offsets", H5T_STD_U64LE, H5T_NATIVE_UINT64, N + 1, sf->offsets.data(), at));
-      if (sf->direct) continue;
-      SK_ASSIGN_OR_RETURN(haddr_t a, CreateDataDataset(g, ext, sf->size));
-      if (sf->size > 0) (*addrs)[ext] = a;
-    }
-    groups.clear();
-    fields.reset();
+    images.reset();
     if (file.close() < 0) return fail("cannot close HDF5 file");
     return Status::OK();
   }
@@ -479,6 +677,10 @@ class Hdf5Writer : public SampleWriter {
   std::vector<int64_t> labels_;
   std::vector<uint64_t> checksums_;
   std::map<std::string, std::unique_ptr<SpillField>> spills_;
+  // Hdf5WriteOptions::arrays "native", decided at the first sample (it holds "npy").
+  bool decided_ = false, arrays_ = false, same_shape_ = true;
+  std::vector<uint64_t> shapes_;  // each array's shape, rank_ numbers per sample
+  size_t rank_ = 0;
   Status failed_;
   bool finished_ = false;
 };
@@ -492,6 +694,9 @@ Result<std::unique_ptr<SampleWriter>> CreateHdf5(const std::string& path, const 
   SK_RETURN_IF_ERROR(fs->LocalPath(path).status());
   if (!opts.overwrite && fs->Exists(path)) return io::OutputExists(path);
   if (fs->IsDir(path)) return Status::Invalid("output is a directory", Location{.file = path});
+  if (opts.hdf5.arrays != "native" && opts.hdf5.arrays != "fields")
+    return Status::Invalid(fmt::format("unknown HDF5 array layout '{}' (native or fields)", opts.hdf5.arrays),
+                           Location{.file = path});
   std::string dir = io::DirName(path);
   if (!fs->IsDir(dir)) SK_RETURN_IF_ERROR(fs->MakeDirs(dir));
   return std::unique_ptr<SampleWriter>(new Hdf5Writer(path, opts));

@@ -198,6 +198,7 @@ class LmdbDataset : public Dataset {
     std::string meta_path = dir + "/" + kMetaName;
     uint64_t count = env.entries();
     std::string forced;  // OpenOptions::format_options["lmdb.layout"]: a wild layout by name
+    std::string pickle_channels;  // shardkit.json's "channels" of a pickle layout written by shardkit
     if (auto it = opts.format_options.find("lmdb.layout"); it != opts.format_options.end()) forced = it->second;
     if (!forced.empty() && forced != "shardkit" && forced != "caffe") {
       auto kind = wild::Parse(forced);
@@ -217,12 +218,16 @@ class LmdbDataset : public Dataset {
         std::string layout = j.value("layout", "shardkit");
         if (layout == "shardkit") d->layout_ = Layout::kShardkit;
         else if (layout == "caffe") d->layout_ = Layout::kCaffe;
+        else if (layout == "pickle") d->layout_ = Layout::kWild;  // decoded arrays written by shardkit
         else return Status::Unsupported(fmt::format("unknown LMDB layout '{}'", layout), mloc);
         if (j.value("version", 1) > kFormatVersion)
           return Status::Unsupported(fmt::format("shardkit.json version {} is newer than this shardkit reads ({})",
                                                  j.value("version", 1), kFormatVersion), mloc);
         count = j.at("num_samples").get<uint64_t>();
         info.class_names = j.value("class_names", std::vector<std::string>{});
+        pickle_channels = j.value("channels", "bgr");
+        if (pickle_channels != "bgr" && pickle_channels != "rgb")
+          throw std::runtime_error("channels '" + pickle_channels + "': bgr or rgb");
         info.fields = j.value("fields", std::vector<std::string>{});
         if (j.contains("data_file")) shard.checksum = j["data_file"].value("checksum", "");
         if (d->layout_ == Layout::kCaffe && j.contains("sample_checksums")) {
@@ -244,6 +249,13 @@ class LmdbDataset : public Dataset {
                                            dir, env.entries()),
                                Location{.file = env.data_path()});
       info.extra["metadata"] = kMetaName;
+      if (d->layout_ == Layout::kWild) {
+        SK_RETURN_IF_ERROR(d->ScanWild(wild::Kind::kPickle));
+        auto cat = std::make_shared<wild::Catalog>(*d->wild_);
+        cat->channels = pickle_channels;
+        cat->class_names = info.class_names;
+        d->wild_ = std::move(cat);
+      }
     } else {
       // No metadata: a Caffe-written LMDB, one written by another script (wild.h),
       // or a shardkit one whose json was lost.
@@ -264,7 +276,10 @@ class LmdbDataset : public Dataset {
         cat->channels = it->second;
         d->wild_ = std::move(cat);
       }
-      if (d->wild_->kind == wild::Kind::kPickle)
+      if (d->wild_->kind == wild::Kind::kPickle && !pickle_channels.empty() && d->wild_->channels == pickle_channels)
+        info.extra["channel_order"] = fmt::format("decoded arrays: {} (as shardkit.json records; not converted)",
+                                                  pickle_channels);
+      else if (d->wild_->kind == wild::Kind::kPickle)
         info.extra["channel_order"] = d->wild_->channels == "bgr"   ? "decoded arrays: bgr (as cv2.imread writes; not converted)"
                                       : d->wild_->channels == "rgb" ? "decoded arrays: rgb (said by lmdb.channels; not converted)"
                                                                     : "decoded arrays: rgb (converted from bgr on read)";

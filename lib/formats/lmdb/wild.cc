@@ -2,6 +2,7 @@
 #include "formats/lmdb/wild.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <set>
 
@@ -204,6 +205,102 @@ Status Decode(const Catalog& cat, std::string_view lkey, const Bytes& value, uin
     }
   }
   return Status::OK();
+}
+
+namespace {
+
+// Pickle opcodes (Python's Lib/pickle.py names).
+void Unicode(std::string* o, std::string_view s) {
+  o->push_back('\x8c');  // SHORT_BINUNICODE (names below are short)
+  o->push_back(char(s.size()));
+  o->append(s);
+}
+void Int(std::string* o, int64_t v) {
+  if (v >= 0 && v < 256) {
+    o->push_back('K');  // BININT1
+    o->push_back(char(v));
+  } else if (v >= 0 && v < 65536) {
+    o->push_back('M');  // BININT2
+    o->push_back(char(v & 0xff));
+    o->push_back(char(v >> 8));
+  } else if (v >= INT32_MIN && v <= INT32_MAX) {
+    o->push_back('J');  // BININT, 4 bytes little endian
+    uint32_t u = uint32_t(int32_t(v));
+    for (int k = 0; k < 4; ++k) o->push_back(char((u >> (8 * k)) & 0xff));
+  } else {
+    o->push_back('\x8a');  // LONG1: 8 bytes two's complement little endian
+    o->push_back('\x08');
+    uint64_t u = uint64_t(v);
+    for (int k = 0; k < 8; ++k) o->push_back(char((u >> (8 * k)) & 0xff));
+  }
+}
+void BytesOp(std::string* o, const uint8_t* p, uint64_t n) {
+  if (n < 256) {
+    o->push_back('C');  // SHORT_BINBYTES
+    o->push_back(char(n));
+  } else if (n <= 0xffffffffull) {
+    o->push_back('B');  // BINBYTES
+    for (int k = 0; k < 4; ++k) o->push_back(char((n >> (8 * k)) & 0xff));
+  } else {
+    o->push_back('\x8e');  // BINBYTES8
+    for (int k = 0; k < 8; ++k) o->push_back(char((n >> (8 * k)) & 0xff));
+  }
+  if (n) o->append(reinterpret_cast<const char*>(p), size_t(n));
+}
+
+}  // namespace
+
+std::string PickleArray(const pickle::NdArray& arr, std::optional<int64_t> label) {
+  std::string o;
+  o.reserve(arr.data.size() + 256);
+  o += "\x80\x04";  // PROTO 4
+  o.push_back('(');  // MARK: the (array, label) tuple
+  // numpy.core.multiarray._reconstruct(numpy.ndarray, (0,), b'b')
+  Unicode(&o, "numpy.core.multiarray");
+  Unicode(&o, "_reconstruct");
+  o.push_back('\x93');  // STACK_GLOBAL
+  Unicode(&o, "numpy");
+  Unicode(&o, "ndarray");
+  o.push_back('\x93');
+  Int(&o, 0);
+  o.push_back('\x85');  // TUPLE1
+  BytesOp(&o, reinterpret_cast<const uint8_t*>("b"), 1);
+  o.push_back('\x87');  // TUPLE3
+  o.push_back('R');     // REDUCE
+  // BUILD state: (1, shape, dtype, is_fortran, raw bytes)
+  o.push_back('(');
+  Int(&o, 1);
+  o.push_back('(');
+  for (uint64_t d : arr.shape) Int(&o, int64_t(d));
+  o.push_back('t');  // TUPLE
+  // numpy.dtype('u1', False, True) with BUILD state (3, '|', None, None, None, -1, -1, 0)
+  Unicode(&o, "numpy");
+  Unicode(&o, "dtype");
+  o.push_back('\x93');
+  std::string descr = arr.dtype.descr();  // "|u1", "<f4"
+  Unicode(&o, descr.substr(1));
+  o.push_back('\x89');  // NEWFALSE
+  o.push_back('\x88');  // NEWTRUE
+  o.push_back('\x87');
+  o.push_back('R');
+  o.push_back('(');
+  Int(&o, 3);
+  Unicode(&o, descr.substr(0, 1));
+  o += "NNN";
+  Int(&o, -1);
+  Int(&o, -1);
+  Int(&o, 0);
+  o.push_back('t');
+  o.push_back('b');  // BUILD (the dtype)
+  o.push_back(arr.fortran_order ? '\x88' : '\x89');
+  BytesOp(&o, arr.data.data(), arr.data.size());
+  o.push_back('t');
+  o.push_back('b');  // BUILD (the array)
+  if (label) Int(&o, *label);
+  else o.push_back('N');
+  o.push_back('t');  // TUPLE
+  o.push_back('.');  // STOP
+  return o;
 }
 
 }  // namespace shardkit::formats::lmdb::wild

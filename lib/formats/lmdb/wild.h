@@ -26,6 +26,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/pickle.h"
 #include "shardkit/sample.h"
 #include "shardkit/status.h"
 
@@ -66,6 +67,13 @@ Status CheckLen(std::string_view lkey, const Bytes& value, uint64_t samples, con
 // Decodes one value into a sample. `value` is a view that stays alive with its owner.
 Status Decode(const Catalog& cat, std::string_view lkey, const Bytes& value, uint64_t index, const std::string& where,
               Sample* out);
+
+// What the layout "pickle" writer puts in an LMDB value: the bytes of
+// pickle.dumps((arr, label), protocol=4) as Python with numpy writes them for a
+// C- or Fortran-order array (numpy.core.multiarray._reconstruct, numpy.ndarray,
+// numpy.dtype and a BUILD state; no FRAME, no memo), label an int or None. The
+// reader above (and Python's pickle.loads) read it back to the same array.
+std::string PickleArray(const pickle::NdArray& arr, std::optional<int64_t> label);
 
 // The image type of encoded bytes by their magic ("jpg", "png", "webp", "bmp", "gif", "tiff"), or "".
 std::string_view SniffImage(std::string_view b);

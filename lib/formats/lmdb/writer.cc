@@ -61,6 +61,8 @@ class LmdbWriter : public SampleWriter {
     Location loc{.file = final_dir};
     if (opts.lmdb.layout != "shardkit" && opts.lmdb.layout != "caffe")
       return Status::Invalid(fmt::format("unknown LMDB layout '{}' (shardkit or caffe)", opts.lmdb.layout), loc);
+    if (opts.lmdb.arrays != "pickle" && opts.lmdb.arrays != "record")
+      return Status::Invalid(fmt::format("unknown LMDB array layout '{}' (pickle or record)", opts.lmdb.arrays), loc);
     // LMDB maps and writes its environment itself: it needs a local directory.
     // The staging directory, the journal and metadata files, the publish and
     // the fault points (ExternalIo) go through the seam.
@@ -195,13 +197,17 @@ class LmdbWriter : public SampleWriter {
     json j;
     j["format"] = "shardkit-lmdb";
     j["version"] = kFormatVersion;
-    j["layout"] = layout_ == Layout::kShardkit ? "shardkit" : "caffe";
+    j["layout"] = pickle_ ? "pickle" : layout_ == Layout::kShardkit ? "shardkit" : "caffe";
     j["num_samples"] = count_;
     j["class_names"] = opts_.class_names;
     j["fields"] = std::vector<std::string>(fields_.begin(), fields_.end());
     j["payload_bytes"] = payload_bytes_;
     j["data_file"] = {{"path", "data.mdb"}, {"bytes", data_bytes}, {"checksum", shard.checksum}};
-    if (layout_ == Layout::kShardkit) {
+    if (pickle_) {
+      j["key"] = "f\"{idx}\" sample index (decimal, no padding; read in numeric order)";
+      j["value"] = "pickle.dumps((numpy.ndarray, label int or None), protocol=4)";
+      j["channels"] = opts_.array_channels == "bgr" ? "bgr" : "rgb";
+    } else if (layout_ == Layout::kShardkit) {
       j["key"] = "%010d sample index";
       j["value"] = "msgpack map {\"key\": str|bin, \"fields\": {ext: bin}, \"xxh3\": uint64, \"key_xxh3\": uint64}";
     } else {
@@ -425,6 +431,7 @@ class LmdbWriter : public SampleWriter {
     if (s.key.find('\0') != std::string::npos) return Status::Invalid(fmt::format("sample key '{}' holds a NUL byte", s.key), loc);
     for (const auto& f : s.fields)
       if (f.ext.empty()) return Status::Invalid(fmt::format("sample '{}' has a field with an empty name", s.key), loc);
+    if (pickle_) return PreparePickle(s, index, lkey, datum);
     if (layout_ == Layout::kShardkit) {
       *lkey = IndexKey(index);
       return Status::OK();
@@ -463,9 +470,50 @@ class LmdbWriter : public SampleWriter {
     return Status::OK();
   }
 
+  // The layout "pickle" (LmdbWriteOptions::arrays): chosen at the first sample when it
+  // holds a decoded array ("npy") and the layout is shardkit's. Key f"{idx}", value
+  // pickle.dumps((ndarray, label)) (wild::PickleArray); the array as it is (no colour
+  // conversion: shardkit.json's "channels" says what the source said).
+  Status PreparePickle(const Sample& s, uint64_t index, std::string* lkey, std::string* value) {
+    Location loc{.file = final_, .key = s.key, .index = int64_t(index)};
+    const Field* npy = nullptr;
+    for (const auto& f : s.fields) {
+      if (f.ext == "npy") npy = &f;
+      else if (f.ext != "cls")
+        return Status::Invalid(
+            fmt::format("sample '{}': the LMDB pickle layout holds (array, label) only, not field '{}' (write "
+                        "shardkit records instead: --lmdb-arrays record)",
+                        s.key, f.ext),
+            loc);
+    }
+    if (!npy)
+      return Status::Invalid(fmt::format("sample '{}' has no decoded array (npy field), which every sample of the "
+                                         "LMDB pickle layout holds (--lmdb-arrays record keeps any sample)",
+                                         s.key),
+                             loc);
+    auto arr = pickle::ParseNpy(npy->data);
+    if (!arr.ok())
+      return Status::Invalid(fmt::format("sample '{}': field npy: {}", s.key, arr.status().message()), loc);
+    std::optional<int64_t> label;
+    if (const Field* c = s.find("cls")) {
+      label = s.label();
+      if (!label || std::to_string(*label) != c->data.view())
+        return Status::Invalid(fmt::format("sample '{}': cls '{}' is not a canonical integer label", s.key,
+                                           c->data.str()),
+                               loc);
+    }
+    *lkey = std::to_string(index);
+    *value = wild::PickleArray(*arr, label);
+    return Status::OK();
+  }
+
   // Puts one sample into the open transaction. Returns the raw LMDB code.
   int Put(const Sample& s, const std::string& lkey, const std::string& datum, uint64_t checksum) {
     MDB_val k{lkey.size(), const_cast<char*>(lkey.data())};
+    if (pickle_) {  // keys f"{idx}" do not sort as bytes ("10" < "2"): no MDB_APPEND
+      MDB_val v{datum.size(), const_cast<char*>(datum.data())};
+      return mdb_put(txn_, dbi_, &k, &v, 0);
+    }
     if (layout_ == Layout::kCaffe) {
       MDB_val v{datum.size(), const_cast<char*>(datum.data())};
       return mdb_put(txn_, dbi_, &k, &v, MDB_APPEND);
@@ -487,6 +535,23 @@ class LmdbWriter : public SampleWriter {
   };
 
   Status WriteOne(const Sample& s) {
+    // Only when the first sample fits the layout ((array, label)): any other keeps the
+    // shardkit records, which hold everything.
+    if (count_ == 0 && layout_ == Layout::kShardkit && opts_.lmdb.arrays == "pickle" && s.find("npy") &&
+        [&] {
+          std::string k, v;
+          return PreparePickle(s, 0, &k, &v).ok();
+        }()) {
+      if (opts_.resume) {
+        keep_state_ = false;  // nothing was committed: leave no partial directory behind
+        failed_ = true;
+        return Status::Unsupported(
+            "--resume: the LMDB pickle layout (decoded arrays as pickle.dumps((array, label))) keeps no journal; "
+            "write shardkit records (--lmdb-arrays record) to resume, or drop --resume",
+            Location{.file = final_, .key = s.key});
+      }
+      pickle_ = true;
+    }
     Pending p{s, {}, {}, s.checksum()};
     SK_RETURN_IF_ERROR(Prepare(s, count_, &p.lkey, &p.datum));
     for (;;) {
@@ -508,6 +573,7 @@ class LmdbWriter : public SampleWriter {
     batch_bytes_ += s.bytes();
     for (const auto& f : s.fields) fields_.insert(f.ext);
     if (layout_ == Layout::kCaffe) caffe_sums_.push_back(paths::ChecksumString(p.checksum));
+    if (pickle_) p.sample = Sample{};  // the value holds the array: no second copy kept for a replay
     batch_.push_back(std::move(p));
     if (batch_.size() >= batch_limit_ || batch_bytes_ >= kBatchBytes) return Commit();
     return Status::OK();
@@ -558,6 +624,7 @@ class LmdbWriter : public SampleWriter {
     unsynced_ = 0;
     unsynced_bytes_ = 0;
     last_durable_ = std::chrono::steady_clock::now();
+    if (pickle_) return Status::OK();  // no journal: the pickle layout cannot be resumed (WriteOne)
     return WriteJournal();
   }
 
@@ -591,6 +658,7 @@ class LmdbWriter : public SampleWriter {
   std::string final_, temp_;
   WriteOptions opts_;
   Layout layout_ = Layout::kShardkit;
+  bool pickle_ = false;  // layout "pickle" (decoded arrays), decided at the first sample
   MDB_env* env_ = nullptr;
   MDB_txn* txn_ = nullptr;
   MDB_dbi dbi_ = 0;
