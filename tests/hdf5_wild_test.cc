@@ -9,6 +9,7 @@
 
 #include "core/md5.h"
 #include "core/pickle.h"
+#include "shardkit/loader.h"
 #include "shardkit/shardkit.h"
 #include "support.h"
 
@@ -192,6 +193,14 @@ TEST_CASE("hdf5 native arrays: images [N,H,W,C] or vlen + shapes, keys and label
     REQUIRE(ds.ok());
     CHECK((*ds)->info().extra.at("channel_order").find("bgr") != std::string::npos);
     CHECK(ReadAll(**ds)[1].find("npy")->data == in[1].find("npy")->data);
+    // The loader refuses BGR, naming this format's own option (not LMDB's).
+    LoaderOptions lo;
+    lo.batch_size = 3;
+    lo.threads = 1;
+    lo.output_width = lo.output_height = 8;
+    auto refused = Loader::Create(dir / "bgr.h5", lo);
+    REQUIRE(!refused.ok());
+    CHECK_THAT(refused.status().ToString(), Catch::Contains("hdf5.channels=bgr-to-rgb"));
     auto sw = Open(dir / "bgr.h5", OpenOptions{.format_options = {{"hdf5.channels", "bgr-to-rgb"}}});
     REQUIRE(sw.ok());
     auto a = pickle::ParseNpy(ReadAll(**sw)[1].find("npy")->data);

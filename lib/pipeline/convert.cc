@@ -189,12 +189,14 @@ Result<ConvertSummary> ConvertFetched(Fetcher* fetcher, const Dataset& src, Samp
   SK_RETURN_IF_ERROR(fetch.Init(src));
   if (!opts.encode.empty()) {
     auto co = src.info().extra.find("channel_order");
+    auto copt = src.info().extra.find("channel_option");
+    const std::string opt = copt != src.info().extra.end() ? copt->second : "lmdb.channels";
     if (co != src.info().extra.end() && co->second.find("bgr") != std::string::npos &&
         co->second.find("rgb") == std::string::npos)
       return Status::Invalid(fmt::format(
           "--encode {}: the source's decoded arrays are BGR ({}); image files are RGB: convert them on read "
-          "(--source-option lmdb.channels=bgr-to-rgb) or say they are RGB (lmdb.channels=rgb)",
-          opts.encode, co->second));
+          "(--source-option {}=bgr-to-rgb) or say they are RGB ({}=rgb)",
+          opts.encode, co->second, opt, opt));
     SK_ASSIGN_OR_RETURN(decode::EncodeSpec spec, decode::ParseEncodeSpec(opts.encode));
     fetch.SetEncode(spec);
   }

@@ -132,6 +132,8 @@ SourceFacts FactsOf(const DatasetInfo& info, uint64_t n) {
     f.arrays_bgr = it->second.find("bgr") != std::string::npos && it->second.find("rgb") == std::string::npos;
     f.channel_order = it->second;
   }
+  // The source option that converts them (the format's own name for it).
+  if (auto it = info.extra.find("channel_option"); it != info.extra.end()) f.channel_option = it->second;
   return f;
 }
 
@@ -238,10 +240,11 @@ Result<ArrayView> ViewArray(const Bytes& npy) {
 }
 
 std::string BgrAdvice(const SourceFacts& f) {
+  const std::string& opt = f.channel_option;
   return fmt::format("the source's decoded arrays are BGR ({}); the loader feeds RGB: open it with the source "
-                     "option lmdb.channels=bgr-to-rgb (converted on read), or lmdb.channels=rgb if they are RGB "
-                     "(Python: Loader(..., source_options={{\"lmdb.channels\": \"bgr-to-rgb\"}}))",
-                     f.channel_order);
+                     "option {}=bgr-to-rgb (converted on read), or {}=rgb if they are RGB "
+                     "(Python: Loader(..., source_options={{\"{}\": \"bgr-to-rgb\"}}))",
+                     f.channel_order, opt, opt, opt);
 }
 
 }  // namespace

@@ -90,6 +90,7 @@ struct SourceFacts {
   // loader feeds RGB), naming the source option that converts or declares them.
   bool arrays_bgr = false;
   std::string channel_order;  // the info's words, for the error
+  std::string channel_option = "lmdb.channels";  // DatasetInfo::extra["channel_option"]: the option to name
 
   // `where` with the shard and file of where.index added (when known).
   Location At(Location where) const;

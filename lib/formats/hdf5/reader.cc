@@ -894,6 +894,7 @@ Status Hdf5Data::ReadNativeExtras(hid_t file, bool has_keys, const OpenOptions& 
     info.extra["channel_order"] =
         fmt::format("decoded arrays: bgr (attribute channel_order of '{}'; not converted)", attr_of);
   }
+  if (info.extra.count("channel_order")) info.extra["channel_option"] = "hdf5.channels";
   return Status::OK();
 }
 

@@ -283,6 +283,7 @@ class LmdbDataset : public Dataset {
         info.extra["channel_order"] = d->wild_->channels == "bgr"   ? "decoded arrays: bgr (as cv2.imread writes; not converted)"
                                       : d->wild_->channels == "rgb" ? "decoded arrays: rgb (said by lmdb.channels; not converted)"
                                                                     : "decoded arrays: rgb (converted from bgr on read)";
+      if (info.extra.count("channel_order")) info.extra["channel_option"] = "lmdb.channels";
       info.class_names = d->wild_->class_names;
       info.extra["key_order"] = d->wild_->numeric_keys ? "numeric" : "bytes";
     }
