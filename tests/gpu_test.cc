@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "core/pickle.h"
 #include "gpu/jpeg_header.h"
 #include "gpu/resize_math.h"
 #include "gpu/weights.h"
@@ -504,6 +505,39 @@ TEST_CASE("GPU decode with every image on the host decoder equals the CPU loader
       CHECK(st.images_host == 50);
       CHECK(st.images_hardware + st.images_cuda == 0);
     }
+  }
+}
+
+TEST_CASE("GPU decode path: decoded arrays (npy) take the host route, no decode, equal to the CPU loader", "[gpu]") {
+  REQUIRE_GPU_OR_SKIP();
+  auto data = std::make_shared<MemData>();
+  for (int i = 0; i < 24; ++i) {
+    pickle::NdArray a;
+    a.dtype = pickle::DType{'u', 1, '|'};
+    a.shape = {uint64_t(90 + (i * 29) % 200), uint64_t(70 + (i * 41) % 230), 3};
+    std::string px(size_t(a.elements()), '\0');
+    for (size_t k = 0; k < px.size(); ++k) px[k] = char((k * 131 + size_t(i) * 17) & 0xff);
+    a.data = Bytes::Copy(px);
+    Bytes npy = pickle::ToNpy(a);
+    data->Add(fmt::format("a{:03d}", i), "npy", std::string(reinterpret_cast<const char*>(npy.data()), npy.size()),
+              i % 3);
+  }
+  GpuOptions g;
+  g.decoder = DecoderKind::kGpu;  // nvJPEG on: the arrays must still go to the host route
+  for (DType dt : {DType::kUint8, DType::kFloat32}) {
+    LoaderOptions o = Opts(dt, dt == DType::kUint8 ? Layout::kNHWC : Layout::kNCHW);
+    auto cpu = CpuEpoch(data, o, 2);
+    GpuLoader::Stats st;
+    auto dev = GpuEpoch(data, o, g, 2, &st);
+    REQUIRE(cpu.size() == dev.size());
+    for (size_t b = 0; b < cpu.size(); ++b) {
+      INFO(DTypeName(dt) << " batch " << b);
+      CHECK(cpu[b].keys == dev[b].keys);
+      CHECK(cpu[b].labels == dev[b].labels);
+      CHECK(cpu[b].bytes == dev[b].bytes);
+    }
+    CHECK(st.images_host == 24);
+    CHECK(st.images_hardware + st.images_cuda == 0);
   }
 }
 
