@@ -482,6 +482,24 @@ TEST_CASE("a DeviceBatch outlives its loader, and holding every slot fails Next(
   }
 }
 
+// Epoch `epoch` through the GPU decode path equals the CPU loader's bit for bit (keys,
+// labels, bytes), every image on the host route (no nvJPEG).
+void CheckHostRouteEqualsCpu(std::shared_ptr<MemData> data, const LoaderOptions& o, const GpuOptions& g,
+                             uint64_t epoch) {
+  auto cpu = CpuEpoch(data, o, epoch);
+  GpuLoader::Stats st;
+  auto dev = GpuEpoch(data, o, g, epoch, &st);
+  REQUIRE(cpu.size() == dev.size());
+  for (size_t b = 0; b < cpu.size(); ++b) {
+    INFO(DTypeName(o.dtype) << " batch " << b);
+    CHECK(cpu[b].keys == dev[b].keys);
+    CHECK(cpu[b].labels == dev[b].labels);
+    CHECK(cpu[b].bytes == dev[b].bytes);
+  }
+  CHECK(st.images_host == data->size());
+  CHECK(st.images_hardware + st.images_cuda == 0);
+}
+
 TEST_CASE("GPU decode with every image on the host decoder equals the CPU loader bit for bit", "[gpu]") {
   REQUIRE_GPU_OR_SKIP();
   auto data = MixedData(50);
@@ -492,18 +510,7 @@ TEST_CASE("GPU decode with every image on the host decoder equals the CPU loader
     for (AugmentMode mode : {AugmentMode::kTrain, AugmentMode::kEval}) {
       LoaderOptions o = Opts(dt, dt == DType::kUint8 ? Layout::kNHWC : Layout::kNCHW);
       o.mode = mode;
-      auto cpu = CpuEpoch(data, o, 3);
-      GpuLoader::Stats st;
-      auto dev = GpuEpoch(data, o, g, 3, &st);
-      REQUIRE(cpu.size() == dev.size());
-      for (size_t b = 0; b < cpu.size(); ++b) {
-        INFO(DTypeName(dt) << " batch " << b);
-        CHECK(cpu[b].keys == dev[b].keys);
-        CHECK(cpu[b].labels == dev[b].labels);
-        CHECK(cpu[b].bytes == dev[b].bytes);
-      }
-      CHECK(st.images_host == 50);
-      CHECK(st.images_hardware + st.images_cuda == 0);
+      CheckHostRouteEqualsCpu(data, o, g, 3);
     }
   }
 }
@@ -526,18 +533,7 @@ TEST_CASE("GPU decode path: decoded arrays (npy) take the host route, no decode,
   g.decoder = DecoderKind::kGpu;  // nvJPEG on: the arrays must still go to the host route
   for (DType dt : {DType::kUint8, DType::kFloat32}) {
     LoaderOptions o = Opts(dt, dt == DType::kUint8 ? Layout::kNHWC : Layout::kNCHW);
-    auto cpu = CpuEpoch(data, o, 2);
-    GpuLoader::Stats st;
-    auto dev = GpuEpoch(data, o, g, 2, &st);
-    REQUIRE(cpu.size() == dev.size());
-    for (size_t b = 0; b < cpu.size(); ++b) {
-      INFO(DTypeName(dt) << " batch " << b);
-      CHECK(cpu[b].keys == dev[b].keys);
-      CHECK(cpu[b].labels == dev[b].labels);
-      CHECK(cpu[b].bytes == dev[b].bytes);
-    }
-    CHECK(st.images_host == 24);
-    CHECK(st.images_hardware + st.images_cuda == 0);
+    CheckHostRouteEqualsCpu(data, o, g, 2);
   }
 }
 

@@ -129,6 +129,18 @@ class Hdf5Data {
   uint64_t sym_leaf_k_ = 0;      // symbol-table K values of a version 0/1 superblock (0: not known)
   uint64_t sym_internal_k_ = 0;
   bool shardkit_ = false;
+  // The "keys" dataset's strings into key_blob_ / key_end_; an empty key is kCorrupt.
+  Status KeepKeys(const std::vector<std::string>& keys) {
+    key_end_.reserve(keys.size() + 1);
+    key_end_.push_back(0);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (keys[i].empty())
+        return Status::Corrupt("dataset 'keys': empty key", Location{.file = path_, .index = int64_t(i)});
+      key_blob_ += keys[i];
+      key_end_.push_back(key_blob_.size());
+    }
+    return Status::OK();
+  }
   // Our layout.
   std::string key_blob_;
   std::vector<uint64_t> key_end_;
@@ -629,14 +641,7 @@ Status Hdf5Data::OpenShardkit(hid_t file, uint64_t file_size) {
     SK_ASSIGN_OR_RETURN(n, Length1D(d.get(), "keys", path_));
     SK_RETURN_IF_ERROR(CheckCount("keys", n));
     SK_ASSIGN_OR_RETURN(auto keys, ReadStrings(d.get(), false, "keys"));
-    key_end_.reserve(n + 1);
-    key_end_.push_back(0);
-    for (uint64_t i = 0; i < n; ++i) {
-      if (keys[i].empty())
-        return Status::Corrupt("dataset 'keys': empty key", Location{.file = path_, .index = int64_t(i)});
-      key_blob_ += keys[i];
-      key_end_.push_back(key_blob_.size());
-    }
+    SK_RETURN_IF_ERROR(KeepKeys(keys));
   }
   {
     SK_ASSIGN_OR_RETURN(Hid d, OpenDataset(file, "labels", "labels"));
@@ -856,14 +861,7 @@ Status Hdf5Data::ReadNativeExtras(hid_t file, bool has_keys, const OpenOptions& 
     SK_ASSIGN_OR_RETURN(uint64_t len, Length1D(d.get(), "keys", path_));
     if (len != n) return Corrupt("keys", fmt::format("holds {} elements, expected {}", len, n));
     SK_ASSIGN_OR_RETURN(auto keys, ReadStrings(d.get(), false, "keys"));
-    key_end_.reserve(n + 1);
-    key_end_.push_back(0);
-    for (uint64_t i = 0; i < n; ++i) {
-      if (keys[i].empty())
-        return Status::Corrupt("dataset 'keys': empty key", Location{.file = path_, .index = int64_t(i)});
-      key_blob_ += keys[i];
-      key_end_.push_back(key_blob_.size());
-    }
+    SK_RETURN_IF_ERROR(KeepKeys(keys));
   }
   if (opts.field_map.empty() && H5Aexists(file, "shardkit_format_version") > 0) {
     negative_label_none_ = true;
