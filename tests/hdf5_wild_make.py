@@ -31,6 +31,31 @@ with h5py.File(f"{out}/keras.h5", "w") as f:  # keras.datasets style arrays save
     f.create_dataset("x_train", data=imgs)
     f.create_dataset("y_train", data=labels.astype(np.uint8).reshape(n, 1))
 record("keras", imgs, labels)
+# Read from the file's mapping (no filters, native type): chunks of 3 images (the
+# last one partly used) behind a 512-byte user block; contiguous behind one too.
+with h5py.File(f"{out}/chunked_raw.h5", "w", userblock_size=512) as f:
+    f.create_dataset("images", data=imgs, chunks=(3, 6, 7, 3))
+    f.create_dataset("labels", data=labels)
+record("chunked_raw", imgs, labels)
+with h5py.File(f"{out}/userblock.h5", "w", userblock_size=1024) as f:
+    f.create_dataset("images", data=imgs)
+    f.create_dataset("labels", data=labels)
+record("userblock", imgs, labels)
+# Chunks never written (fill values: zeros) beside written ones.
+sparse = imgs.copy()
+sparse[2:5] = 0
+with h5py.File(f"{out}/sparse.h5", "w") as f:
+    d = f.create_dataset("images", (n, 6, 7, 3), np.uint8, chunks=(1, 6, 7, 3))
+    for i in list(range(0, 2)) + list(range(5, n)):
+        d[i] = imgs[i]
+    f.create_dataset("labels", data=labels)
+record("sparse", sparse, labels)
+# Stored big-endian: converted by HDF5, not read from the mapping.
+fl = imgs.astype(np.float32) / 255
+with h5py.File(f"{out}/float_be.h5", "w") as f:
+    f.create_dataset("images", data=fl.astype(">f4"))
+    f.create_dataset("labels", data=labels)
+record("float_be", fl.astype("<f4"), labels)
 gray = imgs[:, :, :, 0]
 with h5py.File(f"{out}/gray.h5", "w") as f:
     f.create_dataset("images", data=gray)

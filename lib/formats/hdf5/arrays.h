@@ -23,6 +23,17 @@ std::optional<pickle::DType> NumpyType(hid_t type);
 // Largest element (one image) read: 256 MiB.
 constexpr uint64_t kMaxElementBytes = uint64_t(1) << 28;
 
+// The HDF5 memory type an element of `dt` is read as (native byte order).
+hid_t MemType(const pickle::DType& dt);
+
+// Bytes of one element of a dataset of `dims` (dims[0] = N), or nullopt when it
+// holds more than kMaxElementBytes.
+std::optional<uint64_t> ElementBytes(const pickle::DType& dt, const std::vector<uint64_t>& dims);
+
+// The array of one element's bytes as stored ([dims[1..]]); nchw: transposed to
+// [H, W, C] (a copy), else `raw` is kept as it is (a view stays a view).
+pickle::NdArray ElementArray(Bytes raw, const pickle::DType& dt, const std::vector<uint64_t>& dims, bool nchw);
+
 // Element i of `dset` (dims: the dataset's full dimensions, dims[0] = N) as an
 // array of dims[1..] (nchw: a [C, H, W] element is transposed to [H, W, C]).
 Result<pickle::NdArray> ReadElement(hid_t dset, const pickle::DType& dt, const std::vector<uint64_t>& dims,

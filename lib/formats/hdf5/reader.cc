@@ -13,8 +13,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <atomic>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 
 #include "core/per_thread.h"
@@ -48,6 +50,15 @@ struct TpField {
   std::vector<uint64_t> dims;
   pickle::DType dt;
   bool nchw = false;
+  // kArray read from the file's mapping, without libhdf5 and its lock (Hdf5Data::PlanDirect):
+  // unfiltered storage whose element type is the one read. kChunked needs chunks of whole
+  // elements ([k, dims[1..]]); a chunk's address is looked up once, under the lock.
+  enum Direct { kNone, kContiguous, kChunked } direct = kNone;
+  uint64_t elem_bytes = 0;
+  uint64_t addr = 0;     // kContiguous: file offset of element 0
+  uint64_t chunk_n = 0;  // kChunked: elements per chunk
+  static constexpr uint64_t kNoChunk = ~uint64_t(0);  // not allocated (fill values): read through HDF5
+  std::unique_ptr<std::atomic<uint64_t>[]> chunk_addr;  // file offset per chunk; 0 = not looked up yet
 };
 
 // State shared by a Dataset, its readers and random-access handles.
@@ -91,7 +102,10 @@ class Hdf5Data {
   std::string SymbolTableProblem(uint64_t btree_rel, uint64_t heap_rel, size_t sa, size_t ss) const;
   Status ReadInts(hid_t d, const std::string& name, uint64_t expect, bool is_unsigned, void* out) const;
   Result<std::vector<std::string>> ReadStrings(hid_t obj, bool is_attr, const std::string& name) const;
-  Status GetTp(uint64_t i, Sample* out) const;
+  // locked: the caller holds H5Lock (always, unless lock_free_).
+  Status GetTp(uint64_t i, Sample* out, bool locked = true) const;
+  void PlanDirect(TpField& f) const;
+  Result<pickle::NdArray> ReadDirect(const TpField& f, uint64_t i, bool locked) const;
 
   // A crafted file can declare far more elements than it stores (chunks left
   // unallocated read as fill values); refuse such counts before allocating.
@@ -129,6 +143,7 @@ class Hdf5Data {
   uint64_t sym_leaf_k_ = 0;      // symbol-table K values of a version 0/1 superblock (0: not known)
   uint64_t sym_internal_k_ = 0;
   bool shardkit_ = false;
+  bool lock_free_ = false;  // every third-party field is in memory or read directly (PlanDirect)
   // The "keys" dataset's strings into key_blob_ / key_end_; an empty key is kCorrupt.
   Status KeepKeys(const std::vector<std::string>& keys) {
     key_end_.reserve(keys.size() + 1);
@@ -394,9 +409,11 @@ Status Hdf5Data::CheckRootHeader() {
       root = Le(sb + off, sa);
       eof = Le(sb + 12 + 2 * sa, sa);
     }
-    if (eof > size - at)  // what libhdf5 would say, before anything past the end misleads the checks below
-      return Status::Corrupt(fmt::format("truncated file: the superblock says {} bytes, the file has {}", at + eof,
-                                         size),
+    // What libhdf5 would say, before anything past the end misleads the checks below.
+    // The end-of-file address counts the user block too (libhdf5 writes the file's
+    // size there; it compares it with the size, not the size past the user block).
+    if (eof > size)
+      return Status::Corrupt(fmt::format("truncated file: the superblock says {} bytes, the file has {}", eof, size),
                              Location{.file = path_});
     if (root >= size - at)
       return Status::Corrupt(fmt::format("the root group's object header at {} lies outside the file", root),
@@ -815,6 +832,14 @@ Status Hdf5Data::OpenMapped(hid_t file, const std::map<std::string, std::string>
   // Payload fields before labels, so that tp_.front() names a payload in messages.
   std::stable_sort(tp_.begin(), tp_.end(),
                    [](const TpField& a, const TpField& b) { return (a.kind == TpField::kInt) < (b.kind == TpField::kInt); });
+  lock_free_ = true;
+  std::string direct;
+  for (auto& f : tp_) {
+    if (f.kind == TpField::kArray) PlanDirect(f);
+    if (f.direct != TpField::kNone) direct += (direct.empty() ? "" : ",") + f.name;
+    lock_free_ = lock_free_ && (f.kind == TpField::kInt || f.direct != TpField::kNone);
+  }
+  if (!direct.empty()) info.extra["direct_reads"] = direct;
   // Field list: what element 0 holds (sniffed extensions) plus the fixed ones.
   // GetTp expects the lock, which is held here.
   if (n > 0) {
@@ -946,8 +971,89 @@ Status Hdf5Data::ReadShapes(hid_t file, TpField* images) {
   return Status::OK();
 }
 
-// Reads element i of every mapped dataset. Lock held.
-Status Hdf5Data::GetTp(uint64_t i, Sample* out) const {
+// Decoded images are most of a file's bytes, and libhdf5 (the serial build, one lock)
+// only copies them: with 16 loader threads each waiting for the others' H5Dread, a
+// [N, H, W, 3] file was read at a quarter of the rate of the same images as JPEG. So
+// where libhdf5 would copy the bytes unchanged (no filters, the stored type is the type
+// read), element i is read from the file's mapping. Lock held.
+void Hdf5Data::PlanDirect(TpField& f) const {
+  const int rank = int(f.dims.size());
+  const std::optional<uint64_t> elem = hdf5::ElementBytes(f.dt, f.dims);
+  if (!elem || *elem == 0 || rank < 2 || rank > 8) return;
+  Hid type(H5Dget_type(f.dset.get()), H5Tclose);
+  Hid dcpl(H5Dget_create_plist(f.dset.get()), H5Pclose);
+  if (!type.ok() || !dcpl.ok() || H5Tequal(type.get(), hdf5::MemType(f.dt)) <= 0 || H5Pget_nfilters(dcpl.get()) != 0)
+    return;
+  f.elem_bytes = *elem;
+  const H5D_layout_t layout = H5Pget_layout(dcpl.get());
+  if (layout == H5D_CONTIGUOUS) {
+    haddr_t a = H5Dget_offset(f.dset.get());  // absolute (the user block included)
+    uint64_t total = 0;
+    if (a == HADDR_UNDEF || __builtin_mul_overflow(f.elem_bytes, f.dims[0], &total) || a > map_->size() ||
+        total > map_->size() - a)
+      return;  // no storage (fill values) or truncated: HDF5 says so per element
+    f.addr = a;
+    f.direct = TpField::kContiguous;
+    return;
+  }
+#if H5_VERSION_GE(1, 10, 5)
+  if (layout == H5D_CHUNKED) {
+    std::vector<hsize_t> cd(size_t(rank), 0);
+    if (H5Pget_chunk(dcpl.get(), rank, cd.data()) != rank || cd[0] == 0) return;
+    for (int k = 1; k < rank; ++k)
+      if (cd[size_t(k)] != f.dims[size_t(k)]) return;  // chunks cut through images: through HDF5
+    f.chunk_n = cd[0];
+    const uint64_t chunks = f.dims[0] / f.chunk_n + (f.dims[0] % f.chunk_n != 0);
+    f.chunk_addr.reset(new std::atomic<uint64_t>[chunks]());
+    f.direct = TpField::kChunked;
+  }
+#endif
+}
+
+// Element i of a kArray field: from the mapping where PlanDirect allowed it, else
+// through HDF5 (taking the lock unless `locked`).
+Result<pickle::NdArray> Hdf5Data::ReadDirect(const TpField& f, uint64_t i, bool locked) const {
+  auto through_hdf5 = [&]() -> Result<pickle::NdArray> {
+    std::optional<H5Lock> lock;
+    if (!locked) lock.emplace();
+    return hdf5::ReadElement(f.dset.get(), f.dt, f.dims, i, f.nchw, f.name, path_);
+  };
+  const uint8_t* base = map_->data();
+  if (f.direct == TpField::kContiguous)
+    return hdf5::ElementArray(Bytes(nullptr, base + f.addr + i * f.elem_bytes, size_t(f.elem_bytes)), f.dt, f.dims,
+                              f.nchw);
+#if H5_VERSION_GE(1, 10, 5)
+  if (f.direct == TpField::kChunked) {
+    const uint64_t c = i / f.chunk_n;
+    uint64_t a = f.chunk_addr[c].load(std::memory_order_acquire);
+    if (a == 0) {
+      std::optional<H5Lock> lock;
+      if (!locked) lock.emplace();
+      std::vector<hsize_t> at(f.dims.size(), 0);
+      at[0] = c * f.chunk_n;
+      unsigned mask = 0;
+      haddr_t addr = HADDR_UNDEF;
+      hsize_t size = 0;
+      const uint64_t want = f.chunk_n * f.elem_bytes;
+      a = TpField::kNoChunk;
+      if (H5Dget_chunk_info_by_coord(f.dset.get(), at.data(), &mask, &addr, &size) >= 0 && addr != HADDR_UNDEF &&
+          size == want) {
+        const uint64_t abs = addr + userblock_;  // chunk addresses are relative to the base address
+        if (abs >= addr && abs <= map_->size() && want <= map_->size() - abs) a = abs;
+      }
+      H5Eclear2(H5E_DEFAULT);
+      f.chunk_addr[c].store(a, std::memory_order_release);
+    }
+    if (a != TpField::kNoChunk)
+      return hdf5::ElementArray(
+          Bytes(nullptr, base + a + (i - c * f.chunk_n) * f.elem_bytes, size_t(f.elem_bytes)), f.dt, f.dims, f.nchw);
+  }
+#endif
+  return through_hdf5();
+}
+
+// Reads element i of every mapped dataset.
+Status Hdf5Data::GetTp(uint64_t i, Sample* out, bool locked) const {
   out->clear();
   if (!key_end_.empty()) out->key.assign(key_blob_, key_end_[i], key_end_[i + 1] - key_end_[i]);
   else out->key = fmt::format("{:08d}", i);
@@ -959,7 +1065,7 @@ Status Hdf5Data::GetTp(uint64_t i, Sample* out) const {
       continue;
     }
     if (f.kind == TpField::kArray) {
-      SK_ASSIGN_OR_RETURN(pickle::NdArray a, hdf5::ReadElement(f.dset.get(), f.dt, f.dims, i, f.nchw, f.name, path_));
+      SK_ASSIGN_OR_RETURN(pickle::NdArray a, ReadDirect(f, i, locked));
       Bytes npy = pickle::ToNpy(a);
       SK_RETURN_IF_ERROR(SwapChannels(a, &npy, at));
       out->set(f.ext, std::move(npy));
@@ -1023,6 +1129,7 @@ Status Hdf5Data::Get(uint64_t i, Sample* out) const {
     return Status::Invalid(fmt::format("sample index {} out of range [0, {})", i, n),
                            Location{.file = path_, .index = int64_t(i)});
   if (!shardkit_) {
+    if (lock_free_) return GetTp(i, out, false);
     H5Lock lock;
     return GetTp(i, out);
   }
