@@ -21,6 +21,7 @@ endif()
 find_package(Protobuf REQUIRED)
 find_package(ZLIB REQUIRED)  # tfrecord: GZIP/ZLIB-compressed files
 find_package(PNG REQUIRED)
+find_package(OpenSSL REQUIRED COMPONENTS Crypto)  # MD5 (core/md5.h): Content-MD5, wids md5sum, MDS hashes
 find_package(Threads REQUIRED)
 if(SHARDKIT_BUILD_TOOLS)
   find_package(CLI11 CONFIG REQUIRED)

@@ -10,11 +10,11 @@ bash ../shared/device/carry-debs.sh \
   libxxhash-dev libxxhash0 libcli11-dev nlohmann-json3-dev libfmt-dev libfmt9 \
   libmsgpack-cxx-dev libdlpack-dev catch2 pybind11-dev \
   libprotobuf-dev libprotobuf32 libprotoc32 protobuf-compiler \
-  libcurl4-openssl-dev libexpat1-dev libexpat1 \
+  libcurl4-openssl-dev libssl-dev libexpat1-dev libexpat1 \
   zlib1g-dev libzstd-dev nginx
 # libcurl: link against the GPU machine's own libcurl.so.4 (Debian's runtime would need
 # Debian's libssh2 and OpenLDAP too); the carried package brings headers and the .so link.
-# zlib and zstd (the TFRecord and MDS formats) likewise: headers from Debian, the machine's
+# zlib and zstd (the TFRecord and MDS formats), and libcrypto (MD5) likewise: headers from Debian, the machine's
 # own runtime (libz.so.1, libzstd.so.1). OpenMPI is not carried (optional at build time).
 # nginx: a real HTTP server (ranges, PUT through its DAV module) for
 # `HTTP_SERVER=nginx scripts/bench_remote.sh` (/opt/deps/usr/sbin/nginx).
@@ -30,7 +30,7 @@ cat >> .deps/unpack.sh <<'EOF'
 export CPATH=/opt/deps/usr/include/x86_64-linux-gnu:$CPATH
 sed -i -E 's#^(prefix|exec_prefix|libdir|includedir)=/usr#\1=/opt/deps/usr#' /opt/deps/usr/lib/x86_64-linux-gnu/pkgconfig/libjpeg.pc
 rm -f /opt/deps/usr/lib/x86_64-linux-gnu/libcurl.so.4*
-for _lib in libcurl.so.4 libz.so.1 libzstd.so.1; do
+for _lib in libcurl.so.4 libz.so.1 libzstd.so.1 libcrypto.so.3 libssl.so.3; do
   for _d in /usr/lib/x86_64-linux-gnu /lib/x86_64-linux-gnu; do
     if [ -e "$_d/$_lib" ]; then ln -sfn "$_d/$_lib" "/opt/deps/usr/lib/x86_64-linux-gnu/${_lib%.[0-9]}"; break; fi
   done

@@ -17,7 +17,7 @@ PKGS=(
   python3-torch
   # Remote objects (lib/io/remote, issue 14): libcurl signs SigV4; expat reads S3's XML;
   # boto3 and node (s3rver, scripts/install-s3rver.sh) for tests/remote_test.cc
-  libcurl4-openssl-dev libexpat1-dev python3-boto3 nodejs
+  libcurl4-openssl-dev libssl-dev libexpat1-dev python3-boto3 nodejs
   # More formats (issue 18): zlib (gzip TFRecord), zstd (MDS compression) and their
   # Python bindings for the tests' independent clients
   zlib1g-dev libzstd-dev python3-zstandard

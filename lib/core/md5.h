@@ -1,4 +1,6 @@
-// Internal: MD5 (RFC 1321), for wids shard lists, which name each shard's md5sum.
+// Internal: MD5 (RFC 1321), OpenSSL's (libcrypto): wids shard lists' md5sum, MDS
+// hashes, and Content-MD5 of every upload, where its speed bounds the upload's tail
+// (issue 14: 863 MB/s against 525 MB/s for the portable code this replaced).
 // Not for security. One object per thread.
 #pragma once
 
@@ -8,21 +10,24 @@
 
 #include "shardkit/status.h"
 
+struct evp_md_ctx_st;  // OpenSSL's EVP_MD_CTX
+
 namespace shardkit::md5 {
 
 class Md5 {
  public:
   Md5();
+  ~Md5();
+  Md5(const Md5&) = delete;
+  Md5& operator=(const Md5&) = delete;
   void Update(const void* data, size_t size);
-  // 32 lowercase hex digits; the object must not be updated afterwards.
+  // The 16 digest bytes; the object must not be updated afterwards.
+  void Digest(uint8_t out[16]);
+  // 32 lowercase hex digits; likewise.
   std::string HexDigest();
 
  private:
-  void Block(const uint8_t* p);
-  uint32_t h_[4];
-  uint64_t length_ = 0;  // bytes
-  uint8_t buf_[64];
-  size_t used_ = 0;
+  evp_md_ctx_st* ctx_;
 };
 
 // MD5 of a whole file, streamed.

@@ -265,9 +265,8 @@ std::string UriEncode(std::string_view s, bool keep_slash) {
 std::string ContentMd5(std::string_view data) {
   md5::Md5 m;
   m.Update(data.data(), data.size());
-  std::string hex = m.HexDigest();
-  unsigned char raw[16];
-  for (int i = 0; i < 16; ++i) raw[i] = static_cast<unsigned char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+  uint8_t raw[16];
+  m.Digest(raw);
   static const char* kB64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   std::string out;
   for (int i = 0; i < 16; i += 3) {
