@@ -64,12 +64,13 @@ class RemoteWritable : public WritableFile {
           if (!up.ok()) return error_ = up.status();
           upload_ = std::move(up).value();
         }
-        error_ = upload_->Add(std::string_view(buf_).substr(0, kPart));
+        std::string part(buf_, 0, kPart);
+        buf_.erase(0, kPart);
+        error_ = upload_->Add(std::move(part));  // uploads while the next parts are appended
         if (!error_.ok()) {
-          upload_.reset();  // aborts
+          upload_.reset();  // aborted already
           return error_;
         }
-        buf_.erase(0, kPart);
       }
     return Status::OK();
   }
@@ -80,7 +81,7 @@ class RemoteWritable : public WritableFile {
     if (!error_.ok()) return error_;
     Status s;
     if (upload_) {
-      if (!buf_.empty()) s = upload_->Add(buf_);
+      if (!buf_.empty()) s = upload_->Add(std::move(buf_));
       if (s.ok()) s = upload_->Complete();
       upload_.reset();  // aborts when not completed
     } else {

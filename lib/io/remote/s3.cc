@@ -239,7 +239,7 @@ Status S3Client::PutMultipart(const S3Object& o, std::string_view data, uint64_t
   if (part_size == 0) return Status::Invalid("multipart part size 0");
   SK_ASSIGN_OR_RETURN(auto up, MultipartUpload::Begin(this, o));
   for (uint64_t off = 0; off < data.size() || off == 0; off += part_size) {
-    SK_RETURN_IF_ERROR(up->Add(data.substr(off, part_size)));  // ~MultipartUpload aborts
+    SK_RETURN_IF_ERROR(up->Add(std::string(data.substr(off, part_size))));  // ~MultipartUpload aborts
     if (data.empty()) break;
   }
   return up->Complete();
@@ -254,33 +254,45 @@ MultipartUpload::~MultipartUpload() {
   if (!done_) (void)Abort();
 }
 
-Status MultipartUpload::Add(std::string_view data) {
+Status MultipartUpload::Add(std::string data) {
   if (done_) return Status::Internal(fmt::format("multipart upload of {} is finished", object_.ToString()));
-  int number = static_cast<int>(parts_.size()) + 1;
-  auto etag = client_->UploadPart(object_, upload_id_, number, data);
-  if (!etag.ok()) {
-    Status s = std::move(etag).take_status();
-    Status a = Abort();
-    if (!a.ok()) return Status(s.code(), s.message() + "; aborting the upload failed too: " + a.message(), s.where());
-    return s;
-  }
+  while (in_flight_.size() >= kInFlight)
+    if (Status s = ReapOldest(); !s.ok()) return Fail(s);
+  const int number = next_++;
+  in_flight_.emplace_back(number, std::async(std::launch::async, [this, number, d = std::move(data)] {
+                            return client_->UploadPart(object_, upload_id_, number, d);
+                          }));
+  return Status::OK();
+}
+
+Status MultipartUpload::ReapOldest() {
+  auto [number, f] = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  auto etag = f.get();
+  if (!etag.ok()) return std::move(etag).take_status();
   parts_.push_back({number, std::move(etag).value()});
   return Status::OK();
 }
 
+Status MultipartUpload::Fail(const Status& s) {
+  Status a = Abort();
+  if (!a.ok()) return Status(s.code(), s.message() + "; aborting the upload failed too: " + a.message(), s.where());
+  return s;
+}
+
 Status MultipartUpload::Complete() {
   if (done_) return Status::Internal(fmt::format("multipart upload of {} is finished", object_.ToString()));
+  while (!in_flight_.empty())
+    if (Status s = ReapOldest(); !s.ok()) return Fail(s);
   Status s = client_->CompleteMultipartUpload(object_, upload_id_, parts_);
-  if (!s.ok()) {
-    Status a = Abort();
-    if (!a.ok()) return Status(s.code(), s.message() + "; aborting the upload failed too: " + a.message(), s.where());
-    return s;
-  }
+  if (!s.ok()) return Fail(s);
   done_ = true;
   return Status::OK();
 }
 
 Status MultipartUpload::Abort() {
+  for (auto& p : in_flight_) p.second.wait();  // no part may land after the abort
+  in_flight_.clear();
   if (done_) return Status::OK();
   done_ = true;
   return client_->AbortMultipartUpload(object_, upload_id_);

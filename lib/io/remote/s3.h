@@ -12,10 +12,13 @@
 // a lifecycle rule is still advisable on a real bucket).
 //
 // Thread safety: an S3Client may be used from any number of threads at once. A
-// MultipartUpload is used from one thread at a time.
+// MultipartUpload is used from one thread at a time (its parts upload on threads
+// of their own).
 #pragma once
 
 #include <cstdint>
+#include <deque>
+#include <future>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -105,25 +108,39 @@ class S3Client {
 
 // One multipart upload: Begin, Add parts in order, Complete. Destroying it
 // before a successful Complete aborts the upload.
+//
+// Parts upload concurrently, kInFlight at once, each on a thread of its own: a
+// shard's last parts are the tail of a conversion to s3:// (the writer is done,
+// the upload is not), and one connection to a real store carries far less than
+// the disk writes. Aborting waits for the parts in flight first, so none lands
+// after the abort.
 class MultipartUpload {
  public:
+  static constexpr size_t kInFlight = 4;
   static Result<std::unique_ptr<MultipartUpload>> Begin(S3Client* client, S3Object object);
   ~MultipartUpload();
   MultipartUpload(const MultipartUpload&) = delete;
   MultipartUpload& operator=(const MultipartUpload&) = delete;
 
-  // Uploads the next part (numbered from 1).
-  Status Add(std::string_view data);
+  // Starts uploading the next part (numbered from 1); with kInFlight parts running,
+  // waits for the oldest first. Returns the first failure of any part so far, after
+  // aborting the upload.
+  Status Add(std::string data);
+  // Waits for every part, then completes the upload (or aborts it on a failure).
   Status Complete();
   Status Abort();
   const std::string& upload_id() const { return upload_id_; }
 
  private:
   MultipartUpload(S3Client* c, S3Object o, std::string id) : client_(c), object_(std::move(o)), upload_id_(std::move(id)) {}
+  Status ReapOldest();          // the oldest part in flight: its ETag kept, or its failure
+  Status Fail(const Status& s);  // waits for the rest, aborts, returns s (with the abort's failure)
   S3Client* client_;
   S3Object object_;
   std::string upload_id_;
   std::vector<CompletedPart> parts_;
+  std::deque<std::pair<int, std::future<Result<std::string>>>> in_flight_;
+  int next_ = 1;
   bool done_ = false;  // completed or aborted
 };
 
