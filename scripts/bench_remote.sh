@@ -10,6 +10,12 @@
 # SK: the shardkit binary (default build/tools/shardkit); MAKE_CORPUS as bench_convert.sh;
 # PY: a python3 with PIL and numpy (default /usr/bin/python3). Without node (or with
 # NO_S3=1; the GPU machine has no node) the s3rver rows are left out.
+# HTTP_SERVER=nginx: Debian's nginx serves and takes the PUTs instead of the Python server.
+# The servers keep their files in /dev/shm when it is writable (SERVER_DIR to choose): a
+# remote store does not write to the client's disk, and a loopback one on the same disk
+# slows the client's own writes (the upload rows would measure the shared disk).
+# The upload to S3 is also timed against the tests' Python S3 emulation
+# (tests/remote_http_server.py: multipart, Content-MD5 checked), which has no SigV4 check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 COUNT=2000
@@ -31,7 +37,11 @@ S3=1
 [ -x "$SK" ] || { echo "build shardkit first (cmake --build build --target shardkit_cli)" >&2; exit 1; }
 W=$(mktemp -d "${TMPDIR:-/tmp}/skremote.XXXXXX")
 PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; rm -rf "$W"; }
+SD=
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+  rm -rf "$W"; case "$SD" in /dev/shm/skremote.*) rm -rf "$SD";; esac
+}
 trap 'rc=$?; cleanup; exit $rc' EXIT
 
 MK="${MAKE_CORPUS:-../shared/corpus/make_corpus.py}"
@@ -47,7 +57,12 @@ N=$(find "$W/imgs" -type f | wc -l)
 # Servers on free loopback ports. HTTP_SERVER=nginx: nginx (Debian's nginx-core, with
 # its DAV module for PUT) instead of the tests' Python server, to see whether the client
 # or the Python server is the limit.
-mkdir -p "$W/http" "$W/s3data"
+SD=${SERVER_DIR:-}
+if [ -z "$SD" ] && [ -w /dev/shm ]; then SD=$(mktemp -d /dev/shm/skremote.XXXXXX); fi
+SD=${SD:-$W/srv}
+mkdir -p "$SD"
+ln -s "$SD/http" "$W/http"
+mkdir -p "$SD/http" "$W/s3data" "$SD/s3emu/test"
 if [ "${HTTP_SERVER:-python}" = nginx ]; then
   NGX=$(command -v nginx || { [ -x /opt/deps/usr/sbin/nginx ] && echo /opt/deps/usr/sbin/nginx; } || echo /usr/sbin/nginx)
   PORT=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -59,7 +74,7 @@ http {
   access_log off; client_body_temp_path $W/ngx/body; proxy_temp_path $W/ngx/proxy;
   fastcgi_temp_path $W/ngx/fcgi; uwsgi_temp_path $W/ngx/uwsgi; scgi_temp_path $W/ngx/scgi;
   client_max_body_size 0; sendfile on; keepalive_requests 100000;
-  server { listen 127.0.0.1:$PORT; root $W/http; dav_methods PUT DELETE; create_full_put_path on; }
+  server { listen 127.0.0.1:$PORT; root $SD/http; dav_methods PUT DELETE; create_full_put_path on; }
 }
 NGX
   [ "$(id -u)" = 0 ] || sed -i "s/ user root;//" "$W/ngx/nginx.conf"  # workers run as us
@@ -79,7 +94,9 @@ if [ $S3 = 1 ]; then
 else
   echo 0 >"$W/s3.port"
 fi
-for f in http.port s3.port; do for _ in $(seq 200); do [ -s "$W/$f" ] && break; sleep 0.1; done; done
+"$PY" tests/remote_http_server.py --root "$SD/s3emu" --port-file "$W/s3emu.port" >/dev/null 2>&1 &
+PIDS+=($!)
+for f in http.port s3.port s3emu.port; do for _ in $(seq 200); do [ -s "$W/$f" ] && break; sleep 0.1; done; done
 HTTP="http://127.0.0.1:$(cat "$W/http.port")"
 export AWS_ENDPOINT_URL="http://127.0.0.1:$(cat "$W/s3.port")" AWS_ACCESS_KEY_ID=S3RVER \
   AWS_SECRET_ACCESS_KEY=S3RVER AWS_REGION=us-east-1 SHARDKIT_STAGING_DIR="$W/staging"
@@ -91,6 +108,10 @@ T_LOCAL=$(secs "$SK" shard "$W/imgs" "$W/local/ds-%06d.tar" --num-shards 8)
 T_HTTP=$(secs "$SK" shard "$W/imgs" "$HTTP/up/ds-%06d.tar" --num-shards 8)
 T_HTTP=$(min "$T_HTTP" "$(secs "$SK" shard "$W/imgs" "$HTTP/up/ds-%06d.tar" --num-shards 8 --overwrite)")
 T_LOCAL=$(min "$T_LOCAL" "$(secs "$SK" shard "$W/imgs" "$W/local/ds-%06d.tar" --num-shards 8 --overwrite)")
+# S3 (multipart parts in parallel, Content-MD5 each) against the Python S3 emulation.
+emu() { AWS_ENDPOINT_URL="http://127.0.0.1:$(cat "$W/s3emu.port")" "$@"; }
+T_EMU=$(emu secs "$SK" shard "$W/imgs" "s3://test/e/ds-%06d.tar" --num-shards 8)
+T_EMU=$(min "$T_EMU" "$(emu secs "$SK" shard "$W/imgs" "s3://test/e/ds-%06d.tar" --num-shards 8 --overwrite)")
 # The HTTP server's ceiling: the same 8 finished shards PUT by curl, 8 at once, nothing else to do.
 T_CURLPUT=-
 if command -v curl >/dev/null; then
@@ -148,5 +169,6 @@ printf "%-44s %12s %8s\n" "s3rver, --cache-dir, warm" "$S3WARM" "$(r "$S3WARM" "
 printf "%-44s %12s %8s\n" "shard to local disk (s)" "$T_LOCAL" "1.00"
 printf "%-44s %12s %8s\n" "shard to $HTTP_NAME PUT (s)" "$T_HTTP" "$(r "$T_LOCAL" "$T_HTTP")"
 printf "%-44s %12s %8s\n" "server ceiling: curl PUT of the 8 shards (s)" "$T_CURLPUT" "$(r "$T_LOCAL" "$T_CURLPUT")"
+printf "%-44s %12s %8s\n" "shard to s3:// (Python S3 emulation) (s)" "$T_EMU" "$(r "$T_LOCAL" "$T_EMU")"
 printf "%-44s %12s %8s\n" "shard to s3:// (s; ratio = speed vs local)" "$T_S3" "$(r "$T_LOCAL" "$T_S3")"
 printf "%-44s %12s %8s\n" "store ceiling: boto3 PUT of the same files (s)" "$T_PUT" "$(r "$T_LOCAL" "$T_PUT")"

@@ -20,21 +20,17 @@ namespace shardkit::io {
 
 namespace {
 
-// Uploads one local file to `address` through the remote store's WritableFile, in
-// 16 MiB appends (a multipart upload on s3 keeps one part in memory).
+// Uploads one local file to `address` through the remote store's WritableFile, from
+// the file's mapping in 64 MiB appends: a shard of up to 64 MiB is one append (no
+// buffer grown and copied on the way), a larger one keeps at most that much beside
+// what the store holds (a multipart upload on s3: 16 MiB parts).
 Status UploadFile(const std::string& local, const std::string& address) {
   SK_ASSIGN_OR_RETURN(auto fs, FileSystemFor(address));
-  auto local_fs = FileSystem::Local();
-  SK_ASSIGN_OR_RETURN(auto in, local_fs->OpenForRead(local));
+  SK_ASSIGN_OR_RETURN(auto map, MappedFile::Open(local));
   SK_ASSIGN_OR_RETURN(auto out, fs->NewWritableFile(address, CreateMode::kTruncate));
-  constexpr size_t kChunk = 16 << 20;
-  std::string buf(size_t(std::min<uint64_t>(kChunk, in->size())), '\0');
-  for (uint64_t off = 0; off < in->size();) {
-    SK_ASSIGN_OR_RETURN(size_t n, in->ReadAt(off, buf.size(), buf.data()));
-    if (n == 0) return Status::IOError("staged file ended early", Location{.file = local, .offset = int64_t(off)});
-    SK_RETURN_IF_ERROR(out->Append(buf.data(), n));
-    off += n;
-  }
+  constexpr size_t kChunk = 64 << 20;
+  for (size_t off = 0; off < map->size(); off += kChunk)
+    SK_RETURN_IF_ERROR(out->Append(map->data() + off, std::min(kChunk, map->size() - off)));
   return out->Close();
 }
 

@@ -353,6 +353,8 @@ Result<HttpResponse> HttpClient::Perform(const HttpRequest& req) {
       curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, &OnSeek);
       curl_easy_setopt(h, CURLOPT_SEEKDATA, &t);
       curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(req.body.size()));
+      // Large bodies in 1 MiB reads and sends instead of 64 KiB (curl's default).
+      if (req.body.size() >= (1 << 20)) curl_easy_setopt(h, CURLOPT_UPLOAD_BUFFERSIZE, 1L << 20);
     } else if (req.method == "POST") {
       curl_easy_setopt(h, CURLOPT_POST, 1L);
       curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(req.body.size()));
