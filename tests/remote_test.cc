@@ -22,6 +22,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/file.h"
 #include "io/redact.h"
 #include "io/remote/credentials.h"
 #include "io/remote/http_client.h"
@@ -29,6 +30,7 @@
 #include "io/remote/remote_fs.h"
 #include "io/remote/s3.h"
 #include "io/shard_cache.h"
+#include "io/upload_staging.h"
 #include "shardkit/convert.h"
 #include "shardkit/dataset.h"
 #include "shardkit/loader.h"
@@ -1182,6 +1184,51 @@ TEST_CASE("remote parts: a failed shard upload leaves no part record and --resum
     CHECK(name.find(".lock") == std::string::npos);
   }
   ::unsetenv("SHARDKIT_STAGING_DIR");
+}
+
+// A staged shard's upload runs while the writer writes it (issue 14: the conversion's tail
+// is the last shard's upload): on S3, parts go up before the shard is complete; a shard
+// dropped unpublished leaves no object and no multipart upload; a published one arrives whole.
+TEST_CASE("remote staging: a shard uploads while it is written; dropped unpublished, nothing remains", "[remote]") {
+  HttpServer srv;
+  sk_test::TempDir tmp;
+  fs::create_directories(srv.root + "/bkt");
+  ::setenv("AWS_ENDPOINT_URL", srv.proc->base().c_str(), 1);
+  ::setenv("AWS_ACCESS_KEY_ID", "AKIDSTAGE", 1);
+  ::setenv("AWS_SECRET_ACCESS_KEY", "staging-secret", 1);
+  ::setenv("AWS_REGION", "us-east-1", 1);
+  ::unsetenv("AWS_SESSION_TOKEN");
+  ::unsetenv("AWS_ENDPOINT_URL_S3");
+  auto staged = io::StageRemoteOutput("s3://bkt/out/a-%06d.tar", nullptr, tmp / "staging", "");
+  REQUIRE(staged.ok());
+  const std::string dir = staged->address.substr(0, staged->address.rfind('/'));
+  const std::string data = RandomBytes(40 << 20, 41);
+  auto wait_for = [&](auto pred) {
+    for (int i = 0; i < 400 && !pred(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    return pred();
+  };
+  {
+    auto f = io::AtomicFile::Create(dir + "/a-000000.tar", true, staged->fs);
+    REQUIRE(f.ok());
+    REQUIRE((*f)->Write(data.data(), 36 << 20).ok());
+    // Not committed yet, and the store already holds a multipart upload of it.
+    CHECK(wait_for([&] { return srv.Stats()["uploads"].size() == 1; }));
+    CHECK(!fs::exists(srv.root + "/bkt/out/a-000000.tar"));
+  }  // dropped: the writer failed
+  CHECK(wait_for([&] { return srv.Stats()["uploads"].empty(); }));
+  CHECK(srv.Stats()["aborted"].size() == 1);
+  CHECK(!fs::exists(srv.root + "/bkt/out/a-000000.tar"));
+  {
+    auto f = io::AtomicFile::Create(dir + "/a-000001.tar", true, staged->fs);
+    REQUIRE(f.ok());
+    for (size_t off = 0; off < data.size(); off += 3 << 20)  // in pieces, as a writer writes
+      REQUIRE((*f)->Write(data.data() + off, std::min<size_t>(3 << 20, data.size() - off)).ok());
+    REQUIRE((*f)->Commit().ok());
+  }
+  REQUIRE(staged->Finish().ok());
+  CHECK(sk_test::ReadFile(srv.root + "/bkt/out/a-000001.tar") == data);
+  CHECK(srv.Stats()["uploads"].empty());
+  ::unsetenv("AWS_ENDPOINT_URL");
 }
 
 // ---------------------------------------------------------------- knobs are options (issue 13)

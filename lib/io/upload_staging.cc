@@ -1,12 +1,17 @@
 // Remote outputs through a local staging directory (upload_staging.h).
 #include "io/upload_staging.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <filesystem>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -53,6 +58,69 @@ bool UploadedLast(const std::string& path) {
 // Local-only state of a writer: journals ("*.partial") and a part's lock ("*.lock").
 bool StaysLocal(const std::string& path) { return EndsWith(path, ".partial") || EndsWith(path, ".lock"); }
 
+// A staged file followed while the writer writes it (issue 14: the conversion's tail is
+// the last shard's upload). An upload worker reads the bytes back as they are appended
+// (from the page cache) and appends them to the remote file, so on S3 every part but the
+// last is uploaded before the shard is complete, and over HTTP the body is assembled;
+// the remote file is closed (multipart complete, or the one PUT) only once the writer
+// has published the staged file, so a remote object is still whole or absent. A staged
+// file removed unpublished (the writer failed) drops the remote file: a multipart
+// upload is aborted, a PUT never sent.
+struct Follow {
+  enum State { kWriting, kPublished, kAborted };
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t written = 0;  // bytes the writer has appended to the staged file
+  State state = kWriting;
+  std::string temp, final_path;  // the staged file's temporary and final local paths
+  int fd = -1;                   // the temporary file, opened before any rename
+  ~Follow() {
+    if (fd >= 0) ::close(fd);
+  }
+  void Set(State s) {
+    {
+      std::lock_guard lock(mu);
+      if (state == kWriting) state = s;
+    }
+    cv.notify_all();
+  }
+};
+
+// The writer's handle on a followed staged file: every append is announced to the follower.
+class FollowedWritable : public WritableFile {
+ public:
+  FollowedWritable(std::unique_ptr<WritableFile> base, std::shared_ptr<Follow> f)
+      : base_(std::move(base)), f_(std::move(f)) {}
+  const std::string& path() const override { return base_->path(); }
+  Status Append(const void* data, size_t size) override {
+    SK_RETURN_IF_ERROR(base_->Append(data, size));
+    {
+      std::lock_guard lock(f_->mu);
+      f_->written += size;
+    }
+    f_->cv.notify_all();
+    return Status::OK();
+  }
+  Status Sync() override { return base_->Sync(); }
+  Status Close() override { return base_->Close(); }
+
+ private:
+  std::unique_ptr<WritableFile> base_;
+  std::shared_ptr<Follow> f_;
+};
+
+// The final path of AtomicFile's temporary "DIR/.NAME.tmp-PID" (core/file.cc), or "".
+std::string FinalOfTemp(const std::string& temp) {
+  auto slash = temp.rfind('/');
+  std::string dir = slash == std::string::npos ? "" : temp.substr(0, slash + 1);
+  std::string name = temp.substr(dir.size());
+  auto tmp = name.rfind(".tmp-");
+  if (name.size() < 2 || name[0] != '.' || tmp == std::string::npos || tmp < 2) return "";
+  for (size_t i = tmp + 5; i < name.size(); ++i)
+    if (!std::isdigit(static_cast<unsigned char>(name[i]))) return "";
+  return dir + name.substr(1, tmp - 1);
+}
+
 }  // namespace
 
 class UploadingFileSystem : public FileSystem {
@@ -70,6 +138,7 @@ class UploadingFileSystem : public FileSystem {
       std::lock_guard lock(mu_);
       stop_ = true;
       queue_.clear();  // a failed write: no more uploads (Finish() drains a good one first)
+      for (auto& [temp, f] : follows_) f->Set(Follow::kAborted);
     }
     cv_.notify_all();
     for (auto& w : workers_) w.join();
@@ -91,14 +160,46 @@ class UploadingFileSystem : public FileSystem {
   Result<std::unique_ptr<ReadableFile>> OpenForRead(const std::string& p) override { return base_->OpenForRead(p); }
   Result<std::string> ReadFile(const std::string& p) override { return base_->ReadFile(p); }
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& p, CreateMode m) override {
-    return base_->NewWritableFile(p, m);
+    SK_ASSIGN_OR_RETURN(auto file, base_->NewWritableFile(p, m));
+    std::string final_path = FinalOfTemp(p);
+    if (final_path.empty() || final_path.compare(0, local_root_.size(), local_root_) != 0 || StaysLocal(final_path) ||
+        UploadedLast(final_path))
+      return file;
+    auto f = std::make_shared<Follow>();
+    f->temp = p;
+    f->final_path = final_path;
+    f->fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+    if (f->fd < 0) return file;  // uploaded whole once published, as any other file
+    {
+      std::lock_guard lock(mu_);
+      follows_[p] = f;
+      queue_.push_back(Job{final_path, f});
+    }
+    cv_.notify_all();
+    return std::unique_ptr<WritableFile>(new FollowedWritable(std::move(file), std::move(f)));
   }
   Status Publish(const std::string& staged, const std::string& final_path, const PublishOptions& opts) override {
     {
       std::lock_guard lock(mu_);
       if (!error_.ok()) return error_;  // an upload failed: stop the writer
     }
-    SK_RETURN_IF_ERROR(base_->Publish(staged, final_path, opts));
+    std::shared_ptr<Follow> followed;
+    {
+      std::lock_guard lock(mu_);
+      if (auto it = follows_.find(staged); it != follows_.end()) {
+        followed = it->second;
+        follows_.erase(it);
+      }
+    }
+    Status published = base_->Publish(staged, final_path, opts);
+    if (followed) {
+      // Its follower completes the upload; a failed publish drops it. (Published under
+      // another name than its temporary one said: dropped, and uploaded whole below.)
+      const bool same = followed->final_path == final_path;
+      followed->Set(published.ok() && same ? Follow::kPublished : Follow::kAborted);
+      if (!published.ok() || same) return published;
+    }
+    SK_RETURN_IF_ERROR(published);
     if (final_path.compare(0, local_root_.size(), local_root_) != 0 || StaysLocal(final_path))
       return Status::OK();
     std::vector<std::string> files;
@@ -120,7 +221,7 @@ class UploadingFileSystem : public FileSystem {
     }
     {
       std::lock_guard lock(mu_);
-      for (auto& f : files) queue_.push_back(std::move(f));
+      for (auto& f : files) queue_.push_back(Job{std::move(f), nullptr});
     }
     cv_.notify_all();
     return Status::OK();
@@ -132,7 +233,16 @@ class UploadingFileSystem : public FileSystem {
   Result<std::vector<FileInfo>> ListDir(const std::string& d) override { return base_->ListDir(d); }
   Status MakeDirs(const std::string& d) override { return base_->MakeDirs(d); }
   Status MakeNewDir(const std::string& d) override { return base_->MakeNewDir(d); }
-  Status Remove(const std::string& p) override { return base_->Remove(p); }
+  Status Remove(const std::string& p) override {
+    {
+      std::lock_guard lock(mu_);
+      if (auto it = follows_.find(p); it != follows_.end()) {
+        it->second->Set(Follow::kAborted);  // removed unpublished: its remote file is dropped
+        follows_.erase(it);
+      }
+    }
+    return base_->Remove(p);
+  }
   Status RemoveAll(const std::string& p) override { return base_->RemoveAll(p); }
   Result<std::string> LocalPath(const std::string& p) override { return base_->LocalPath(p); }
   Status ExternalIo(const std::string& p, ExternalOp op) override { return base_->ExternalIo(p, op); }
@@ -170,20 +280,65 @@ class UploadingFileSystem : public FileSystem {
     return Status::OK();
   }
 
+  // Appends the followed file's bytes to its remote file as the writer appends them;
+  // closes it once published. Returns OK without uploading when it was dropped.
+  Status FollowUpload(Follow& f) {
+    const std::string remote = RemoteOf(f.final_path);
+    SK_ASSIGN_OR_RETURN(auto fs, FileSystemFor(remote));
+    SK_ASSIGN_OR_RETURN(auto out, fs->NewWritableFile(remote, CreateMode::kTruncate));
+    constexpr uint64_t kBlock = 8 << 20;
+    std::string buf;
+    uint64_t off = 0;
+    for (;;) {
+      uint64_t end;
+      Follow::State state;
+      {
+        std::unique_lock lock(f.mu);
+        // Whole blocks while the writer writes (S3 parts fill from them), the rest at the end.
+        f.cv.wait(lock, [&] { return f.state != Follow::kWriting || f.written >= off + kBlock; });
+        end = f.written;
+        state = f.state;
+      }
+      if (state == Follow::kAborted) return Status::OK();  // ~out: a multipart upload aborts
+      while (off < end) {
+        const size_t n = size_t(std::min(kBlock, end - off));
+        buf.resize(n);
+        ssize_t got = ::pread(f.fd, buf.data(), n, off_t(off));
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0)
+          return got < 0 ? Status::FromErrno(errno, "cannot read the staged file back", Location{.file = f.temp, .offset = int64_t(off)})
+                         : Status::IOError("staged file ended early", Location{.file = f.temp, .offset = int64_t(off)});
+        SK_RETURN_IF_ERROR(out->Append(buf.data(), size_t(got)));
+        off += uint64_t(got);
+      }
+      if (state == Follow::kPublished) return out->Close();
+    }
+  }
+
   void Work() {
     std::unique_lock lock(mu_);
     for (;;) {
       cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stop_
-      std::string f = std::move(queue_.front());
+      Job job = std::move(queue_.front());
       queue_.pop_front();
       ++busy_;
       bool skip = !error_.ok();
       lock.unlock();
-      Status s = skip ? Status::OK() : UploadFile(f, RemoteOf(f));
+      Status s;
+      bool uploaded = false;
+      if (job.follow) {
+        if (skip) job.follow->Set(Follow::kAborted);
+        s = FollowUpload(*job.follow);
+        std::lock_guard fl(job.follow->mu);
+        uploaded = s.ok() && job.follow->state == Follow::kPublished;
+      } else if (!skip) {
+        s = UploadFile(job.file, RemoteOf(job.file));
+        uploaded = s.ok();
+      }
       lock.lock();
       if (!s.ok() && error_.ok()) error_ = s;
-      if (s.ok() && !skip) uploaded_.push_back(f);
+      if (uploaded) uploaded_.push_back(job.file);
       --busy_;
       if (queue_.empty() && busy_ == 0) idle_cv_.notify_all();
     }
@@ -193,7 +348,12 @@ class UploadingFileSystem : public FileSystem {
   std::string local_root_, remote_root_;
   std::mutex mu_;
   std::condition_variable cv_, idle_cv_;
-  std::deque<std::string> queue_;
+  struct Job {
+    std::string file;               // the final local path
+    std::shared_ptr<Follow> follow;  // set: followed while written (FollowUpload)
+  };
+  std::deque<Job> queue_;
+  std::map<std::string, std::shared_ptr<Follow>> follows_;  // by temporary path, until published or removed
   std::vector<std::string> uploaded_;
   int busy_ = 0;  // uploads in progress
   bool stop_ = false;
