@@ -262,11 +262,7 @@ std::string UriEncode(std::string_view s, bool keep_slash) {
   return r;
 }
 
-std::string ContentMd5(std::string_view data) {
-  md5::Md5 m;
-  m.Update(data.data(), data.size());
-  uint8_t raw[16];
-  m.Digest(raw);
+std::string Md5Base64(const uint8_t raw[16]) {
   static const char* kB64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   std::string out;
   for (int i = 0; i < 16; i += 3) {
@@ -279,6 +275,14 @@ std::string ContentMd5(std::string_view data) {
     out.push_back(i + 2 < 16 ? kB64[v & 63] : '=');
   }
   return out;
+}
+
+std::string ContentMd5(std::string_view data) {
+  md5::Md5 m;
+  m.Update(data.data(), data.size());
+  uint8_t raw[16];
+  m.Digest(raw);
+  return Md5Base64(raw);
 }
 
 HttpClient::HttpClient(HttpOptions options) : options_(std::move(options)) {
@@ -494,8 +498,9 @@ Result<std::string> HttpClient::Get(const std::string& url) {
   return std::move(resp.body);
 }
 
-Status HttpClient::Put(const std::string& url, std::string_view data) {
-  HttpRequest r{.method = "PUT", .url = url, .headers = {"Content-MD5: " + ContentMd5(data)}, .body = data};
+Status HttpClient::Put(const std::string& url, std::string_view data, std::string content_md5) {
+  if (content_md5.empty()) content_md5 = ContentMd5(data);
+  HttpRequest r{.method = "PUT", .url = url, .headers = {"Content-MD5: " + content_md5}, .body = data};
   return Perform(r).status();
 }
 

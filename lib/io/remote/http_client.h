@@ -116,7 +116,8 @@ class HttpClient {
   Result<ObjectInfo> Head(const std::string& url);
   Status ReadRange(const std::string& url, uint64_t offset, uint64_t length, char* out);
   Result<std::string> Get(const std::string& url);
-  Status Put(const std::string& url, std::string_view data);
+  // content_md5: the body's Content-MD5 (base64) when known; "" = computed here.
+  Status Put(const std::string& url, std::string_view data, std::string content_md5 = "");
   Status Delete(const std::string& url);
 
   // Easy handles made so far (connection reuse tests: ~threads, not ~requests).
@@ -130,5 +131,7 @@ class HttpClient {
 
 // Content-MD5 header value of `data` (base64 of the raw digest).
 std::string ContentMd5(std::string_view data);
+// Content-MD5's form (base64) of a 16-byte digest.
+std::string Md5Base64(const uint8_t digest[16]);
 
 }  // namespace shardkit::remote

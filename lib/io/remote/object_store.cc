@@ -72,13 +72,13 @@ Result<std::string> ObjectStore::ReadAll(const std::string& address) {
 }
 
 Status ObjectStore::Write(const std::string& address, std::string_view data, const WriteOptions& options) {
-  if (IsHttp(address)) return http_.Put(address, data);
+  if (IsHttp(address)) return http_.Put(address, data, options.content_md5);
   if (!IsS3(address)) return NotRemote(address);
   SK_ASSIGN_OR_RETURN(S3Object o, ParseS3Address(address));
   if (o.key.empty()) return Status::Invalid(fmt::format("'{}' names no key to write", address));
   SK_ASSIGN_OR_RETURN(S3Client * s3, S3());
   if (data.size() > options.multipart_threshold) return s3->PutMultipart(o, data, options.part_size);
-  return s3->Put(o, data);
+  return s3->Put(o, data, options.content_md5);
 }
 
 Status ObjectStore::Remove(const std::string& address) {

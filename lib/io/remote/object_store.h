@@ -34,6 +34,9 @@ struct WriteOptions {
   // Objects larger than this go to S3 as multipart uploads of part_size parts.
   uint64_t multipart_threshold = 64ull << 20;
   uint64_t part_size = 16ull << 20;  // S3: >= 5 MiB
+  // The data's Content-MD5 (base64) when already known (computed while it was
+  // assembled); "" = computed here. Not used by a multipart upload (each part has its own).
+  std::string content_md5;
 };
 
 class ObjectStore {

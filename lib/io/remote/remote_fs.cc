@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "core/md5.h"
+
 namespace shardkit::remote {
 
 namespace {
@@ -53,6 +55,9 @@ class RemoteWritable : public WritableFile {
     if (closed_) return Status::Internal("Append() after Close()", Location{.file = SafeUrl(path_)});
     if (!error_.ok()) return error_;
     buf_.append(static_cast<const char*>(data), size);
+    // Hashed as it comes (an upload follows its file while it is written), so that the
+    // one PUT at Close() does not hash the whole body first; not once parts go up.
+    if (!upload_) md5_.Update(data, size);
     if (IsS3(path_))
       while (buf_.size() >= kPart + (upload_ ? 0 : 1)) {  // a file of exactly one part stays one PUT
         if (!upload_) {
@@ -85,7 +90,9 @@ class RemoteWritable : public WritableFile {
       if (s.ok()) s = upload_->Complete();
       upload_.reset();  // aborts when not completed
     } else {
-      s = store_->Write(path_, buf_);
+      uint8_t digest[16];
+      md5_.Digest(digest);
+      s = store_->Write(path_, buf_, WriteOptions{.content_md5 = Md5Base64(digest)});
     }
     std::string().swap(buf_);
     return s;
@@ -96,6 +103,7 @@ class RemoteWritable : public WritableFile {
   std::string path_;
   std::string buf_;
   std::unique_ptr<MultipartUpload> upload_;
+  md5::Md5 md5_;  // of buf_, while no part has gone up
   Status error_;
   bool closed_ = false;
 };

@@ -116,9 +116,9 @@ Result<std::string> S3Client::Get(const S3Object& o) {
   return std::move(resp->body);
 }
 
-Status S3Client::Put(const S3Object& o, std::string_view data) {
+Status S3Client::Put(const S3Object& o, std::string_view data, std::string content_md5) {
   HttpRequest r = Request("PUT", o, "");
-  r.headers.push_back("Content-MD5: " + ContentMd5(data));
+  r.headers.push_back("Content-MD5: " + (content_md5.empty() ? ContentMd5(data) : content_md5));
   r.body = data;
   return Clean(http_.Perform(r).status());
 }

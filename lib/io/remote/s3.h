@@ -66,7 +66,8 @@ class S3Client {
   // Exactly `length` bytes at `offset` into `out`.
   Status ReadRange(const S3Object& o, uint64_t offset, uint64_t length, char* out);
   Result<std::string> Get(const S3Object& o);
-  Status Put(const S3Object& o, std::string_view data);
+  // content_md5: as HttpClient::Put's.
+  Status Put(const S3Object& o, std::string_view data, std::string content_md5 = "");
   // Deleting a missing key succeeds (as S3 does).
   Status Delete(const S3Object& o);
   // Every object of `bucket` whose key starts with `prefix`, in key order, across
