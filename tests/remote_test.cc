@@ -1214,6 +1214,9 @@ TEST_CASE("remote staging: a shard uploads while it is written; dropped unpublis
     // Not committed yet, and the store already holds a multipart upload of it.
     CHECK(wait_for([&] { return srv.Stats()["uploads"].size() == 1; }));
     CHECK(!fs::exists(srv.root + "/bkt/out/a-000000.tar"));
+    // A manifest published meanwhile waits for published files only (not for this one: no hang).
+    REQUIRE(io::WriteFileAtomic(dir + "/a.manifest.json", "{}", true, staged->fs).ok());
+    CHECK(sk_test::ReadFile(srv.root + "/bkt/out/a.manifest.json") == "{}");
   }  // dropped: the writer failed
   CHECK(wait_for([&] { return srv.Stats()["uploads"].empty(); }));
   CHECK(srv.Stats()["aborted"].size() == 1);

@@ -150,10 +150,11 @@ class UploadingFileSystem : public FileSystem {
     return remote_root_ + local.substr(local_root_.size());
   }
 
-  // Waits for the queue; the first error.
+  // Waits for every upload but those of files still being written (unpublished: nothing
+  // published can depend on them, and waiting for them could wait forever); the first error.
   Status Drain() {
     std::unique_lock lock(mu_);
-    idle_cv_.wait(lock, [this] { return queue_.empty() && busy_ == 0; });
+    idle_cv_.wait(lock, [this] { return Settled(); });
     return error_;
   }
 
@@ -248,6 +249,20 @@ class UploadingFileSystem : public FileSystem {
   Status ExternalIo(const std::string& p, ExternalOp op) override { return base_->ExternalIo(p, op); }
 
  private:
+  bool Unpublished(const Follow* f) const {
+    auto it = follows_.find(f->temp);
+    return it != follows_.end() && it->second.get() == f;
+  }
+  // Lock held: no work left but the following of unpublished files.
+  bool Settled() const {
+    for (const Job& j : queue_)
+      if (!j.follow || !Unpublished(j.follow.get())) return false;
+    int running = busy_;
+    for (const Follow* f : running_)
+      if (Unpublished(f)) --running;
+    return running == 0;
+  }
+
   Status Upload(const std::string& local) {
     Status s = UploadFile(local, RemoteOf(local));
     std::lock_guard lock(mu_);
@@ -323,6 +338,7 @@ class UploadingFileSystem : public FileSystem {
       Job job = std::move(queue_.front());
       queue_.pop_front();
       ++busy_;
+      if (job.follow) running_.push_back(job.follow.get());
       bool skip = !error_.ok();
       lock.unlock();
       Status s;
@@ -340,7 +356,8 @@ class UploadingFileSystem : public FileSystem {
       if (!s.ok() && error_.ok()) error_ = s;
       if (uploaded) uploaded_.push_back(job.file);
       --busy_;
-      if (queue_.empty() && busy_ == 0) idle_cv_.notify_all();
+      if (job.follow) running_.erase(std::find(running_.begin(), running_.end(), job.follow.get()));
+      idle_cv_.notify_all();
     }
   }
 
@@ -356,6 +373,7 @@ class UploadingFileSystem : public FileSystem {
   std::map<std::string, std::shared_ptr<Follow>> follows_;  // by temporary path, until published or removed
   std::vector<std::string> uploaded_;
   int busy_ = 0;  // uploads in progress
+  std::vector<const Follow*> running_;  // the followed files among them
   bool stop_ = false;
   Status error_;
   std::vector<std::thread> workers_;
