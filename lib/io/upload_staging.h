@@ -2,13 +2,18 @@
 // target) through a local staging directory.
 //
 // The writer writes local files as usual, through a FileSystem that wraps the
-// local one: each file it publishes (a finished shard, its .idx and .xxh3, an
-// LMDB/HDF5 output) is uploaded under the same relative name below the remote
-// root, by background threads (up to 4 files at once), while the writer goes on
-// with the next shard.
+// local one: each file it creates through NewWritableFile as io::AtomicFile does
+// (a shard, its .idx and .xxh3) is followed while it is written: a background
+// thread (half the cores, 4 to 16 at once) reads the appended bytes back and
+// hands them to the remote file under the same relative name below the remote
+// root (on s3, parts go up as they fill); the remote file is closed (multipart
+// complete, or the one PUT) once the writer publishes the staged file, and
+// dropped (a multipart upload aborted) if the writer removes it unpublished.
+// Files published without having been followed (an LMDB/HDF5 output) are
+// uploaded whole once published.
 // A manifest (*.manifest.json) or a part's record (*.part-I-of-N.json, written
 // by `--part I/N` instead of the manifest) is uploaded last: its Publish waits
-// for every upload before it, and fails (uploading nothing) when one failed, so a
+// for every upload of a published file, and fails (uploading nothing) when one failed, so a
 // reader that sees a remote manifest, or `shardkit merge` that sees a part's
 // record, sees complete shards. Files ending in ".partial" (the resumable
 // writers' journals) and ".lock" (a part's lock) stay local. Before the manifest, staged
