@@ -1002,8 +1002,13 @@ void Hdf5Data::PlanDirect(TpField& f) const {
     if (H5Pget_chunk(dcpl.get(), rank, cd.data()) != rank || cd[0] == 0) return;
     for (int k = 1; k < rank; ++k)
       if (cd[size_t(k)] != f.dims[size_t(k)]) return;  // chunks cut through images: through HDF5
+    uint64_t chunk_bytes = 0;
+    if (__builtin_mul_overflow(cd[0], f.elem_bytes, &chunk_bytes)) return;
+    const uint64_t chunks = f.dims[0] / cd[0] + (f.dims[0] % cd[0] != 0);
+    // More chunks than the file could hold (mostly unallocated, or a hostile count): through
+    // HDF5 (fill values), not a table of addresses larger than the file.
+    if (chunks - 1 > map_->size() / chunk_bytes) return;
     f.chunk_n = cd[0];
-    const uint64_t chunks = f.dims[0] / f.chunk_n + (f.dims[0] % f.chunk_n != 0);
     f.chunk_addr.reset(new std::atomic<uint64_t>[chunks]());
     f.direct = TpField::kChunked;
   }
