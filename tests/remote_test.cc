@@ -1189,7 +1189,7 @@ TEST_CASE("remote parts: a failed shard upload leaves no part record and --resum
 // A staged shard's upload runs while the writer writes it (issue 14: the conversion's tail
 // is the last shard's upload): on S3, parts go up before the shard is complete; a shard
 // dropped unpublished leaves no object and no multipart upload; a published one arrives whole.
-TEST_CASE("remote staging: a shard uploads while it is written; dropped unpublished, nothing remains", "[remote]") {
+TEST_CASE("remote staging: a shard uploads while it is written, and one dropped unpublished leaves nothing", "[remote]") {
   HttpServer srv;
   sk_test::TempDir tmp;
   fs::create_directories(srv.root + "/bkt");
