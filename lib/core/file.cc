@@ -58,6 +58,7 @@ Result<std::unique_ptr<AtomicFile>> AtomicFile::Create(const std::string& final_
   f->fs_ = std::move(fs);
   f->final_ = final_path;
   auto base = std::filesystem::path(final_path).filename().string();
+  // io/upload_staging.cc (FinalOfTemp) reads the final name back from this one.
   std::string temp = (std::filesystem::path(dir) / fmt::format(".{}.tmp-{}", base, ::getpid())).string();
   auto file = f->fs_->NewWritableFile(temp, CreateMode::kTruncate);
   if (!file.ok()) return f->AtFinal(std::move(file).take_status());

@@ -126,8 +126,9 @@ std::string FinalOfTemp(const std::string& temp) {
 class UploadingFileSystem : public FileSystem {
  public:
   // Files uploaded at once (each a multipart upload of its own on s3): half the cores, 4 to
-  // 16 (was 4). Shards are published one after another as the writer completes them; while
-  // an upload takes longer than 4 shards' writing, uploads queue up behind the writer.
+  // 16. A worker follows a file from its creation (or uploads one published whole); a writer
+  // writes one shard at a time, so one worker follows it while the others finish the
+  // uploads of the shards before it.
   static int Workers() { return std::clamp(int(std::thread::hardware_concurrency()) / 2, 4, 16); }
   UploadingFileSystem(std::shared_ptr<FileSystem> base, std::string local_root, std::string remote_root)
       : base_(std::move(base)), local_root_(std::move(local_root)), remote_root_(std::move(remote_root)) {
