@@ -6,7 +6,7 @@
 # GPUs (GPUS=1,2,4,...) from synthetic data, shardkit.Loader and the DataLoader; table last.
 # There (carry .deps .corpus):  source .deps/unpack.sh && bash scripts/device_ddp.sh
 # Env: GPUS (1,2), MODELS (resnet50,resnet18), FEEDS (synthetic,shardkit,dataloader),
-# STEPS (40), WARMUP (10), SKIP_TESTS=1.
+# STEPS (40), WARMUP (10), SKIP_TESTS=1, BENCH_ARGS (e.g. "--timeline --profile").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 T0=$(date +%s)
@@ -76,7 +76,7 @@ say "corpus: $(find "$W/imgs" -type f | wc -l) images; convert to tar shards"
 say "DDP training benchmark"
 timeout 480 $PY scripts/bench_ddp.py --shards "$W/wds/train.manifest.json" --folder "$W/imgs" --gpus "${GPUS:-1,2}" \
   --models "${MODELS:-resnet50,resnet18}" --feeds "${FEEDS:-synthetic,shardkit,dataloader}" --steps "${STEPS:-40}" \
-  --warmup "${WARMUP:-10}" --workdir "$OUTDIR" > "$OUTDIR/ddp.txt" 2> "$OUTDIR/ddp.err" || rc=1
+  --warmup "${WARMUP:-10}" --workdir "$OUTDIR" ${BENCH_ARGS:-} > "$OUTDIR/ddp.txt" 2> "$OUTDIR/ddp.err" || rc=1
 grep -E "^== |Error|error" "$OUTDIR/ddp.err" | tail -12
 say "done rc=$rc"
 cat "$OUTDIR/device.txt"

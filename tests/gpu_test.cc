@@ -341,12 +341,17 @@ TEST_CASE("GpuOptions::profile: the decode path's time breakdown is read through
     }
     GpuLoader::Profile p = (*l)->profile();
     CHECK(p.enabled == on);
+    GpuLoader::Stats s = (*l)->stats();
     if (on) {
       CHECK(p.batches == (*l)->num_batches());
       CHECK(p.phase1_s > 0);
+      // Phase 1's thread time is split by where each row went.
+      CHECK((p.rows_host_s > 0) == (s.images_host > 0));
+      CHECK((p.rows_nvjpeg_s > 0) == (s.images_hardware + s.images_cuda > 0));
     } else {
       CHECK(p.batches == 0);
       CHECK(p.phase1_s == 0);
+      CHECK(p.rows_host_s + p.rows_nvjpeg_s == 0);
     }
   }
 }

@@ -235,6 +235,8 @@ class SHARDKIT_API GpuLoader {
     double hw_call_s = 0;        //   inside the hardware engines' batched decode call
     double cuda_rows_s = 0;      //   CUDA-backend rows and the join
     double tail_s = 0;           //   resize launch and events
+    double rows_nvjpeg_s = 0;    // phase 1 rows routed to nvJPEG (read, parse, inspect), thread-seconds
+    double rows_host_s = 0;      // phase 1 rows decoded on the host (read, decode, pack), thread-seconds
     double gpu_hw_decode_ms = 0; // GPU time: nvJPEG decode
     double gpu_resize_ms = 0;    // GPU time: the resize kernel
     uint64_t gpu_timed = 0;      // batches whose GPU times are in the two sums above

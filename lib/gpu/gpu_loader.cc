@@ -490,6 +490,7 @@ struct DecodeImpl final : ProducerImpl {
     bool on = false;
     std::atomic<uint64_t> batches{0}, gpu_timed{0};
     std::atomic<double> acquire{0}, wait_set{0}, phase1{0}, handoff{0}, pack{0}, hw_call{0}, cuda_rows{0}, tail{0};
+    std::atomic<double> rows_nvjpeg{0}, rows_host{0};  // phase 1, thread-seconds per route
     std::atomic<double> gpu_hw_ms{0}, gpu_resize_ms{0};
     cudaEvent_t ev[2][3] = {};
     bool pending[2] = {false, false};
@@ -518,6 +519,8 @@ struct DecodeImpl final : ProducerImpl {
     p.hw_call_s = prof.hw_call.load();
     p.cuda_rows_s = prof.cuda_rows.load();
     p.tail_s = prof.tail.load();
+    p.rows_nvjpeg_s = prof.rows_nvjpeg.load();
+    p.rows_host_s = prof.rows_host.load();
     p.gpu_hw_decode_ms = prof.gpu_hw_ms.load();
     p.gpu_resize_ms = prof.gpu_resize_ms.load();
     p.gpu_timed = prof.gpu_timed.load();
@@ -854,7 +857,13 @@ struct DecodeImpl final : ProducerImpl {
             set.rows[i].st = pipeline::Stopped();
             continue;
           }
-          Prepare(set.rows[i], e, order[begin + i]);  // (exceptions: the row's kInternal)
+          if (!prof.on) {
+            Prepare(set.rows[i], e, order[begin + i]);  // (exceptions: the row's kInternal)
+            continue;
+          }
+          auto tr = PClock::now();
+          Prepare(set.rows[i], e, order[begin + i]);
+          (set.rows[i].route == 0 ? prof.rows_host : prof.rows_nvjpeg) += Since(tr);
         }
       });
     });

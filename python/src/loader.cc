@@ -659,6 +659,8 @@ tensor made from it is freed.)doc")
         d["hw_call_s"] = p.hw_call_s;
         d["cuda_rows_s"] = p.cuda_rows_s;
         d["tail_s"] = p.tail_s;
+        d["rows_nvjpeg_s"] = p.rows_nvjpeg_s;
+        d["rows_host_s"] = p.rows_host_s;
         d["gpu_hw_decode_ms"] = p.gpu_hw_decode_ms;
         d["gpu_resize_ms"] = p.gpu_resize_ms;
         d["gpu_timed"] = p.gpu_timed;

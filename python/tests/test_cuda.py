@@ -147,9 +147,11 @@ def test_gpu_profile_and_hardware_load_arguments(tar):
     ld = loader(address, device="cuda:0", decoder=decoder, hardware_load=1.0, profile=True)
     n = sum(1 for _ in ld)
     p = ld.gpu_profile()
-    assert set(p) >= {"enabled", "batches", "phase1_s", "gpu_hw_decode_ms", "gpu_resize_ms"}
+    assert set(p) >= {"enabled", "batches", "phase1_s", "gpu_hw_decode_ms", "gpu_resize_ms", "rows_nvjpeg_s",
+                      "rows_host_s"}
     if decoder == "gpu":
         assert p["enabled"] and p["batches"] == n and p["phase1_s"] > 0
+        assert p["rows_nvjpeg_s"] + p["rows_host_s"] > 0
     else:
         assert not p["enabled"] and p["batches"] == 0  # the copy path has no producer phases
     assert not loader(address, device="cuda:0", decoder=decoder).gpu_profile()["enabled"]
