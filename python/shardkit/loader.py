@@ -250,7 +250,10 @@ class Loader:
         self._host_wait = 0.0
         self._host_batches = 0
         self._host_images = 0
-        self._threads = args["threads"] or max(1, len(os.sched_getaffinity(0)) - (1 if self._gpu else 0))
+        # The library's defaults: the CPUs minus one feeding a GPU (a core for the training
+        # loop's thread), minus two on the GPU decode path (also one for its submitter).
+        spare = (2 if self._loader.decoder == "gpu" else 1) if self._gpu else 0
+        self._threads = args["threads"] or max(1, len(os.sched_getaffinity(0)) - spare)
         self.batch_size = int(batch_size)
         self.drop_last = bool(drop_last)
         self._epoch = 0

@@ -237,3 +237,18 @@ def test_fields_and_decoded_arrays_on_the_device_paths(tmp_path, decoder):
     for c, g in zip(cpu, gpu):
         # bit-identical: the copy path, and the GPU path's host route (docs/gpu.md)
         assert torch.equal(c, g)
+
+
+def test_threads_reports_the_librarys_default_on_each_path(tar):
+    """threads=0 on a GPU loader: the CPUs minus one for the training thread, minus one more
+    on the GPU decode path (its submitter); `threads` says what the library uses."""
+    import os
+
+    address, _ = tar
+    cpus = len(os.sched_getaffinity(0))
+    if cpus < 4 or os.environ.get("LOCAL_WORLD_SIZE"):
+        pytest.skip("needs 4+ CPUs and no launcher's share")
+    assert loader(address, device="cuda:0", decoder="cpu", threads=0).threads == cpus - 1
+    if _shardkit.NVJPEG_COMPILED:
+        ld = loader(address, device="cuda:0", decoder="gpu", threads=0)
+        assert ld.decoder == "gpu" and ld.threads == cpus - 2
