@@ -138,6 +138,13 @@ class SHARDKIT_API FileSystem {
   // --- writing
   // Creates a file for appending. The parent directory must exist.
   virtual Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path, CreateMode mode) = 0;
+  // Creates the temporary file of an output that is to be published under `final_path`
+  // (how AtomicFile stages a file). The default is NewWritableFile(temp_path, kTruncate),
+  // so a wrapper that forwards NewWritableFile needs nothing more; a file system that acts
+  // on an output while it is written overrides it (the upload staging follows each shard
+  // to its remote address while the writer writes it).
+  virtual Result<std::unique_ptr<WritableFile>> NewStagedFile(const std::string& temp_path,
+                                                              const std::string& final_path);
   // Makes `staged` (a file or a directory, complete and synced) visible under
   // `final_path` in one step, replacing an existing one only with opts.replace
   // (a directory is moved aside, and moved back if the publish fails), and makes

@@ -58,9 +58,8 @@ Result<std::unique_ptr<AtomicFile>> AtomicFile::Create(const std::string& final_
   f->fs_ = std::move(fs);
   f->final_ = final_path;
   auto base = std::filesystem::path(final_path).filename().string();
-  // io/upload_staging.cc (FinalOfTemp) reads the final name back from this one.
   std::string temp = (std::filesystem::path(dir) / fmt::format(".{}.tmp-{}", base, ::getpid())).string();
-  auto file = f->fs_->NewWritableFile(temp, CreateMode::kTruncate);
+  auto file = f->fs_->NewStagedFile(temp, final_path);
   if (!file.ok()) return f->AtFinal(std::move(file).take_status());
   f->file_ = std::move(file).value();
   f->temp_ = std::move(temp);

@@ -29,6 +29,10 @@ Result<std::string> FileSystem::ReadFile(const std::string& path) {
   return out;
 }
 
+Result<std::unique_ptr<WritableFile>> FileSystem::NewStagedFile(const std::string& temp_path, const std::string&) {
+  return NewWritableFile(temp_path, CreateMode::kTruncate);
+}
+
 bool FileSystem::Exists(const std::string& path) {
   auto st = Stat(path);
   return st.ok() && st->type != FileType::kNotFound;

@@ -2,6 +2,7 @@
 #include "io/upload_staging.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,20 +25,6 @@
 namespace shardkit::io {
 
 namespace {
-
-// Uploads one local file to `address` through the remote store's WritableFile, from
-// the file's mapping in 64 MiB appends: a shard of up to 64 MiB is one append (no
-// buffer grown and copied on the way), a larger one keeps at most that much beside
-// what the store holds (a multipart upload on s3: 16 MiB parts).
-Status UploadFile(const std::string& local, const std::string& address) {
-  SK_ASSIGN_OR_RETURN(auto fs, FileSystemFor(address));
-  SK_ASSIGN_OR_RETURN(auto map, MappedFile::Open(local));
-  SK_ASSIGN_OR_RETURN(auto out, fs->NewWritableFile(address, CreateMode::kTruncate));
-  constexpr size_t kChunk = 64 << 20;
-  for (size_t off = 0; off < map->size(); off += kChunk)
-    SK_RETURN_IF_ERROR(out->Append(map->data() + off, std::min(kChunk, map->size() - off)));
-  return out->Close();
-}
 
 bool EndsWith(const std::string& s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -109,18 +96,6 @@ class FollowedWritable : public WritableFile {
   std::shared_ptr<Follow> f_;
 };
 
-// The final path of AtomicFile's temporary "DIR/.NAME.tmp-PID" (core/file.cc), or "".
-std::string FinalOfTemp(const std::string& temp) {
-  auto slash = temp.rfind('/');
-  std::string dir = slash == std::string::npos ? "" : temp.substr(0, slash + 1);
-  std::string name = temp.substr(dir.size());
-  auto tmp = name.rfind(".tmp-");
-  if (name.size() < 2 || name[0] != '.' || tmp == std::string::npos || tmp < 2) return "";
-  for (size_t i = tmp + 5; i < name.size(); ++i)
-    if (!std::isdigit(static_cast<unsigned char>(name[i]))) return "";
-  return dir + name.substr(1, tmp - 1);
-}
-
 }  // namespace
 
 class UploadingFileSystem : public FileSystem {
@@ -162,9 +137,12 @@ class UploadingFileSystem : public FileSystem {
   Result<std::unique_ptr<ReadableFile>> OpenForRead(const std::string& p) override { return base_->OpenForRead(p); }
   Result<std::string> ReadFile(const std::string& p) override { return base_->ReadFile(p); }
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& p, CreateMode m) override {
-    SK_ASSIGN_OR_RETURN(auto file, base_->NewWritableFile(p, m));
-    std::string final_path = FinalOfTemp(p);
-    if (final_path.empty() || final_path.compare(0, local_root_.size(), local_root_) != 0 || StaysLocal(final_path) ||
+    return base_->NewWritableFile(p, m);
+  }
+  // An output's temporary file (AtomicFile): followed to its remote address from now on.
+  Result<std::unique_ptr<WritableFile>> NewStagedFile(const std::string& p, const std::string& final_path) override {
+    SK_ASSIGN_OR_RETURN(auto file, base_->NewStagedFile(p, final_path));
+    if (final_path.compare(0, local_root_.size(), local_root_) != 0 || StaysLocal(final_path) ||
         UploadedLast(final_path))
       return file;
     auto f = std::make_shared<Follow>();
@@ -265,10 +243,25 @@ class UploadingFileSystem : public FileSystem {
   }
 
   Status Upload(const std::string& local) {
-    Status s = UploadFile(local, RemoteOf(local));
+    SK_ASSIGN_OR_RETURN(auto f, Published(local));
+    Status s = FollowUpload(*f);
     std::lock_guard lock(mu_);
     if (s.ok()) uploaded_.push_back(local);
     return s;
+  }
+
+  // A file uploaded whole (published as it is: LMDB, HDF5, a directory's files, the
+  // manifest): followed as one already published, through the same FollowUpload.
+  static Result<std::shared_ptr<Follow>> Published(const std::string& local) {
+    auto f = std::make_shared<Follow>();
+    f->temp = f->final_path = local;
+    f->fd = ::open(local.c_str(), O_RDONLY | O_CLOEXEC);
+    if (f->fd < 0) return Status::FromErrno(errno, "cannot open a staged file to upload", Location{.file = local});
+    struct stat st;
+    if (::fstat(f->fd, &st) != 0) return Status::FromErrno(errno, "cannot stat a staged file to upload", Location{.file = local});
+    f->written = uint64_t(st.st_size);
+    f->state = Follow::kPublished;
+    return f;
   }
 
   // Staged files an interrupted earlier run committed but may not have uploaded.
@@ -296,8 +289,9 @@ class UploadingFileSystem : public FileSystem {
     return Status::OK();
   }
 
-  // Appends the followed file's bytes to its remote file as the writer appends them;
-  // closes it once published. Returns OK without uploading when it was dropped.
+  // Appends the followed file's bytes to its remote file as the writer appends them (all
+  // at once for a file published whole); closes it once published. Returns OK without
+  // uploading when it was dropped.
   Status FollowUpload(Follow& f) {
     const std::string remote = RemoteOf(f.final_path);
     SK_ASSIGN_OR_RETURN(auto fs, FileSystemFor(remote));
@@ -350,7 +344,8 @@ class UploadingFileSystem : public FileSystem {
         std::lock_guard fl(job.follow->mu);
         uploaded = s.ok() && job.follow->state == Follow::kPublished;
       } else if (!skip) {
-        s = UploadFile(job.file, RemoteOf(job.file));
+        auto f = Published(job.file);
+        s = f.ok() ? FollowUpload(**f) : f.status();
         uploaded = s.ok();
       }
       lock.lock();
