@@ -55,13 +55,8 @@ bool ParseSizeFlag(const std::string& flag, const std::string& value, uint64_t* 
 // (docs/remote.md), set on *open (OpenOptions::cache_dir/_bytes); *open must
 // outlive the parse.
 void AddCacheOptions(CLI::App* sub, OpenOptions* open);
-// The environment the commands honour for compatibility (the library reads none):
-// SHARDKIT_CACHE_DIR / SHARDKIT_CACHE_BYTES fill cache_dir / cache_bytes when the
-// flags left them empty, SHARDKIT_INDEX_BUDGET fills format_options["wds.index_budget"]
-// unless given. kInvalidArgument naming the variable when a size does not parse.
-Status OpenOptionsFromEnvironment(OpenOptions* o);
-// ConvertOptions::staging_dir from SHARDKIT_STAGING_DIR, else TMPDIR, else "" (/tmp).
-std::string StagingDirFromEnvironment();
+// The environment the commands honour (the library's OpenOptionsFromEnvironment and
+// StagingDirFromEnvironment, called after the flags are parsed, so the flags win).
 
 // Progress on stderr (samples, MB/s, ETA) when stderr is a terminal, else a no-op.
 class ProgressPrinter {

@@ -50,31 +50,6 @@ void AddCacheOptions(CLI::App* sub, OpenOptions* open) {
       ->type_name("SIZE");
 }
 
-// The library reads no environment: the variables the command has always honoured
-// become options here, below the flags.
-Status OpenOptionsFromEnvironment(OpenOptions* o) {
-  if (const char* d = std::getenv("SHARDKIT_CACHE_DIR"); d && *d && o->cache_dir.empty()) o->cache_dir = d;
-  if (const char* b = std::getenv("SHARDKIT_CACHE_BYTES"); b && *b && o->cache_bytes == 0) {
-    auto r = ParseByteSize(b);
-    if (!r.ok()) return Status::Invalid(fmt::format("SHARDKIT_CACHE_BYTES '{}': {}", b, r.status().message()));
-    o->cache_bytes = *r;
-  }
-  if (const char* e = std::getenv("SHARDKIT_INDEX_BUDGET"); e && *e) {
-    if (!ParseByteSize(e).ok())
-      return Status::Invalid(fmt::format("SHARDKIT_INDEX_BUDGET '{}' is not a size (the random-access index's memory "
-                                         "budget, e.g. 64MiB, 1GB or a number of bytes)",
-                                         e));
-    o->format_options.emplace("wds.index_budget", e);  // an explicit wds.index_budget wins
-  }
-  return Status::OK();
-}
-
-std::string StagingDirFromEnvironment() {
-  for (const char* name : {"SHARDKIT_STAGING_DIR", "TMPDIR"})
-    if (const char* d = std::getenv(name); d && *d) return d;
-  return {};
-}
-
 const char* const kEnvironmentHelp =
     "Environment (the flags win): SHARDKIT_CACHE_DIR / SHARDKIT_CACHE_BYTES (--cache-dir /\n"
     "--cache-bytes), SHARDKIT_INDEX_BUDGET (the source option wds.index_budget: memory for the\n"

@@ -78,6 +78,10 @@ struct ConvertOptions {
   std::string staging_dir;
 };
 
+// SHARDKIT_STAGING_DIR, else TMPDIR, else "": ConvertOptions::staging_dir as the CLI and
+// Python default it (front ends call it; the library never does).
+SHARDKIT_API std::string StagingDirFromEnvironment();
+
 struct ConvertProgress {
   uint64_t samples = 0;               // samples written so far
   uint64_t bytes = 0;                 // payload bytes written so far

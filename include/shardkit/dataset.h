@@ -130,6 +130,12 @@ struct OpenOptions {
   uint64_t cache_bytes = 0;
 };
 
+// The environment's defaults for what `o` leaves unset, for front ends (the CLI and the
+// Python module call it; the library never does): cache_dir from SHARDKIT_CACHE_DIR,
+// cache_bytes from SHARDKIT_CACHE_BYTES, the source option "wds.index_budget" from
+// SHARDKIT_INDEX_BUDGET. kInvalidArgument naming the variable when a size is not one.
+SHARDKIT_API Status OpenOptionsFromEnvironment(OpenOptions* o);
+
 // What a writer does with a key whose last path component holds a dot (which a
 // WebDataset reader would split at the wrong place).
 enum class KeyDots {

@@ -161,28 +161,9 @@ py::dict ShardToDict(const ShardInfo& s) {
   return d;
 }
 
-void OptionsFromEnvironment(OpenOptions* o) {
-  if (const char* d = std::getenv("SHARDKIT_CACHE_DIR"); d && *d && o->cache_dir.empty()) o->cache_dir = d;
-  if (const char* b = std::getenv("SHARDKIT_CACHE_BYTES"); b && *b && o->cache_bytes == 0) {
-    auto r = ParseByteSize(b);
-    if (!r.ok()) Throw(Status::Invalid("SHARDKIT_CACHE_BYTES '" + std::string(b) + "': " + r.status().message()));
-    o->cache_bytes = *r;
-  }
-  if (const char* e = std::getenv("SHARDKIT_INDEX_BUDGET"); e && *e) {
-    if (!ParseByteSize(e).ok())
-      Throw(Status::Invalid("SHARDKIT_INDEX_BUDGET '" + std::string(e) +
-                            "' is not a size (the random-access index's memory budget, e.g. 64MiB, 1GB or a "
-                            "number of bytes)"));
-    o->format_options.emplace("wds.index_budget", e);  // an explicit wds.index_budget wins
-  }
-}
+void OptionsFromEnvironment(OpenOptions* o) { Check(OpenOptionsFromEnvironment(o)); }
 
-std::string StagingDirOr(const std::string& given) {
-  if (!given.empty()) return given;
-  for (const char* name : {"SHARDKIT_STAGING_DIR", "TMPDIR"})
-    if (const char* d = std::getenv(name); d && *d) return d;
-  return {};
-}
+std::string StagingDirOr(const std::string& given) { return given.empty() ? StagingDirFromEnvironment() : given; }
 
 py::dict InfoToDict(const DatasetInfo& i) {
   py::dict d;
