@@ -4,6 +4,7 @@
 // every format and back with identical pixels.
 #include <catch2/catch.hpp>
 
+#include <functional>
 #include <map>
 #include <thread>
 
@@ -259,4 +260,59 @@ TEST_CASE("hdf5 native arrays: images [N,H,W,C] or vlen + shapes, keys and label
     REQUIRE(ds.ok());
     CHECK((*ds)->info().extra.at("layout") == "shardkit");
   }
+}
+
+TEST_CASE("array writers: a sample that is not one array and a label is refused, naming it, the layout and the way out",
+          "[hdf5][lmdb][native][pickle]") {
+  TempDir dir;
+  struct Target {
+    std::string path, layout, instead;
+  };
+  const Target targets[] = {
+      {dir / "a.h5", "the HDF5 images layout", "--hdf5-arrays fields"},
+      {"lmdb:" + dir / "a.lmdb", "the LMDB pickle layout", "--lmdb-arrays record"},
+  };
+  struct Bad {
+    std::string why;
+    std::function<void(Sample&)> spoil;
+    std::string says;
+  };
+  const Bad bads[] = {
+      {"another field", [](Sample& s) { s.set("txt", Bytes::Copy("caption")); }, "not field 'txt'"},
+      {"no array", [](Sample& s) { s.fields.clear(); s.set("cls", Bytes::Copy("2")); }, "has no decoded array"},
+      {"a label that is no integer", [](Sample& s) { s.set("cls", Bytes::Copy("2x")); }, "not a canonical integer label"},
+      {"a label with a leading zero", [](Sample& s) { s.set("cls", Bytes::Copy("02")); }, "not a canonical integer label"},
+      {"an array that does not parse", [](Sample& s) { s.set("npy", Bytes::Copy("not an npy")); }, "field npy:"},
+  };
+  for (const auto& t : targets) {
+    for (const auto& b : bads) {
+      INFO(t.layout << ": " << b.why);
+      std::vector<Sample> in(3);
+      for (uint32_t i = 0; i < 3; ++i) {
+        in[i].key = fmt::format("s{}", i);
+        in[i].set("npy", NpyOf({4, 4, 3}, i));
+        in[i].set("cls", Bytes::Copy(std::to_string(i)));
+      }
+      b.spoil(in[2]);
+      Status st = WriteSamples(t.path, in);
+      CHECK(st.code() == Code::kInvalidArgument);
+      CHECK_THAT(st.message(), Catch::Contains("sample 's2'") && Catch::Contains(b.says));
+      if (b.says != "field npy:") {
+        CHECK_THAT(st.message(), Catch::Contains(t.instead));
+      }
+      if (b.why == "another field" || b.why == "no array") {
+        CHECK_THAT(st.message(), Catch::Contains(t.layout));
+      }
+    }
+  }
+  // HDF5's images layout also wants labels of 0 or more; the pickle layout keeps any.
+  std::vector<Sample> in(2);
+  for (uint32_t i = 0; i < 2; ++i) {
+    in[i].key = fmt::format("s{}", i);
+    in[i].set("npy", NpyOf({4, 4, 3}, i));
+    in[i].set("cls", Bytes::Copy(i == 1 ? "-3" : "0"));
+  }
+  Status st = WriteSamples(dir / "neg.h5", in);
+  CHECK_THAT(st.message(), Catch::Contains("sample 's1'") && Catch::Contains("negative"));
+  CHECK(WriteSamples("lmdb:" + dir / "neg.lmdb", in).ok());
 }

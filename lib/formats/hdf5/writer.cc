@@ -19,6 +19,7 @@
 #include "core/per_thread.h"
 #include <fmt/ranges.h>
 
+#include "formats/array_sample.h"
 #include "formats/hdf5/arrays.h"
 
 namespace shardkit::formats::hdf5 {
@@ -205,47 +206,25 @@ class Hdf5Writer : public SampleWriter {
     auto st = ParseArraySample(s, at);
     return st.ok() ? Status::OK() : st.status();
   }
-  struct ArraySample {
-    pickle::NdArray arr;
-    int64_t label = -1;
-  };
+  // A sample of the images layout: a decoded uint8 [H, W] or [H, W, C] array in C order
+  // and a non-negative label (formats/array_sample.h).
   Result<ArraySample> ParseArraySample(const Sample& s, const Location& at) {
-    ArraySample out;
-    const Field* npy = nullptr;
-    for (const auto& f : s.fields) {
-      if (f.ext == "npy") {
-        npy = &f;
-      } else if (f.ext == "cls") {
-        auto l = s.label();
-        if (!l || *l < 0 || std::to_string(*l) != f.data.view())
-          return Status::Invalid(fmt::format("sample '{}': cls '{}' is not a non-negative integer label, which the "
-                                             "HDF5 images layout stores (--hdf5-arrays fields keeps any bytes)",
-                                             s.key, f.data.str()),
-                                 at);
-        out.label = *l;
-      } else {
-        return Status::Invalid(fmt::format("sample '{}': the HDF5 images layout holds a decoded array and a label, "
-                                           "not field '{}' (--hdf5-arrays fields keeps every field)",
-                                           s.key, f.ext),
-                               at);
-      }
-    }
-    if (!npy)
-      return Status::Invalid(fmt::format("sample '{}' has no decoded array (npy field), which every sample of the HDF5 "
-                                         "images layout holds (--hdf5-arrays fields keeps any sample)",
-                                         s.key),
+    SK_ASSIGN_OR_RETURN(ArraySample out, formats::ParseArraySample(s, at, "the HDF5 images layout",
+                                                                   "--hdf5-arrays fields keeps any sample"));
+    if (out.label && *out.label < 0)
+      return Status::Invalid(fmt::format("sample '{}': label {} is negative, which the HDF5 images layout does not "
+                                         "store (--hdf5-arrays fields keeps any bytes)",
+                                         s.key, *out.label),
                              at);
-    auto arr = pickle::ParseNpy(npy->data);
-    if (!arr.ok()) return Status::Invalid(fmt::format("sample '{}': field npy: {}", s.key, arr.status().message()), at);
-    if (arr->dtype.descr() != "|u1" || arr->fortran_order || (arr->shape.size() != 2 && arr->shape.size() != 3))
+    const pickle::NdArray& arr = out.arr;
+    if (arr.dtype.descr() != "|u1" || arr.fortran_order || (arr.shape.size() != 2 && arr.shape.size() != 3))
       return Status::Invalid(
           fmt::format("sample '{}': the HDF5 images layout holds uint8 [H, W] or [H, W, C] arrays in C order, not "
                       "{} {}{} (--hdf5-arrays fields keeps the .npy bytes as they are)",
-                      s.key, arr->dtype.descr(), fmt::join(arr->shape, "x"), arr->fortran_order ? " Fortran order" : ""),
+                      s.key, arr.dtype.descr(), fmt::join(arr.shape, "x"), arr.fortran_order ? " Fortran order" : ""),
           at);
-    for (uint64_t d : arr->shape)
-      if (d == 0) return Status::Invalid(fmt::format("sample '{}': an empty array ({})", s.key, fmt::join(arr->shape, "x")), at);
-    out.arr = std::move(arr).value();
+    for (uint64_t d : arr.shape)
+      if (d == 0) return Status::Invalid(fmt::format("sample '{}': an empty array ({})", s.key, fmt::join(arr.shape, "x")), at);
     return out;
   }
 
@@ -255,7 +234,7 @@ class Hdf5Writer : public SampleWriter {
   Status WriteArray(const Sample& s, const Location& at) {
     SK_ASSIGN_OR_RETURN(ArraySample a, ParseArraySample(s, at));
     const pickle::NdArray* arr = &a.arr;
-    const int64_t label = a.label;
+    const int64_t label = a.label.value_or(-1);
     if (rank_ == 0) rank_ = arr->shape.size();
     if (rank_ != arr->shape.size())
       return Status::Invalid(fmt::format("sample '{}': a {}-D array after {}-D ones: the HDF5 images layout keeps one "

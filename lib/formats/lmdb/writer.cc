@@ -20,6 +20,7 @@
 
 #include "core/per_thread.h"
 #include "core/resume.h"
+#include "formats/array_sample.h"
 
 namespace shardkit::formats::lmdb {
 
@@ -476,34 +477,10 @@ class LmdbWriter : public SampleWriter {
   // conversion: shardkit.json's "channels" says what the source said).
   Status PreparePickle(const Sample& s, uint64_t index, std::string* lkey, std::string* value) {
     Location loc{.file = final_, .key = s.key, .index = int64_t(index)};
-    const Field* npy = nullptr;
-    for (const auto& f : s.fields) {
-      if (f.ext == "npy") npy = &f;
-      else if (f.ext != "cls")
-        return Status::Invalid(
-            fmt::format("sample '{}': the LMDB pickle layout holds (array, label) only, not field '{}' (write "
-                        "shardkit records instead: --lmdb-arrays record)",
-                        s.key, f.ext),
-            loc);
-    }
-    if (!npy)
-      return Status::Invalid(fmt::format("sample '{}' has no decoded array (npy field), which every sample of the "
-                                         "LMDB pickle layout holds (--lmdb-arrays record keeps any sample)",
-                                         s.key),
-                             loc);
-    auto arr = pickle::ParseNpy(npy->data);
-    if (!arr.ok())
-      return Status::Invalid(fmt::format("sample '{}': field npy: {}", s.key, arr.status().message()), loc);
-    std::optional<int64_t> label;
-    if (const Field* c = s.find("cls")) {
-      label = s.label();
-      if (!label || std::to_string(*label) != c->data.view())
-        return Status::Invalid(fmt::format("sample '{}': cls '{}' is not a canonical integer label", s.key,
-                                           c->data.str()),
-                               loc);
-    }
+    SK_ASSIGN_OR_RETURN(ArraySample a, formats::ParseArraySample(s, loc, "the LMDB pickle layout",
+                                                                 "--lmdb-arrays record keeps any sample"));
     *lkey = std::to_string(index);
-    *value = wild::PickleArray(*arr, label);
+    *value = wild::PickleArray(a.arr, a.label);
     return Status::OK();
   }
 
