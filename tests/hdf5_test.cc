@@ -472,6 +472,15 @@ TEST_CASE("hdf5 hostile files (fuzz findings) are refused before libhdf5 allocat
   CHECK(r.err.find("root group: object header at 96 continues at 7133701809754866464 with 3489690476 bytes, past "
                    "the end of the file") != std::string::npos);
 
+  // A root-group attribute message of 64 bytes whose datatype declares 65,292 bytes;
+  // libhdf5's H5Aexists decoded past the header's buffer (SIGSEGV under ASan).
+  std::string attr_dt = std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/corpus/hdf5/regression-attribute-datatype-65292-bytes.h5";
+  r = InfoBounded(attr_dt).r;
+  INFO(r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("root group: object header at 96 has an attribute message of 64 bytes whose name, datatype and "
+                   "dataspace declare 65336 bytes") != std::string::npos);
+
   // The seventh: a `class_names` attribute whose stored data is shorter than
   // its elements; libhdf5's H5Aread copied past it.
   std::string attr = std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/corpus/hdf5/regression-attr-short-buffer.h5";
