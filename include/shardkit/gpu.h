@@ -221,17 +221,20 @@ class SHARDKIT_API GpuLoader {
   };
   Stats stats() const;
 
-  // Where the GPU decode path's producer spends its time (GpuOptions::profile; all zero
-  // when off, and on the copy path). Host seconds summed over the batches; GPU
-  // milliseconds summed over the batches whose timing events have completed.
+  // Where the GPU decode path spends its time (GpuOptions::profile; all zero when off,
+  // and on the copy path). Host seconds summed over the batches; GPU milliseconds summed
+  // over the batches whose timing events have completed. Three stages run at once on
+  // different batches: phase 1 on the host threads (several batches), the packer, the
+  // submitter (docs/gpu.md).
   struct Profile {
     bool enabled = false;
     uint64_t batches = 0;        // batches the producer started
-    double acquire_s = 0;        // producer: waiting for a free ring slot
-    double wait_set_s = 0;       //   waiting for the batch's host/device set to be free
-    double phase1_s = 0;         //   read, parse headers, choose crops, host decode
-    double handoff_s = 0;        //   waiting for the submitter to take the batch
-    double pack_s = 0;           // submitter: pack descriptors and weights, upload
+    double acquire_s = 0;        // submitter: waiting for a free ring slot
+    double wait_set_s = 0;       // producer: waiting for the batch's host/device set to be free
+    double phase1_s = 0;         // phase 1 (read, parse headers, choose crops, host decode),
+                                 //   from posting a batch's rows to its last row done
+    double handoff_s = 0;        // submitter: waiting for the next batch to be packed
+    double pack_s = 0;           // packer: pack descriptors, weights, pixels, upload
     double hw_call_s = 0;        //   inside the hardware engines' batched decode call
     double cuda_rows_s = 0;      //   CUDA-backend rows and the join
     double tail_s = 0;           //   resize launch and events

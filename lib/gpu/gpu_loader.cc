@@ -2,10 +2,8 @@
 // and docs/gpu.md).
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
-#include <tbb/blocked_range.h>
 #include <tbb/enumerable_thread_specific.h>
 #include <tbb/parallel_for.h>
-#include <tbb/task_group.h>
 #include <tbb/task_arena.h>
 
 #include <algorithm>
@@ -17,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -75,6 +74,77 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 size_t Align(size_t x, size_t a = 256) { return (x + a - 1) / a * a; }
+
+// The GPU decode path's host threads. A work item is claimed when a thread is free, not
+// when it is posted: urgent items (the submitter's CUDA-backend rows) first, then phase-1
+// rows in the order posted, so the rows of the next batches start while the last rows of
+// a batch finish (no barrier between batches) and the submitter's rows never queue
+// behind them. Each thread sets the device first (the CUDA backends run on it).
+// Threading: Post from any thread; an item runs on one pool thread, told its index
+// (0 .. size-1: nvJPEG's per-thread contexts). The destructor runs what is queued, then
+// joins.
+class RowPool {
+ public:
+  using Item = std::function<void(int tid)>;
+  RowPool(int threads, int device) {
+    for (int i = 0; i < threads; ++i) threads_.emplace_back([this, i, device] { Loop(i, device); });
+  }
+  ~RowPool() {
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      quit_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+  int size() const { return int(threads_.size()); }
+  void Post(std::vector<Item> items, bool urgent) {
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      auto& q = urgent ? urgent_ : normal_;
+      for (auto& f : items) q.push_back(std::move(f));
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  void Loop(int tid, int device) {
+    (void)cudaSetDevice(device);  // (an error surfaces in the item's own CUDA calls)
+    for (;;) {
+      Item f;
+      {
+        std::unique_lock<std::mutex> lk(m_);
+        cv_.wait(lk, [&] { return quit_ || !urgent_.empty() || !normal_.empty(); });
+        auto& q = !urgent_.empty() ? urgent_ : normal_;
+        if (q.empty()) return;  // quit, nothing left
+        f = std::move(q.front());
+        q.pop_front();
+      }
+      f(tid);
+    }
+  }
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::deque<Item> urgent_, normal_;
+  bool quit_ = false;
+  std::vector<std::thread> threads_;
+};
+
+// Counts items down; Wait() returns when all have run. The count goes down under the
+// mutex, so the latch may be destroyed as soon as Wait() returns.
+struct Latch {
+  std::mutex m;
+  std::condition_variable cv;
+  size_t left = 0;
+  void Done() {
+    std::lock_guard<std::mutex> lk(m);
+    if (--left == 0) cv.notify_all();
+  }
+  void Wait() {
+    std::unique_lock<std::mutex> lk(m);
+    cv.wait(lk, [&] { return left == 0; });
+  }
+};
 
 }  // namespace
 
@@ -440,6 +510,14 @@ struct Set {
   uint8_t* arena = nullptr; // nvJPEG outputs
   size_t arena_cap = 0;
   cudaEvent_t done = nullptr;
+  // Phase 1 of the set's batch (DecodeImpl::Produce): which batch, its rows not yet
+  // done, their thread time, when it was posted, and an error that replaces the batch.
+  uint64_t batch = 0;
+  std::atomic<size_t> left{0};
+  std::atomic<double> row_s{0};
+  std::chrono::steady_clock::time_point posted{};
+  Status err;
+  std::vector<size_t> keep;  // the rows kept (packer), decoded and resized (submitter)
 };
 
 struct DecodeImpl final : ProducerImpl {
@@ -451,12 +529,16 @@ struct DecodeImpl final : ProducerImpl {
   uint64_t n = 0;
   pipeline::Partition part;
   pipeline::RrcParams rrc;
-  std::unique_ptr<tbb::task_arena> arena, pack_arena;
+  std::unique_ptr<RowPool> pool;  // the host threads (phase 1, CUDA-backend rows)
+  std::unique_ptr<tbb::task_arena> pack_arena;
   tbb::enumerable_thread_specific<decode::ImageDecoder> host_decoders;
 #ifdef SHARDKIT_HAVE_NVJPEG
   std::unique_ptr<gpu::NvjpegDecoder> nv;
 #endif
-  Set sets[2];
+  // Batches in flight per epoch: one being decoded (submitter), one being packed, the
+  // rest in phase 1. Each set holds its batch's rows, staging and nvJPEG outputs.
+  static constexpr int kSets = 4;
+  Set sets[kSets];
   pipeline::RankOrder order;  // evaluated per position (plan.h)
   double hw_load = 1.0;  // GpuOptions::hardware_load, resolved
 
@@ -492,8 +574,8 @@ struct DecodeImpl final : ProducerImpl {
     std::atomic<double> acquire{0}, wait_set{0}, phase1{0}, handoff{0}, pack{0}, hw_call{0}, cuda_rows{0}, tail{0};
     std::atomic<double> rows_nvjpeg{0}, rows_host{0};  // phase 1, thread-seconds per route
     std::atomic<double> gpu_hw_ms{0}, gpu_resize_ms{0};
-    cudaEvent_t ev[2][3] = {};
-    bool pending[2] = {false, false};
+    cudaEvent_t ev[kSets][3] = {};
+    bool pending[kSets] = {};
   } prof;
   using PClock = std::chrono::steady_clock;
   static double Since(PClock::time_point t) { return std::chrono::duration<double>(PClock::now() - t).count(); }
@@ -529,6 +611,7 @@ struct DecodeImpl final : ProducerImpl {
 
   ~DecodeImpl() override {
     Stop();
+    pool.reset();  // (idle: Produce waits for its items)
     SK_CUDA_IGNORE(cudaSetDevice(g.device));
     if (stream) SK_CUDA_IGNORE(cudaStreamSynchronize(stream));
     for (auto& e2 : prof.ev)
@@ -559,15 +642,15 @@ struct DecodeImpl final : ProducerImpl {
     rrc = {o.scale_min, o.scale_max, o.ratio_min, o.ratio_max, o.flip_p};
     // Default: the CPUs minus two, one for the consumer's thread and one for the submitter,
     // which spins in nvJPEG's batched call for most of the engines' time (CUDA's default
-    // scheduling spins while there are more cores than contexts); the producer works in
-    // the arena. With all but one, the engines' batches waited for a core (issue 16's
+    // scheduling spins while there are more cores than contexts); the producer only posts
+    // rows to them. With all but one, the engines' batches waited for a core (issue 16's
     // third table: 14 threads fed ResNet-18 faster than 16).
     int threads = g.host_threads > 0 ? g.host_threads
                   : threads_defaulted ? std::max(1, int(tbb::info::default_concurrency()) - 2)
                                       : o.threads;
-    arena = std::make_unique<tbb::task_arena>(threads);
-    // The submitter's packing runs in an arena of its own: in the host threads' arena it
-    // queued behind phase-1 decodes of the next batch and left the engines idle.
+    pool = std::make_unique<RowPool>(threads, g.device);
+    // The submitter's packing runs in an arena of its own: on the host threads it queued
+    // behind phase-1 decodes of the next batch and left the engines idle.
     pack_arena = std::make_unique<tbb::task_arena>(std::min(threads, 4));
     hw_load = pipeline::ResolvedHardwareLoad(g);  // (in [0, 1]: checked by Validate)
     adaptive = kind_requested == DecoderKind::kAuto && g.hardware_load < 0;
@@ -589,7 +672,7 @@ struct DecodeImpl final : ProducerImpl {
     }
 #ifdef SHARDKIT_HAVE_NVJPEG
     if (!g.force_cpu_decode) {
-      SK_ASSIGN_OR_RETURN(nv, gpu::NvjpegDecoder::Create(g.device, arena->max_concurrency(), int(o.batch_size), 2,
+      SK_ASSIGN_OR_RETURN(nv, gpu::NvjpegDecoder::Create(g.device, pool->size(), int(o.batch_size), kSets,
                                                          g.hardware_decoder));
     }
 #endif
@@ -604,128 +687,193 @@ struct DecodeImpl final : ProducerImpl {
     return Status::OK();  // (Start clears the skipped rows)
   }
 
-  // Two threads per epoch, so that the host work of batch b+1 overlaps the GPU submission
-  // of batch b (nvjpegDecodeBatchedEx blocks its caller for most of the engines' time):
-  // - this one (the producer) acquires a ring slot, waits until the set's previous batch
-  //   is done on the GPU, and runs phase 1 (read, parse, plan, host decode) in the arena;
-  // - the submitter packs and uploads, decodes on the GPU (hardware batch on the
-  //   submitter, CUDA-backend rows at the same time in the arena), resizes, and pushes
-  //   the batch to the queue, in order.
-  // One batch is handed over at a time, and only once the submitter is idle: when the
-  // producer hands over b+1, the submitter is done with b's set on the host, so phase 1
-  // of b+2 (same set) never races with it.
-  struct Handoff {
+  // Three threads per epoch, a stage each, so that the host work of later batches
+  // overlaps the GPU submission of batch b (nvjpegDecodeBatchedEx blocks its caller for
+  // most of the engines' time):
+  // - this one (the producer) waits until batch b's set is free (the submitter is done
+  //   with batch b - kSets on the host, and the GPU with its buffers), then posts b's
+  //   phase-1 rows (read, parse, plan, host decode) to the host threads and goes on to
+  //   b + 1 without waiting for them: several batches are in phase 1 at once, so a
+  //   batch's slowest rows overlap the next batch's first ones;
+  // - the packer takes the batches in order as their last row is done: settles the
+  //   rows' errors, packs descriptors, weights, host pixels and bitstreams, uploads;
+  // - the submitter takes the packed batches in order: a ring slot, the decode on the
+  //   GPU (hardware batch on the submitter, CUDA-backend rows at the same time on the
+  //   host threads), the resize, and the push. Packing batch b + 1 while the engines
+  //   decode batch b keeps the engines' calls back to back.
+  struct Flow {
     std::mutex m;
     std::condition_variable cv;
-    bool full = false, busy = false, quit = false, failed = false;
-    uint64_t b = 0;
-    int slot = -1;
+    uint64_t posted = 0;    // batches [start, posted) have their phase 1 posted
+    uint64_t packed = 0;    // the packer is done with [start, packed)
+    uint64_t finished = 0;  // the submitter is done with [start, finished) on the host
+    bool producer_done = false, packer_done = false, submitter_done = false;
+    bool failed = false;    // the submitter pushed an error
+    size_t items = 0;       // phase-1 rows posted and not yet run
   };
 
-  void Submitter(Handoff& h, uint64_t e) {
-    // Without its device the submitter reports once, then gives back every slot it is
-    // handed until the producer sees `failed` (it may already have handed one over).
-    bool dead = false;
+  // Waits on f.cv for `pred` or for stop (Stop() does not know this condition variable:
+  // a short timeout reads it again).
+  template <typename Pred>
+  void WaitFor(std::unique_lock<std::mutex>& lk, Flow& f, Pred pred) {
+    while (!pred() && !stop.load()) f.cv.wait_for(lk, std::chrono::milliseconds(20));
+  }
+
+  void Submitter(Flow& f, uint64_t e, uint64_t start) {
+    bool bad = false;
     if (cudaError_t ce = cudaSetDevice(g.device); ce != cudaSuccess) {
-      dead = true;
       Push({gpu::CudaError(ce, "cudaSetDevice (GPU loader submitter)"), {}});
-      std::lock_guard<std::mutex> lk(h.m);
-      h.failed = true;
+      bad = true;
     }
-    for (;;) {
-      uint64_t b;
-      int slot;
+    for (uint64_t b = start; !bad; ++b) {
+      Set& set = sets[b % kSets];
+      auto tw = PClock::now();
       {
-        std::unique_lock<std::mutex> lk(h.m);
-        h.cv.wait(lk, [&] { return h.full || h.quit; });
-        if (!h.full) return;
-        b = h.b;
-        slot = h.slot;
-        h.full = false;
-        h.busy = true;
+        std::unique_lock<std::mutex> lk(f.m);
+        WaitFor(lk, f, [&] { return f.packed > b || f.packer_done; });
+        if (stop.load() || f.packed <= b) break;  // stopped, or no batch b
       }
-      if (dead) {
-        ring->Abandon(slot);
-        {
-          std::lock_guard<std::mutex> lk(h.m);
-          h.busy = false;
-        }
-        h.cv.notify_all();
-        continue;
-      }
+      if (prof.on) prof.handoff += Since(tw);
       QueueItem it;
-      auto tsub = PClock::now();
-      auto r = FinishBatch(sets[b % 2], int(b % 2), e, b, slot, &it);
-      last_submit_s.store(Since(tsub));
-      if (r.ok()) {
-        it.batch = std::move(r).value();
+      if (!set.err.ok()) {
+        it.st = set.err;
       } else {
-        it.st = std::move(r).take_status();
-        ring->Abandon(slot);
+        auto t0 = PClock::now();
+        int slot = ring->Acquire(&stop);
+        if (slot < 0) break;  // stopped
+        const double acq = Since(t0);
+        last_acquire_s.store(acq);
+        if (prof.on) prof.acquire += acq;
+        auto tsub = PClock::now();
+        auto r = FinishBatch(set, int(b % kSets), e, b, slot, &it);
+        last_submit_s.store(Since(tsub));
+        if (r.ok()) {
+          it.batch = std::move(r).value();
+        } else {
+          it.st = std::move(r).take_status();
+          ring->Abandon(slot);
+        }
       }
-      const bool bad = !it.st.ok();
-      Push(std::move(it));
-      {
-        std::lock_guard<std::mutex> lk(h.m);
-        h.busy = false;
-        if (bad) h.failed = true;
-      }
-      h.cv.notify_all();
+      bad = !it.st.ok();
+      Push(std::move(it));  // (an error stays until set_epoch)
+      std::lock_guard<std::mutex> lk(f.m);
+      f.finished = b + 1;
+      f.failed = bad;
+      f.cv.notify_all();
     }
+    std::lock_guard<std::mutex> lk(f.m);
+    f.submitter_done = true;
+    f.failed = f.failed || bad;
+    f.cv.notify_all();
+  }
+
+  void Packer(Flow& f, uint64_t start) {
+    for (uint64_t b = start;; ++b) {
+      Set& set = sets[b % kSets];
+      {
+        std::unique_lock<std::mutex> lk(f.m);
+        WaitFor(lk, f, [&] {
+          return (f.posted > b && set.left.load() == 0) || (f.producer_done && f.posted <= b) || f.submitter_done;
+        });
+        if (stop.load() || f.posted <= b || f.submitter_done) break;
+      }
+      if (set.err.ok()) set.err = PackBatch(set, b);
+      const bool bad = !set.err.ok();
+      std::lock_guard<std::mutex> lk(f.m);
+      f.packed = b + 1;
+      f.cv.notify_all();
+      if (bad) break;  // (the submitter pushes the error)
+    }
+    std::lock_guard<std::mutex> lk(f.m);
+    f.packer_done = true;
+    f.cv.notify_all();
   }
 
   void Produce(uint64_t e, uint64_t start) override {
-    Handoff h;
-    std::thread sub([&] { Submitter(h, e); });
-    auto wait_idle = [&] {
-      std::unique_lock<std::mutex> lk(h.m);
-      h.cv.wait(lk, [&] { return !h.full && !h.busy; });
-      return !h.failed;
-    };
-    bool ok = true;
-    for (uint64_t b = start; b < part.num_batches && ok; ++b) {
+    Flow f;
+    f.posted = f.finished = start;
+    f.packed = start;
+    std::thread sub([&] { Submitter(f, e, start); });
+    std::thread pk([&] {
+      (void)cudaSetDevice(g.device);  // (an error surfaces in Pack's CUDA calls)
+      Packer(f, start);
+    });
+    for (uint64_t b = start; b < part.num_batches; ++b) {
+      Set& set = sets[b % kSets];
       auto t0 = PClock::now();
-      int slot = ring->Acquire(&stop);
-      if (slot < 0) break;  // stopped
-      Set& set = sets[b % 2];
-      auto t1 = PClock::now();
-      cudaError_t ce = cudaEventSynchronize(set.done);
+      {
+        std::unique_lock<std::mutex> lk(f.m);
+        WaitFor(lk, f, [&] { return f.submitter_done || b < f.finished + kSets; });
+        if (f.submitter_done || stop.load()) break;
+      }
+      cudaError_t ce = cudaEventSynchronize(set.done);  // the GPU is done with its buffers
       if (prof.on) {
-        prof.acquire += std::chrono::duration<double>(t1 - t0).count();
-        prof.wait_set += Since(t1);
-        ProfileCollect(int(b % 2));
+        prof.wait_set += Since(t0);
+        ProfileCollect(int(b % kSets));
         ++prof.batches;
       }
-      auto tprep = PClock::now();
-      Status st = ce == cudaSuccess ? PrepareBatch(set, e, b) : gpu::CudaError(ce, "cudaEventSynchronize(set)");
-      auto tw = PClock::now();
-      last_acquire_s.store(std::chrono::duration<double>(t1 - t0).count());
-      last_prepare_s.store(std::chrono::duration<double>(tw - tprep).count());
-      ok = wait_idle();  // the submitter is done with batch b-1 (and so with this set)
-      if (prof.on) prof.handoff += Since(tw);
-      if (!ok || !st.ok()) {
-        ring->Abandon(slot);
-        if (ok) Push({st, {}});  // after b-1, in order; the error stays until set_epoch
-        ok = false;
-        break;
-      }
+      set.batch = b;
+      set.err = ce == cudaSuccess ? Status::OK() : gpu::CudaError(ce, "cudaEventSynchronize(set)");
+      const pipeline::BatchRows rows = pipeline::RowsOf(order.size(), o.batch_size, b);
+      const size_t count = set.err.ok() ? rows.count() : 0;
+      set.left.store(count);
+      set.row_s.store(0);
+      set.posted = PClock::now();
       {
-        std::lock_guard<std::mutex> lk(h.m);
-        h.b = b;
-        h.slot = slot;
-        h.full = true;
+        std::lock_guard<std::mutex> lk(f.m);
+        f.posted = b + 1;
+        f.items += count;
       }
-      h.cv.notify_all();
-      if (stop.load()) break;
+      if (count) PostRows(f, set, e, rows);
+      f.cv.notify_all();
+      if (!set.err.ok()) break;
     }
-    if (ok) ok = wait_idle();
     {
-      std::lock_guard<std::mutex> lk(h.m);
-      h.quit = true;
+      std::unique_lock<std::mutex> lk(f.m);
+      f.producer_done = true;
+      f.cv.notify_all();
+      // Every posted row has run (they use this epoch's order and sets), and the
+      // submitter has seen the end.
+      f.cv.wait(lk, [&] { return f.items == 0 && f.submitter_done && f.packer_done; });
     }
-    h.cv.notify_all();
     sub.join();
-    if (ok && !stop.load()) Push({Status::OK(), GpuLoaderAccess::End()});
+    pk.join();
+    if (!stop.load() && !f.failed && f.finished == part.num_batches) Push({Status::OK(), GpuLoaderAccess::End()});
+  }
+
+  // Phase 1 of a batch's rows, posted to the host threads (producer thread).
+  void PostRows(Flow& f, Set& set, uint64_t e, const pipeline::BatchRows& rows) {
+    std::vector<RowPool::Item> items;
+    items.reserve(rows.count());
+    for (size_t i = 0; i < rows.count(); ++i)
+      items.push_back([this, &f, &set, e, i, index = order[rows.begin + i]](int tid) {
+        PrepareRow(f, set, e, i, index, tid);
+      });
+    pool->Post(std::move(items), /*urgent=*/false);
+  }
+
+  // One phase-1 row (a host thread). The batch's last row records the batch's host time
+  // per thread (the placement's measure of the host side: what the batch costs the host
+  // threads without a barrier) and wakes the submitter.
+  void PrepareRow(Flow& f, Set& set, uint64_t e, size_t i, uint64_t index, int tid) {
+    Row& r = set.rows[i];
+    auto tr = PClock::now();
+    if (stop.load(std::memory_order_relaxed)) {
+      r.st = pipeline::Stopped();
+    } else {
+      Prepare(r, e, index, tid);  // (exceptions: the row's kInternal)
+    }
+    const double dt = Since(tr);
+    set.row_s += dt;
+    if (prof.on) (r.route == 0 ? prof.rows_host : prof.rows_nvjpeg) += dt;
+    const bool last = set.left.fetch_sub(1) == 1;
+    if (last) {
+      last_prepare_s.store(set.row_s.load() / pool->size());
+      if (prof.on) prof.phase1 += Since(set.posted);
+    }
+    std::lock_guard<std::mutex> lk(f.m);  // (the last use of f: Produce waits for items == 0)
+    --f.items;
+    if (last || f.items == 0) f.cv.notify_all();
   }
 
   // --- one batch ---
@@ -795,8 +943,8 @@ struct DecodeImpl final : ProducerImpl {
 #endif
 
   // The GPU path's row decoder (pipeline/engine.h): nvJPEG when it takes the image,
-  // else the host decoder.
-  void Prepare(Row& r, uint64_t e, uint64_t index) {
+  // else the host decoder. `tid`: the host thread's index in the pool.
+  void Prepare(Row& r, uint64_t e, uint64_t index, [[maybe_unused]] int tid) {
     r.route = 0;
     r.label = -1;
     r.fields.clear();
@@ -809,10 +957,8 @@ struct DecodeImpl final : ProducerImpl {
           r.size = h.image->data.size();
           r.fields = h.fields;
 #ifdef SHARDKIT_HAVE_NVJPEG
-          if (nv && h.image->ext != "npy") {  // (decoded arrays: the host route, no decode)
-            int tid = tbb::this_task_arena::current_thread_index();
-            if (tid >= 0 && TryNvjpeg(r, tid, e, index)) return Status::OK();
-          }
+          if (nv && h.image->ext != "npy" && TryNvjpeg(r, tid, e, index))  // (decoded arrays: the host route)
+            return Status::OK();
 #endif
           return DecodeOnHost(r, e, index, h.where);
         },
@@ -823,11 +969,13 @@ struct DecodeImpl final : ProducerImpl {
   // flat). A replaced buffer is retired, not freed: cudaFree/cudaFreeHost would wait for
   // the whole device, including the consumer's kernels.
   std::vector<std::pair<void*, bool>> retired;  // (pointer, pinned), freed at destruction
+  std::mutex retired_mu;  // (the packer and a retrying submitter may grow at once)
 
   Status Grow(uint8_t** p, size_t* cap, size_t need, bool pinned) {
     if (need <= *cap) return Status::OK();
     size_t c = std::max(need + need / 2, size_t(1) << 20);
     if (*p) {
+      std::lock_guard<std::mutex> lk(retired_mu);
       retired.emplace_back(*p, pinned);
       *p = nullptr;
       *cap = 0;
@@ -843,35 +991,6 @@ struct DecodeImpl final : ProducerImpl {
     return Status::OK();
   }
 
-  // Phase 1 of batch b into `set` (producer thread).
-  Status PrepareBatch(Set& set, uint64_t e, uint64_t b) {
-    const pipeline::BatchRows rows = pipeline::RowsOf(order.size(), o.batch_size, b);
-    const uint64_t begin = rows.begin;
-    const size_t count = rows.count();
-    auto tp = PClock::now();
-    // Phase 1, parallel: read, parse headers, choose crops, host-decode what nvJPEG can't.
-    arena->execute([&] {
-      tbb::parallel_for(tbb::blocked_range<size_t>(0, count, 1), [&](const tbb::blocked_range<size_t>& rg) {
-        for (size_t i = rg.begin(); i != rg.end(); ++i) {
-          if (stop.load(std::memory_order_relaxed)) {
-            set.rows[i].st = pipeline::Stopped();
-            continue;
-          }
-          if (!prof.on) {
-            Prepare(set.rows[i], e, order[begin + i]);  // (exceptions: the row's kInternal)
-            continue;
-          }
-          auto tr = PClock::now();
-          Prepare(set.rows[i], e, order[begin + i]);
-          (set.rows[i].route == 0 ? prof.rows_host : prof.rows_nvjpeg) += Since(tr);
-        }
-      });
-    });
-    if (stop.load()) return pipeline::Stopped();
-    if (prof.on) prof.phase1 += Since(tp);
-    return Status::OK();
-  }
-
   // pipeline::SettleRows, the skipped rows appended to `out.skipped`.
   Status Settle(const std::vector<Status>& rows, std::vector<size_t>* keep) {
     std::vector<Status> sk;
@@ -883,19 +1002,25 @@ struct DecodeImpl final : ProducerImpl {
     return st;
   }
 
-  // The rest of batch b (submitter thread).
-  Result<DeviceBatch> FinishBatch(Set& set, int set_index, uint64_t e, uint64_t b, int slot, QueueItem* counts) {
-    const pipeline::BatchRows rows = pipeline::RowsOf(order.size(), o.batch_size, b);
-    const uint64_t begin = rows.begin;
-    const size_t count = rows.count();
+  // The rows kept (errors: kError fails the batch at the first one; kSkip drops and
+  // counts), packed and uploaded (packer thread, batches in order).
+  Status PackBatch(Set& set, uint64_t b) {
+    const size_t count = pipeline::RowsOf(order.size(), o.batch_size, b).count();
     if (stop.load()) return pipeline::Stopped();
-    // Rows kept (errors: kError fails the batch at the first one; kSkip drops and counts).
-    std::vector<size_t> keep;
     std::vector<Status> row_st(count);
     for (size_t i = 0; i < count; ++i) row_st[i] = set.rows[i].st;
-    SK_RETURN_IF_ERROR(Settle(row_st, &keep));
+    set.keep.clear();
+    SK_RETURN_IF_ERROR(Settle(row_st, &set.keep));
+    return Pack(set, set.keep);
+  }
+
+  // The rest of batch b, packed (submitter thread).
+  Result<DeviceBatch> FinishBatch(Set& set, int set_index, uint64_t e, uint64_t b, int slot, QueueItem* counts) {
+    const uint64_t begin = pipeline::RowsOf(order.size(), o.batch_size, b).begin;
+    if (stop.load()) return pipeline::Stopped();
+    std::vector<size_t>& keep = set.keep;
     for (int attempt = 0;; ++attempt) {
-      Status st = Launch(set, set_index, keep);
+      Status st = attempt == 0 ? DecodeOnGpu(set, set_index, keep) : Launch(set, set_index, keep);
       if (st.ok()) break;
       if (attempt > 0 || st.code() != Code::kCorrupt) return st;
       // An nvJPEG failure: let the host decode every row nvJPEG had, then launch again.
@@ -903,15 +1028,20 @@ struct DecodeImpl final : ProducerImpl {
       std::vector<size_t> redo;
       for (size_t i : keep)
         if (set.rows[i].route != 0) redo.push_back(i);
-      arena->execute([&] {
-        tbb::parallel_for(size_t(0), redo.size(), [&](size_t k) {
-          Row& r = set.rows[redo[k]];
-          uint64_t index = order[begin + redo[k]];
+      Latch done;
+      done.left = redo.size();
+      std::vector<RowPool::Item> items;
+      for (size_t i : redo)
+        items.push_back([&, i](int) {
+          Row& r = set.rows[i];
+          uint64_t index = order[begin + i];
           r.st = DecodeOnHost(r, e, index, Location{.key = r.sample.key, .index = int64_t(index)});
+          done.Done();
         });
-      });
+      if (!redo.empty()) pool->Post(std::move(items), /*urgent=*/true);
+      done.Wait();
       std::vector<size_t> kept;
-      row_st.resize(keep.size());
+      std::vector<Status> row_st(keep.size());
       for (size_t k = 0; k < keep.size(); ++k) row_st[k] = set.rows[keep[k]].st;
       SK_RETURN_IF_ERROR(Settle(row_st, &kept));
       for (size_t& k : kept) k = keep[k];
@@ -958,11 +1088,18 @@ struct DecodeImpl final : ProducerImpl {
                                  std::move(fields));
   }
 
-  // Phase 2: pack descriptors, weights and host pixels; upload; decode on the GPU.
-  // kCorrupt: nvJPEG refused something (the caller retries on the host).
+  // Phase 2: pack and upload, then decode on the GPU. kCorrupt: nvJPEG refused
+  // something (the caller retries on the host).
   Status Launch(Set& set, int set_index, const std::vector<size_t>& keep) {
+    SK_RETURN_IF_ERROR(Pack(set, keep));
+    return DecodeOnGpu(set, set_index, keep);
+  }
+
+  // Packs descriptors, weights, host pixels and the engines' bitstreams into the set's
+  // pinned buffer and uploads them (the packer thread; the submitter when it retries).
+  Status Pack(Set& set, const std::vector<size_t>& keep) {
     const int ow = o.output_width, oh = o.output_height;
-    [[maybe_unused]] auto tl = PClock::now();
+    auto tl = PClock::now();
     const size_t desc_bytes = Align(keep.size() * sizeof(gpu::ResizeDesc));
     size_t words = 0, pix = 0, arena_bytes = 0;
     for (size_t i : keep) {
@@ -1030,6 +1167,14 @@ struct DecodeImpl final : ProducerImpl {
     }); });
     SK_CUDA_RETURN(cudaMemcpyAsync(set.dev, set.host, total, cudaMemcpyHostToDevice, stream));
     uploaded += total;
+    if (prof.on) prof.pack += Since(tl);
+    return Status::OK();
+  }
+
+  // The set's rows that nvJPEG takes: the hardware batch and the CUDA-backend rows
+  // (submitter thread).
+  Status DecodeOnGpu([[maybe_unused]] Set& set, [[maybe_unused]] int set_index,
+                     [[maybe_unused]] const std::vector<size_t>& keep) {
 #ifdef SHARDKIT_HAVE_NVJPEG
     if (nv) {
       std::vector<gpu::NvItem*> hw_items;
@@ -1039,43 +1184,39 @@ struct DecodeImpl final : ProducerImpl {
         if (r.route == 1) hw_items.push_back(&r.item);
         if (r.route == 2 || r.route == 3) cuda_rows.push_back(i);
       }
-      if (prof.on) {
-        prof.pack += Since(tl);
-        SK_CUDA_RETURN(cudaEventRecord(prof.ev[set_index][0], stream));
-      }
-      // The CUDA-backend rows decode in the arena while this thread submits the hardware
-      // batch (which blocks it for most of the engines' time).
+      if (prof.on) SK_CUDA_RETURN(cudaEventRecord(prof.ev[set_index][0], stream));
+      // The CUDA-backend rows decode on the host threads (before any phase-1 row) while
+      // this thread submits the hardware batch (which blocks it for most of the engines'
+      // time).
       std::atomic<bool> failed{false};
       std::string why;
       std::mutex why_mu;
-      tbb::task_group tg;
+      Latch done;
+      done.left = cuda_rows.size();
       auto tc = PClock::now();
       if (!cuda_rows.empty()) {
-        arena->execute([&] {
-          tg.run([&] {
-            tbb::parallel_for(size_t(0), cuda_rows.size(), [&](size_t k) {
-              int tid = tbb::this_task_arena::current_thread_index();
-              Status cst = nv->DecodeCuda(tid, set.rows[cuda_rows[k]].item);
-              if (!cst.ok()) {
-                failed.store(true);
-                std::lock_guard<std::mutex> lk(why_mu);
-                why = cst.ToString();
-              }
-            });
+        std::vector<RowPool::Item> items;
+        for (size_t i : cuda_rows)
+          items.push_back([&, i](int tid) {
+            Status cst = nv->DecodeCuda(tid, set.rows[i].item);
+            if (!cst.ok()) {
+              failed.store(true);
+              std::lock_guard<std::mutex> lk(why_mu);
+              why = cst.ToString();
+            }
+            done.Done();
           });
-        });
+        pool->Post(std::move(items), /*urgent=*/true);
       }
       auto th = PClock::now();
       Status hst = nv->DecodeHardware(set_index, hw_items, stream);
       if (prof.on) prof.hw_call += Since(th);
-      arena->execute([&] { tg.wait(); });
+      done.Wait();
       if (!hst.ok()) return Status::Corrupt("nvJPEG hardware batch: " + hst.ToString());
       SK_RETURN_IF_ERROR(nv->Join(stream));
       if (prof.on) prof.cuda_rows += Since(tc);
       if (failed.load()) return Status::Corrupt("nvJPEG CUDA decode: " + why);
     }
-#else
-    (void)set_index;
 #endif
     return Status::OK();
   }
