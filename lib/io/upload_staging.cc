@@ -344,9 +344,7 @@ class UploadingFileSystem : public FileSystem {
         std::lock_guard fl(job.follow->mu);
         uploaded = s.ok() && job.follow->state == Follow::kPublished;
       } else if (!skip) {
-        auto f = Published(job.file);
-        s = f.ok() ? FollowUpload(**f) : f.status();
-        uploaded = s.ok();
+        s = Upload(job.file);  // (records the file in uploaded_ itself)
       }
       lock.lock();
       if (!s.ok() && error_.ok()) error_ = s;

@@ -43,8 +43,9 @@ class PlacementController {
   explicit PlacementController(double start = 0.7) : share_(std::clamp(start, 0.0, 1.0)) {}
 
   // wait_s: the consumer's wait in this Next(); step_s: since its previous Next()
-  // returned; prepare_s / acquire_s: the producer's phase 1 and its wait for a ring slot
-  // for its last batch; submit_s: the submitter's time for its last batch.
+  // returned; prepare_s: the host threads' time for the last batch's phase 1 divided by
+  // their number (its cost without a barrier between batches); acquire_s: the
+  // submitter's wait for a ring slot; submit_s: the submitter's time for its last batch.
   void Observe(double wait_s, double step_s, double prepare_s, double acquire_s, double submit_s) {
     const double frac = step_s > 0 ? wait_s / step_s : 0;
     wait_ = 0.6 * wait_ + 0.4 * frac;
