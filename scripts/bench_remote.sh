@@ -3,7 +3,9 @@
 # and over s3rver against the same tar shards on local disk, and convert to S3 against
 # convert to local disk. Servers are the tests' own (tests/remote_http_server.py,
 # s3rver from .npm-deps: scripts/install-s3rver.sh), on loopback.
-#   scripts/bench_remote.sh [--count N] [--threads T] [--batches B]
+#   scripts/bench_remote.sh [--count N] [--threads T] [--batches B] [--shards S] [--folder DIR]
+# --shards: output shards of every conversion (8); --folder: an existing image folder
+# instead of making --count images (e.g. 16 parallel make_corpus.py runs).
 # Prints one table: images/s (loader: decode + RandomResizedCrop + normalize, random
 # order) and the ratio to local disk; the first epoch from S3 with an empty cache
 # (cold) and the next with the cache filled (warm); convert seconds local vs s3://.
@@ -21,12 +23,16 @@ cd "$(dirname "$0")/.."
 COUNT=2000
 THREADS=$(nproc)
 BATCHES=0
+SHARDS=8
+FOLDER=
 while [ $# -gt 0 ]; do
   case "$1" in
     --count) COUNT="$2"; shift 2 ;;
     --threads) THREADS="$2"; shift 2 ;;
     --batches) BATCHES="$2"; shift 2 ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    --shards) SHARDS="$2"; shift 2 ;;
+    --folder) FOLDER="$2"; shift 2 ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -44,6 +50,9 @@ cleanup() {
 }
 trap 'rc=$?; cleanup; exit $rc' EXIT
 
+if [ -n "$FOLDER" ]; then
+  ln -s "$(cd "$FOLDER" && pwd)" "$W/imgs"
+else
 MK="${MAKE_CORPUS:-../shared/corpus/make_corpus.py}"
 [ -f "$MK" ] || MK=.corpus/make_corpus.py   # scripts/stage-corpus.sh's copy
 [ -f "$MK" ] || { echo "bench_remote: no make_corpus.py (set MAKE_CORPUS, or run scripts/stage-corpus.sh)" >&2; exit 1; }
@@ -52,7 +61,8 @@ cp "$MK" "$GEN/make_corpus.py"
 find "$(dirname "$MK")/sources" -maxdepth 1 -type f \( -iname '*.png' -o -iname '*.jpg' -o -iname '*.jpeg' \) \
   -exec cp {} "$GEN/sources/" \;
 "$PY" "$GEN/make_corpus.py" "$W/imgs" --count "$COUNT" >/dev/null 2>&1
-N=$(find "$W/imgs" -type f | wc -l)
+fi
+N=$(find -L "$W/imgs" -type f | wc -l)
 
 # Servers on free loopback ports. HTTP_SERVER=nginx: nginx (Debian's nginx-core, with
 # its DAV module for PUT) instead of the tests' Python server, to see whether the client
@@ -104,22 +114,22 @@ export AWS_ENDPOINT_URL="http://127.0.0.1:$(cat "$W/s3.port")" AWS_ACCESS_KEY_ID
 secs() { local t0 t1; t0=$(date +%s.%N); "$@" >"$W/log" 2>&1 || { echo "FAILED: $* ($(tail -1 "$W/log"))" >&2; exit 1; }; t1=$(date +%s.%N); awk "BEGIN{printf \"%.2f\", $t1 - $t0}"; }
 min() { awk "BEGIN{print ($1 < $2) ? $1 : $2}"; }
 # Two rounds in alternating order, the best of each (the first run also warms the page cache).
-T_LOCAL=$(secs "$SK" shard "$W/imgs" "$W/local/ds-%06d.tar" --num-shards 8)
-T_HTTP=$(secs "$SK" shard "$W/imgs" "$HTTP/up/ds-%06d.tar" --num-shards 8)
-T_HTTP=$(min "$T_HTTP" "$(secs "$SK" shard "$W/imgs" "$HTTP/up/ds-%06d.tar" --num-shards 8 --overwrite)")
-T_LOCAL=$(min "$T_LOCAL" "$(secs "$SK" shard "$W/imgs" "$W/local/ds-%06d.tar" --num-shards 8 --overwrite)")
+T_LOCAL=$(secs "$SK" shard "$W/imgs" "$W/local/ds-%06d.tar" --num-shards "$SHARDS")
+T_HTTP=$(secs "$SK" shard "$W/imgs" "$HTTP/up/ds-%06d.tar" --num-shards "$SHARDS")
+T_HTTP=$(min "$T_HTTP" "$(secs "$SK" shard "$W/imgs" "$HTTP/up/ds-%06d.tar" --num-shards "$SHARDS" --overwrite)")
+T_LOCAL=$(min "$T_LOCAL" "$(secs "$SK" shard "$W/imgs" "$W/local/ds-%06d.tar" --num-shards "$SHARDS" --overwrite)")
 # S3 (multipart parts in parallel, Content-MD5 each) against the Python S3 emulation.
 emu() { AWS_ENDPOINT_URL="http://127.0.0.1:$(cat "$W/s3emu.port")" "$@"; }
-T_EMU=$(emu secs "$SK" shard "$W/imgs" "s3://test/e/ds-%06d.tar" --num-shards 8)
-T_EMU=$(min "$T_EMU" "$(emu secs "$SK" shard "$W/imgs" "s3://test/e/ds-%06d.tar" --num-shards 8 --overwrite)")
-# The HTTP server's ceiling: the same 8 finished shards PUT by curl, 8 at once, nothing else to do.
+T_EMU=$(emu secs "$SK" shard "$W/imgs" "s3://test/e/ds-%06d.tar" --num-shards "$SHARDS")
+T_EMU=$(min "$T_EMU" "$(emu secs "$SK" shard "$W/imgs" "s3://test/e/ds-%06d.tar" --num-shards "$SHARDS" --overwrite)")
+# The HTTP server's ceiling: the same finished shards PUT by curl, 8 at once, nothing else to do.
 T_CURLPUT=-
 if command -v curl >/dev/null; then
   T_CURLPUT=$(secs bash -c "ls '$W/local'/*.tar | xargs -P 8 -I{} curl -sf -T {} '$HTTP/curl/'")
 fi
 T_S3=- T_PUT=-
 if [ $S3 = 1 ]; then
-T_S3=$(secs "$SK" shard "$W/imgs" "s3://test/ds/ds-%06d.tar" --num-shards 8)
+T_S3=$(secs "$SK" shard "$W/imgs" "s3://test/ds/ds-%06d.tar" --num-shards "$SHARDS")
 # The store's own ceiling: the same files PUT by boto3 (4 threads, as shardkit's uploader),
 # with nothing else to do; shard to s3:// cannot beat max(shard to local, this).
 T_PUT=$(secs /usr/bin/python3 -c '
@@ -159,7 +169,7 @@ fi
 H=$(max "$H" "$(ips "$HTTP/ds.manifest.json")")
 L=$(max "$L" "$(ips "$W/local/ds.manifest.json")")
 r() { [ "$1" = - ] || [ "$2" = - ] && { echo -; return; }; awk "BEGIN{printf \"%.2f\", $1 / $2}"; }
-echo "remote storage, $N images in 8 shards, $THREADS threads, loopback servers"
+echo "remote storage, $N images in $SHARDS shards ($(du -sm "$W/local" | cut -f1) MB), $THREADS threads, loopback servers"
 printf "%-44s %12s %8s\n" "loader (random order, decode+crop; best of 2)" "images/s" "ratio"
 printf "%-44s %12s %8s\n" "local disk" "$L" "1.00"
 printf "%-44s %12s %8s\n" "$HTTP_NAME, range requests" "$H" "$(r "$H" "$L")"
@@ -168,7 +178,7 @@ printf "%-44s %12s %8s\n" "s3rver, --cache-dir, cold (first epoch)" "$S3COLD" "$
 printf "%-44s %12s %8s\n" "s3rver, --cache-dir, warm" "$S3WARM" "$(r "$S3WARM" "$L")"
 printf "%-44s %12s %8s\n" "shard to local disk (s)" "$T_LOCAL" "1.00"
 printf "%-44s %12s %8s\n" "shard to $HTTP_NAME PUT (s)" "$T_HTTP" "$(r "$T_LOCAL" "$T_HTTP")"
-printf "%-44s %12s %8s\n" "server ceiling: curl PUT of the 8 shards (s)" "$T_CURLPUT" "$(r "$T_LOCAL" "$T_CURLPUT")"
+printf "%-44s %12s %8s\n" "server ceiling: curl PUT of the shards (s)" "$T_CURLPUT" "$(r "$T_LOCAL" "$T_CURLPUT")"
 printf "%-44s %12s %8s\n" "shard to s3:// (Python S3 emulation) (s)" "$T_EMU" "$(r "$T_LOCAL" "$T_EMU")"
 printf "%-44s %12s %8s\n" "shard to s3:// (s; ratio = speed vs local)" "$T_S3" "$(r "$T_LOCAL" "$T_S3")"
 printf "%-44s %12s %8s\n" "store ceiling: boto3 PUT of the same files (s)" "$T_PUT" "$(r "$T_LOCAL" "$T_PUT")"
