@@ -13,9 +13,10 @@
 # PY: a python3 with PIL and numpy (default /usr/bin/python3). Without node (or with
 # NO_S3=1; the GPU machine has no node) the s3rver rows are left out.
 # HTTP_SERVER=nginx: Debian's nginx serves and takes the PUTs instead of the Python server.
-# The servers keep their files in /dev/shm when it is writable (SERVER_DIR to choose): a
-# remote store does not write to the client's disk, and a loopback one on the same disk
-# slows the client's own writes (the upload rows would measure the shared disk).
+# The servers keep their files (nginx its request bodies too) in /dev/shm when it is
+# writable (SERVER_DIR to choose): a remote store does not write to the client's disk,
+# and a loopback one on the same disk slows the client's own writes (the upload rows
+# would measure the shared disk).
 # The upload to S3 is also timed against the tests' Python S3 emulation
 # (tests/remote_http_server.py: multipart, Content-MD5 checked), which has no SigV4 check.
 set -euo pipefail
@@ -81,7 +82,7 @@ if [ "${HTTP_SERVER:-python}" = nginx ]; then
 daemon off; worker_processes auto; user root; pid $W/ngx/nginx.pid; error_log $W/ngx/error.log;
 events { worker_connections 4096; }
 http {
-  access_log off; client_body_temp_path $W/ngx/body; proxy_temp_path $W/ngx/proxy;
+  access_log off; client_body_temp_path $SD/ngx-body; proxy_temp_path $W/ngx/proxy;
   fastcgi_temp_path $W/ngx/fcgi; uwsgi_temp_path $W/ngx/uwsgi; scgi_temp_path $W/ngx/scgi;
   client_max_body_size 0; sendfile on; keepalive_requests 100000;
   server { listen 127.0.0.1:$PORT; root $SD/http; dav_methods PUT DELETE; create_full_put_path on; }
