@@ -649,8 +649,8 @@ struct DecodeImpl final : ProducerImpl {
                   : threads_defaulted ? std::max(1, int(tbb::info::default_concurrency()) - 2)
                                       : o.threads;
     pool = std::make_unique<RowPool>(threads, g.device);
-    // The submitter's packing runs in an arena of its own: on the host threads it queued
-    // behind phase-1 decodes of the next batch and left the engines idle.
+    // The packer's parallel copies run in an arena of their own: on the host threads they
+    // would queue behind phase-1 decodes of the next batches.
     pack_arena = std::make_unique<tbb::task_arena>(std::min(threads, 4));
     hw_load = pipeline::ResolvedHardwareLoad(g);  // (in [0, 1]: checked by Validate)
     adaptive = kind_requested == DecoderKind::kAuto && g.hardware_load < 0;
@@ -1035,7 +1035,12 @@ struct DecodeImpl final : ProducerImpl {
         items.push_back([&, i](int) {
           Row& r = set.rows[i];
           uint64_t index = order[begin + i];
-          r.st = DecodeOnHost(r, e, index, Location{.key = r.sample.key, .index = int64_t(index)});
+          const Location where{.key = r.sample.key, .index = int64_t(index)};
+          try {
+            r.st = DecodeOnHost(r, e, index, where);
+          } catch (const std::exception& ex) {  // (a pool thread must not throw: the latch waits)
+            r.st = Status::Internal(std::string("host decode: ") + ex.what(), where);
+          }
           done.Done();
         });
       if (!redo.empty()) pool->Post(std::move(items), /*urgent=*/true);
