@@ -1,9 +1,12 @@
 // The remote FileSystem (remote_fs.h).
 #include "io/remote/remote_fs.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
+#include <utility>
 #include <set>
 
 #include <fmt/format.h>
@@ -15,6 +18,60 @@ namespace shardkit::remote {
 namespace {
 
 bool IsS3(std::string_view a) { return a.rfind("s3://", 0) == 0; }
+
+// An HTTP PUT's body, assembled by appends: one malloc'd block grown by realloc. glibc
+// grows a large block with mremap (no copy, and the pages already written are not
+// touched again), where a std::string doubling through 8, 16, 32 and 64 MiB copied every
+// byte into fresh pages each time (a shard's upload spent more CPU zeroing and copying
+// pages than sending them). A released block is kept for the thread's next body (the
+// upload workers PUT one shard after another), so its pages are not faulted in again;
+// it is freed when the thread exits (the workers exit with their conversion).
+class GrowBuffer {
+ public:
+  GrowBuffer() = default;
+  GrowBuffer(const GrowBuffer&) = delete;
+  GrowBuffer& operator=(const GrowBuffer&) = delete;
+  ~GrowBuffer() { Release(); }
+  bool Append(const void* data, size_t n) {
+    if (!p_ && spare_.p) {
+      p_ = std::exchange(spare_.p, nullptr);
+      cap_ = std::exchange(spare_.cap, 0);
+    }
+    if (n > cap_ - size_) {
+      const size_t c = std::max(size_ + n, cap_ + cap_ / 2 + (size_t(1) << 20));
+      void* q = std::realloc(p_, c);
+      if (!q) return false;
+      p_ = static_cast<char*>(q);
+      cap_ = c;
+    }
+    if (n) std::memcpy(p_ + size_, data, n);
+    size_ += n;
+    return true;
+  }
+  std::string_view view() const { return {p_ ? p_ : "", size_}; }
+  void Release() {
+    if (p_ && cap_ >= spare_.cap) {
+      std::free(spare_.p);
+      spare_.p = p_;
+      spare_.cap = cap_;
+    } else {
+      std::free(p_);
+    }
+    p_ = nullptr;
+    size_ = cap_ = 0;
+  }
+
+ private:
+  struct Spare {
+    char* p = nullptr;
+    size_t cap = 0;
+    ~Spare() { std::free(p); }
+  };
+  static thread_local Spare spare_;
+  char* p_ = nullptr;
+  size_t size_ = 0, cap_ = 0;
+};
+thread_local GrowBuffer::Spare GrowBuffer::spare_;
 
 std::string Trim(std::string s) {
   while (s.size() > 1 && s.back() == '/' && !s.ends_with("://")) s.pop_back();
@@ -54,29 +111,39 @@ class RemoteWritable : public WritableFile {
   Status Append(const void* data, size_t size) override {
     if (closed_) return Status::Internal("Append() after Close()", Location{.file = SafeUrl(path_)});
     if (!error_.ok()) return error_;
-    buf_.append(static_cast<const char*>(data), size);
     // Hashed as it comes (an upload follows its file while it is written), so that the
     // one PUT at Close() does not hash the whole body first; not once parts go up.
     if (!upload_) md5_.Update(data, size);
-    if (IsS3(path_))
-      while (buf_.size() >= kPart + (upload_ ? 0 : 1)) {  // a file of exactly one part stays one PUT
-        if (!upload_) {
-          auto s3 = store_->S3();
-          if (!s3.ok()) return error_ = s3.status();
-          auto o = ParseS3Address(path_);
-          if (!o.ok()) return error_ = o.status();
-          auto up = MultipartUpload::Begin(*s3, *o);
-          if (!up.ok()) return error_ = up.status();
-          upload_ = std::move(up).value();
-        }
-        std::string part(buf_, 0, kPart);
-        buf_.erase(0, kPart);
-        error_ = upload_->Add(std::move(part));  // uploads while the next parts are appended
-        if (!error_.ok()) {
-          upload_.reset();  // aborted already
-          return error_;
-        }
+    if (!s3_) {
+      if (!body_.Append(data, size))
+        return error_ = Status::IOError(fmt::format("out of memory for an upload body of {} bytes", size),
+                                        Location{.file = SafeUrl(path_)});
+      return Status::OK();
+    }
+    buf_.append(static_cast<const char*>(data), size);
+    while (buf_.size() >= kPart + (upload_ ? 0 : 1)) {  // a file of exactly one part stays one PUT
+      if (!upload_) {
+        auto s3 = store_->S3();
+        if (!s3.ok()) return error_ = s3.status();
+        auto o = ParseS3Address(path_);
+        if (!o.ok()) return error_ = o.status();
+        auto up = MultipartUpload::Begin(*s3, *o);
+        if (!up.ok()) return error_ = up.status();
+        upload_ = std::move(up).value();
       }
+      // The part is the buffer itself; only what follows it is copied into a new one
+      // (reserved for a part and an append: no regrowth).
+      std::string part = std::move(buf_);
+      buf_ = std::string();
+      buf_.reserve(kPart + std::max(size, size_t(8) << 20));
+      buf_.append(part, kPart);
+      part.resize(kPart);
+      error_ = upload_->Add(std::move(part));  // uploads while the next parts are appended
+      if (!error_.ok()) {
+        upload_.reset();  // aborted already
+        return error_;
+      }
+    }
     return Status::OK();
   }
   Status Sync() override { return Status::OK(); }
@@ -92,16 +159,19 @@ class RemoteWritable : public WritableFile {
     } else {
       uint8_t digest[16];
       md5_.Digest(digest);
-      s = store_->Write(path_, buf_, WriteOptions{.content_md5 = Md5Base64(digest)});
+      s = store_->Write(path_, s3_ ? std::string_view(buf_) : body_.view(), WriteOptions{.content_md5 = Md5Base64(digest)});
     }
     std::string().swap(buf_);
+    body_.Release();
     return s;
   }
 
  private:
   std::shared_ptr<ObjectStore> store_;
   std::string path_;
-  std::string buf_;
+  bool s3_ = IsS3(path_);
+  std::string buf_;  // s3: bytes not yet in a part
+  GrowBuffer body_;  // http: the PUT's body
   std::unique_ptr<MultipartUpload> upload_;
   md5::Md5 md5_;  // of buf_, while no part has gone up
   Status error_;
