@@ -427,94 +427,71 @@ TEST_CASE("hdf5 hostile files (fuzz findings) are refused before libhdf5 allocat
         std::string::npos);
   CHECK(r.err.find("refused before reading") != std::string::npos);
   CHECK(secs < 10);
-  // The second finding: an `images` element whose heap collection holds a
-  // free-space record of 0 bytes, on which libhdf5's parser loops forever.
-  std::string loop = std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/corpus/hdf5/regression-heap-free-space-0.h5";
-  r = Run(fmt::format("timeout 20 {} info {}", Q(SHARDKIT_CLI), Q(loop)));
-  INFO(r.err);
-  CHECK(r.exit_code == 1);
-  CHECK(r.err.find("dataset 'images': element 0 points to a damaged heap collection at 2080 (free space of 0 "
-                   "bytes at 2400)") != std::string::npos);
-
-  // The third: an integer `labels` type declared 4 GB wide, for which
-  // libhdf5 would allocate a 4 GB conversion buffer.
-  std::string wide = std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/corpus/hdf5/regression-int-type-4GB.h5";
-  r = InfoBounded(wide).r;
-  INFO(r.err);
-  CHECK(r.exit_code == 1);
-  CHECK(r.err.find("dataset 'labels': expected integers of at most 8 bytes, found 4294836232 bytes") !=
-        std::string::npos);
-
-  // The fourth: a `keys` string type whose base (character) type the file
-  // declares far wider than 1 byte; libhdf5 sizes by length x base size.
-  std::string chars = std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/corpus/hdf5/regression-vlen-string-wide-base.h5";
-  r = InfoBounded(chars).r;
-  INFO(r.err);
-  CHECK(r.exit_code == 1);
-  CHECK(r.err.find("dataset 'keys': element 0 declares a variable-length string of 2466250755 bytes in a file of "
-                   "10913 bytes: refused before reading") != std::string::npos);
-
-  // The fifth: a compact `keys` of 3 elements whose object header holds no
-  // data; libhdf5 1.10 copied from the missing buffer (SIGSEGV).
-  std::string compact = std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/corpus/hdf5/regression-compact-keys-no-data.h5";
-  r = InfoBounded(compact).r;
-  INFO(r.err);
-  CHECK(r.exit_code == 1);
-  CHECK(r.err.find("dataset 'keys': compact dataset of 3 elements of 16 bytes holds only 0 bytes") !=
-        std::string::npos);
-
-  // The sixth: the root group's object header continues in a chunk of 3.5 GB
-  // far past the end of the file; libhdf5 allocated it before checking.
-  std::string cont = std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/corpus/hdf5/regression-ohdr-continuation-3.5GB.h5";
-  r = InfoBounded(cont).r;
-  INFO(r.err);
-  CHECK(r.exit_code == 1);
-  CHECK(r.err.find("root group: object header at 96 continues at 7133701809754866464 with 3489690476 bytes, past "
-                   "the end of the file") != std::string::npos);
-
-  // A root-group attribute message of 64 bytes whose datatype declares 65,292 bytes;
-  // libhdf5's H5Aexists decoded past the header's buffer (SIGSEGV under ASan).
-  std::string attr_dt = std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/corpus/hdf5/regression-attribute-datatype-65292-bytes.h5";
-  r = InfoBounded(attr_dt).r;
-  INFO(r.err);
-  CHECK(r.exit_code == 1);
-  CHECK(r.err.find("root group: object header at 96 has an attribute message of 64 bytes whose name, datatype and "
-                   "dataspace declare 65336 bytes") != std::string::npos);
-
-  // The seventh: a `class_names` attribute whose stored data is shorter than
-  // its elements; libhdf5's H5Aread copied past it.
-  std::string attr = std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/corpus/hdf5/regression-attr-short-buffer.h5";
-  r = InfoBounded(attr).r;
-  INFO(r.err);
-  CHECK(r.exit_code == 1);
-  CHECK(r.err.find("'class_names (attribute)': holds 30 bytes for 2 elements of 16 bytes") != std::string::npos);
-
-  // The eighth: an `images` element of length 0 that still names a (damaged)
-  // heap collection: libhdf5 reads it anyway, and hung.
-  std::string empty = std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/corpus/hdf5/regression-heap-empty-element.h5";
-  r = Run(fmt::format("timeout 20 {} info {}", Q(SHARDKIT_CLI), Q(empty)));
-  INFO(r.err);
-  CHECK(r.exit_code == 1);
-  CHECK(r.err.find("dataset 'images': element 0 points to a damaged heap collection at 2080") != std::string::npos);
-
-  // The ninth: a continuation message declaring 0 bytes, whose address and
-  // length libhdf5 decodes from the bytes after it all the same (4 GB).
-  std::string shortcont =
-      std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/corpus/hdf5/regression-ohdr-short-continuation.h5";
-  r = InfoBounded(shortcont).r;
-  INFO(r.err);
-  CHECK(r.exit_code == 1);
-  CHECK(r.err.find("'images': object header at 1400 continues at 4194304 with 4295491589 bytes") !=
-        std::string::npos);
-
-  // The tenth: an old-style root group whose symbol-table message names no
-  // local heap; libhdf5 1.10 crashed (SIGSEGV) listing it.
-  std::string heap = std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/corpus/hdf5/regression-local-heap-segv.h5";
-  r = Run(fmt::format("timeout 20 {} info {}", Q(SHARDKIT_CLI), Q(heap)));
-  INFO(r.err);
-  CHECK(r.exit_code == 1);
-  CHECK(r.err.find("root group: object header at 96 names a local heap at 18446744073709551615 that is not one") !=
-        std::string::npos);
+  // The later findings, each a seed in fuzz/corpus/hdf5/: `info` exits with 1 and says
+  // what is wrong. Those on which libhdf5 hung run under `timeout`, the others under the
+  // 1 GiB address-space limit.
+  struct Seed {
+    const char* file;
+    const char* message;
+    bool hung;
+  };
+  for (const Seed& c : {
+           // An `images` element whose heap collection holds a free-space record of 0
+           // bytes, on which libhdf5's parser loops forever.
+           Seed{"regression-heap-free-space-0.h5",
+                "dataset 'images': element 0 points to a damaged heap collection at 2080 (free space of 0 bytes at "
+                "2400)",
+                true},
+           // An integer `labels` type declared 4 GB wide, for which libhdf5 would allocate
+           // a 4 GB conversion buffer.
+           Seed{"regression-int-type-4GB.h5",
+                "dataset 'labels': expected integers of at most 8 bytes, found 4294836232 bytes", false},
+           // A `keys` string type whose base (character) type the file declares far wider
+           // than 1 byte; libhdf5 sizes by length x base size.
+           Seed{"regression-vlen-string-wide-base.h5",
+                "dataset 'keys': element 0 declares a variable-length string of 2466250755 bytes in a file of "
+                "10913 bytes: refused before reading",
+                false},
+           // A compact `keys` of 3 elements whose object header holds no data; libhdf5
+           // 1.10 copied from the missing buffer (SIGSEGV).
+           Seed{"regression-compact-keys-no-data.h5",
+                "dataset 'keys': compact dataset of 3 elements of 16 bytes holds only 0 bytes", false},
+           // The root group's object header continues in a chunk of 3.5 GB far past the
+           // end of the file; libhdf5 allocated it before checking.
+           Seed{"regression-ohdr-continuation-3.5GB.h5",
+                "root group: object header at 96 continues at 7133701809754866464 with 3489690476 bytes, past the "
+                "end of the file",
+                false},
+           // A root-group attribute message of 64 bytes whose datatype declares 65,292
+           // bytes; libhdf5's H5Aexists decoded past the header's buffer (SIGSEGV).
+           Seed{"regression-attribute-datatype-65292-bytes.h5",
+                "root group: object header at 96 has an attribute message of 64 bytes whose name, datatype and "
+                "dataspace declare 65336 bytes",
+                false},
+           // A `class_names` attribute whose stored data is shorter than its elements;
+           // libhdf5's H5Aread copied past it.
+           Seed{"regression-attr-short-buffer.h5",
+                "'class_names (attribute)': holds 30 bytes for 2 elements of 16 bytes", false},
+           // An `images` element of length 0 that still names a (damaged) heap
+           // collection: libhdf5 reads it anyway, and hung.
+           Seed{"regression-heap-empty-element.h5",
+                "dataset 'images': element 0 points to a damaged heap collection at 2080", true},
+           // A continuation message declaring 0 bytes, whose address and length libhdf5
+           // decodes from the bytes after it all the same (4 GB).
+           Seed{"regression-ohdr-short-continuation.h5",
+                "'images': object header at 1400 continues at 4194304 with 4295491589 bytes", false},
+           // An old-style root group whose symbol-table message names no local heap;
+           // libhdf5 1.10 crashed (SIGSEGV) listing it.
+           Seed{"regression-local-heap-segv.h5",
+                "root group: object header at 96 names a local heap at 18446744073709551615 that is not one", true},
+       }) {
+    INFO(c.file);
+    const std::string path = std::string(SHARDKIT_SOURCE_DIR) + "/fuzz/corpus/hdf5/" + c.file;
+    r = c.hung ? Run(fmt::format("timeout 20 {} info {}", Q(SHARDKIT_CLI), Q(path))) : InfoBounded(path).r;
+    INFO(r.err);
+    CHECK(r.exit_code == 1);
+    CHECK(r.err.find(c.message) != std::string::npos);
+  }
 
   // Crafted copies of a good file: descriptors patched in place (h5py finds
   // the contiguous datasets' addresses; the attribute's descriptors are found

@@ -510,9 +510,8 @@ struct Set {
   uint8_t* arena = nullptr; // nvJPEG outputs
   size_t arena_cap = 0;
   cudaEvent_t done = nullptr;
-  // Phase 1 of the set's batch (DecodeImpl::Produce): which batch, its rows not yet
-  // done, their thread time, when it was posted, and an error that replaces the batch.
-  uint64_t batch = 0;
+  // Phase 1 of the set's batch (DecodeImpl::Produce): its rows not yet done, their
+  // thread time, when it was posted, and an error that replaces the batch.
   std::atomic<size_t> left{0};
   std::atomic<double> row_s{0};
   std::chrono::steady_clock::time_point posted{};
@@ -758,12 +757,11 @@ struct DecodeImpl final : ProducerImpl {
       Push(std::move(it));  // (an error stays until set_epoch)
       std::lock_guard<std::mutex> lk(f.m);
       f.finished = b + 1;
-      f.failed = bad;
       f.cv.notify_all();
     }
     std::lock_guard<std::mutex> lk(f.m);
     f.submitter_done = true;
-    f.failed = f.failed || bad;
+    f.failed = bad;
     f.cv.notify_all();
   }
 
@@ -812,7 +810,6 @@ struct DecodeImpl final : ProducerImpl {
         ProfileCollect(int(b % kSets));
         ++prof.batches;
       }
-      set.batch = b;
       set.err = ce == cudaSuccess ? Status::OK() : gpu::CudaError(ce, "cudaEventSynchronize(set)");
       const pipeline::BatchRows rows = pipeline::RowsOf(order.size(), o.batch_size, b);
       const size_t count = set.err.ok() ? rows.count() : 0;
