@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "core/pickle.h"
@@ -327,6 +328,7 @@ TEST_CASE("GpuOptions::profile: the decode path's time breakdown is read through
   REQUIRE_GPU_OR_SKIP();
   auto data = MixedData(40, false);
   LoaderOptions o = Opts(DType::kUint8, Layout::kNHWC);
+  o.prefetch_next_epoch = false;  // (else the batches started include the next epoch's)
   for (bool on : {false, true}) {
     GpuOptions g;
     g.decoder = DecoderKind::kGpu;
@@ -696,6 +698,24 @@ TEST_CASE("GPU decode: a damaged image fails the batch naming it, or is skipped 
   CHECK(b->size() == 7);
   REQUIRE((*l)->skipped().size() == 1);
   CHECK((*l)->skipped()[0].where().key == "broken/one");
+  // The same row of the next epoch, made ahead, counts in that epoch only.
+  for (;;) {
+    auto x = (*l)->Next();
+    REQUIRE(x.ok());
+    if (x->end_of_epoch()) break;
+  }
+  for (int i = 0; i < 6000 && (*l)->stats().next_epoch_ready < 1; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE((*l)->stats().next_epoch_ready >= 1);
+  CHECK((*l)->skipped().size() == 1);
+  (*l)->set_epoch(1);
+  for (;;) {
+    auto x = (*l)->Next();
+    REQUIRE(x.ok());
+    if (x->end_of_epoch()) break;
+  }
+  REQUIRE((*l)->skipped().size() == 1);
+  CHECK((*l)->skipped()[0].where().key == "broken/one");
 }
 
 TEST_CASE("the corpus (SHARDKIT_CORPUS) decodes end to end on the GPU path", "[gpu][nosan]") {
@@ -755,4 +775,86 @@ TEST_CASE("the corpus (SHARDKIT_CORPUS) decodes end to end on the GPU path", "[g
        << st.images_host << " (" << host_class << " by header), roi " << st.images_roi
        << "; worst per-image mean |diff| vs CPU loader " << worst);
   CHECK(worst <= 6.0);
+}
+
+// The batches of epoch e from a loader that went through `path` epochs before it (with
+// the flow running ahead into each next epoch), against a fresh loader's epoch e.
+TEST_CASE("GPU decode path: the next epoch is made ahead; set_epoch(e + 1) keeps it, any other epoch drops it",
+          "[gpu]") {
+  REQUIRE_GPU_OR_SKIP();
+  auto data = MixedData(72, false);  // 4 full batches and one of 8
+  LoaderOptions o = Opts(DType::kUint8, Layout::kNHWC);
+  for (bool host : {true, false}) {
+    if (!host && !NvjpegCompiled()) continue;
+    GpuOptions g;
+    g.decoder = DecoderKind::kGpu;
+    g.force_cpu_decode = host;
+    g.hardware_load = 0.5;  // placement a function of the sample index: reruns are bit-exact
+    auto l = GpuLoader::Create(data, o, g);
+    REQUIRE(l.ok());
+    // Reads epoch e to its end, comparing with a fresh loader's.
+    auto read_epoch = [&](uint64_t e) {
+      auto want = GpuEpoch(data, o, g, e);
+      REQUIRE(want.size() == 5);
+      for (size_t k = 0;; ++k) {
+        auto b = (*l)->Next();
+        INFO("host " << host << " epoch " << e << " batch " << k << ": " << b.status().ToString());
+        REQUIRE(b.ok());
+        if (b->end_of_epoch()) {
+          CHECK(k == want.size());
+          break;
+        }
+        REQUIRE(k < want.size());
+        CHECK(b->epoch() == e);
+        CHECK(b->index() == k);
+        std::vector<uint8_t> bytes(b->bytes());
+        REQUIRE(b->CopyToHost(bytes.data()).ok());
+        CHECK(b->keys() == want[k].keys);
+        CHECK(b->labels() == want[k].labels);
+        CHECK(bytes == want[k].bytes);
+      }
+    };
+    // Waits (up to 60 s: sanitizers are slow) for the flow to fill the ring with the next
+    // epoch's first batches; the consumer holds none.
+    auto wait_ahead = [&](uint64_t want) {
+      for (int i = 0; i < 6000 && (*l)->stats().next_epoch_ready < want; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      return (*l)->stats().next_epoch_ready;
+    };
+    (*l)->set_epoch(0);  // right after Create: keeps the batches in flight
+    read_epoch(0);
+    CHECK(wait_ahead(3) == 3);  // every ring slot (GpuOptions::ring = 3)
+    CHECK((*l)->stats().next_epoch_adopted == 0);
+    (*l)->set_epoch(1);
+    CHECK((*l)->stats().next_epoch_adopted == 3);
+    CHECK((*l)->stats().next_epoch_ready == 0);
+    read_epoch(1);
+    (*l)->set_epoch(2);  // at once: whatever was made ahead is kept
+    read_epoch(2);
+    const uint64_t adopted = (*l)->stats().next_epoch_adopted;
+    CHECK(wait_ahead(3) == 3);
+    (*l)->set_epoch(7);  // not the next epoch: dropped
+    CHECK((*l)->stats().next_epoch_adopted == adopted);
+    read_epoch(7);
+    // The end, read twice, stays the end; then the next epoch as usual.
+    auto again = (*l)->Next();
+    REQUIRE(again.ok());
+    CHECK(again->end_of_epoch());
+    (*l)->set_epoch(8);
+    read_epoch(8);
+    // Without prefetch_next_epoch nothing is made ahead, and the batches are the same.
+    LoaderOptions off = o;
+    off.prefetch_next_epoch = false;
+    auto m = GpuLoader::Create(data, off, g);
+    REQUIRE(m.ok());
+    for (;;) {
+      auto b = (*m)->Next();
+      REQUIRE(b.ok());
+      if (b->end_of_epoch()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    CHECK((*m)->stats().next_epoch_ready == 0);
+    (*m)->set_epoch(1);
+    CHECK((*m)->stats().next_epoch_adopted == 0);
+  }
 }

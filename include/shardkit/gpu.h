@@ -218,6 +218,11 @@ class SHARDKIT_API GpuLoader {
     double hardware_share = -1;
     bool adaptive = false;
     uint64_t nvjpeg_device_bytes = 0;  // nvJPEG's own device buffers (a cache that only grows)
+    // gpu decode with LoaderOptions::prefetch_next_epoch: batches of epoch e + 1 made
+    // after the end of epoch e and waiting for set_epoch(e + 1) now, and the batches
+    // such a set_epoch kept since Create() (0 on the copy path, whose CPU Loader does it).
+    uint64_t next_epoch_ready = 0;
+    uint64_t next_epoch_adopted = 0;
   };
   Stats stats() const;
 

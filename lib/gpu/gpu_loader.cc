@@ -185,6 +185,9 @@ struct GpuLoader::Impl {
   virtual double HardwareShare() const { return -1; }
   virtual bool Adaptive() const { return false; }
   virtual size_t NvjpegBytes() const { return 0; }
+  // Batches of the next epoch made ahead: waiting now, and kept by set_epoch so far.
+  virtual uint64_t ReadyAhead() const { return 0; }
+  virtual uint64_t AdoptedAhead() const { return 0; }
 
   Status InitCommon(size_t out_bytes, size_t staging_bytes, bool staging_is_out) {
     SK_CUDA_RETURN(cudaSetDevice(g.device));
@@ -516,6 +519,8 @@ struct Set {
   std::atomic<double> row_s{0};
   std::chrono::steady_clock::time_point posted{};
   Status err;
+  uint64_t epoch = 0, batch = 0;  // which batch the set holds (written by the producer)
+  std::vector<uint64_t> index;    // its rows' sample indices, in order
   std::vector<size_t> keep;  // the rows kept (packer), decoded and resized (submitter)
 };
 
@@ -683,31 +688,73 @@ struct DecodeImpl final : ProducerImpl {
 
   Status BeginEpoch(uint64_t e, uint64_t) override {
     order = pipeline::RankOrder(n, o, e);
+    ahead_skipped.clear();
     return Status::OK();  // (Start clears the skipped rows)
   }
 
-  // Three threads per epoch, a stage each, so that the host work of later batches
-  // overlaps the GPU submission of batch b (nvjpegDecodeBatchedEx blocks its caller for
-  // most of the engines' time):
-  // - this one (the producer) waits until batch b's set is free (the submitter is done
-  //   with batch b - kSets on the host, and the GPU with its buffers), then posts b's
-  //   phase-1 rows (read, parse, plan, host decode) to the host threads and goes on to
-  //   b + 1 without waiting for them: several batches are in phase 1 at once, so a
-  //   batch's slowest rows overlap the next batch's first ones;
+  // Between epochs (LoaderOptions::prefetch_next_epoch): once the last batch of the
+  // consumer's epoch e is posted, the flow goes on with epoch e + 1 (the ring and the
+  // sets bound how far). set_epoch(e + 1) after the end of e keeps those batches; any
+  // other set_epoch, or restore(), stops the flow and starts it again. Rows of epoch
+  // e + 1 skipped under kSkip wait in ahead_skipped until their epoch is adopted.
+  bool Continues() const { return o.prefetch_next_epoch && part.num_batches > 0; }
+  std::vector<Status> ahead_skipped;  // (under mu)
+  std::atomic<uint64_t> adopted{0};   // batches of a next epoch kept by set_epoch
+
+  void SetEpoch(uint64_t x) override {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      const bool running = producer.joinable() && out.sticky.ok();
+      // Already at the start of epoch x (a set_epoch(x) right after Create or after an
+      // adoption): the flow is making exactly these batches.
+      if (running && !out.ended && out.epoch == x && out.next == 0) return;
+      if (running && out.ended && Continues() && out.epoch != UINT64_MAX && x == out.epoch + 1) {
+        uint64_t ready = 0;
+        for (const auto& it : queue) ready += it.st.ok() && !it.batch.end_of_epoch();
+        adopted += ready;
+        out.Start(x, 0);
+        out.skipped.swap(ahead_skipped);
+        ahead_skipped.clear();
+        last_return = {};
+        cv.notify_all();  // the producer may wait for this adoption (Produce)
+        return;
+      }
+    }
+    ProducerImpl::SetEpoch(x);
+  }
+  uint64_t AdoptedAhead() const override { return adopted.load(); }
+  uint64_t ReadyAhead() const override {
+    std::lock_guard<std::mutex> lk(mu);
+    uint64_t ready = 0;
+    if (out.ended)
+      for (const auto& it : queue) ready += it.st.ok() && !it.batch.end_of_epoch();
+    return ready;
+  }
+
+  // Three stages, a thread each, so that the host work of later batches overlaps the GPU
+  // submission of batch b (nvjpegDecodeBatchedEx blocks its caller for most of the
+  // engines' time). The batches flow in sequence q = 0, 1, ... (batch `start` of epoch e,
+  // then the epoch's next batches, then the next epochs' while the flow continues); set
+  // q % kSets holds batch q:
+  // - this one (the producer) waits until q's set is free (the submitter is done with
+  //   q - kSets on the host, and the GPU with its buffers), then posts q's phase-1 rows
+  //   (read, parse, plan, host decode) to the host threads and goes on to q + 1 without
+  //   waiting for them: several batches are in phase 1 at once, so a batch's slowest
+  //   rows overlap the next batch's first ones;
   // - the packer takes the batches in order as their last row is done: settles the
   //   rows' errors, packs descriptors, weights, host pixels and bitstreams, uploads;
   // - the submitter takes the packed batches in order: a ring slot, the decode on the
   //   GPU (hardware batch on the submitter, CUDA-backend rows at the same time on the
-  //   host threads), the resize, and the push. Packing batch b + 1 while the engines
-  //   decode batch b keeps the engines' calls back to back.
+  //   host threads), the resize, and the push (and an epoch's end after its last batch).
+  //   Packing batch q + 1 while the engines decode batch q keeps the engines' calls back
+  //   to back.
   struct Flow {
     std::mutex m;
     std::condition_variable cv;
-    uint64_t posted = 0;    // batches [start, posted) have their phase 1 posted
-    uint64_t packed = 0;    // the packer is done with [start, packed)
-    uint64_t finished = 0;  // the submitter is done with [start, finished) on the host
+    uint64_t posted = 0;    // batches [0, posted) of the sequence have their phase 1 posted
+    uint64_t packed = 0;    // the packer is done with [0, packed)
+    uint64_t finished = 0;  // the submitter is done with [0, finished) on the host
     bool producer_done = false, packer_done = false, submitter_done = false;
-    bool failed = false;    // the submitter pushed an error
     size_t items = 0;       // phase-1 rows posted and not yet run
   };
 
@@ -718,19 +765,19 @@ struct DecodeImpl final : ProducerImpl {
     while (!pred() && !stop.load()) f.cv.wait_for(lk, std::chrono::milliseconds(20));
   }
 
-  void Submitter(Flow& f, uint64_t e, uint64_t start) {
+  void Submitter(Flow& f) {
     bool bad = false;
     if (cudaError_t ce = cudaSetDevice(g.device); ce != cudaSuccess) {
       Push({gpu::CudaError(ce, "cudaSetDevice (GPU loader submitter)"), {}});
       bad = true;
     }
-    for (uint64_t b = start; !bad; ++b) {
-      Set& set = sets[b % kSets];
+    for (uint64_t q = 0; !bad; ++q) {
+      Set& set = sets[q % kSets];
       auto tw = PClock::now();
       {
         std::unique_lock<std::mutex> lk(f.m);
-        WaitFor(lk, f, [&] { return f.packed > b || f.packer_done; });
-        if (stop.load() || f.packed <= b) break;  // stopped, or no batch b
+        WaitFor(lk, f, [&] { return f.packed > q || f.packer_done; });
+        if (stop.load() || f.packed <= q) break;  // stopped, or no batch q
       }
       if (prof.on) prof.handoff += Since(tw);
       QueueItem it;
@@ -744,7 +791,7 @@ struct DecodeImpl final : ProducerImpl {
         last_acquire_s.store(acq);
         if (prof.on) prof.acquire += acq;
         auto tsub = PClock::now();
-        auto r = FinishBatch(set, int(b % kSets), e, b, slot, &it);
+        auto r = FinishBatch(set, int(q % kSets), slot, &it);
         last_submit_s.store(Since(tsub));
         if (r.ok()) {
           it.batch = std::move(r).value();
@@ -754,31 +801,32 @@ struct DecodeImpl final : ProducerImpl {
         }
       }
       bad = !it.st.ok();
+      const bool last = !bad && set.batch + 1 == part.num_batches;
       Push(std::move(it));  // (an error stays until set_epoch)
+      if (last) Push({Status::OK(), GpuLoaderAccess::End()});
       std::lock_guard<std::mutex> lk(f.m);
-      f.finished = b + 1;
+      f.finished = q + 1;
       f.cv.notify_all();
     }
     std::lock_guard<std::mutex> lk(f.m);
     f.submitter_done = true;
-    f.failed = bad;
     f.cv.notify_all();
   }
 
-  void Packer(Flow& f, uint64_t start) {
-    for (uint64_t b = start;; ++b) {
-      Set& set = sets[b % kSets];
+  void Packer(Flow& f) {
+    for (uint64_t q = 0;; ++q) {
+      Set& set = sets[q % kSets];
       {
         std::unique_lock<std::mutex> lk(f.m);
         WaitFor(lk, f, [&] {
-          return (f.posted > b && set.left.load() == 0) || (f.producer_done && f.posted <= b) || f.submitter_done;
+          return (f.posted > q && set.left.load() == 0) || (f.producer_done && f.posted <= q) || f.submitter_done;
         });
-        if (stop.load() || f.posted <= b || f.submitter_done) break;
+        if (stop.load() || f.posted <= q || f.submitter_done) break;
       }
-      if (set.err.ok()) set.err = PackBatch(set, b);
+      if (set.err.ok()) set.err = PackBatch(set);
       const bool bad = !set.err.ok();
       std::lock_guard<std::mutex> lk(f.m);
-      f.packed = b + 1;
+      f.packed = q + 1;
       f.cv.notify_all();
       if (bad) break;  // (the submitter pushes the error)
     }
@@ -789,39 +837,59 @@ struct DecodeImpl final : ProducerImpl {
 
   void Produce(uint64_t e, uint64_t start) override {
     Flow f;
-    f.posted = f.finished = start;
-    f.packed = start;
-    std::thread sub([&] { Submitter(f, e, start); });
+    std::thread sub([&] { Submitter(f); });
     std::thread pk([&] {
       (void)cudaSetDevice(g.device);  // (an error surfaces in Pack's CUDA calls)
-      Packer(f, start);
+      Packer(f);
     });
-    for (uint64_t b = start; b < part.num_batches; ++b) {
-      Set& set = sets[b % kSets];
+    // An epoch with no batch left (restored at its end, or too small for one batch):
+    // its end comes before anything of the next.
+    if (start >= part.num_batches) Push({Status::OK(), GpuLoaderAccess::End()});
+    uint64_t ep = e, b = start;
+    for (uint64_t q = 0;; ++q, ++b) {
+      if (b >= part.num_batches) {
+        if (!Continues() || ep == UINT64_MAX) break;
+        // Epoch ep + 1 only once ep is the consumer's (ep may itself be one made ahead):
+        // the flow runs at most one epoch ahead of the consumer.
+        {
+          std::unique_lock<std::mutex> lk(mu);  // (Stop() sets `stop` without mu: poll it)
+          while (!stop.load() && !(out.epoch == ep && out.sticky.ok()))
+            cv.wait_for(lk, std::chrono::milliseconds(20));
+        }
+        if (stop.load()) break;
+        ++ep;
+        b = 0;
+        order = pipeline::RankOrder(n, o, ep);  // (the producer's alone while it runs)
+      }
+      Set& set = sets[q % kSets];
       auto t0 = PClock::now();
       {
         std::unique_lock<std::mutex> lk(f.m);
-        WaitFor(lk, f, [&] { return f.submitter_done || b < f.finished + kSets; });
+        WaitFor(lk, f, [&] { return f.submitter_done || q < f.finished + kSets; });
         if (f.submitter_done || stop.load()) break;
       }
       cudaError_t ce = cudaEventSynchronize(set.done);  // the GPU is done with its buffers
       if (prof.on) {
         prof.wait_set += Since(t0);
-        ProfileCollect(int(b % kSets));
+        ProfileCollect(int(q % kSets));
         ++prof.batches;
       }
       set.err = ce == cudaSuccess ? Status::OK() : gpu::CudaError(ce, "cudaEventSynchronize(set)");
       const pipeline::BatchRows rows = pipeline::RowsOf(order.size(), o.batch_size, b);
+      set.epoch = ep;
+      set.batch = b;
+      set.index.resize(rows.count());
+      for (size_t i = 0; i < rows.count(); ++i) set.index[i] = order[rows.begin + i];
       const size_t count = set.err.ok() ? rows.count() : 0;
       set.left.store(count);
       set.row_s.store(0);
       set.posted = PClock::now();
       {
         std::lock_guard<std::mutex> lk(f.m);
-        f.posted = b + 1;
+        f.posted = q + 1;
         f.items += count;
       }
-      if (count) PostRows(f, set, e, rows);
+      if (count) PostRows(f, set);
       f.cv.notify_all();
       if (!set.err.ok()) break;
     }
@@ -829,21 +897,19 @@ struct DecodeImpl final : ProducerImpl {
       std::unique_lock<std::mutex> lk(f.m);
       f.producer_done = true;
       f.cv.notify_all();
-      // Every posted row has run (they use this epoch's order and sets), and the
-      // submitter has seen the end.
+      // Every posted row has run (they use the sets), and the submitter has seen the end.
       f.cv.wait(lk, [&] { return f.items == 0 && f.submitter_done && f.packer_done; });
     }
     sub.join();
     pk.join();
-    if (!stop.load() && !f.failed && f.finished == part.num_batches) Push({Status::OK(), GpuLoaderAccess::End()});
   }
 
   // Phase 1 of a batch's rows, posted to the host threads (producer thread).
-  void PostRows(Flow& f, Set& set, uint64_t e, const pipeline::BatchRows& rows) {
+  void PostRows(Flow& f, Set& set) {
     std::vector<RowPool::Item> items;
-    items.reserve(rows.count());
-    for (size_t i = 0; i < rows.count(); ++i)
-      items.push_back([this, &f, &set, e, i, index = order[rows.begin + i]](int tid) {
+    items.reserve(set.index.size());
+    for (size_t i = 0; i < set.index.size(); ++i)
+      items.push_back([this, &f, &set, e = set.epoch, i, index = set.index[i]](int tid) {
         PrepareRow(f, set, e, i, index, tid);
       });
     pool->Post(std::move(items), /*urgent=*/false);
@@ -988,32 +1054,34 @@ struct DecodeImpl final : ProducerImpl {
     return Status::OK();
   }
 
-  // pipeline::SettleRows, the skipped rows appended to `out.skipped`.
-  Status Settle(const std::vector<Status>& rows, std::vector<size_t>* keep) {
+  // pipeline::SettleRows, the skipped rows of epoch e appended to `out.skipped`, or to
+  // ahead_skipped while e is not the consumer's epoch yet.
+  Status Settle(const std::vector<Status>& rows, std::vector<size_t>* keep, uint64_t e) {
     std::vector<Status> sk;
     Status st = pipeline::SettleRows(rows, o.on_error, keep, &sk);
     if (!sk.empty()) {
       std::lock_guard<std::mutex> lk(mu);
-      for (auto& x : sk) out.skipped.push_back(std::move(x));
+      auto& to = e == out.epoch ? out.skipped : ahead_skipped;
+      for (auto& x : sk) to.push_back(std::move(x));
     }
     return st;
   }
 
   // The rows kept (errors: kError fails the batch at the first one; kSkip drops and
   // counts), packed and uploaded (packer thread, batches in order).
-  Status PackBatch(Set& set, uint64_t b) {
-    const size_t count = pipeline::RowsOf(order.size(), o.batch_size, b).count();
+  Status PackBatch(Set& set) {
+    const size_t count = set.index.size();
     if (stop.load()) return pipeline::Stopped();
     std::vector<Status> row_st(count);
     for (size_t i = 0; i < count; ++i) row_st[i] = set.rows[i].st;
     set.keep.clear();
-    SK_RETURN_IF_ERROR(Settle(row_st, &set.keep));
+    SK_RETURN_IF_ERROR(Settle(row_st, &set.keep, set.epoch));
     return Pack(set, set.keep);
   }
 
   // The rest of batch b, packed (submitter thread).
-  Result<DeviceBatch> FinishBatch(Set& set, int set_index, uint64_t e, uint64_t b, int slot, QueueItem* counts) {
-    const uint64_t begin = pipeline::RowsOf(order.size(), o.batch_size, b).begin;
+  Result<DeviceBatch> FinishBatch(Set& set, int set_index, int slot, QueueItem* counts) {
+    const uint64_t e = set.epoch, b = set.batch;
     if (stop.load()) return pipeline::Stopped();
     std::vector<size_t>& keep = set.keep;
     for (int attempt = 0;; ++attempt) {
@@ -1031,7 +1099,7 @@ struct DecodeImpl final : ProducerImpl {
       for (size_t i : redo)
         items.push_back([&, i](int) {
           Row& r = set.rows[i];
-          uint64_t index = order[begin + i];
+          uint64_t index = set.index[i];
           const Location where{.key = r.sample.key, .index = int64_t(index)};
           try {
             r.st = DecodeOnHost(r, e, index, where);
@@ -1045,7 +1113,7 @@ struct DecodeImpl final : ProducerImpl {
       std::vector<size_t> kept;
       std::vector<Status> row_st(keep.size());
       for (size_t k = 0; k < keep.size(); ++k) row_st[k] = set.rows[keep[k]].st;
-      SK_RETURN_IF_ERROR(Settle(row_st, &kept));
+      SK_RETURN_IF_ERROR(Settle(row_st, &kept, e));
       for (size_t& k : kept) k = keep[k];
       keep.swap(kept);
     }
@@ -1075,7 +1143,7 @@ struct DecodeImpl final : ProducerImpl {
       for (size_t f = 0; f < fields.size(); ++f) fields[f].push_back(r.fields[f]);
       labels.push_back(r.label);
       keys.push_back(r.sample.key);
-      indices.push_back(order[begin + i]);
+      indices.push_back(set.index[i]);
       switch (r.route) {
         case 0: ++counts->host; break;
         case 1: ++counts->hw; break;
@@ -1343,6 +1411,8 @@ GpuLoader::Stats GpuLoader::stats() const {
   s.hardware_share = impl_->HardwareShare();
   s.adaptive = impl_->Adaptive();
   s.nvjpeg_device_bytes = impl_->NvjpegBytes();
+  s.next_epoch_ready = impl_->ReadyAhead();
+  s.next_epoch_adopted = impl_->AdoptedAhead();
   return s;
 }
 

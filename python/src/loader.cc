@@ -644,6 +644,8 @@ tensor made from it is freed.)doc")
         d["hardware_share"] = s.hardware_share;
         d["adaptive"] = s.adaptive;
         d["nvjpeg_device_bytes"] = s.nvjpeg_device_bytes;
+        d["next_epoch_ready"] = s.next_epoch_ready;
+        d["next_epoch_adopted"] = s.next_epoch_adopted;
         return d;
       })
       .def("profile", [](PyGpuLoader& l) {

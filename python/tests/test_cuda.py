@@ -252,3 +252,32 @@ def test_threads_reports_the_librarys_default_on_each_path(tar):
     if _shardkit.NVJPEG_COMPILED:
         ld = loader(address, device="cuda:0", decoder="gpu", threads=0)
         assert ld.decoder == "gpu" and ld.threads == cpus - 2
+
+
+def test_gpu_decode_path_makes_the_next_epoch_ahead(tar):
+    """set_epoch(e + 1) after an epoch's end keeps the batches made ahead; they equal a
+    fresh loader's epoch e + 1 (hardware_load pinned: placement is a function of the index)."""
+    import time
+
+    address, _ = tar
+
+    def epoch_of(ld):
+        return [(keys, images.float().cpu()) for images, _, keys in ld]
+
+    ld = loader(address, device="cuda:0", decoder="gpu", hardware_load=0.5, ring=3, return_keys=True)
+    first = epoch_of(ld)
+    for _ in range(3000):  # up to 30 s for the ring's 3 slots
+        if ld.gpu_stats()["next_epoch_ready"] >= 3:
+            break
+        time.sleep(0.01)
+    assert ld.gpu_stats()["next_epoch_ready"] == 3
+    ld.set_epoch(1)
+    assert ld.gpu_stats()["next_epoch_adopted"] == 3
+    second = epoch_of(ld)
+    fresh = loader(address, device="cuda:0", decoder="gpu", hardware_load=0.5, return_keys=True)
+    fresh.set_epoch(1)
+    want = epoch_of(fresh)
+    assert [k for k, _ in second] == [k for k, _ in want]
+    assert [k for k, _ in second] != [k for k, _ in first]  # another order
+    for (_, a), (_, b) in zip(second, want):
+        assert torch.equal(a, b)
