@@ -144,7 +144,9 @@ def test_decoder_gpu_and_auto(tar):
 def test_gpu_profile_and_hardware_load_arguments(tar):
     address, _ = tar
     decoder = "gpu" if _shardkit.NVJPEG_COMPILED else "cpu"
-    ld = loader(address, device="cuda:0", decoder=decoder, hardware_load=1.0, profile=True)
+    # (prefetch_next_epoch off: else the batches started include the next epoch's)
+    ld = loader(address, device="cuda:0", decoder=decoder, hardware_load=1.0, profile=True,
+                prefetch_next_epoch=False)
     n = sum(1 for _ in ld)
     p = ld.gpu_profile()
     assert set(p) >= {"enabled", "batches", "phase1_s", "gpu_hw_decode_ms", "gpu_resize_ms", "rows_nvjpeg_s",
