@@ -184,6 +184,10 @@ class SHARDKIT_API GpuLoader {
                                                    const GpuOptions& gopts);
   ~GpuLoader();
 
+  // Positions at the start of epoch e (the batches depend only on e and the options).
+  // Right after the end of epoch e - 1 it keeps the batches of e already made ahead
+  // (LoaderOptions::prefetch_next_epoch, both paths); otherwise it drops the work in
+  // flight and starts again (the GPU decode path keeps it when already at e's start).
   void set_epoch(uint64_t e);
   uint64_t epoch() const;
   uint64_t num_batches() const;

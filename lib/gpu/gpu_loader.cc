@@ -704,7 +704,9 @@ struct DecodeImpl final : ProducerImpl {
   void SetEpoch(uint64_t x) override {
     {
       std::lock_guard<std::mutex> lk(mu);
-      const bool running = producer.joinable() && out.sticky.ok();
+      // (An error waiting in the queue: start again, as a fresh loader would retry.)
+      const bool running = producer.joinable() && out.sticky.ok() &&
+                           std::none_of(queue.begin(), queue.end(), [](const QueueItem& it) { return !it.st.ok(); });
       // Already at the start of epoch x (a set_epoch(x) right after Create or after an
       // adoption): the flow is making exactly these batches.
       if (running && !out.ended && out.epoch == x && out.next == 0) return;
