@@ -112,7 +112,18 @@ HTTP="http://127.0.0.1:$(cat "$W/http.port")"
 export AWS_ENDPOINT_URL="http://127.0.0.1:$(cat "$W/s3.port")" AWS_ACCESS_KEY_ID=S3RVER \
   AWS_SECRET_ACCESS_KEY=S3RVER AWS_REGION=us-east-1 SHARDKIT_STAGING_DIR="$W/staging"
 
-secs() { local t0 t1; t0=$(date +%s.%N); "$@" >"$W/log" 2>&1 || { echo "FAILED: $* ($(tail -1 "$W/log"))" >&2; exit 1; }; t1=$(date +%s.%N); awk "BEGIN{printf \"%.2f\", $t1 - $t0}"; }
+# Wall seconds of a command; its CPU seconds (user, system: the client's, not a server's)
+# go to $W/cpu.log, printed under the table.
+secs() {
+  local t0 t1 tm
+  t0=$(date +%s.%N)
+  tm=$( { TIMEFORMAT="%U %S"; time "$@" >"$W/log" 2>&1; } 2>&1 ) || { echo "FAILED: $* ($(tail -1 "$W/log"))" >&2; exit 1; }
+  t1=$(date +%s.%N)
+  awk -v w="$(awk "BEGIN{print $t1 - $t0}")" -v c="$tm" -v what="${*//$W\//}" \
+    'BEGIN{split(c, a, " "); n = length(what); if (n > 64) what = substr(what, n - 63)
+           printf "%-64s wall %6.2f user %6.2f sys %6.2f\n", what, w, a[1], a[2]}' >>"$W/cpu.log"
+  awk "BEGIN{printf \"%.2f\", $t1 - $t0}"
+}
 min() { awk "BEGIN{print ($1 < $2) ? $1 : $2}"; }
 # Two rounds in alternating order, the best of each (the first run also warms the page cache).
 T_LOCAL=$(secs "$SK" shard "$W/imgs" "$W/local/ds-%06d.tar" --num-shards "$SHARDS")
@@ -145,7 +156,26 @@ with ThreadPoolExecutor(4) as ex:
     list(ex.map(put, sorted(os.listdir(d))))
 ' "$W/local")
 fi
+# Where a conversion's wall time goes (strace, where installed): seconds from the start to
+# the first and the last shard's rename into place, and to the exit.
+TIMELINES=()
+if command -v strace >/dev/null; then
+  timeline() {
+    local out=$1; shift
+    strace -f -tt -e trace=execve,rename,renameat,renameat2,exit_group -o "$W/strace" "$@" >/dev/null 2>&1
+    awk -v what="$out" '/execve/ && !t0 {t0 = $2} /\.tar\.tmp-/ && /rename/ {if (!first) first = $2; last = $2}
+      /exit_group/ {end = $2}
+      function s(t, a) {split(t, a, ":"); return a[1] * 3600 + a[2] * 60 + a[3]}
+      END {printf "%-12s first shard %.2f s, last shard %.2f s, exit %.2f s (under strace)\n", what,
+           s(first) - s(t0), s(last) - s(t0), s(end) - s(t0)}' "$W/strace"
+  }
+  TIMELINES+=("$(timeline local "$SK" shard "$W/imgs" "$W/local/ds-%06d.tar" --num-shards "$SHARDS" --overwrite)")
+  TIMELINES+=("$(timeline http "$SK" shard "$W/imgs" "$HTTP/up/ds-%06d.tar" --num-shards "$SHARDS" --overwrite)")
+fi
 cp "$W"/local/* "$W/http/"
+if [ -n "${UPLOAD_ONLY:-}" ]; then  # the conversions only: no loader rows
+  L=- H=- S3RANGE=- S3COLD=- S3WARM=-
+else
 
 BB=()
 [ "$BATCHES" -gt 0 ] && BB=(--batches "$BATCHES")
@@ -169,6 +199,7 @@ S3RANGE=$(max "$S3RANGE" "$(ips "s3://test/ds/ds.manifest.json")")
 fi
 H=$(max "$H" "$(ips "$HTTP/ds.manifest.json")")
 L=$(max "$L" "$(ips "$W/local/ds.manifest.json")")
+fi
 r() { [ "$1" = - ] || [ "$2" = - ] && { echo -; return; }; awk "BEGIN{printf \"%.2f\", $1 / $2}"; }
 echo "remote storage, $N images in $SHARDS shards ($(du -sm "$W/local" | cut -f1) MB), $THREADS threads, loopback servers"
 printf "%-44s %12s %8s\n" "loader (random order, decode+crop; best of 2)" "images/s" "ratio"
@@ -183,3 +214,6 @@ printf "%-44s %12s %8s\n" "server ceiling: curl PUT of the shards (s)" "$T_CURLP
 printf "%-44s %12s %8s\n" "shard to s3:// (Python S3 emulation) (s)" "$T_EMU" "$(r "$T_LOCAL" "$T_EMU")"
 printf "%-44s %12s %8s\n" "shard to s3:// (s; ratio = speed vs local)" "$T_S3" "$(r "$T_LOCAL" "$T_S3")"
 printf "%-44s %12s %8s\n" "store ceiling: boto3 PUT of the same files (s)" "$T_PUT" "$(r "$T_LOCAL" "$T_PUT")"
+echo "client CPU seconds of each timed run (bash's time; servers not included):"
+cat "$W/cpu.log"
+for t in "${TIMELINES[@]}"; do echo "$t"; done
