@@ -145,6 +145,24 @@ std::vector<HostBatch> GpuEpoch(std::shared_ptr<RandomAccess> data, const Loader
   return out;
 }
 
+// Reads the loader's current epoch to its end, every batch ok; returns how many.
+size_t DrainEpoch(GpuLoader& l) {
+  for (size_t k = 0;; ++k) {
+    auto b = l.Next();
+    INFO(b.status().ToString());
+    REQUIRE(b.ok());
+    if (b->end_of_epoch()) return k;
+  }
+}
+
+// Waits (up to 60 s: sanitizers are slow) until `want` batches of the next epoch are
+// made ahead, or the time is up; returns how many there are.
+uint64_t WaitAhead(const GpuLoader& l, uint64_t want) {
+  for (int i = 0; i < 6000 && l.stats().next_epoch_ready < want; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return l.stats().next_epoch_ready;
+}
+
 // The conversion of a uint8 NHWC batch as the device does it (and as pipeline::Resizer
 // does it from the same value): v * (1 / (255 std)) + (-mean / std), rounded once each.
 std::vector<uint8_t> HostConvert(const HostBatch& u8, const LoaderOptions& o) {
@@ -336,11 +354,7 @@ TEST_CASE("GpuOptions::profile: the decode path's time breakdown is read through
     g.profile = on;
     auto l = GpuLoader::Create(data, o, g);
     REQUIRE(l.ok());
-    for (;;) {
-      auto b = (*l)->Next();
-      REQUIRE(b.ok());
-      if (b->end_of_epoch()) break;
-    }
+    DrainEpoch(**l);
     GpuLoader::Profile p = (*l)->profile();
     CHECK(p.enabled == on);
     GpuLoader::Stats s = (*l)->stats();
@@ -605,11 +619,7 @@ TEST_CASE("the copy of the next batch overlaps the consumer's kernel", "[gpu]") 
     for (int pass = 0; pass < 2; ++pass) {
       for (uint64_t e = 1; e <= 4; ++e) {
         (*l)->set_epoch(e);
-        for (;;) {
-          auto b = (*l)->Next();
-          REQUIRE(b.ok());
-          if (b->end_of_epoch()) break;
-        }
+        DrainEpoch(**l);
       }
     }
     (*l)->set_epoch(0);
@@ -656,11 +666,7 @@ TEST_CASE("device memory stays flat over many epochs", "[gpu][nosan]") {
     size_t after_first = 0, after_last = 0;
     for (uint64_t e = 0; e < 8; ++e) {
       (*l)->set_epoch(e);
-      for (;;) {
-        auto b = (*l)->Next();
-        REQUIRE(b.ok());
-        if (b->end_of_epoch()) break;
-      }
+      DrainEpoch(**l);
       if (e == 1) REQUIRE(gt::DeviceMemoryUsed(0, &after_first).ok());  // after 2 warm-up epochs
     }
     REQUIRE(gt::DeviceMemoryUsed(0, &after_last).ok());
@@ -699,21 +705,11 @@ TEST_CASE("GPU decode: a damaged image fails the batch naming it, or is skipped 
   REQUIRE((*l)->skipped().size() == 1);
   CHECK((*l)->skipped()[0].where().key == "broken/one");
   // The same row of the next epoch, made ahead, counts in that epoch only.
-  for (;;) {
-    auto x = (*l)->Next();
-    REQUIRE(x.ok());
-    if (x->end_of_epoch()) break;
-  }
-  for (int i = 0; i < 6000 && (*l)->stats().next_epoch_ready < 1; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  REQUIRE((*l)->stats().next_epoch_ready >= 1);
+  DrainEpoch(**l);
+  REQUIRE(WaitAhead(**l, 1) >= 1);
   CHECK((*l)->skipped().size() == 1);
   (*l)->set_epoch(1);
-  for (;;) {
-    auto x = (*l)->Next();
-    REQUIRE(x.ok());
-    if (x->end_of_epoch()) break;
-  }
+  DrainEpoch(**l);
   REQUIRE((*l)->skipped().size() == 1);
   CHECK((*l)->skipped()[0].where().key == "broken/one");
 }
@@ -814,16 +810,9 @@ TEST_CASE("GPU decode path: the next epoch is made ahead; set_epoch(e + 1) keeps
         CHECK(bytes == want[k].bytes);
       }
     };
-    // Waits (up to 60 s: sanitizers are slow) for the flow to fill the ring with the next
-    // epoch's first batches; the consumer holds none.
-    auto wait_ahead = [&](uint64_t want) {
-      for (int i = 0; i < 6000 && (*l)->stats().next_epoch_ready < want; ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      return (*l)->stats().next_epoch_ready;
-    };
     (*l)->set_epoch(0);  // right after Create: keeps the batches in flight
     read_epoch(0);
-    CHECK(wait_ahead(3) == 3);  // every ring slot (GpuOptions::ring = 3)
+    CHECK(WaitAhead(**l, 3) == 3);  // every ring slot (GpuOptions::ring = 3)
     CHECK((*l)->stats().next_epoch_adopted == 0);
     (*l)->set_epoch(1);
     CHECK((*l)->stats().next_epoch_adopted == 3);
@@ -832,7 +821,7 @@ TEST_CASE("GPU decode path: the next epoch is made ahead; set_epoch(e + 1) keeps
     (*l)->set_epoch(2);  // at once: whatever was made ahead is kept
     read_epoch(2);
     const uint64_t adopted = (*l)->stats().next_epoch_adopted;
-    CHECK(wait_ahead(3) == 3);
+    CHECK(WaitAhead(**l, 3) == 3);
     (*l)->set_epoch(7);  // not the next epoch: dropped
     CHECK((*l)->stats().next_epoch_adopted == adopted);
     read_epoch(7);
@@ -842,16 +831,12 @@ TEST_CASE("GPU decode path: the next epoch is made ahead; set_epoch(e + 1) keeps
     CHECK(again->end_of_epoch());
     (*l)->set_epoch(8);
     read_epoch(8);
-    // Without prefetch_next_epoch nothing is made ahead, and the batches are the same.
+    // Without prefetch_next_epoch nothing is made ahead.
     LoaderOptions off = o;
     off.prefetch_next_epoch = false;
     auto m = GpuLoader::Create(data, off, g);
     REQUIRE(m.ok());
-    for (;;) {
-      auto b = (*m)->Next();
-      REQUIRE(b.ok());
-      if (b->end_of_epoch()) break;
-    }
+    DrainEpoch(**m);
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     CHECK((*m)->stats().next_epoch_ready == 0);
     (*m)->set_epoch(1);
