@@ -11,7 +11,10 @@
 # (cold) and the next with the cache filled (warm); convert seconds local vs s3://.
 # SK: the shardkit binary (default build/tools/shardkit); MAKE_CORPUS as bench_convert.sh;
 # PY: a python3 with PIL and numpy (default /usr/bin/python3). Without node (or with
-# NO_S3=1; the GPU machine has no node) the s3rver rows are left out.
+# NO_S3=1; the GPU machine has no node) the s3rver rows are left out. UPLOAD_ONLY=1: the
+# conversions only (no loader rows); ROUNDS: runs of each shard row, best kept (2). Under
+# the table: the client's CPU seconds of every timed run, and where strace is installed
+# when the first and the last shard were renamed into place.
 # HTTP_SERVER=nginx: Debian's nginx serves and takes the PUTs instead of the Python server.
 # The servers keep their files (nginx its request bodies too) in /dev/shm when it is
 # writable (SERVER_DIR to choose): a remote store does not write to the client's disk,
@@ -125,11 +128,14 @@ secs() {
   awk "BEGIN{printf \"%.2f\", $t1 - $t0}"
 }
 min() { awk "BEGIN{print ($1 < $2) ? $1 : $2}"; }
-# Two rounds in alternating order, the best of each (the first run also warms the page cache).
+# ROUNDS (default 2) rounds in alternating order, the best of each (the first run also
+# warms the page cache; the disk's time varies from run to run).
 T_LOCAL=$(secs "$SK" shard "$W/imgs" "$W/local/ds-%06d.tar" --num-shards "$SHARDS")
 T_HTTP=$(secs "$SK" shard "$W/imgs" "$HTTP/up/ds-%06d.tar" --num-shards "$SHARDS")
-T_HTTP=$(min "$T_HTTP" "$(secs "$SK" shard "$W/imgs" "$HTTP/up/ds-%06d.tar" --num-shards "$SHARDS" --overwrite)")
-T_LOCAL=$(min "$T_LOCAL" "$(secs "$SK" shard "$W/imgs" "$W/local/ds-%06d.tar" --num-shards "$SHARDS" --overwrite)")
+for _ in $(seq 2 "${ROUNDS:-2}"); do
+  T_HTTP=$(min "$T_HTTP" "$(secs "$SK" shard "$W/imgs" "$HTTP/up/ds-%06d.tar" --num-shards "$SHARDS" --overwrite)")
+  T_LOCAL=$(min "$T_LOCAL" "$(secs "$SK" shard "$W/imgs" "$W/local/ds-%06d.tar" --num-shards "$SHARDS" --overwrite)")
+done
 # S3 (multipart parts in parallel, Content-MD5 each) against the Python S3 emulation.
 emu() { AWS_ENDPOINT_URL="http://127.0.0.1:$(cat "$W/s3emu.port")" "$@"; }
 T_EMU=$(emu secs "$SK" shard "$W/imgs" "s3://test/e/ds-%06d.tar" --num-shards "$SHARDS")
