@@ -775,7 +775,7 @@ TEST_CASE("the corpus (SHARDKIT_CORPUS) decodes end to end on the GPU path", "[g
 
 // The batches of epoch e from a loader that went through `path` epochs before it (with
 // the flow running ahead into each next epoch), against a fresh loader's epoch e.
-TEST_CASE("GPU decode path: the next epoch is made ahead; set_epoch(e + 1) keeps it, any other epoch drops it",
+TEST_CASE("GPU decode path: the next epoch is made ahead, set_epoch(e + 1) keeps it and any other epoch drops it",
           "[gpu]") {
   REQUIRE_GPU_OR_SKIP();
   auto data = MixedData(72, false);  // 4 full batches and one of 8
