@@ -711,13 +711,10 @@ struct DecodeImpl final : ProducerImpl {
       // adoption): the flow is making exactly these batches.
       if (running && !out.ended && out.epoch == x && out.next == 0) return;
       if (running && out.ended && Continues() && out.epoch != UINT64_MAX && x == out.epoch + 1) {
-        uint64_t ready = 0;
-        for (const auto& it : queue) ready += it.st.ok() && !it.batch.end_of_epoch();
-        adopted += ready;
-        out.Start(x, 0);
-        out.skipped.swap(ahead_skipped);
+        adopted += QueuedBatches();
+        out.Start(x, 0);  // (last_return was reset when Next() returned the end)
+        out.skipped = std::move(ahead_skipped);
         ahead_skipped.clear();
-        last_return = {};
         cv.notify_all();  // the producer may wait for this adoption (Produce)
         return;
       }
@@ -727,10 +724,12 @@ struct DecodeImpl final : ProducerImpl {
   uint64_t AdoptedAhead() const override { return adopted.load(); }
   uint64_t ReadyAhead() const override {
     std::lock_guard<std::mutex> lk(mu);
-    uint64_t ready = 0;
-    if (out.ended)
-      for (const auto& it : queue) ready += it.st.ok() && !it.batch.end_of_epoch();
-    return ready;
+    return out.ended ? QueuedBatches() : 0;
+  }
+  // The batches waiting in the queue (mu held): after the end of an epoch, the next's.
+  uint64_t QueuedBatches() const {
+    return uint64_t(std::count_if(queue.begin(), queue.end(),
+                                  [](const QueueItem& it) { return it.st.ok() && !it.batch.end_of_epoch(); }));
   }
 
   // Three stages, a thread each, so that the host work of later batches overlaps the GPU
