@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <map>
+#include <mutex>
 #include <set>
 #include <chrono>
 #include <filesystem>
@@ -34,6 +35,7 @@
 #include "shardkit/convert.h"
 #include "shardkit/dataset.h"
 #include "shardkit/loader.h"
+#include "fault_fs.h"
 #include "support.h"
 
 extern char** environ;
@@ -1232,6 +1234,44 @@ TEST_CASE("remote staging: a shard uploads while it is written, and one dropped 
   CHECK(sk_test::ReadFile(srv.root + "/bkt/out/a-000001.tar") == data);
   CHECK(srv.Stats()["uploads"].empty());
   ::unsetenv("AWS_ENDPOINT_URL");
+}
+
+TEST_CASE("remote staging: staged copies are not synced (the upload is the durable copy), journals are", "[remote]") {
+  HttpServer srv;
+  sk_test::TempDir tmp;
+  std::mutex mu;
+  std::vector<std::string> synced;  // paths the staging synced (a file, or a directory)
+  auto base = sk_test::FaultFs([&](const std::string& p, std::string_view op) {
+    std::lock_guard lock(mu);
+    if (op == "fsync") synced.push_back(p);
+    return 0;
+  });
+  auto staged = io::StageRemoteOutput(srv.proc->base() + "/out/a-%06d.tar", base, tmp / "staging", "");
+  REQUIRE(staged.ok());
+  const std::string dir = staged->address.substr(0, staged->address.rfind('/'));
+  const std::string data = RandomBytes(3 << 20, 43);
+  REQUIRE(io::WriteFileAtomic(dir + "/a-000000.tar", data, true, staged->fs).ok());
+  REQUIRE(io::WriteFileAtomic(dir + "/a-000000.idx", "idx\n", true, staged->fs).ok());
+  {
+    std::lock_guard lock(mu);
+    INFO(fmt::format("{}", fmt::join(synced, ", ")));
+    CHECK(synced.empty());
+  }
+  REQUIRE(io::WriteFileAtomic(dir + "/a.manifest.json.partial", "{}", true, staged->fs).ok());
+  {
+    std::lock_guard lock(mu);
+    INFO(fmt::format("{}", fmt::join(synced, ", ")));
+    // The journal's data, then its directory entry.
+    REQUIRE(synced.size() == 2);
+    CHECK(synced[0].find("a.manifest.json.partial") != std::string::npos);
+    CHECK(synced[1] == dir);
+  }
+  REQUIRE(io::WriteFileAtomic(dir + "/a.manifest.json", "{}", true, staged->fs).ok());
+  REQUIRE(staged->Finish().ok());
+  CHECK(sk_test::ReadFile(srv.root + "/out/a-000000.tar") == data);
+  CHECK(sk_test::ReadFile(srv.root + "/out/a-000000.idx") == "idx\n");
+  CHECK(sk_test::ReadFile(srv.root + "/out/a.manifest.json") == "{}");
+  CHECK(!fs::exists(srv.root + "/out/a.manifest.json.partial"));
 }
 
 // ---------------------------------------------------------------- knobs are options (issue 13)

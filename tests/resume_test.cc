@@ -243,6 +243,22 @@ TEST_CASE("resume: refuses a different source, different options, or changed sha
     REQUIRE(WriteAll(pat, samples, o).ok());
     CHECK_FALSE(io::Exists(t / "o/x.manifest.json.partial"));
   }
+  SECTION("a committed shard's index or checksum file torn since (a remote output's staging is not synced)") {
+    interrupted();
+    for (std::string side : {"o/x-000001.idx", "o/x-000000.tar.xxh3"}) {
+      INFO(side);
+      const std::string good = sk_test::ReadFile(t / side);
+      REQUIRE(good.size() > 10);
+      sk_test::WriteFile(t / side, std::string(good.size(), '\0'));  // what a crash leaves: the size, no data
+      Status st = WriteAll(pat, samples, Opts(true));
+      INFO(st.ToString());
+      CHECK(st.code() == Code::kCorrupt);
+      CHECK(st.where().file == t / side);
+      CHECK(st.message().find("differs from the journal") != std::string::npos);
+      sk_test::WriteFile(t / side, good);
+    }
+    REQUIRE(WriteAll(pat, samples, Opts(true)).ok());
+  }
   SECTION("resume without a journal starts from scratch; a finished write leaves none") {
     Status st = WriteAll(t / "n/x-%06d.tar", samples, Opts(true));
     REQUIRE(st.ok());

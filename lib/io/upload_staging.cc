@@ -88,12 +88,30 @@ class FollowedWritable : public WritableFile {
     f_->cv.notify_all();
     return Status::OK();
   }
-  Status Sync() override { return base_->Sync(); }
+  // Not synced: the staged copy of a remote output is a cache, and the store's
+  // acknowledgement of the upload is what makes it durable (issue 14: the fsyncs held the
+  // conversion back as much as to a local output). A machine crash may tear it; the
+  // journal's checksums make a resume refuse it (formats/wds/journal.cc).
+  Status Sync() override { return Status::OK(); }
   Status Close() override { return base_->Close(); }
 
  private:
   std::unique_ptr<WritableFile> base_;
   std::shared_ptr<Follow> f_;
+};
+
+// A staged file that is not followed (a manifest or part record, uploaded last; a file
+// whose follower could not open it): not synced either, for the same reason.
+class UnsyncedWritable : public WritableFile {
+ public:
+  explicit UnsyncedWritable(std::unique_ptr<WritableFile> base) : base_(std::move(base)) {}
+  const std::string& path() const override { return base_->path(); }
+  Status Append(const void* data, size_t size) override { return base_->Append(data, size); }
+  Status Sync() override { return Status::OK(); }
+  Status Close() override { return base_->Close(); }
+
+ private:
+  std::unique_ptr<WritableFile> base_;
 };
 
 }  // namespace
@@ -121,8 +139,9 @@ class UploadingFileSystem : public FileSystem {
   }
 
   const std::string& local_root() const { return local_root_; }
+  bool Staged(const std::string& p) const { return p.compare(0, local_root_.size(), local_root_) == 0; }
   std::string RemoteOf(const std::string& local) const {
-    if (local.compare(0, local_root_.size(), local_root_) != 0) return local;
+    if (!Staged(local)) return local;
     return remote_root_ + local.substr(local_root_.size());
   }
 
@@ -142,14 +161,13 @@ class UploadingFileSystem : public FileSystem {
   // An output's temporary file (AtomicFile): followed to its remote address from now on.
   Result<std::unique_ptr<WritableFile>> NewStagedFile(const std::string& p, const std::string& final_path) override {
     SK_ASSIGN_OR_RETURN(auto file, base_->NewStagedFile(p, final_path));
-    if (final_path.compare(0, local_root_.size(), local_root_) != 0 || StaysLocal(final_path) ||
-        UploadedLast(final_path))
-      return file;
+    if (!Staged(final_path) || StaysLocal(final_path)) return file;  // (journals and locks are synced)
+    if (UploadedLast(final_path)) return std::unique_ptr<WritableFile>(new UnsyncedWritable(std::move(file)));
     auto f = std::make_shared<Follow>();
     f->temp = p;
     f->final_path = final_path;
     f->fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-    if (f->fd < 0) return file;  // uploaded whole once published, as any other file
+    if (f->fd < 0) return std::unique_ptr<WritableFile>(new UnsyncedWritable(std::move(file)));  // uploaded whole once published
     {
       std::lock_guard lock(mu_);
       follows_[p] = f;
@@ -171,7 +189,9 @@ class UploadingFileSystem : public FileSystem {
         follows_.erase(it);
       }
     }
-    Status published = base_->Publish(staged, final_path, opts);
+    // A followed file's rename is not synced either: its publish runs on this file system,
+    // whose SyncDir skips the staging directory; anything else (a journal) publishes as usual.
+    Status published = followed ? FileSystem::Publish(staged, final_path, opts) : base_->Publish(staged, final_path, opts);
     if (followed) {
       // Its follower completes the upload; a failed publish drops it. (Published under
       // another name than its temporary one said: dropped, and uploaded whole below.)
@@ -180,8 +200,7 @@ class UploadingFileSystem : public FileSystem {
       if (!published.ok() || same) return published;
     }
     SK_RETURN_IF_ERROR(published);
-    if (final_path.compare(0, local_root_.size(), local_root_) != 0 || StaysLocal(final_path))
-      return Status::OK();
+    if (!Staged(final_path) || StaysLocal(final_path)) return Status::OK();
     std::vector<std::string> files;
     if (base_->IsDir(final_path)) {
       std::error_code ec;
@@ -207,8 +226,10 @@ class UploadingFileSystem : public FileSystem {
     return Status::OK();
   }
   Status Rename(const std::string& a, const std::string& b) override { return base_->Rename(a, b); }
-  Status SyncDir(const std::string& d) override { return base_->SyncDir(d); }
-  Status SyncTree(const std::string& d) override { return base_->SyncTree(d); }
+  // The staging directory is not made durable (see FollowedWritable::Sync); the publishes
+  // of journals and locks, which go to the base file system, sync their directory there.
+  Status SyncDir(const std::string& d) override { return Staged(d) ? Status::OK() : base_->SyncDir(d); }
+  Status SyncTree(const std::string& d) override { return Staged(d) ? Status::OK() : base_->SyncTree(d); }
   Result<FileInfo> Stat(const std::string& p) override { return base_->Stat(p); }
   Result<std::vector<FileInfo>> ListDir(const std::string& d) override { return base_->ListDir(d); }
   Status MakeDirs(const std::string& d) override { return base_->MakeDirs(d); }

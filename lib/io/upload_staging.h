@@ -19,6 +19,11 @@
 // writers' journals) and ".lock" (a part's lock) stay local. Before the manifest, staged
 // files that an earlier, interrupted run committed but did not upload
 // (--resume) are uploaded too (those whose remote size differs).
+// The staged copy is a cache, not the output: it is not made durable (no fsync of a
+// staged file, no sync of the staging directory; the store's acknowledgement of the
+// upload is the durable copy), except the journals and locks, which a --resume after a
+// machine crash reads. Such a crash may tear a staged file; the wds journal records the
+// checksums of each shard and of its .idx and .xxh3 files, so the resume refuses it.
 //
 // The staging directory is STAGING/shardkit-upload-<xxh3 of the remote root><tag>
 // (STAGING: the caller's staging_dir, ConvertOptions::staging_dir, else /tmp; the

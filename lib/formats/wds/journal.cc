@@ -76,6 +76,8 @@ Status WdsWriter::WriteJournal() {
     o["bytes"] = s.bytes;
     o["checksum"] = s.checksum;
     o["digest"] = paths::ChecksumString(resumed_[i].digest);
+    if (resumed_[i].idx_sum) o["index_checksum"] = paths::ChecksumString(resumed_[i].idx_sum);
+    if (resumed_[i].sums_sum) o["sums_checksum"] = paths::ChecksumString(resumed_[i].sums_sum);
     shards.push_back(std::move(o));
   }
   j["shards"] = std::move(shards);
@@ -128,11 +130,29 @@ Status WdsWriter::LoadJournal() {
       if (!io::Exists(wds::SumsPath(path)))
         return Status::Corrupt("cannot resume: the shard's checksum file is missing; start over with --overwrite",
                                Location{.file = wds::SumsPath(path), .shard = int64_t(i)});
-      std::string digest = o.at("digest").get<std::string>();
-      uint64_t d = 0;
-      if (digest.size() != 21 || digest.substr(0, 5) != "xxh3:") return bad("bad digest");
-      d = std::stoull(digest.substr(5), nullptr, 16);
-      resumed_.push_back(Resumed{si.samples, d});
+      auto sum = [&](const char* field) -> Result<uint64_t> {
+        std::string text = o.value(field, "");
+        if (text.empty()) return uint64_t{0};  // a journal from before these fields
+        if (text.size() != 21 || text.substr(0, 5) != "xxh3:") return bad(fmt::format("bad {}", field));
+        return uint64_t(std::stoull(text.substr(5), nullptr, 16));
+      };
+      const std::string d_text = o.at("digest").get<std::string>();
+      SK_ASSIGN_OR_RETURN(uint64_t idx_sum, sum("index_checksum"));
+      SK_ASSIGN_OR_RETURN(uint64_t sums_sum, sum("sums_checksum"));
+      // The side files too: a remote output's staged files are not synced (upload_staging.h),
+      // so after a machine crash one may be torn although the journal lists it.
+      for (auto [file, want] : {std::pair{IdxPathFor(path), idx_sum}, std::pair{wds::SumsPath(path), sums_sum}}) {
+        if (!want || (file == IdxPathFor(path) && !opts_.wds.write_index)) continue;
+        SK_ASSIGN_OR_RETURN(uint64_t h, paths::HashFile(file));
+        if (h != want)
+          return Status::Corrupt(fmt::format("cannot resume: checksum {} differs from the journal's {}; start over "
+                                             "with --overwrite",
+                                             paths::ChecksumString(h), paths::ChecksumString(want)),
+                                 Location{.file = file, .shard = int64_t(ShardNumber(i))});
+      }
+      if (d_text.size() != 21 || d_text.substr(0, 5) != "xxh3:") return bad("bad digest");
+      uint64_t d = std::stoull(d_text.substr(5), nullptr, 16);
+      resumed_.push_back(Resumed{si.samples, d, idx_sum, sums_sum});
       committed_.push_back(path);
       if (opts_.wds.write_index) committed_.push_back(IdxPathFor(path));
       committed_.push_back(wds::SumsPath(path));

@@ -366,6 +366,7 @@ Status WdsWriter::FinishShard() {
   SK_RETURN_IF_ERROR(file_->Commit());
   file_.reset();
   committed_.push_back(path);
+  Resumed done{shard_samples_, XXH3_64bits_digest(digest_)};
   if (opts_.wds.write_index) {
     // DALI's v1.2 index; v1.1 (no names) when a name holds white space,
     // which would break its space-separated lines.
@@ -373,14 +374,17 @@ Status WdsWriter::FinishShard() {
     std::string idx_path = IdxPathFor(path);
     SK_RETURN_IF_ERROR(io::WriteFileAtomic(idx_path, text, true, opts_.filesystem));
     committed_.push_back(idx_path);
+    done.idx_sum = XXH3_64bits(text.data(), text.size());
   }
   // Per-sample checksums, for verify (index.h has the layout).
   std::string sums_path = wds::SumsPath(path);
-  SK_RETURN_IF_ERROR(io::WriteFileAtomic(sums_path, wds::SumsText(sums_), true, opts_.filesystem));
+  std::string sums_text = wds::SumsText(sums_);
+  SK_RETURN_IF_ERROR(io::WriteFileAtomic(sums_path, sums_text, true, opts_.filesystem));
   committed_.push_back(sums_path);
+  done.sums_sum = XXH3_64bits(sums_text.data(), sums_text.size());
   summary_.shards.push_back(
       ShardInfo{path, shard_samples_, size, paths::ChecksumString(XXH3_64bits_digest(hash_))});
-  resumed_.push_back(Resumed{shard_samples_, XXH3_64bits_digest(digest_)});
+  resumed_.push_back(done);
   XXH3_64bits_reset(digest_);
   committed_samples_ += shard_samples_;
   shard_samples_ = 0;

@@ -98,6 +98,9 @@ class WdsWriter : public SampleWriter {
   struct Resumed {
     uint64_t samples = 0;
     uint64_t digest = 0;  // of the shard's samples (paths::AddSampleToDigest)
+    // XXH3 of the shard's .idx and .xxh3 files (0: no .idx; an older journal without
+    // them): a resume checks them, since a remote output's staged files are not synced.
+    uint64_t idx_sum = 0, sums_sum = 0;
   };
   std::string journal_;
   bool keep_state_ = false;             // leave committed shards + journal when destroyed unfinished

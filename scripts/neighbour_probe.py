@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""Issue 16: does a shardkit feed slow a training step through the process it shares with it
+(one CUDA context, one driver, the launching thread's process) or through the machine it
+shares (cores, caches, memory, the GPU)? Trains a model on synthetic data in this process and
+runs, phase by phase, a feed beside it: in a second process ("out:", a CUDA context of its
+own, throttled to the model's rate alone), or in this one ("in:", the model trains on its
+batches), or nothing ("none"). Prints ms per training step for each phase: wall, the host
+time to launch the step, the GPU time between CUDA events around it.
+
+  python3 scripts/neighbour_probe.py --shards M.manifest.json --model resnet18 \
+      --phases none,out:cpu,out:gpu@1.0,in:gpu@1.0,out:gpu@0,in:gpu@0,none --seconds 8
+
+A feed spec is cpu (the CPU loader, batches in host memory, no CUDA in the neighbour),
+gpu@S (the GPU decode path with the engines' share S), auto; #N sets its host threads.
+The run is a measurement, not a test.
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+
+
+def loader_for(spec, shards, batch, device):
+    import shardkit
+
+    m = re.fullmatch(r"(cpu|gpu|auto)((?:[@#][0-9.]+)*)", spec)
+    if not m:
+        raise SystemExit(f"bad feed {spec!r}")
+    mods = dict(re.findall(r"([@#])([0-9.]+)", m.group(2)))
+    kw = {}
+    if m.group(1) == "cpu":
+        kw["decoder"] = "cpu"
+    elif m.group(1) == "gpu":
+        kw["decoder"] = "gpu"
+    if "@" in mods:
+        kw["hardware_load"] = float(mods["@"])
+    if "#" in mods:
+        kw["threads"] = int(mods["#"])
+    return shardkit.Loader(shards, batch_size=batch, seed=0, device=device, layout="channels_last",
+                           drop_last=True, **kw)
+
+
+def endless(ld):
+    e = 0
+    while True:
+        ld.set_epoch(e)
+        for b in ld:
+            yield b
+        e += 1
+
+
+def neighbour(args):
+    """The feed in a process of its own: batches at most at --rate images/s, dropped."""
+    dev = "cpu" if args.feed.startswith("cpu") else "cuda:0"
+    if dev != "cpu":
+        import torch  # noqa: F401  (the Loader's CUDA tensors)
+    ld = loader_for(args.feed, args.shards, args.batch, dev)
+    t0 = time.perf_counter()
+    n = 0
+    for images, labels in endless(ld):
+        del images, labels
+        n += 1
+        if n == 5:
+            print("ready", flush=True)
+        if args.rate > 0:
+            ahead = t0 + n * args.batch / args.rate - time.perf_counter()
+            if ahead > 0:
+                time.sleep(ahead)
+    return 0
+
+
+def trainer(args):
+    import torch
+    import torchvision
+
+    device = torch.device("cuda", 0)
+    torch.cuda.set_device(device)
+    torch.backends.cudnn.benchmark = True
+    torch.manual_seed(0)
+    x = torch.randn(args.batch, 3, 224, 224, device=device).to(memory_format=torch.channels_last)
+    y = torch.randint(0, 1000, (args.batch,), device=device)
+    if args.model == "probe_launch":
+        px = torch.zeros(1024, device=device)
+
+        def step(images, labels):
+            for _ in range(3000):
+                px.add_(1.0)
+    else:
+        model = getattr(torchvision.models, args.model)().to(device, memory_format=torch.channels_last)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+        loss_fn = torch.nn.CrossEntropyLoss()
+
+        def step(images, labels):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = loss_fn(model(images), labels)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+
+    def synthetic():
+        while True:
+            yield x, y
+
+    def measure(batches, seconds):
+        for _ in range(args.warmup):
+            images, labels = next(batches)
+            step(images, labels)
+        torch.cuda.synchronize()
+        marks, launch, wait, n = [], 0.0, 0.0, 0
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            tw = time.perf_counter()
+            images, labels = next(batches)
+            tl = time.perf_counter()
+            wait += tl - tw
+            ev = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            ev[0].record()
+            step(images, labels)
+            ev[1].record()
+            marks.append(ev)
+            launch += time.perf_counter() - tl
+            n += 1
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - t0
+        gpu = [a.elapsed_time(b) for a, b in marks]
+        return {"steps": n, "wall": 1000 * wall / n, "wait": 1000 * wait / n, "launch": 1000 * launch / n,
+                "gpu": sum(gpu) / n, "gpu_min": min(gpu)}
+
+    rows = []
+    alone = measure(synthetic(), args.seconds)  # warms cudnn's choices too; the rate for throttling
+    rate = args.batch * 1000 / alone["wall"]
+    print(f"warm-up phase: {alone['wall']:.1f} ms/step ({rate:.0f} images/s)", file=sys.stderr, flush=True)
+    for phase in args.phases.split(","):
+        proc = None
+        batches = synthetic()
+        if phase.startswith("out:"):
+            proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--neighbour", "--feed", phase[4:],
+                                     "--shards", args.shards, "--batch", str(args.batch), "--rate", str(round(rate))],
+                                    stdout=subprocess.PIPE, text=True)
+            line = proc.stdout.readline()
+            if line.strip() != "ready":
+                raise SystemExit(f"neighbour {phase} did not start (exit {proc.wait()})")
+        elif phase.startswith("in:"):
+            ld = loader_for(phase[3:], args.shards, args.batch, "cuda:0")
+            batches = ((im, y) for im, _ in endless(ld))
+        elif phase != "none":
+            raise SystemExit(f"bad phase {phase!r}")
+        r = measure(batches, args.seconds)
+        if proc:
+            proc.terminate()
+            proc.wait()
+        if phase.startswith("in:"):
+            r["summary"] = ld.summary() if hasattr(ld, "summary") else ""
+            ld.close()
+            del ld, batches
+        r["phase"] = phase
+        rows.append(r)
+        print(f"{phase}: {r['wall']:.1f} ms/step", file=sys.stderr, flush=True)
+    base = [r for r in rows if r["phase"] == "none"]
+    base = min(r["wall"] for r in base) if base else alone["wall"]
+    print(f"{args.model}, batch {args.batch}, {args.seconds:g} s per phase; ms per step "
+          f"(x = wall / best 'none' wall {base:.1f})")
+    print(f"{'phase':16s} {'steps':>6s} {'wall':>6s} {'x':>5s} {'wait':>6s} {'launch':>7s} {'gpu':>6s} {'gpu min':>8s}")
+    for r in rows:
+        print(f"{r['phase']:16s} {r['steps']:6d} {r['wall']:6.1f} {r['wall'] / base:5.2f} {r['wait']:6.1f} "
+              f"{r['launch']:7.1f} {r['gpu']:6.1f} {r['gpu_min']:8.1f}")
+    for r in rows:
+        if r.get("summary"):
+            print(f"{r['phase']}: {r['summary']}")
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shards", required=True)
+    ap.add_argument("--model", default="resnet18", help="a torchvision model, or probe_launch")
+    ap.add_argument("--phases", default="none,out:cpu,out:gpu@1.0,in:gpu@1.0,out:gpu@0,in:gpu@0,none")
+    ap.add_argument("--seconds", type=float, default=8)
+    ap.add_argument("--warmup", type=int, default=8)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--neighbour", action="store_true")
+    ap.add_argument("--feed", default="")
+    ap.add_argument("--rate", type=float, default=0, help="neighbour: images/s at most (0: unthrottled)")
+    args = ap.parse_args()
+    return neighbour(args) if args.neighbour else trainer(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
