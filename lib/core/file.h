@@ -86,6 +86,11 @@ Result<std::string> ReadFile(const std::string& path);
 // Writes a whole small file atomically (temp, sync, publish) through `fs` (null = local).
 Status WriteFileAtomic(const std::string& path, std::string_view contents, bool overwrite = true,
                        const std::shared_ptr<FileSystem>& fs = nullptr);
+// A new local file (truncated) whose pages are left to the page cache: unlike the local
+// FileSystem's files it does not hand each written chunk to the disk at once (a staged
+// copy of a remote output, uploaded and removed, often before the disk needs to see it).
+// Defined in io/local_fs.cc.
+Result<std::unique_ptr<WritableFile>> NewCacheOnlyFile(const std::string& path);
 // Syncs a directory's entries through `fs` (null = local).
 Status FsyncDir(const std::string& dir, const std::shared_ptr<FileSystem>& fs = nullptr);
 // mkdir -p.

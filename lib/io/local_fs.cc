@@ -72,7 +72,9 @@ class LocalReadable : public ReadableFile {
 
 class LocalWritable : public WritableFile {
  public:
-  LocalWritable(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  // writeback: hand full chunks to the disk as they are written (StartWriteback).
+  LocalWritable(std::string path, int fd, bool writeback = true)
+      : path_(std::move(path)), fd_(fd), writeback_(writeback ? 0 : UINT64_MAX) {}
   ~LocalWritable() override {
     if (fd_ >= 0) ::close(fd_);
   }
@@ -118,7 +120,7 @@ class LocalWritable : public WritableFile {
   // error here is not lost: fsync reports it.
   void StartWriteback() {
     static constexpr uint64_t kWritebackChunk = 8ull << 20;
-    if (written_ - writeback_ < kWritebackChunk) return;
+    if (writeback_ == UINT64_MAX || written_ - writeback_ < kWritebackChunk) return;
     const uint64_t end = written_ - written_ % kWritebackChunk;
     ::sync_file_range(fd_, off_t(writeback_), off_t(end - writeback_), SYNC_FILE_RANGE_WRITE);
     writeback_ = end;
@@ -127,7 +129,7 @@ class LocalWritable : public WritableFile {
   std::string path_;
   int fd_;
   uint64_t written_ = 0;
-  uint64_t writeback_ = 0;  // [0, writeback_) has been handed to the disk
+  uint64_t writeback_ = 0;  // [0, writeback_) has been handed to the disk; UINT64_MAX: never
 };
 
 FileType TypeOf(mode_t m) {
@@ -302,4 +304,13 @@ std::shared_ptr<FileSystem> FileSystem::Local() {
   return local;
 }
 
+namespace io {
+
+Result<std::unique_ptr<WritableFile>> NewCacheOnlyFile(const std::string& path) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::FromErrno(errno, "cannot create output file", Location{.file = path});
+  return std::unique_ptr<WritableFile>(new LocalWritable(path, fd, /*writeback=*/false));
+}
+
+}  // namespace io
 }  // namespace shardkit

@@ -160,8 +160,9 @@ class UploadingFileSystem : public FileSystem {
   }
   // An output's temporary file (AtomicFile): followed to its remote address from now on.
   Result<std::unique_ptr<WritableFile>> NewStagedFile(const std::string& p, const std::string& final_path) override {
-    SK_ASSIGN_OR_RETURN(auto file, base_->NewStagedFile(p, final_path));
-    if (!Staged(final_path) || StaysLocal(final_path)) return file;  // (journals and locks are synced)
+    if (!Staged(final_path) || StaysLocal(final_path)) return base_->NewStagedFile(p, final_path);  // (journals, locks)
+    // Locally, a file the disk is not asked to write as it grows: only the upload needs it.
+    SK_ASSIGN_OR_RETURN(auto file, base_ == FileSystem::Local() ? NewCacheOnlyFile(p) : base_->NewStagedFile(p, final_path));
     if (UploadedLast(final_path)) return std::unique_ptr<WritableFile>(new UnsyncedWritable(std::move(file)));
     auto f = std::make_shared<Follow>();
     f->temp = p;
