@@ -141,9 +141,11 @@ emu() { AWS_ENDPOINT_URL="http://127.0.0.1:$(cat "$W/s3emu.port")" "$@"; }
 T_EMU=$(emu secs "$SK" shard "$W/imgs" "s3://test/e/ds-%06d.tar" --num-shards "$SHARDS")
 T_EMU=$(min "$T_EMU" "$(emu secs "$SK" shard "$W/imgs" "s3://test/e/ds-%06d.tar" --num-shards "$SHARDS" --overwrite)")
 # The HTTP server's ceiling: the same finished shards PUT by curl, 8 at once, nothing else to do.
-T_CURLPUT=-
+T_CURLPUT=- T_EMUPUT=-
 if command -v curl >/dev/null; then
   T_CURLPUT=$(secs bash -c "ls '$W/local'/*.tar | xargs -P 8 -I{} curl -sf -T {} '$HTTP/curl/'")
+  # The emulation's own floor: the same shards as single PUTs (no multipart), 8 at once.
+  T_EMUPUT=$(secs bash -c "ls '$W/local'/*.tar | xargs -P 8 -I{} curl -sf -T {} 'http://127.0.0.1:$(cat "$W/s3emu.port")/test/curl/'")
 fi
 T_S3=- T_PUT=-
 if [ $S3 = 1 ]; then
@@ -218,6 +220,7 @@ printf "%-44s %12s %8s\n" "shard to local disk (s)" "$T_LOCAL" "1.00"
 printf "%-44s %12s %8s\n" "shard to $HTTP_NAME PUT (s)" "$T_HTTP" "$(r "$T_LOCAL" "$T_HTTP")"
 printf "%-44s %12s %8s\n" "server ceiling: curl PUT of the shards (s)" "$T_CURLPUT" "$(r "$T_LOCAL" "$T_CURLPUT")"
 printf "%-44s %12s %8s\n" "shard to s3:// (Python S3 emulation) (s)" "$T_EMU" "$(r "$T_LOCAL" "$T_EMU")"
+printf "%-44s %12s %8s\n" "emulation ceiling: curl PUT of the shards (s)" "$T_EMUPUT" "$(r "$T_LOCAL" "$T_EMUPUT")"
 printf "%-44s %12s %8s\n" "shard to s3:// (s; ratio = speed vs local)" "$T_S3" "$(r "$T_LOCAL" "$T_S3")"
 printf "%-44s %12s %8s\n" "store ceiling: boto3 PUT of the same files (s)" "$T_PUT" "$(r "$T_LOCAL" "$T_PUT")"
 echo "client CPU seconds of each timed run (bash's time; servers not included):"
