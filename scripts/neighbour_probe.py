@@ -8,7 +8,7 @@ batches), or nothing ("none"). Prints ms per training step for each phase: wall,
 time to launch the step, the GPU time between CUDA events around it.
 
   python3 scripts/neighbour_probe.py --shards M.manifest.json --model resnet18 \
-      --phases none,out:cpu,out:gpu@1.0,in:gpu@1.0,out:gpu@0,in:gpu@0,none --seconds 8
+      --phases none,out:cpu,out:gpu@1.0,in:gpu@1.0,out:gpu@0,in:gpu@0,none --seconds 8 [--graph]
 
 A feed spec is cpu (the CPU loader, batches in host memory, no CUDA in the neighbour),
 gpu@S (the GPU decode path with the engines' share S), auto; #N sets its host threads.
@@ -93,11 +93,35 @@ def trainer(args):
         loss_fn = torch.nn.CrossEntropyLoss()
 
         def step(images, labels):
-            with torch.autocast("cuda", dtype=torch.bfloat16):
+            with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=not args.graph):
                 loss = loss_fn(model(images), labels)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
+
+        if args.graph:
+            # The whole step captured once in a CUDA graph (PyTorch's whole-network capture):
+            # one launch per step, so the launching thread's speed no longer matters.
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(3):
+                    step(x, y)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            opt.zero_grad(set_to_none=True)
+            with torch.cuda.graph(graph):
+                with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False):
+                    static_loss = loss_fn(model(x), y)
+                static_loss.backward()
+                opt.step()
+
+            def step(images, labels):  # noqa: F811
+                if images.data_ptr() != x.data_ptr():
+                    x.copy_(images)
+                if labels.data_ptr() != y.data_ptr():
+                    y.copy_(labels)
+                graph.replay()
 
     def synthetic():
         while True:
@@ -160,7 +184,7 @@ def trainer(args):
         print(f"{phase}: {r['wall']:.1f} ms/step", file=sys.stderr, flush=True)
     base = [r for r in rows if r["phase"] == "none"]
     base = min(r["wall"] for r in base) if base else alone["wall"]
-    print(f"{args.model}, batch {args.batch}, {args.seconds:g} s per phase; ms per step "
+    print(f"{args.model}{' (CUDA graph)' if args.graph else ''}, batch {args.batch}, {args.seconds:g} s per phase; ms per step "
           f"(x = wall / best 'none' wall {base:.1f})")
     print(f"{'phase':16s} {'steps':>6s} {'wall':>6s} {'x':>5s} {'wait':>6s} {'launch':>7s} {'gpu':>6s} {'gpu min':>8s}")
     for r in rows:
@@ -180,6 +204,7 @@ def main():
     ap.add_argument("--seconds", type=float, default=8)
     ap.add_argument("--warmup", type=int, default=8)
     ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--graph", action="store_true", help="the training step captured in a CUDA graph (a torchvision model)")
     ap.add_argument("--neighbour", action="store_true")
     ap.add_argument("--feed", default="")
     ap.add_argument("--rate", type=float, default=0, help="neighbour: images/s at most (0: unthrottled)")
