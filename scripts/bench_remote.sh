@@ -11,7 +11,8 @@
 # (cold) and the next with the cache filled (warm); convert seconds local vs s3://.
 # SK: the shardkit binary (default build/tools/shardkit); MAKE_CORPUS as bench_convert.sh;
 # PY: a python3 with PIL and numpy (default /usr/bin/python3). Without node (or with
-# NO_S3=1; the GPU machine has no node) the s3rver rows are left out. UPLOAD_ONLY=1: the
+# NO_S3=1) the s3rver rows are left out (the GPU machine has node when .deps is made by
+# scripts/device-deps.sh and .npm-deps is carried). UPLOAD_ONLY=1: the
 # conversions only (no loader rows); ROUNDS: runs of each shard row, best kept (2). Under
 # the table: the client's CPU seconds of every timed run, and where strace is installed
 # when the first and the last shard were renamed into place.
@@ -152,7 +153,8 @@ if [ $S3 = 1 ]; then
 T_S3=$(secs "$SK" shard "$W/imgs" "s3://test/ds/ds-%06d.tar" --num-shards "$SHARDS")
 # The store's own ceiling: the same files PUT by boto3 (4 threads, as shardkit's uploader),
 # with nothing else to do; shard to s3:// cannot beat max(shard to local, this).
-T_PUT=$(secs /usr/bin/python3 -c '
+# (Where Debian's python3-boto3 is installed; the GPU machine has none.)
+/usr/bin/python3 -c "import boto3" 2>/dev/null && T_PUT=$(secs /usr/bin/python3 -c '
 import boto3, os, sys
 from concurrent.futures import ThreadPoolExecutor
 d = sys.argv[1]

@@ -26,7 +26,24 @@ bash ../shared/device/carry-debs.sh \
 # libjpeg.so.8: libjpeg refused jpeg_create_decompress (version 62 != 80) and the decoder
 # crashed (every `bench --loader` with the remote client; lib/decode/jpeg.cc now reports
 # it as an error). So: the multiarch headers on CPATH, and libjpeg.pc pointed at /opt/deps.
+# node (Debian's 18, for s3rver in scripts/bench_remote.sh; carry .npm-deps too): its own
+# folder, unpacked under /opt/node, its libraries kept off LD_LIBRARY_PATH (the machine's
+# libcurl must not pick up Debian's libnghttp2 or libbrotli) behind a wrapper on PATH.
+# Debian's node loads some builtins from /usr/share/nodejs: linked there when the machine
+# has none. (This machine's own node may be another build: the Debian version is named.)
+mkdir -p .deps/node
+_nodev=$(apt-cache madison nodejs | awk '$0 ~ /debian/ {print $3; exit}')
+(cd .deps/node && apt-get download -qq "nodejs=$_nodev" libnode108 libicu72 libuv1 libc-ares2 libnghttp2-14 \
+  libbrotli1 node-acorn node-cjs-module-lexer node-undici >/dev/null 2>&1) || { echo "device-deps: node packages not downloaded" >&2; exit 1; }
 cat >> .deps/unpack.sh <<'EOF'
+if [ -d "$_here/node" ] && [ ! -x /opt/node/bin/node ]; then
+  mkdir -p /opt/node/bin
+  for f in "$_here"/node/*.deb; do dpkg -x "$f" /opt/node; done
+  printf '#!/bin/sh\nLD_LIBRARY_PATH=/opt/node/usr/lib/x86_64-linux-gnu exec /opt/node/usr/bin/node "$@"\n' >/opt/node/bin/node
+  chmod +x /opt/node/bin/node
+  [ -e /usr/share/nodejs ] || ln -s /opt/node/usr/share/nodejs /usr/share/nodejs
+fi
+[ -x /opt/node/bin/node ] && export PATH=/opt/node/bin:$PATH
 export CPATH=/opt/deps/usr/include/x86_64-linux-gnu:$CPATH
 sed -i -E 's#^(prefix|exec_prefix|libdir|includedir)=/usr#\1=/opt/deps/usr#' /opt/deps/usr/lib/x86_64-linux-gnu/pkgconfig/libjpeg.pc
 rm -f /opt/deps/usr/lib/x86_64-linux-gnu/libcurl.so.4*
