@@ -143,10 +143,11 @@ T_EMU=$(emu secs "$SK" shard "$W/imgs" "s3://test/e/ds-%06d.tar" --num-shards "$
 T_EMU=$(min "$T_EMU" "$(emu secs "$SK" shard "$W/imgs" "s3://test/e/ds-%06d.tar" --num-shards "$SHARDS" --overwrite)")
 # The HTTP server's ceiling: the same finished shards PUT by curl, 8 at once, nothing else to do.
 T_CURLPUT=- T_EMUPUT=-
+curl_put() { secs bash -c "ls '$W/local'/*.tar | xargs -P 8 -I{} curl -sf -T {} '$1'"; }
 if command -v curl >/dev/null; then
-  T_CURLPUT=$(secs bash -c "ls '$W/local'/*.tar | xargs -P 8 -I{} curl -sf -T {} '$HTTP/curl/'")
+  T_CURLPUT=$(curl_put "$HTTP/curl/")
   # The emulation's own floor: the same shards as single PUTs (no multipart), 8 at once.
-  T_EMUPUT=$(secs bash -c "ls '$W/local'/*.tar | xargs -P 8 -I{} curl -sf -T {} 'http://127.0.0.1:$(cat "$W/s3emu.port")/test/curl/'")
+  T_EMUPUT=$(curl_put "http://127.0.0.1:$(cat "$W/s3emu.port")/test/curl/")
 fi
 T_S3=- T_PUT=-
 if [ $S3 = 1 ]; then

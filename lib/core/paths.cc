@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -147,6 +148,14 @@ std::string_view BaseName(std::string_view key) {
 }
 
 std::string ChecksumString(uint64_t h) { return fmt::format("xxh3:{:016x}", h); }
+
+std::optional<uint64_t> ParseChecksumString(std::string_view s) {
+  if (s.size() != 21 || s.substr(0, 5) != "xxh3:") return std::nullopt;
+  uint64_t h = 0;
+  auto [end, ec] = std::from_chars(s.data() + 5, s.data() + s.size(), h, 16);
+  if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
+  return h;
+}
 
 uint64_t Hash(const void* data, size_t size) { return XXH3_64bits(data, size); }
 

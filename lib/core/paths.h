@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,6 +33,8 @@ std::string_view BaseName(std::string_view key);
 
 // "xxh3:0123456789abcdef"
 std::string ChecksumString(uint64_t h);
+// The inverse: nullopt unless `s` is "xxh3:" and 16 hex digits.
+std::optional<uint64_t> ParseChecksumString(std::string_view s);
 // XXH3-64 of a whole file, streamed.
 Result<uint64_t> HashFile(const std::string& path);
 uint64_t Hash(const void* data, size_t size);

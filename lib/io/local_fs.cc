@@ -73,7 +73,7 @@ class LocalReadable : public ReadableFile {
 class LocalWritable : public WritableFile {
  public:
   // writeback: hand full chunks to the disk as they are written (StartWriteback).
-  LocalWritable(std::string path, int fd, bool writeback = true)
+  LocalWritable(std::string path, int fd, bool writeback)
       : path_(std::move(path)), fd_(fd), writeback_(writeback ? 0 : UINT64_MAX) {}
   ~LocalWritable() override {
     if (fd_ >= 0) ::close(fd_);
@@ -132,6 +132,19 @@ class LocalWritable : public WritableFile {
   uint64_t writeback_ = 0;  // [0, writeback_) has been handed to the disk; UINT64_MAX: never
 };
 
+// Creates a local file for appending (NewWritableFile, and io::NewCacheOnlyFile without
+// the early writeback).
+Result<std::unique_ptr<WritableFile>> CreateLocal(const std::string& path, CreateMode mode, bool writeback) {
+  int flags = O_WRONLY | O_CREAT | O_CLOEXEC;
+  flags |= mode == CreateMode::kExclusive ? (O_EXCL | O_NOFOLLOW) : O_TRUNC;
+  int fd = ::open(path.c_str(), flags, 0644);
+  if (fd < 0) {
+    if (errno == EEXIST && mode == CreateMode::kExclusive) return Status::Exists("file exists", Location{.file = path});
+    return Status::FromErrno(errno, "cannot create output file", Location{.file = path});
+  }
+  return std::unique_ptr<WritableFile>(new LocalWritable(path, fd, writeback));
+}
+
 FileType TypeOf(mode_t m) {
   if (S_ISREG(m)) return FileType::kFile;
   if (S_ISDIR(m)) return FileType::kDirectory;
@@ -180,15 +193,7 @@ class LocalFileSystem : public FileSystem {
   }
 
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path, CreateMode mode) override {
-    int flags = O_WRONLY | O_CREAT | O_CLOEXEC;
-    flags |= mode == CreateMode::kExclusive ? (O_EXCL | O_NOFOLLOW) : O_TRUNC;
-    int fd = ::open(path.c_str(), flags, 0644);
-    if (fd < 0) {
-      if (errno == EEXIST && mode == CreateMode::kExclusive)
-        return Status::Exists("file exists", Location{.file = path});
-      return Status::FromErrno(errno, "cannot create output file", Location{.file = path});
-    }
-    return std::unique_ptr<WritableFile>(new LocalWritable(path, fd));
+    return CreateLocal(path, mode, /*writeback=*/true);
   }
 
   Status Rename(const std::string& from, const std::string& to) override {
@@ -307,9 +312,7 @@ std::shared_ptr<FileSystem> FileSystem::Local() {
 namespace io {
 
 Result<std::unique_ptr<WritableFile>> NewCacheOnlyFile(const std::string& path) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::FromErrno(errno, "cannot create output file", Location{.file = path});
-  return std::unique_ptr<WritableFile>(new LocalWritable(path, fd, /*writeback=*/false));
+  return CreateLocal(path, CreateMode::kTruncate, /*writeback=*/false);
 }
 
 }  // namespace io

@@ -73,35 +73,10 @@ struct Follow {
   }
 };
 
-// The writer's handle on a followed staged file: every append is announced to the follower.
-class FollowedWritable : public WritableFile {
- public:
-  FollowedWritable(std::unique_ptr<WritableFile> base, std::shared_ptr<Follow> f)
-      : base_(std::move(base)), f_(std::move(f)) {}
-  const std::string& path() const override { return base_->path(); }
-  Status Append(const void* data, size_t size) override {
-    SK_RETURN_IF_ERROR(base_->Append(data, size));
-    {
-      std::lock_guard lock(f_->mu);
-      f_->written += size;
-    }
-    f_->cv.notify_all();
-    return Status::OK();
-  }
-  // Not synced: the staged copy of a remote output is a cache, and the store's
-  // acknowledgement of the upload is what makes it durable (issue 14: the fsyncs held the
-  // conversion back as much as to a local output). A machine crash may tear it; the
-  // journal's checksums make a resume refuse it (formats/wds/journal.cc).
-  Status Sync() override { return Status::OK(); }
-  Status Close() override { return base_->Close(); }
-
- private:
-  std::unique_ptr<WritableFile> base_;
-  std::shared_ptr<Follow> f_;
-};
-
-// A staged file that is not followed (a manifest or part record, uploaded last; a file
-// whose follower could not open it): not synced either, for the same reason.
+// A staged file's handle: not synced. The staged copy of a remote output is a cache, and
+// the store's acknowledgement of the upload is what makes it durable (issue 14: the fsyncs
+// held the conversion back as much as to a local output). A machine crash may tear it; the
+// journal's checksums make a resume refuse it (formats/wds/journal.cc).
 class UnsyncedWritable : public WritableFile {
  public:
   explicit UnsyncedWritable(std::unique_ptr<WritableFile> base) : base_(std::move(base)) {}
@@ -112,6 +87,25 @@ class UnsyncedWritable : public WritableFile {
 
  private:
   std::unique_ptr<WritableFile> base_;
+};
+
+// The writer's handle on a followed staged file: every append is announced to the follower.
+class FollowedWritable : public UnsyncedWritable {
+ public:
+  FollowedWritable(std::unique_ptr<WritableFile> base, std::shared_ptr<Follow> f)
+      : UnsyncedWritable(std::move(base)), f_(std::move(f)) {}
+  Status Append(const void* data, size_t size) override {
+    SK_RETURN_IF_ERROR(UnsyncedWritable::Append(data, size));
+    {
+      std::lock_guard lock(f_->mu);
+      f_->written += size;
+    }
+    f_->cv.notify_all();
+    return Status::OK();
+  }
+
+ private:
+  std::shared_ptr<Follow> f_;
 };
 
 }  // namespace
@@ -227,7 +221,7 @@ class UploadingFileSystem : public FileSystem {
     return Status::OK();
   }
   Status Rename(const std::string& a, const std::string& b) override { return base_->Rename(a, b); }
-  // The staging directory is not made durable (see FollowedWritable::Sync); the publishes
+  // The staging directory is not made durable (see UnsyncedWritable); the publishes
   // of journals and locks, which go to the base file system, sync their directory there.
   Status SyncDir(const std::string& d) override { return Staged(d) ? Status::OK() : base_->SyncDir(d); }
   Status SyncTree(const std::string& d) override { return Staged(d) ? Status::OK() : base_->SyncTree(d); }

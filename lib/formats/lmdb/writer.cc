@@ -282,9 +282,9 @@ class LmdbWriter : public SampleWriter {
         return Status::Corrupt("cannot resume: not a shardkit LMDB journal", where);
       SK_RETURN_IF_ERROR(resume::CheckSameOptions(j["options"], JournalOptions(), where));
       samples = j.at("samples").get<uint64_t>();
-      std::string d = j.at("digest").get<std::string>();
-      if (d.size() != 21 || d.substr(0, 5) != "xxh3:") return Status::Corrupt("cannot resume: bad digest", where);
-      digest = std::stoull(d.substr(5), nullptr, 16);
+      auto d = paths::ParseChecksumString(j.at("digest").get<std::string>());
+      if (!d) return Status::Corrupt("cannot resume: bad digest", where);
+      digest = *d;
     } catch (const std::exception& e) {
       return Status::Corrupt(fmt::format("cannot resume: bad journal: {}", e.what()), where);
     }

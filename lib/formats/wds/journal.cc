@@ -130,19 +130,21 @@ Status WdsWriter::LoadJournal() {
       if (!io::Exists(wds::SumsPath(path)))
         return Status::Corrupt("cannot resume: the shard's checksum file is missing; start over with --overwrite",
                                Location{.file = wds::SumsPath(path), .shard = int64_t(i)});
-      auto sum = [&](const char* field) -> Result<uint64_t> {
-        std::string text = o.value(field, "");
-        if (text.empty()) return uint64_t{0};  // a journal from before these fields
-        if (text.size() != 21 || text.substr(0, 5) != "xxh3:") return bad(fmt::format("bad {}", field));
-        return uint64_t(std::stoull(text.substr(5), nullptr, 16));
+      // "xxh3:..." fields; 0 for a side file's field a journal from before them lacks.
+      auto sum = [&](const char* field, bool required) -> Result<uint64_t> {
+        if (!required && !o.contains(field)) return uint64_t{0};
+        auto h = paths::ParseChecksumString(o.at(field).get<std::string>());
+        if (!h) return bad(fmt::format("bad {}", field));
+        return *h;
       };
-      const std::string d_text = o.at("digest").get<std::string>();
-      SK_ASSIGN_OR_RETURN(uint64_t idx_sum, sum("index_checksum"));
-      SK_ASSIGN_OR_RETURN(uint64_t sums_sum, sum("sums_checksum"));
+      SK_ASSIGN_OR_RETURN(uint64_t d, sum("digest", true));
+      SK_ASSIGN_OR_RETURN(uint64_t idx_sum, sum("index_checksum", false));
+      SK_ASSIGN_OR_RETURN(uint64_t sums_sum, sum("sums_checksum", false));
       // The side files too: a remote output's staged files are not synced (upload_staging.h),
-      // so after a machine crash one may be torn although the journal lists it.
+      // so after a machine crash one may be torn although the journal lists it. (An index
+      // checksum is there only when the index is written: the options are the same.)
       for (auto [file, want] : {std::pair{IdxPathFor(path), idx_sum}, std::pair{wds::SumsPath(path), sums_sum}}) {
-        if (!want || (file == IdxPathFor(path) && !opts_.wds.write_index)) continue;
+        if (!want) continue;
         SK_ASSIGN_OR_RETURN(uint64_t h, paths::HashFile(file));
         if (h != want)
           return Status::Corrupt(fmt::format("cannot resume: checksum {} differs from the journal's {}; start over "
@@ -150,8 +152,6 @@ Status WdsWriter::LoadJournal() {
                                              paths::ChecksumString(h), paths::ChecksumString(want)),
                                  Location{.file = file, .shard = int64_t(ShardNumber(i))});
       }
-      if (d_text.size() != 21 || d_text.substr(0, 5) != "xxh3:") return bad("bad digest");
-      uint64_t d = std::stoull(d_text.substr(5), nullptr, 16);
       resumed_.push_back(Resumed{si.samples, d, idx_sum, sums_sum});
       committed_.push_back(path);
       if (opts_.wds.write_index) committed_.push_back(IdxPathFor(path));
