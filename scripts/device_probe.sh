@@ -4,6 +4,9 @@
 # scripts/neighbour_probe.py: ResNet-18 with its training step in a CUDA graph (--graph),
 # then without, each beside and with feeds (PROBE_ARGS / PLAIN_ARGS override the phases).
 # There (carry .deps .corpus):  source .deps/unpack.sh && bash scripts/device_probe.sh
+# Where the engines' time goes (tenth session): PROBE_ARGS="--profile --trace 20 --seconds 4
+# --phases none,feed:gpu@1.0,in:gpu@1.0" with TRACE_DIR=$OUT OUT=/tmp/po (the logs stay there,
+# the traces come back; at most 8 files), then scripts/trace_summary.py on each trace.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [[ "${CMAKE_PREFIX_PATH:-}" == */opt/deps/* ]] || source .deps/unpack.sh

@@ -4,8 +4,10 @@
 shares (cores, caches, memory, the GPU)? Trains a model on synthetic data in this process and
 runs, phase by phase, a feed beside it: in a second process ("out:", a CUDA context of its
 own, throttled to the model's rate alone), or in this one ("in:", the model trains on its
-batches), or nothing ("none"). Prints ms per training step for each phase: wall, the host
-time to launch the step, the GPU time between CUDA events around it.
+batches), or nothing ("none"), or the feed alone in this process ("feed:", no training
+step). Prints ms per training step for each phase: wall, the host time to launch the step,
+the GPU time between CUDA events around it; with --profile the GPU path's gpu_profile() per
+batch, with --trace N a torch.profiler trace of N more steps (every stream, nvJPEG's too).
 
   python3 scripts/neighbour_probe.py --shards M.manifest.json --model resnet18 \
       --phases none,out:cpu,out:gpu@1.0,in:gpu@1.0,out:gpu@0,in:gpu@0,none --seconds 8 [--graph]
@@ -22,7 +24,7 @@ import sys
 import time
 
 
-def loader_for(spec, shards, batch, device):
+def loader_for(spec, shards, batch, device, profile=False):
     import shardkit
 
     m = re.fullmatch(r"(cpu|gpu|auto)((?:[@#][0-9.]+)*)", spec)
@@ -38,6 +40,8 @@ def loader_for(spec, shards, batch, device):
         kw["hardware_load"] = float(mods["@"])
     if "#" in mods:
         kw["threads"] = int(mods["#"])
+    if profile and device != "cpu" and m.group(1) != "cpu":
+        kw["profile"] = True
     return shardkit.Loader(shards, batch_size=batch, seed=0, device=device, layout="channels_last",
                            drop_last=True, **kw)
 
@@ -127,10 +131,11 @@ def trainer(args):
         while True:
             yield x, y
 
-    def measure(batches, seconds):
+    def measure(batches, seconds, train=True):
+        run = step if train else (lambda images, labels: None)
         for _ in range(args.warmup):
             images, labels = next(batches)
-            step(images, labels)
+            run(images, labels)
         torch.cuda.synchronize()
         marks, launch, wait, n = [], 0.0, 0.0, 0
         t0 = time.perf_counter()
@@ -141,7 +146,7 @@ def trainer(args):
             wait += tl - tw
             ev = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
             ev[0].record()
-            step(images, labels)
+            run(images, labels)
             ev[1].record()
             marks.append(ev)
             launch += time.perf_counter() - tl
@@ -151,6 +156,24 @@ def trainer(args):
         gpu = [a.elapsed_time(b) for a, b in marks]
         return {"steps": n, "wall": 1000 * wall / n, "wait": 1000 * wait / n, "launch": 1000 * launch / n,
                 "gpu": sum(gpu) / n, "gpu_min": min(gpu)}
+
+    def trace(batches, phase, train):
+        """args.trace more steps under torch.profiler (CUDA kernels and copies of every stream
+        of the process, nvJPEG's included), written as a gzipped Chrome trace to $TRACE_DIR
+        or $OUT."""
+        from torch.profiler import ProfilerActivity, profile
+
+        run = step if train else (lambda images, labels: None)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(args.trace):
+                images, labels = next(batches)
+                run(images, labels)
+            torch.cuda.synchronize()
+        out = os.environ.get("TRACE_DIR") or os.environ.get("OUT") or "/tmp"
+        name = os.path.join(out, "trace-" + re.sub(r"[^A-Za-z0-9.]+", "_", phase) + ".json")
+        prof.export_chrome_trace(name)
+        subprocess.run(["gzip", "-f", name], check=False)
 
     rows = []
     alone = measure(synthetic(), args.seconds)  # warms cudnn's choices too; the rate for throttling
@@ -166,17 +189,26 @@ def trainer(args):
             line = proc.stdout.readline()
             if line.strip() != "ready":
                 raise SystemExit(f"neighbour {phase} did not start (exit {proc.wait()})")
-        elif phase.startswith("in:"):
-            ld = loader_for(phase[3:], args.shards, args.batch, "cuda:0")
+        elif phase.startswith(("in:", "feed:")):
+            ld = loader_for(phase.split(":", 1)[1], args.shards, args.batch, "cuda:0", args.profile)
             batches = ((im, y) for im, _ in endless(ld))
         elif phase != "none":
             raise SystemExit(f"bad phase {phase!r}")
-        r = measure(batches, args.seconds)
+        r = measure(batches, args.seconds, train=not phase.startswith("feed:"))
+        if args.trace and phase != "none" and not phase.startswith("out:"):
+            trace(batches, phase, train=not phase.startswith("feed:"))
         if proc:
             proc.terminate()
             proc.wait()
-        if phase.startswith("in:"):
+        if phase.startswith(("in:", "feed:")):
             r["summary"] = ld.summary() if hasattr(ld, "summary") else ""
+            prof = ld.gpu_profile() if args.profile else None
+            if prof and prof.get("enabled") and prof.get("batches"):
+                nb = prof["batches"]
+                gt = max(1, prof.get("gpu_timed", 0))
+                r["profile"] = ", ".join(f"{k} {1000 * v / nb:.1f}" if k.endswith("_s") else f"{k} {v / gt:.1f}"
+                                         for k, v in prof.items() if isinstance(v, float))
+                r["profile"] = f"per batch ({nb} batches), ms: " + r["profile"]
             ld.close()
             del ld, batches
         r["phase"] = phase
@@ -193,6 +225,8 @@ def trainer(args):
     for r in rows:
         if r.get("summary"):
             print(f"{r['phase']}: {r['summary']}")
+        if r.get("profile"):
+            print(f"{r['phase']} profile {r['profile']}")
     return 0
 
 
@@ -205,6 +239,9 @@ def main():
     ap.add_argument("--warmup", type=int, default=8)
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--graph", action="store_true", help="the training step captured in a CUDA graph (a torchvision model)")
+    ap.add_argument("--profile", action="store_true", help="in: feeds with profile=True; prints gpu_profile() per batch")
+    ap.add_argument("--trace", type=int, default=0, help="in:/feed: phases: N more steps under torch.profiler, "
+                    "a gzipped Chrome trace each in $TRACE_DIR or $OUT")
     ap.add_argument("--neighbour", action="store_true")
     ap.add_argument("--feed", default="")
     ap.add_argument("--rate", type=float, default=0, help="neighbour: images/s at most (0: unthrottled)")
