@@ -888,6 +888,90 @@ TEST_CASE("remote wds: http shards with .idx are read by range requests, not dow
   CHECK(bad.ToString().find("train-000001.tar") != std::string::npos);
 }
 
+TEST_CASE("remote wds: Prefetch reads hinted samples ahead, Get takes them, a failed one is read again", "[remote]") {
+  HttpServer http;
+  sk_test::TempDir tmp;
+  sk_test::MakeImageFolder(tmp / "src", 2, 12, 9);
+  ConvertOptions co;
+  co.write.samples_per_shard = 8;
+  REQUIRE(Convert(tmp / "src", http.root + "/train-%06d.tar", co).ok());
+  // Requests per shard (the server's counters; /_clear resets them).
+  auto shard_requests = [&](int k) -> uint64_t {
+    const auto stats = http.Stats();
+    const std::string path = fmt::format("/train-{:06d}.tar", k);
+    return stats["requests"].contains(path) ? stats["requests"][path].get<uint64_t>() : 0;
+  };
+  auto all_requests = [&] { return shard_requests(0) + shard_requests(1) + shard_requests(2); };
+  // Waits until `count()` reaches `want` (the read-ahead runs on threads of its own; the
+  // test server's small listen backlog can hold a connection back a second), then a
+  // little longer, so that a count above `want` shows too.
+  auto await = [&](auto count, uint64_t want) {
+    for (int k = 0; k < 300 && count() < want; ++k) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    return count();
+  };
+  auto ds = Open(http.Url("train.manifest.json"));
+  REQUIRE(ds.ok());
+  auto plain = (*ds)->NewRandomAccess();  // no hints: the reference
+  auto ra = (*ds)->NewRandomAccess();
+  REQUIRE(plain.ok());
+  REQUIRE(ra.ok());
+  const uint64_t n = (*ra)->size();
+  REQUIRE(n == 24);
+  std::vector<Sample> want(n);
+  for (uint64_t i = 0; i < n; ++i) REQUIRE((*plain)->Get(i, &want[i]).ok());
+  auto same = [&](uint64_t i, const Sample& s) {
+    INFO("sample " << i);
+    CHECK(s.key == want[i].key);
+    REQUIRE(s.fields.size() == want[i].fields.size());
+    for (const Field& f : want[i].fields) {
+      const Field* g = s.find(f.ext);
+      REQUIRE(g);
+      CHECK(g->data.view() == f.data.view());
+    }
+  };
+  Sample s;
+  for (uint64_t i : {0, 8, 16}) REQUIRE((*ra)->Get(i, &s).ok());  // each shard opened (HEAD, .idx)
+  std::vector<uint64_t> order;
+  for (uint64_t i = n; i-- > 0;) order.push_back(i);
+
+  SECTION("hinted samples are requested before Get, which then requests nothing") {
+    const uint64_t before = all_requests();
+    (*ra)->Prefetch(order.data(), order.size());
+    const uint64_t fetched = await(all_requests, before + n);
+    CHECK(fetched - before == n);  // one range request per sample, before any Get
+    for (uint64_t i : order) {
+      REQUIRE((*ra)->Get(i, &s).ok());
+      same(i, s);
+    }
+    CHECK(all_requests() == fetched);
+    // Taken once: a second Get of a sample reads it again.
+    REQUIRE((*ra)->Get(5, &s).ok());
+    same(5, s);
+    CHECK(all_requests() == fetched + 1);
+  }
+  SECTION("a fetch that failed is read again by Get, which gets the bytes or the error") {
+    http.Fault("train-000001.tar", "404", -1);
+    const uint64_t before = all_requests();
+    (*ra)->Prefetch(order.data(), order.size());
+    CHECK(await(all_requests, before + n) - before == n);  // (404: not retried)
+    Status missing = (*ra)->Get(9, &s);  // still failing: Get's own error, naming the shard
+    CHECK(missing.code() == Code::kNotFound);
+    CHECK(missing.ToString().find("train-000001.tar") != std::string::npos);
+    http.Clear();
+    for (uint64_t i : order) {
+      if (i == 9) continue;
+      REQUIRE((*ra)->Get(i, &s).ok());
+      same(i, s);
+    }
+    // Shard 1's samples were read again (8, less sample 9 read above); the others' were
+    // taken from the read-ahead.
+    CHECK(shard_requests(1) == 7);
+    CHECK(shard_requests(0) == 0);
+    CHECK(shard_requests(2) == 0);
+  }
+}
+
 TEST_CASE("remote wds: a failed upload leaves no manifest", "[remote]") {
   HttpServer http;
   sk_test::TempDir tmp;

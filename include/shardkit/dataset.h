@@ -98,6 +98,12 @@ class SHARDKIT_API RandomAccess {
   virtual ~RandomAccess() = default;
   virtual uint64_t size() const = 0;
   virtual Status Get(uint64_t index, Sample* out) const = 0;
+  // A hint: these samples will be read soon, in about this order. A source whose Get()
+  // waits on the network (remote tar shards without a cache) starts reading them now on
+  // threads of its own, within a bounded budget; others ignore it. Never needed for
+  // correctness: a hinted sample that is not read is dropped, and Get() returns the same
+  // sample and the same errors with or without it. Thread-safe, like Get().
+  virtual void Prefetch(const uint64_t* /*indices*/, size_t /*n*/) const {}
 };
 
 struct OpenOptions {

@@ -881,6 +881,7 @@ struct DecodeImpl final : ProducerImpl {
       set.batch = b;
       set.index.resize(rows.count());
       for (size_t i = 0; i < rows.count(); ++i) set.index[i] = order[rows.begin + i];
+      if (set.err.ok()) data->Prefetch(set.index.data(), set.index.size());  // (remote shards: reads start now)
       const size_t count = set.err.ok() ? rows.count() : 0;
       set.left.store(count);
       set.row_s.store(0);

@@ -633,6 +633,8 @@ struct Loader::Impl {
         const pipeline::BatchRows rows = pipeline::RowsOf(ord.size(), o.batch_size, sub);
         job->indices.resize(rows.end - rows.begin);
         for (uint64_t k = rows.begin; k < rows.end; ++k) job->indices[k - rows.begin] = ord[k];
+        // Remote shards: their range requests start now, before a worker reaches the batch.
+        data->Prefetch(job->indices.data(), job->indices.size());
       }
       const size_t count = job->indices.size();
       job->rows_total = count;

@@ -21,9 +21,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdlib>
+#include <deque>
 #include <mutex>
 #include <set>
+#include <system_error>
+#include <thread>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -235,10 +240,56 @@ class WdsRandomAccess : public RandomAccess {
   explicit WdsRandomAccess(std::shared_ptr<Shards> shards) : shards_(std::move(shards)), owner_(shards_) {
     std::vector<uint64_t> counts;
     counts.reserve(shards_->list.size());
-    for (auto& s : shards_->list) counts.push_back(*s->samples);
+    for (auto& s : shards_->list) {
+      counts.push_back(*s->samples);
+      if (shards_->cache.dir.empty() && io::IsUrl(s->path)) ranged_ = true;
+    }
     locator_ = ShardLocator(counts);
   }
+  ~WdsRandomAccess() override {
+    {
+      std::lock_guard<std::mutex> lk(ra_.mu);
+      ra_.stop = true;
+    }
+    ra_.cv.notify_all();
+    for (auto& t : ra_.threads) t.join();
+  }
   uint64_t size() const override { return locator_.size(); }
+
+  // Remote shards read by ranges (no cache): the hinted samples' range requests run on
+  // kReadAheadThreads threads of this object's own (started by the first hint), oldest
+  // hint first, at most kReadAheadEntries samples and kReadAheadBytes bytes held (a full
+  // table takes no more hints; the oldest fetched and never read are dropped first).
+  // Get() takes a fetched sample, waits for one being fetched, and reads one still queued
+  // itself (so a hint never delays a read); a failed fetch is read again by Get(), which
+  // reports it. The destructor waits for the requests in flight (each bounded by the
+  // client's timeouts and retry budget).
+  void Prefetch(const uint64_t* indices, size_t n) const override {
+    if (!ranged_ || n == 0) return;
+    std::lock_guard<std::mutex> lk(ra_.mu);
+    if (ra_.stop) return;
+    if (ra_.threads.empty()) {
+      try {
+        for (int t = 0; t < kReadAheadThreads; ++t) ra_.threads.emplace_back([this] { ReadAheadLoop(); });
+      } catch (const std::system_error&) {  // no threads to spare: Get() reads as before
+        if (ra_.threads.empty()) return;
+      }
+    }
+    PruneOrderLocked();
+    for (size_t j = 0; j < n; ++j) {
+      const uint64_t i = indices[j];
+      if (i >= locator_.size() || ra_.table.count(i)) continue;
+      if (!io::IsUrl(shards_->list[locator_.Locate(i).first]->path)) continue;
+      while (ra_.table.size() >= kReadAheadEntries || ra_.bytes >= kReadAheadBytes) {
+        if (!DropOldestFetchedLocked()) return;  // all in flight or queued: no more hints now
+      }
+      ra_.table.emplace(i, std::make_shared<Fetch>());
+      ra_.queue.push_back(i);
+      ra_.order.push_back(i);
+    }
+    ra_.cv.notify_all();
+  }
+
   Status Get(uint64_t i, Sample* out) const override {
     if (i >= locator_.size())
       return Status::Invalid(fmt::format("sample index {} out of range (dataset has {})", i, locator_.size()),
@@ -269,15 +320,15 @@ class WdsRandomAccess : public RandomAccess {
       FillSample(*s.map, owner_.Owner(), *idx, local, out);
       return Status::OK();
     }
-    // Remote: the sample's members (headers and data) in one range request.
+    // Remote: the sample's members (headers and data) in one range request, made ahead
+    // by Prefetch or now.
     const SampleRef ref = idx->Ref(local);
     const FieldRef& last = ref.fields.back();
-    uint64_t length = last.offset + last.size - ref.offset;
-    auto buf = std::make_shared<std::string>(size_t(length), '\0');
-    SK_ASSIGN_OR_RETURN(size_t n, s.remote->ReadAt(ref.offset, size_t(length), buf->data()));
-    if (n != length)
-      return Status::IOError(fmt::format("short read: {} of {} bytes", n, length),
-                             Location{.file = s.path, .shard = s.number, .offset = int64_t(ref.offset), .key = ref.key});
+    const uint64_t length = last.offset + last.size - ref.offset;
+    std::shared_ptr<std::string> buf = ranged_ ? TakeFetched(i) : nullptr;
+    if (!buf || buf->size() != length) {
+      SK_ASSIGN_OR_RETURN(buf, ReadRange(s, ref));
+    }
     const auto* base = reinterpret_cast<const uint8_t*>(buf->data());
     SK_RETURN_IF_ERROR(CheckSampleHeaders(base, length, ref, s.path, s.number, true));
     out->clear();
@@ -294,10 +345,124 @@ class WdsRandomAccess : public RandomAccess {
     size_t shard = 0;
     ShardIndexCache::Index index;
   };
+  // The sample's members, headers and data, in one range request of a remote shard.
+  static Result<std::shared_ptr<std::string>> ReadRange(ShardState& s, const SampleRef& ref) {
+    const FieldRef& last = ref.fields.back();
+    const uint64_t length = last.offset + last.size - ref.offset;
+    auto buf = std::make_shared<std::string>(size_t(length), '\0');
+    SK_ASSIGN_OR_RETURN(size_t n, s.remote->ReadAt(ref.offset, size_t(length), buf->data()));
+    if (n != length)
+      return Status::IOError(fmt::format("short read: {} of {} bytes", n, length),
+                             Location{.file = s.path, .shard = s.number, .offset = int64_t(ref.offset), .key = ref.key});
+    return buf;
+  }
+
+  // Read-ahead (Prefetch). A table entry is queued, then being fetched, then fetched
+  // (bytes, or an error that Get() meets again by reading itself).
+  static constexpr int kReadAheadThreads = 8;
+  static constexpr size_t kReadAheadEntries = 4096;
+  static constexpr uint64_t kReadAheadBytes = uint64_t(256) << 20;
+  struct Fetch {
+    enum { kQueued, kRunning, kDone } state = kQueued;
+    std::shared_ptr<std::string> bytes;  // null: the fetch failed
+  };
+  struct ReadAheadState {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool stop = false;
+    std::unordered_map<uint64_t, std::shared_ptr<Fetch>> table;
+    std::deque<uint64_t> queue;  // queued, in hint order (entries Get() took are skipped)
+    std::deque<uint64_t> order;  // every entry, oldest first (for dropping)
+    uint64_t bytes = 0;          // of fetched entries in the table
+    std::vector<std::thread> threads;
+  };
+
+  // Drops the oldest fetched entry (ra_.mu held); false when none is fetched.
+  bool DropOldestFetchedLocked() const {
+    for (size_t j = 0; j < ra_.order.size(); ++j) {
+      auto t = ra_.table.find(ra_.order[j]);
+      if (t == ra_.table.end() || t->second->state != Fetch::kDone) continue;
+      if (t->second->bytes) ra_.bytes -= t->second->bytes->size();
+      ra_.table.erase(t);
+      ra_.order.erase(ra_.order.begin() + std::ptrdiff_t(j));
+      return true;
+    }
+    return false;
+  }
+
+  // Keeps `order` short (ra_.mu held): entries Get() took leave its front; an entry
+  // hinted and never read (a cancelled batch) is dropped once twice the table's size of
+  // hints came after it.
+  void PruneOrderLocked() const {
+    while (!ra_.order.empty()) {
+      auto t = ra_.table.find(ra_.order.front());
+      if (t != ra_.table.end()) {
+        if (ra_.order.size() <= 2 * kReadAheadEntries || t->second->state != Fetch::kDone) return;
+        if (t->second->bytes) ra_.bytes -= t->second->bytes->size();
+        ra_.table.erase(t);
+      }
+      ra_.order.pop_front();
+    }
+  }
+
+  // Get()'s side: the fetched bytes of sample i, or null (not hinted, still queued: now
+  // the caller's, or failed).
+  std::shared_ptr<std::string> TakeFetched(uint64_t i) const {
+    std::unique_lock<std::mutex> lk(ra_.mu);
+    auto t = ra_.table.find(i);
+    if (t == ra_.table.end()) return nullptr;
+    std::shared_ptr<Fetch> f = t->second;
+    if (f->state == Fetch::kQueued) {  // a reader thread would start it later than we can
+      ra_.table.erase(t);
+      return nullptr;
+    }
+    ra_.cv.wait(lk, [&] { return f->state == Fetch::kDone || ra_.stop; });
+    if (f->state != Fetch::kDone) return nullptr;
+    ra_.table.erase(i);
+    if (f->bytes) ra_.bytes -= f->bytes->size();
+    ra_.cv.notify_all();  // room for hints
+    return f->bytes;
+  }
+
+  void ReadAheadLoop() const {
+    std::unique_lock<std::mutex> lk(ra_.mu);
+    for (;;) {
+      ra_.cv.wait(lk, [&] { return ra_.stop || !ra_.queue.empty(); });
+      if (ra_.stop) return;
+      const uint64_t i = ra_.queue.front();
+      ra_.queue.pop_front();
+      auto t = ra_.table.find(i);
+      if (t == ra_.table.end() || t->second->state != Fetch::kQueued) continue;
+      std::shared_ptr<Fetch> f = t->second;
+      f->state = Fetch::kRunning;
+      lk.unlock();
+      std::shared_ptr<std::string> bytes;
+      try {
+        auto [k, local] = locator_.Locate(i);
+        ShardState& s = *shards_->list[k];
+        if (EnsureOpened(s, shards_->cache).ok() && s.remote) {
+          auto index = shards_->indexes->Get(k);
+          if (index.ok()) {
+            auto r = ReadRange(s, index.value()->Ref(local));
+            if (r.ok()) bytes = std::move(r).value();
+          }
+        }
+      } catch (...) {  // (bad_alloc: Get() reads it again and reports)
+      }
+      lk.lock();
+      f->bytes = std::move(bytes);
+      f->state = Fetch::kDone;
+      if (f->bytes) ra_.bytes += f->bytes->size();
+      ra_.cv.notify_all();
+    }
+  }
+
   std::shared_ptr<Shards> shards_;
   core::PerThreadViewOwner owner_;
   core::PerThread<LastIndex> last_;
   ShardLocator locator_;
+  bool ranged_ = false;  // some shard is read by range requests
+  mutable ReadAheadState ra_;
 };
 
 class WdsDataset : public Dataset {
