@@ -848,13 +848,18 @@ TEST_CASE("remote wds: folder -> s3 -> folder, random access by ranges, streamed
   CHECK(AllByKey("folder:" + (tmp / "back")) == local);
 }
 
-TEST_CASE("remote wds: http shards with .idx are read by range requests, not downloaded", "[remote]") {
-  HttpServer http;
-  sk_test::TempDir tmp;
+// 24 images (tmp/src) as tar shards train-00000{0,1,2}.tar of 8, with .idx, on `http`.
+void ThreeShardsOnHttp(const HttpServer& http, const sk_test::TempDir& tmp) {
   sk_test::MakeImageFolder(tmp / "src", 2, 12, 9);
   ConvertOptions co;
   co.write.samples_per_shard = 8;
   REQUIRE(Convert(tmp / "src", http.root + "/train-%06d.tar", co).ok());
+}
+
+TEST_CASE("remote wds: http shards with .idx are read by range requests, not downloaded", "[remote]") {
+  HttpServer http;
+  sk_test::TempDir tmp;
+  ThreeShardsOnHttp(http, tmp);
   auto local = AllByKey(tmp / "src");
   auto requests = [&] {
     uint64_t n = 0;
@@ -891,10 +896,7 @@ TEST_CASE("remote wds: http shards with .idx are read by range requests, not dow
 TEST_CASE("remote wds: Prefetch reads hinted samples ahead, Get takes them, a failed one is read again", "[remote]") {
   HttpServer http;
   sk_test::TempDir tmp;
-  sk_test::MakeImageFolder(tmp / "src", 2, 12, 9);
-  ConvertOptions co;
-  co.write.samples_per_shard = 8;
-  REQUIRE(Convert(tmp / "src", http.root + "/train-%06d.tar", co).ok());
+  ThreeShardsOnHttp(http, tmp);
   // Requests per shard (the server's counters; /_clear resets them).
   auto shard_requests = [&](int k) -> uint64_t {
     const auto stats = http.Stats();
