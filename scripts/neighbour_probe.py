@@ -194,9 +194,10 @@ def trainer(args):
             batches = ((im, y) for im, _ in endless(ld))
         elif phase != "none":
             raise SystemExit(f"bad phase {phase!r}")
-        r = measure(batches, args.seconds, train=not phase.startswith("feed:"))
+        train = not phase.startswith("feed:")
+        r = measure(batches, args.seconds, train=train)
         if args.trace and phase != "none" and not phase.startswith("out:"):
-            trace(batches, phase, train=not phase.startswith("feed:"))
+            trace(batches, phase, train=train)
         if proc:
             proc.terminate()
             proc.wait()

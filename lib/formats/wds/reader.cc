@@ -242,8 +242,9 @@ class WdsRandomAccess : public RandomAccess {
     counts.reserve(shards_->list.size());
     for (auto& s : shards_->list) {
       counts.push_back(*s->samples);
-      if (shards_->cache.dir.empty() && io::IsUrl(s->path)) ranged_ = true;
+      ranged_.push_back(shards_->cache.dir.empty() && io::IsUrl(s->path));
     }
+    any_ranged_ = std::find(ranged_.begin(), ranged_.end(), true) != ranged_.end();
     locator_ = ShardLocator(counts);
   }
   ~WdsRandomAccess() override {
@@ -265,7 +266,7 @@ class WdsRandomAccess : public RandomAccess {
   // reports it. The destructor waits for the requests in flight (each bounded by the
   // client's timeouts and retry budget).
   void Prefetch(const uint64_t* indices, size_t n) const override {
-    if (!ranged_ || n == 0) return;
+    if (!any_ranged_ || n == 0) return;
     std::lock_guard<std::mutex> lk(ra_.mu);
     if (ra_.stop) return;
     if (ra_.threads.empty()) {
@@ -278,8 +279,7 @@ class WdsRandomAccess : public RandomAccess {
     PruneOrderLocked();
     for (size_t j = 0; j < n; ++j) {
       const uint64_t i = indices[j];
-      if (i >= locator_.size() || ra_.table.count(i)) continue;
-      if (!io::IsUrl(shards_->list[locator_.Locate(i).first]->path)) continue;
+      if (i >= locator_.size() || !ranged_[locator_.Locate(i).first] || ra_.table.count(i)) continue;
       while (ra_.table.size() >= kReadAheadEntries || ra_.bytes >= kReadAheadBytes) {
         if (!DropOldestFetchedLocked()) return;  // all in flight or queued: no more hints now
       }
@@ -325,8 +325,8 @@ class WdsRandomAccess : public RandomAccess {
     const SampleRef ref = idx->Ref(local);
     const FieldRef& last = ref.fields.back();
     const uint64_t length = last.offset + last.size - ref.offset;
-    std::shared_ptr<std::string> buf = ranged_ ? TakeFetched(i) : nullptr;
-    if (!buf || buf->size() != length) {
+    std::shared_ptr<std::string> buf = TakeFetched(i);
+    if (!buf) {
       SK_ASSIGN_OR_RETURN(buf, ReadRange(s, ref));
     }
     const auto* base = reinterpret_cast<const uint8_t*>(buf->data());
@@ -461,7 +461,8 @@ class WdsRandomAccess : public RandomAccess {
   core::PerThreadViewOwner owner_;
   core::PerThread<LastIndex> last_;
   ShardLocator locator_;
-  bool ranged_ = false;  // some shard is read by range requests
+  std::vector<bool> ranged_;  // per shard: read by range requests (remote, no cache)
+  bool any_ranged_ = false;
   mutable ReadAheadState ra_;
 };
 
