@@ -6,7 +6,7 @@
 # GPUs (GPUS=1,2,4,...) from synthetic data, shardkit.Loader and the DataLoader; table last.
 # There (carry .deps .corpus):  source .deps/unpack.sh && bash scripts/device_ddp.sh
 # Env: GPUS (1,2), MODELS (resnet50,resnet18), FEEDS (synthetic,shardkit,dataloader),
-# STEPS (40), WARMUP (10), SKIP_TESTS=1, BENCH_ARGS (e.g. "--timeline --profile").
+# STEPS (40), WARMUP (10), SKIP_TESTS=1, BENCH_ARGS (e.g. "--timeline --profile"), VARIANTS (below).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 T0=$(date +%s)
@@ -73,12 +73,21 @@ wait $corpus
 say "corpus: $(find "$W/imgs" -type f | wc -l) images; convert to tar shards"
 "$B/tools/shardkit" convert "$W/imgs" "wds:$W/wds/train-%06d.tar" --shard-size 64MB --overwrite > "$OUTDIR/convert.log" 2>&1 \
   || { tail -5 "$OUTDIR/convert.log"; exit 1; }
-say "DDP training benchmark"
-timeout 480 $PY scripts/bench_ddp.py --shards "$W/wds/train.manifest.json" --folder "$W/imgs" --gpus "${GPUS:-1,2}" \
-  --models "${MODELS:-resnet50,resnet18}" --feeds "${FEEDS:-synthetic,shardkit,dataloader}" --steps "${STEPS:-40}" \
-  --warmup "${WARMUP:-10}" --workdir "$OUTDIR" ${BENCH_ARGS:-} > "$OUTDIR/ddp.txt" 2> "$OUTDIR/ddp.err" || rc=1
-grep -E "^== |Error|error" "$OUTDIR/ddp.err" | tail -12
+# VARIANTS: the benchmark once per space-separated environment setting, e.g.
+# VARIANTS="SHARDKIT_GPU_SETS=4 SHARDKIT_GPU_SETS=8" (an experiment's knobs, compared in one call).
+variants=${VARIANTS:-none}
+for v in $variants; do
+  say "DDP training benchmark (variant: $v)"
+  envv=(); [ "$v" = none ] || envv=("$v")
+  timeout 480 env "${envv[@]}" $PY scripts/bench_ddp.py --shards "$W/wds/train.manifest.json" --folder "$W/imgs" --gpus "${GPUS:-1,2}" \
+    --models "${MODELS:-resnet50,resnet18}" --feeds "${FEEDS:-synthetic,shardkit,dataloader}" --steps "${STEPS:-40}" \
+    --warmup "${WARMUP:-10}" --workdir "$OUTDIR" ${BENCH_ARGS:-} > "$OUTDIR/ddp-$v.txt" 2> "$OUTDIR/ddp-$v.err" || rc=1
+  grep -E "^== |Error|error" "$OUTDIR/ddp-$v.err" | tail -12
+done
 say "done rc=$rc"
 cat "$OUTDIR/device.txt"
-sed -n '/^DDP training/,$p' "$OUTDIR/ddp.txt"
+for v in $variants; do
+  [ "$v" = none ] || echo "-- variant $v"
+  sed -n '/^DDP training/,$p' "$OUTDIR/ddp-$v.txt"
+done
 exit $rc
