@@ -541,11 +541,8 @@ struct DecodeImpl final : ProducerImpl {
 #endif
   // Batches in flight per epoch: one being decoded (submitter), one being packed, the
   // rest in phase 1. Each set holds its batch's rows, staging and nvJPEG outputs.
-  // How many (nsets, at most kMaxSets): SHARDKIT_GPU_SETS, an experiment's knob (issue 16),
-  // else kDefaultSets.
-  static constexpr int kMaxSets = 8, kDefaultSets = 4;
-  int nsets = kDefaultSets;
-  Set sets[kMaxSets];
+  static constexpr int kSets = 4;
+  Set sets[kSets];
   pipeline::RankOrder order;  // evaluated per position (plan.h)
   double hw_load = 1.0;  // GpuOptions::hardware_load, resolved
 
@@ -581,8 +578,8 @@ struct DecodeImpl final : ProducerImpl {
     std::atomic<double> acquire{0}, wait_set{0}, phase1{0}, handoff{0}, pack{0}, hw_call{0}, cuda_rows{0}, tail{0};
     std::atomic<double> rows_nvjpeg{0}, rows_host{0};  // phase 1, thread-seconds per route
     std::atomic<double> gpu_hw_ms{0}, gpu_resize_ms{0};
-    cudaEvent_t ev[kMaxSets][3] = {};
-    bool pending[kMaxSets] = {};
+    cudaEvent_t ev[kSets][3] = {};
+    bool pending[kSets] = {};
   } prof;
   using PClock = std::chrono::steady_clock;
   static double Since(PClock::time_point t) { return std::chrono::duration<double>(PClock::now() - t).count(); }
@@ -645,12 +642,6 @@ struct DecodeImpl final : ProducerImpl {
 
   Status Init() {
     n = data->size();
-    if (const char* v = std::getenv("SHARDKIT_GPU_SETS"); v && *v) {
-      const int x = std::atoi(v);
-      if (x < 2 || x > kMaxSets)
-        return Status::Invalid(fmt::format("environment SHARDKIT_GPU_SETS='{}' must be 2..{}", v, kMaxSets));
-      nsets = x;
-    }
     part = pipeline::PartitionEpoch(n, uint32_t(o.world_size), o.batch_size, o.drop_last);
     rrc = {o.scale_min, o.scale_max, o.ratio_min, o.ratio_max, o.flip_p};
     // Default: the CPUs minus two, one for the consumer's thread and one for the submitter,
@@ -673,8 +664,7 @@ struct DecodeImpl final : ProducerImpl {
       for (auto& e2 : prof.ev)
         for (auto& e : e2) SK_CUDA_RETURN(cudaEventCreate(&e));
     }
-    for (int si = 0; si < nsets; ++si) {
-      Set& s = sets[si];
+    for (auto& s : sets) {
       s.rows.resize(o.batch_size);
       SK_CUDA_RETURN(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
       // First sizes: 64 KiB of weights and descriptors per row; nvJPEG output for a
@@ -686,7 +676,7 @@ struct DecodeImpl final : ProducerImpl {
     }
 #ifdef SHARDKIT_HAVE_NVJPEG
     if (!g.force_cpu_decode) {
-      SK_ASSIGN_OR_RETURN(nv, gpu::NvjpegDecoder::Create(g.device, pool->size(), int(o.batch_size), nsets,
+      SK_ASSIGN_OR_RETURN(nv, gpu::NvjpegDecoder::Create(g.device, pool->size(), int(o.batch_size), kSets,
                                                          g.hardware_decoder));
     }
 #endif
@@ -746,9 +736,9 @@ struct DecodeImpl final : ProducerImpl {
   // submission of batch b (nvjpegDecodeBatchedEx blocks its caller for most of the
   // engines' time). The batches flow in sequence q = 0, 1, ... (batch `start` of epoch e,
   // then the epoch's next batches, then the next epochs' while the flow continues); set
-  // q % nsets holds batch q:
+  // q % kSets holds batch q:
   // - this one (the producer) waits until q's set is free (the submitter is done with
-  //   q - nsets on the host, and the GPU with its buffers), then posts q's phase-1 rows
+  //   q - kSets on the host, and the GPU with its buffers), then posts q's phase-1 rows
   //   (read, parse, plan, host decode) to the host threads and goes on to q + 1 without
   //   waiting for them: several batches are in phase 1 at once, so a batch's slowest
   //   rows overlap the next batch's first ones;
@@ -783,7 +773,7 @@ struct DecodeImpl final : ProducerImpl {
       bad = true;
     }
     for (uint64_t q = 0; !bad; ++q) {
-      Set& set = sets[q % nsets];
+      Set& set = sets[q % kSets];
       auto tw = PClock::now();
       {
         std::unique_lock<std::mutex> lk(f.m);
@@ -802,7 +792,7 @@ struct DecodeImpl final : ProducerImpl {
         last_acquire_s.store(acq);
         if (prof.on) prof.acquire += acq;
         auto tsub = PClock::now();
-        auto r = FinishBatch(set, int(q % nsets), slot, &it);
+        auto r = FinishBatch(set, int(q % kSets), slot, &it);
         last_submit_s.store(Since(tsub));
         if (r.ok()) {
           it.batch = std::move(r).value();
@@ -826,7 +816,7 @@ struct DecodeImpl final : ProducerImpl {
 
   void Packer(Flow& f) {
     for (uint64_t q = 0;; ++q) {
-      Set& set = sets[q % nsets];
+      Set& set = sets[q % kSets];
       {
         std::unique_lock<std::mutex> lk(f.m);
         WaitFor(lk, f, [&] {
@@ -872,17 +862,17 @@ struct DecodeImpl final : ProducerImpl {
         b = 0;
         order = pipeline::RankOrder(n, o, ep);  // (the producer's alone while it runs)
       }
-      Set& set = sets[q % nsets];
+      Set& set = sets[q % kSets];
       auto t0 = PClock::now();
       {
         std::unique_lock<std::mutex> lk(f.m);
-        WaitFor(lk, f, [&] { return f.submitter_done || q < f.finished + nsets; });
+        WaitFor(lk, f, [&] { return f.submitter_done || q < f.finished + kSets; });
         if (f.submitter_done || stop.load()) break;
       }
       cudaError_t ce = cudaEventSynchronize(set.done);  // the GPU is done with its buffers
       if (prof.on) {
         prof.wait_set += Since(t0);
-        ProfileCollect(int(q % nsets));
+        ProfileCollect(int(q % kSets));
         ++prof.batches;
       }
       set.err = ce == cudaSuccess ? Status::OK() : gpu::CudaError(ce, "cudaEventSynchronize(set)");
