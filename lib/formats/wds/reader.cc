@@ -252,7 +252,8 @@ class WdsRandomAccess : public RandomAccess {
       std::lock_guard<std::mutex> lk(ra_.mu);
       ra_.stop = true;
     }
-    ra_.cv.notify_all();
+    ra_.work.notify_all();
+    ra_.done.notify_all();
     for (auto& t : ra_.threads) t.join();
   }
   uint64_t size() const override { return locator_.size(); }
@@ -277,17 +278,26 @@ class WdsRandomAccess : public RandomAccess {
       }
     }
     PruneOrderLocked();
+    size_t queued = 0;
     for (size_t j = 0; j < n; ++j) {
       const uint64_t i = indices[j];
       if (i >= locator_.size() || !ranged_[locator_.Locate(i).first] || ra_.table.count(i)) continue;
-      while (ra_.table.size() >= kReadAheadEntries || ra_.bytes >= kReadAheadBytes) {
-        if (!DropOldestFetchedLocked()) return;  // all in flight or queued: no more hints now
-      }
+      bool room = true;
+      while (room && (ra_.table.size() >= kReadAheadEntries || ra_.bytes >= kReadAheadBytes))
+        room = DropOldestFetchedLocked();
+      if (!room) break;  // all in flight or queued: no more hints now
       ra_.table.emplace(i, std::make_shared<Fetch>());
       ra_.queue.push_back(i);
       ra_.order.push_back(i);
+      ++queued;
     }
-    ra_.cv.notify_all();
+    // As many reader threads as there are new requests (each wake-up is a context switch:
+    // on a loaded machine a thundering herd costs the decoders more than the requests).
+    if (queued >= size_t(kReadAheadThreads)) {
+      ra_.work.notify_all();
+    } else {
+      for (size_t j = 0; j < queued; ++j) ra_.work.notify_one();
+    }
   }
 
   Status Get(uint64_t i, Sample* out) const override {
@@ -368,7 +378,9 @@ class WdsRandomAccess : public RandomAccess {
   };
   struct ReadAheadState {
     std::mutex mu;
-    std::condition_variable cv;
+    std::condition_variable work;  // the reader threads: a request queued (or stop)
+    std::condition_variable done;  // Get()s: a fetch done (or stop)
+    int waiting = 0;               // Get()s waiting on `done`
     bool stop = false;
     std::unordered_map<uint64_t, std::shared_ptr<Fetch>> table;
     std::deque<uint64_t> queue;  // queued, in hint order (entries Get() took are skipped)
@@ -416,18 +428,19 @@ class WdsRandomAccess : public RandomAccess {
       ra_.table.erase(t);
       return nullptr;
     }
-    ra_.cv.wait(lk, [&] { return f->state == Fetch::kDone || ra_.stop; });
+    ++ra_.waiting;
+    ra_.done.wait(lk, [&] { return f->state == Fetch::kDone || ra_.stop; });
+    --ra_.waiting;
     if (f->state != Fetch::kDone) return nullptr;
     ra_.table.erase(i);
     if (f->bytes) ra_.bytes -= f->bytes->size();
-    ra_.cv.notify_all();  // room for hints
     return f->bytes;
   }
 
   void ReadAheadLoop() const {
     std::unique_lock<std::mutex> lk(ra_.mu);
     for (;;) {
-      ra_.cv.wait(lk, [&] { return ra_.stop || !ra_.queue.empty(); });
+      ra_.work.wait(lk, [&] { return ra_.stop || !ra_.queue.empty(); });
       if (ra_.stop) return;
       const uint64_t i = ra_.queue.front();
       ra_.queue.pop_front();
@@ -453,7 +466,7 @@ class WdsRandomAccess : public RandomAccess {
       f->bytes = std::move(bytes);
       f->state = Fetch::kDone;
       if (f->bytes) ra_.bytes += f->bytes->size();
-      ra_.cv.notify_all();
+      if (ra_.waiting) ra_.done.notify_all();  // (Get()s waiting for one of these)
     }
   }
 
