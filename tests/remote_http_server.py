@@ -13,9 +13,11 @@ Control (never faulted, never signed):
       500, 503 (S3 SlowDown), 429, 404, 403, reset (connection reset mid body),
       truncate (correct Content-Length, half the body, close), longlength
       (Content-Length larger than the body, close), shortlength (Content-Length
-      smaller than the range asked for), stall (half the body, then silence).
+      smaller than the range asked for), stall (half the body, then silence),
+      latency (the answer as usual, --latency-seconds later: a store far away).
   POST /_clear  drops every fault and counter.
-  GET  /_stats  {"connections": N, "requests": {path: n}, "uploads": [ids], "aborted": [ids]}
+  GET  /_stats  {"connections": N, "requests": {path: n}, "uploads": [ids], "aborted": [ids],
+                 "max_in_flight": most GET/HEAD requests answered at once}
 The port is written to --port-file once the server listens.
 """
 import argparse
@@ -35,7 +37,7 @@ from urllib.parse import urlsplit, unquote
 
 STATE_LOCK = threading.Lock()
 FAULTS = []          # dicts: path, fault, count, query
-STATS = {"connections": 0, "requests": {}, "uploads": {}, "aborted": []}
+STATS = {"connections": 0, "requests": {}, "uploads": {}, "aborted": [], "in_flight": 0, "max_in_flight": 0}
 ARGS = None
 
 
@@ -192,11 +194,13 @@ class Handler(BaseHTTPRequestHandler):
                 FAULTS.clear()
                 STATS["requests"].clear()
                 STATS["connections"] = 0
+                STATS["max_in_flight"] = 0
             return self.send_bytes(200, b"{}", content_type="application/json")
         if self.path == "/_stats":
             with STATE_LOCK:
                 out = {"connections": STATS["connections"], "requests": STATS["requests"],
-                       "uploads": sorted(STATS["uploads"]), "aborted": STATS["aborted"]}
+                       "uploads": sorted(STATS["uploads"]), "aborted": STATS["aborted"],
+                       "max_in_flight": STATS["max_in_flight"]}
             return self.send_bytes(200, json.dumps(out).encode(), content_type="application/json")
         return self.send_bytes(404, b"no such control")
 
@@ -222,8 +226,20 @@ class Handler(BaseHTTPRequestHandler):
         r = self.begin()
         if r is None:
             return
-        path, query = r
+        with STATE_LOCK:
+            STATS["in_flight"] += 1
+            STATS["max_in_flight"] = max(STATS["max_in_flight"], STATS["in_flight"])
+        try:
+            self.serve_get(*r)
+        finally:
+            with STATE_LOCK:
+                STATS["in_flight"] -= 1
+
+    def serve_get(self, path, query):
         fault = self.take_fault(path, query)
+        if fault == "latency":
+            time.sleep(ARGS.latency_seconds)
+            fault = None
         if "uploads" in query.split("&") or "uploads=" in query:
             with STATE_LOCK:
                 ids = "".join("<Upload><Key>%s</Key><UploadId>%s</UploadId></Upload>" % (k, i)
@@ -356,6 +372,7 @@ def main():
     ap.add_argument("--port-file", required=True)
     ap.add_argument("--auth", default="", help="KEY:SECRET; requires SigV4 signatures")
     ap.add_argument("--stall-seconds", type=float, default=60)
+    ap.add_argument("--latency-seconds", type=float, default=0.2)
     ARGS = ap.parse_args()
     parent = os.getppid()
 
@@ -365,8 +382,11 @@ def main():
         os._exit(0)
 
     threading.Thread(target=watch_parent, daemon=True).start()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
+    class Server(ThreadingHTTPServer):
+        daemon_threads = True
+        request_queue_size = 128  # (the default, 5, drops connections made at once: a second's retry)
+
+    server = Server(("127.0.0.1", 0), Handler)
     tmp = ARGS.port_file + ".tmp"
     with open(tmp, "w") as f:
         f.write(str(server.server_address[1]))

@@ -974,6 +974,58 @@ TEST_CASE("remote wds: Prefetch reads hinted samples ahead, Get takes them, a fa
   }
 }
 
+TEST_CASE("remote wds: against a slow store the read-ahead adds threads and still reads each sample once", "[remote]") {
+  // Each range request answered 0.2 s late (the server's "latency" fault): 8 reader
+  // threads would keep 8 requests in flight; Get()s that find their samples not yet
+  // fetched, with requests still waiting for a thread, add readers.
+  HttpServer http;
+  sk_test::TempDir tmp;
+  sk_test::MakeImageFolder(tmp / "src", 2, 40, 9);
+  ConvertOptions co;
+  co.write.samples_per_shard = 32;
+  REQUIRE(Convert(tmp / "src", http.root + "/train-%06d.tar", co).ok());
+  auto ds = Open(http.Url("train.manifest.json"));
+  REQUIRE(ds.ok());
+  auto plain = (*ds)->NewRandomAccess();
+  auto ra = (*ds)->NewRandomAccess();
+  REQUIRE(plain.ok());
+  REQUIRE(ra.ok());
+  const uint64_t n = (*ra)->size();
+  REQUIRE(n == 80);
+  std::vector<Sample> want(n);
+  for (uint64_t i = 0; i < n; ++i) REQUIRE((*plain)->Get(i, &want[i]).ok());
+  Sample s;
+  for (uint64_t i : {0, 32, 64}) REQUIRE((*ra)->Get(i, &s).ok());  // each shard opened
+  http.Clear();
+  for (int k = 0; k < 3; ++k) http.Fault(fmt::format("train-{:06d}.tar", k), "latency", -1);
+  std::vector<uint64_t> order;
+  for (uint64_t i = 0; i < n; ++i) order.push_back((i * 37) % n);  // (37 is prime to 80)
+  (*ra)->Prefetch(order.data(), order.size());
+  // Four decode threads take the samples in hint order, each every fourth.
+  std::atomic<int> bad{0};
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 4; ++t)
+    readers.emplace_back([&, t] {
+      Sample got;
+      for (size_t j = size_t(t); j < order.size(); j += 4) {
+        const uint64_t i = order[j];
+        bool same = (*ra)->Get(i, &got).ok() && got.key == want[i].key && got.fields.size() == want[i].fields.size();
+        for (const Field& f : want[i].fields) {
+          const Field* g = same ? got.find(f.ext) : nullptr;
+          same = g && g->data.view() == f.data.view();
+        }
+        if (!same) ++bad;
+      }
+    });
+  for (auto& t : readers) t.join();
+  CHECK(bad == 0);
+  const auto stats = http.Stats();
+  uint64_t requests = 0;
+  for (const auto& [path, count] : stats["requests"].items()) requests += count.get<uint64_t>();
+  CHECK(requests == n);  // each sample once: by a reader thread, or by its Get() while queued
+  CHECK(stats["max_in_flight"].get<int>() > 8);  // more than the first eight readers
+}
+
 TEST_CASE("remote wds: a failed upload leaves no manifest", "[remote]") {
   HttpServer http;
   sk_test::TempDir tmp;

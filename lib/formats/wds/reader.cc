@@ -259,8 +259,10 @@ class WdsRandomAccess : public RandomAccess {
   uint64_t size() const override { return locator_.size(); }
 
   // Remote shards read by ranges (no cache): the hinted samples' range requests run on
-  // kReadAheadThreads threads of this object's own (started by the first hint), oldest
-  // hint first, at most kReadAheadEntries samples and kReadAheadBytes bytes held (a full
+  // threads of this object's own, oldest hint first: kReadAheadThreads started by the
+  // first hint, one more (up to kReadAheadMaxThreads) each time a Get() finds its sample
+  // not yet fetched while requests wait for a free thread (a store far away: the
+  // requests in flight, not the client's CPU, are the limit), at most kReadAheadEntries samples and kReadAheadBytes bytes held (a full
   // table takes no more hints; the oldest fetched and never read are dropped first).
   // Get() takes a fetched sample, waits for one being fetched, and reads one still queued
   // itself (so a hint never delays a read); a failed fetch is read again by Get(), which
@@ -271,11 +273,8 @@ class WdsRandomAccess : public RandomAccess {
     std::lock_guard<std::mutex> lk(ra_.mu);
     if (ra_.stop) return;
     if (ra_.threads.empty()) {
-      try {
-        for (int t = 0; t < kReadAheadThreads; ++t) ra_.threads.emplace_back([this] { ReadAheadLoop(); });
-      } catch (const std::system_error&) {  // no threads to spare: Get() reads as before
-        if (ra_.threads.empty()) return;
-      }
+      for (int t = 0; t < kReadAheadThreads; ++t) AddReaderLocked();
+      if (ra_.threads.empty()) return;  // no threads to spare: Get() reads as before
     }
     PruneOrderLocked();
     size_t queued = 0;
@@ -293,7 +292,7 @@ class WdsRandomAccess : public RandomAccess {
     }
     // As many reader threads as there are new requests (each wake-up is a context switch:
     // on a loaded machine a thundering herd costs the decoders more than the requests).
-    if (queued >= size_t(kReadAheadThreads)) {
+    if (queued >= ra_.threads.size()) {
       ra_.work.notify_all();
     } else {
       for (size_t j = 0; j < queued; ++j) ra_.work.notify_one();
@@ -369,7 +368,7 @@ class WdsRandomAccess : public RandomAccess {
 
   // Read-ahead (Prefetch). A table entry is queued, then being fetched, then fetched
   // (bytes, or an error that Get() meets again by reading itself).
-  static constexpr int kReadAheadThreads = 8;
+  static constexpr int kReadAheadThreads = 8, kReadAheadMaxThreads = 64;
   static constexpr size_t kReadAheadEntries = 4096;
   static constexpr uint64_t kReadAheadBytes = uint64_t(256) << 20;
   struct Fetch {
@@ -388,6 +387,14 @@ class WdsRandomAccess : public RandomAccess {
     uint64_t bytes = 0;          // of fetched entries in the table
     std::vector<std::thread> threads;
   };
+
+  // One more reader thread (ra_.mu held); none when the system has no thread to spare.
+  void AddReaderLocked() const {
+    try {
+      ra_.threads.emplace_back([this] { ReadAheadLoop(); });
+    } catch (const std::system_error&) {
+    }
+  }
 
   // Drops the oldest fetched entry (ra_.mu held); false when none is fetched.
   bool DropOldestFetchedLocked() const {
@@ -424,6 +431,9 @@ class WdsRandomAccess : public RandomAccess {
     auto t = ra_.table.find(i);
     if (t == ra_.table.end()) return nullptr;
     std::shared_ptr<Fetch> f = t->second;
+    // Behind: this sample is not fetched yet and other requests wait for a thread.
+    if (f->state != Fetch::kDone && !ra_.queue.empty() && ra_.threads.size() < size_t(kReadAheadMaxThreads))
+      AddReaderLocked();
     if (f->state == Fetch::kQueued) {  // a reader thread would start it later than we can
       ra_.table.erase(t);
       return nullptr;
