@@ -262,8 +262,9 @@ class WdsRandomAccess : public RandomAccess {
   // threads of this object's own, oldest hint first: kReadAheadThreads started by the
   // first hint, one more (up to kReadAheadMaxThreads) each time a Get() finds its sample
   // not yet fetched while requests wait for a free thread (a store far away: the
-  // requests in flight, not the client's CPU, are the limit), at most kReadAheadEntries samples and kReadAheadBytes bytes held (a full
-  // table takes no more hints; the oldest fetched and never read are dropped first).
+  // requests in flight, not the client's CPU, are the limit). At most kReadAheadEntries
+  // samples and kReadAheadBytes bytes are held (a full table takes no more hints; the
+  // oldest fetched and never read are dropped first).
   // Get() takes a fetched sample, waits for one being fetched, and reads one still queued
   // itself (so a hint never delays a read); a failed fetch is read again by Get(), which
   // reports it. The destructor waits for the requests in flight (each bounded by the
