@@ -34,7 +34,9 @@
 #include "io/upload_staging.h"
 #include "shardkit/convert.h"
 #include "shardkit/dataset.h"
+#include "shardkit/index.h"
 #include "shardkit/loader.h"
+#include "shardkit/verify.h"
 #include "fault_fs.h"
 #include "support.h"
 
@@ -1024,6 +1026,36 @@ TEST_CASE("remote wds: against a slow store the read-ahead adds threads and stil
   for (const auto& [path, count] : stats["requests"].items()) requests += count.get<uint64_t>();
   CHECK(requests == n);  // each sample once: by a reader thread, or by its Get() while queued
   CHECK(stats["max_in_flight"].get<int>() > 8);  // more than the first eight readers
+}
+
+TEST_CASE("remote: a format read from local files only says so, the same way in open, verify and index",
+          "[remote]") {
+  // The files are there (the server would serve them); the formats whose libraries map
+  // or open files themselves refuse the address before looking for a local file, so no
+  // command says "no such file" of an object that exists.
+  HttpServer http;
+  sk_test::TempDir tmp;
+  sk_test::MakeImageFolder(tmp / "src", 2, 3, 4);
+  for (const char* out : {"tfrecord:{}/tf/train-%05d.tfrecord", "recordio:{}/rec/train.rec", "mds:{}/mds"})
+    REQUIRE(Convert(tmp / "src", fmt::format(fmt::runtime(out), http.root)).ok());
+  const std::string base = http.proc->base();
+  for (const std::string& address :
+       {"tfrecord:" + base + "/tf/train-00000.tfrecord", base + "/tf/train-00000.tfrecord",
+        "recordio:" + base + "/rec/train.rec", base + "/rec/train.rec", "mds:" + base + "/mds"}) {
+    INFO(address);
+    auto is_refusal = [&](const Status& st) {
+      INFO(st.ToString());
+      CHECK(st.code() == Code::kUnsupported);
+      CHECK(st.ToString().find("read from local files only") != std::string::npos);
+      CHECK(st.ToString().find(base) != std::string::npos);  // names the address
+    };
+    is_refusal(Open(address).status());
+    is_refusal(Verify(address).status());
+    // (a plain http://.../x.tfrecord resolves by its name; index falls back to DALI's)
+    is_refusal(WriteFormatIndex(address, tmp / "o.idx").status());
+    is_refusal(WriteDaliIndex(address, tmp / "o.idx").status());
+  }
+  CHECK(!std::filesystem::exists(tmp / "o.idx"));
 }
 
 TEST_CASE("remote wds: a failed upload leaves no manifest", "[remote]") {

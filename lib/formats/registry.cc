@@ -121,6 +121,16 @@ Result<const Format*> Resolve(std::string_view address, bool for_write, std::str
   return best;
 }
 
+Status CheckReadsRemote(const Format& f, const std::string& path) {
+  if (f.reads_remote || !io::IsUrl(path)) return Status::OK();
+  return Status::Unsupported(
+      fmt::format("the {} format is read from local files only (its library opens or maps the file itself, so "
+                  "range requests make no sense): copy it to local disk first (e.g. `aws s3 cp --recursive`); "
+                  "tar shards (wds) and their manifests are read remotely",
+                  f.name),
+      Location{.file = path});
+}
+
 }  // namespace shardkit::formats
 
 namespace shardkit {
@@ -128,13 +138,7 @@ namespace shardkit {
 Result<std::unique_ptr<Dataset>> Open(std::string_view address, const OpenOptions& opts) {
   std::string path;
   SK_ASSIGN_OR_RETURN(const formats::Format* f, formats::Resolve(address, false, &path));
-  if (!f->reads_remote && io::IsUrl(path))
-    return Status::Unsupported(
-        fmt::format("the {} format is read from local files only (its library opens or maps the file itself, so "
-                    "range requests make no sense): copy it to local disk first (e.g. `aws s3 cp --recursive`); "
-                    "tar shards (wds) and their manifests are read remotely",
-                    f->name),
-        Location{.file = path});
+  SK_RETURN_IF_ERROR(formats::CheckReadsRemote(*f, path));
   return f->open(path, opts);
 }
 
@@ -153,6 +157,7 @@ std::vector<std::string> FormatNames() {
 Result<uint64_t> WriteFormatIndex(std::string_view address, const std::string& output, std::string* written) {
   std::string path;
   SK_ASSIGN_OR_RETURN(const formats::Format* f, formats::Resolve(address, false, &path));
+  SK_RETURN_IF_ERROR(formats::CheckReadsRemote(*f, path));
   if (!f->write_index)
     return Status::Unsupported(fmt::format("the {} format defines no index of its own", f->name),
                                Location{.file = path});

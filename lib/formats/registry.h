@@ -135,4 +135,8 @@ Status CheckScheme(std::string_view address);
 // scheme (`parquet:x`; `./odd:name` is a path) and an address no format bids on.
 Result<const Format*> Resolve(std::string_view address, bool for_write, std::string* path);
 
+// kUnsupported, naming the address, when `path` is remote (http(s)://, s3://) and `f`
+// reads local files only (Format::reads_remote): the one message every command gives.
+Status CheckReadsRemote(const Format& f, const std::string& path);
+
 }  // namespace shardkit::formats

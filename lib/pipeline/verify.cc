@@ -170,6 +170,7 @@ class Verifier {
   Status MakeUnits() {
     std::string path;
     SK_ASSIGN_OR_RETURN(format_, formats::Resolve(address_, false, &path));
+    SK_RETURN_IF_ERROR(formats::CheckReadsRemote(*format_, path));  // (before list_shards looks for local files)
     if (!format_->list_shards) {
       Unit u;
       u.path = path;
