@@ -120,6 +120,7 @@ class RemoteWritable : public WritableFile {
                                         Location{.file = SafeUrl(path_)});
       return Status::OK();
     }
+    if (buf_.capacity() < kPart) buf_ = TakePartBuffer(kPart + std::max(size, size_t(8) << 20));  // (no regrowth)
     buf_.append(static_cast<const char*>(data), size);
     while (buf_.size() >= kPart + (upload_ ? 0 : 1)) {  // a file of exactly one part stays one PUT
       if (!upload_) {
@@ -134,8 +135,7 @@ class RemoteWritable : public WritableFile {
       // The part is the buffer itself; only what follows it is copied into a new one
       // (reserved for a part and an append: no regrowth).
       std::string part = std::move(buf_);
-      buf_ = std::string();
-      buf_.reserve(kPart + std::max(size, size_t(8) << 20));
+      buf_ = TakePartBuffer(kPart + std::max(size, size_t(8) << 20));
       buf_.append(part, kPart);
       part.resize(kPart);
       error_ = upload_->Add(std::move(part));  // uploads while the next parts are appended
@@ -161,7 +161,8 @@ class RemoteWritable : public WritableFile {
       md5_.Digest(digest);
       s = store_->Write(path_, s3_ ? std::string_view(buf_) : body_.view(), WriteOptions{.content_md5 = Md5Base64(digest)});
     }
-    std::string().swap(buf_);
+    GivePartBuffer(std::move(buf_));
+    buf_ = std::string();
     body_.Release();
     return s;
   }

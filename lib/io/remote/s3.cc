@@ -1,6 +1,8 @@
 #include "io/remote/s3.h"
 
 #include <algorithm>
+#include <mutex>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -250,6 +252,46 @@ Result<std::unique_ptr<MultipartUpload>> MultipartUpload::Begin(S3Client* client
   return std::unique_ptr<MultipartUpload>(new MultipartUpload(client, std::move(object), std::move(id)));
 }
 
+namespace {
+struct PartPool {
+  std::mutex mu;
+  std::vector<std::string> free;
+  size_t bytes = 0;
+};
+PartPool& Parts() {
+  static PartPool* pool = new PartPool;  // (never destroyed: uploads may run during exit)
+  return *pool;
+}
+}  // namespace
+
+std::string TakePartBuffer(size_t capacity) {
+  std::string out;
+  {
+    PartPool& p = Parts();
+    std::lock_guard<std::mutex> lk(p.mu);
+    for (size_t i = p.free.size(); i-- > 0;) {
+      if (p.free[i].capacity() < capacity) continue;
+      out = std::move(p.free[i]);
+      p.free.erase(p.free.begin() + std::ptrdiff_t(i));
+      p.bytes -= out.capacity();
+      break;
+    }
+  }
+  out.clear();
+  out.reserve(capacity);
+  return out;
+}
+
+void GivePartBuffer(std::string&& buffer) {
+  std::string b = std::move(buffer);
+  if (b.capacity() < (size_t(1) << 20)) return;  // (small ones: not worth keeping)
+  PartPool& p = Parts();
+  std::lock_guard<std::mutex> lk(p.mu);
+  if (p.bytes + b.capacity() > kPartPoolBytes) return;
+  p.bytes += b.capacity();
+  p.free.push_back(std::move(b));
+}
+
 MultipartUpload::~MultipartUpload() {
   if (!done_) (void)Abort();
 }
@@ -259,8 +301,10 @@ Status MultipartUpload::Add(std::string data) {
   while (in_flight_.size() >= kInFlight)
     if (Status s = ReapOldest(); !s.ok()) return Fail(s);
   const int number = next_++;
-  in_flight_.emplace_back(number, std::async(std::launch::async, [this, number, d = std::move(data)] {
-                            return client_->UploadPart(object_, upload_id_, number, d);
+  in_flight_.emplace_back(number, std::async(std::launch::async, [this, number, d = std::move(data)]() mutable {
+                            auto etag = client_->UploadPart(object_, upload_id_, number, d);
+                            GivePartBuffer(std::move(d));
+                            return etag;
                           }));
   return Status::OK();
 }

@@ -115,6 +115,16 @@ class S3Client {
 // the upload is not), and one connection to a real store carries far less than
 // the disk writes. Aborting waits for the parts in flight first, so none lands
 // after the abort.
+// Part buffers, reused: a multipart upload's part, once sent, goes back to a pool of
+// at most kPartPoolBytes, and a writer takes its next part's buffer from there, so that
+// the pages of a 16 MiB buffer are not faulted in (and zeroed by the kernel) for every
+// part (a fifth of the client's CPU in a conversion to s3://). Thread-safe.
+inline constexpr size_t kPartPoolBytes = size_t(128) << 20;
+// An empty string with at least `capacity` bytes reserved.
+std::string TakePartBuffer(size_t capacity);
+// Back to the pool (dropped when the pool is full).
+void GivePartBuffer(std::string&& buffer);
+
 class MultipartUpload {
  public:
   static constexpr size_t kInFlight = 4;
