@@ -106,6 +106,8 @@ class RemoteReadable : public ReadableFile {
 class RemoteWritable : public WritableFile {
  public:
   static constexpr size_t kPart = 16 << 20;
+  // A buffer (from the pool) for a part and an append of `size` after it: no regrowth.
+  static std::string PartBuffer(size_t size) { return TakePartBuffer(kPart + std::max(size, size_t(8) << 20)); }
   RemoteWritable(std::shared_ptr<ObjectStore> store, std::string path) : store_(std::move(store)), path_(std::move(path)) {}
   const std::string& path() const override { return path_; }
   Status Append(const void* data, size_t size) override {
@@ -120,7 +122,7 @@ class RemoteWritable : public WritableFile {
                                         Location{.file = SafeUrl(path_)});
       return Status::OK();
     }
-    if (buf_.capacity() < kPart) buf_ = TakePartBuffer(kPart + std::max(size, size_t(8) << 20));  // (no regrowth)
+    if (buf_.capacity() < kPart) buf_ = PartBuffer(size);
     buf_.append(static_cast<const char*>(data), size);
     while (buf_.size() >= kPart + (upload_ ? 0 : 1)) {  // a file of exactly one part stays one PUT
       if (!upload_) {
@@ -132,10 +134,9 @@ class RemoteWritable : public WritableFile {
         if (!up.ok()) return error_ = up.status();
         upload_ = std::move(up).value();
       }
-      // The part is the buffer itself; only what follows it is copied into a new one
-      // (reserved for a part and an append: no regrowth).
+      // The part is the buffer itself; only what follows it is copied into a new one.
       std::string part = std::move(buf_);
-      buf_ = TakePartBuffer(kPart + std::max(size, size_t(8) << 20));
+      buf_ = PartBuffer(size);
       buf_.append(part, kPart);
       part.resize(kPart);
       error_ = upload_->Add(std::move(part));  // uploads while the next parts are appended

@@ -107,14 +107,6 @@ class S3Client {
   HttpClient http_;
 };
 
-// One multipart upload: Begin, Add parts in order, Complete. Destroying it
-// before a successful Complete aborts the upload.
-//
-// Parts upload concurrently, kInFlight at once, each on a thread of its own: a
-// shard's last parts are the tail of a conversion to s3:// (the writer is done,
-// the upload is not), and one connection to a real store carries far less than
-// the disk writes. Aborting waits for the parts in flight first, so none lands
-// after the abort.
 // Part buffers, reused: a multipart upload's part, once sent, goes back to a pool of
 // at most kPartPoolBytes, and a writer takes its next part's buffer from there, so that
 // the pages of a 16 MiB buffer are not faulted in (and zeroed by the kernel) for every
@@ -125,6 +117,14 @@ std::string TakePartBuffer(size_t capacity);
 // Back to the pool (dropped when the pool is full).
 void GivePartBuffer(std::string&& buffer);
 
+// One multipart upload: Begin, Add parts in order, Complete. Destroying it
+// before a successful Complete aborts the upload.
+//
+// Parts upload concurrently, kInFlight at once, each on a thread of its own: a
+// shard's last parts are the tail of a conversion to s3:// (the writer is done,
+// the upload is not), and one connection to a real store carries far less than
+// the disk writes. Aborting waits for the parts in flight first, so none lands
+// after the abort.
 class MultipartUpload {
  public:
   static constexpr size_t kInFlight = 4;
