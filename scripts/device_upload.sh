@@ -5,7 +5,7 @@
 # and the tests' Python S3 emulation, and s3rver where node is there (Debian's node, carried
 # in .deps by scripts/device-deps.sh, with .npm-deps), 32 shards, ROUNDS (3) of each shard row.
 # There (carry .deps .corpus .npm-deps):  source .deps/unpack.sh && bash scripts/device_upload.sh [bench_remote args]
-# Env: B (build-r), CORPUS (/tmp/c16), ROUNDS, UPLOAD_ONLY=1 (no loader rows).
+# Env: B (build-r), CORPUS (/tmp/c16), ROUNDS, LOADER_ROUNDS, UPLOAD_ONLY=1 (no loader rows).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [[ "${CMAKE_PREFIX_PATH:-}" == */opt/deps/* ]] || source .deps/unpack.sh
