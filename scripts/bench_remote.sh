@@ -191,29 +191,51 @@ else
 
 BB=()
 [ "$BATCHES" -gt 0 ] && BB=(--batches "$BATCHES")
-ips() {  # images/s of one `bench --loader` run
-  "$SK" bench --loader "$@" --threads "$THREADS" --batch-size 64 "${BB[@]}" --json 2>"$W/err" |
-    "$PY" -c 'import json,sys; r=json.load(sys.stdin)["rows"][0]; print(round(r["images_per_s"]))' ||
-    { echo "FAILED: bench --loader $* ($(tail -1 "$W/err"))" >&2; exit 1; }
+# CPU ticks used so far by the HTTP server's processes (nginx only: the Python server
+# shares its name with other processes).
+TICK=$(getconf CLK_TCK 2>/dev/null || echo 100)
+srv_ticks() {
+  local t=0 f c a
+  [ "${HTTP_SERVER:-python}" = nginx ] || { echo 0; return; }
+  for f in /proc/[0-9]*; do
+    c=$(cat "$f/comm" 2>/dev/null) || continue
+    [ "$c" = nginx ] || continue
+    read -r -a a <"$f/stat" 2>/dev/null || continue
+    t=$((t + a[13] + a[14]))
+  done
+  echo "$t"
+}
+ips() {  # images/s of one `bench --loader` run; TAG's images and CPU go to $W/cpu-TAG
+  local tag=$1 s0 s1 tm
+  shift
+  s0=$(srv_ticks)
+  tm=$( { TIMEFORMAT="%U %S"; time "$SK" bench --loader "$@" --threads "$THREADS" --batch-size 64 "${BB[@]}" --json \
+          >"$W/ips.json" 2>"$W/err"; } 2>&1 ) || { echo "FAILED: bench --loader $* ($(tail -1 "$W/err"))" >&2; exit 1; }
+  s1=$(srv_ticks)
+  "$PY" -c 'import json,sys
+r = json.load(open(sys.argv[1]))["rows"][0]
+u, s = map(float, sys.argv[2].split())
+open(sys.argv[4], "a").write("%d %.3f %.3f\n" % (r["images"], u + s, int(sys.argv[3]) / float(sys.argv[5])))
+print(round(r["images_per_s"]))' "$W/ips.json" "$tm" "$((s1 - s0))" "$W/cpu-$tag" "$TICK"
 }
 "$SK" bench --loader "$W/local/ds.manifest.json" --threads "$THREADS" --batch-size 64 --batches 2 >/dev/null 2>&1 || true
 max() { awk "BEGIN{print ($1 > $2) ? $1 : $2}"; }
 # LOADER_ROUNDS (2) rounds in alternating order, the best of each: a loaded machine drifts,
 # and a run of 200 batches lasts about a second on 16 cores (--batches N for longer runs).
-L=$(ips "$W/local/ds.manifest.json")
-H=$(ips "$HTTP/ds.manifest.json")
+L=$(ips local "$W/local/ds.manifest.json")
+H=$(ips http "$HTTP/ds.manifest.json")
 S3RANGE=- S3COLD=- S3WARM=0
 if [ $S3 = 1 ]; then
-S3RANGE=$(ips "s3://test/ds/ds.manifest.json")
-S3COLD=$(ips "s3://test/ds/ds.manifest.json" --cache-dir "$W/cache")
+S3RANGE=$(ips s3range "s3://test/ds/ds.manifest.json")
+S3COLD=$(ips s3cold "s3://test/ds/ds.manifest.json" --cache-dir "$W/cache")
 fi
 for _ in $(seq "${LOADER_ROUNDS:-2}"); do
-  [ $S3 = 1 ] && S3WARM=$(max "$S3WARM" "$(ips "s3://test/ds/ds.manifest.json" --cache-dir "$W/cache")")
-  H=$(max "$H" "$(ips "$HTTP/ds.manifest.json")")
-  L=$(max "$L" "$(ips "$W/local/ds.manifest.json")")
+  [ $S3 = 1 ] && S3WARM=$(max "$S3WARM" "$(ips s3warm "s3://test/ds/ds.manifest.json" --cache-dir "$W/cache")")
+  H=$(max "$H" "$(ips http "$HTTP/ds.manifest.json")")
+  L=$(max "$L" "$(ips local "$W/local/ds.manifest.json")")
 done
 if [ $S3 = 1 ]; then
-S3RANGE=$(max "$S3RANGE" "$(ips "s3://test/ds/ds.manifest.json")")
+S3RANGE=$(max "$S3RANGE" "$(ips s3range "s3://test/ds/ds.manifest.json")")
 else
 S3WARM=-
 fi
@@ -233,6 +255,20 @@ printf "%-44s %12s %8s\n" "shard to s3:// (Python S3 emulation) (s)" "$T_EMU" "$
 printf "%-44s %12s %8s\n" "emulation ceiling: curl PUT of the shards (s)" "$T_EMUPUT" "$(r "$T_LOCAL" "$T_EMUPUT")"
 printf "%-44s %12s %8s\n" "shard to s3:// (s; ratio = speed vs local)" "$T_S3" "$(r "$T_LOCAL" "$T_S3")"
 printf "%-44s %12s %8s\n" "store ceiling: boto3 PUT of the same files (s)" "$T_PUT" "$(r "$T_LOCAL" "$T_PUT")"
+# The loader's CPU per image, all runs of a row: the client's, and the HTTP server's (nginx).
+# With every core decoding, the HTTP row cannot beat local x (client local) / (client
+# HTTP + server): the server and the loopback copies take their CPU from the decoders.
+if [ -s "$W/cpu-local" ]; then
+  echo "loader CPU per image, microseconds (client; + server where it is nginx):"
+  for t in local http s3range s3cold s3warm; do
+    [ -s "$W/cpu-$t" ] && awk -v t="$t" '{n += $1; c += $2; s += $3} END {printf "  %-8s client %6.0f  server %5.0f\n", t, c / n * 1e6, s / n * 1e6}' "$W/cpu-$t"
+  done
+  if [ -s "$W/cpu-http" ] && [ "${HTTP_SERVER:-python}" = nginx ]; then
+    cat "$W/cpu-local" "$W/cpu-http" | awk -v nl="$(wc -l <"$W/cpu-local")" \
+      'NR <= nl {n1 += $1; c1 += $2; next} {n2 += $1; c2 += $2 + $3}
+       END {printf "  CPU-bound limit of the HTTP ratio (local / (client + server)): %.2f\n", (c1 / n1) / (c2 / n2)}'
+  fi
+fi
 echo "client CPU seconds of each timed run (bash's time; servers not included):"
 cat "$W/cpu.log"
 for t in "${TIMELINES[@]}"; do echo "$t"; done
