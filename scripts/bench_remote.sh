@@ -224,21 +224,18 @@ max() { awk "BEGIN{print ($1 > $2) ? $1 : $2}"; }
 # and a run of 200 batches lasts about a second on 16 cores (--batches N for longer runs).
 L=$(ips local "$W/local/ds.manifest.json")
 H=$(ips http "$HTTP/ds.manifest.json")
-S3RANGE=- S3COLD=- S3WARM=0
+S3RANGE=- S3COLD=- S3WARM=-
 if [ $S3 = 1 ]; then
 S3RANGE=$(ips s3range "s3://test/ds/ds.manifest.json")
 S3COLD=$(ips s3cold "s3://test/ds/ds.manifest.json" --cache-dir "$W/cache")
+S3WARM=0
 fi
 for _ in $(seq "${LOADER_ROUNDS:-2}"); do
   [ $S3 = 1 ] && S3WARM=$(max "$S3WARM" "$(ips s3warm "s3://test/ds/ds.manifest.json" --cache-dir "$W/cache")")
   H=$(max "$H" "$(ips http "$HTTP/ds.manifest.json")")
   L=$(max "$L" "$(ips local "$W/local/ds.manifest.json")")
 done
-if [ $S3 = 1 ]; then
-S3RANGE=$(max "$S3RANGE" "$(ips s3range "s3://test/ds/ds.manifest.json")")
-else
-S3WARM=-
-fi
+[ $S3 = 1 ] && S3RANGE=$(max "$S3RANGE" "$(ips s3range "s3://test/ds/ds.manifest.json")")
 fi
 r() { [ "$1" = - ] || [ "$2" = - ] && { echo -; return; }; awk "BEGIN{printf \"%.2f\", $1 / $2}"; }
 echo "remote storage, $N images in $SHARDS shards ($(du -sm "$W/local" | cut -f1) MB), $THREADS threads, loopback servers"

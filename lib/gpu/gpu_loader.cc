@@ -504,6 +504,8 @@ struct Row {
   size_t blob_off = 0, pix_off = 0, arena_off = 0, bits_off = 0;
   bool pix_direct = false;   // host route: its pixels are in the set's staging at pix_off
   bool bits_direct = false;  // engines: its bitstream is in the set's `bits` (item.data)
+  // Bytes of the region to resize (host pixels or nvJPEG output), packed rows.
+  size_t box_bytes() const { return size_t(pw) * ph * 3; }
 };
 
 struct Set {
@@ -971,11 +973,10 @@ struct DecodeImpl final : ProducerImpl {
     gpu::ShiftStarts(&r.wy, ylo);
     r.pw = xhi - xlo;
     r.ph = yhi - ylo;
-    const size_t bytes = size_t(r.pw) * r.ph * 3;
-    uint8_t* dst = Reserve(set.pix_used, set.pix_cap, set.host, bytes, &r.pix_off);
+    uint8_t* dst = Reserve(set.pix_used, set.pix_cap, set.host, r.box_bytes(), &r.pix_off);
     r.pix_direct = dst != nullptr;
     if (!dst) {
-      r.pixels.resize(bytes);
+      r.pixels.resize(r.box_bytes());
       dst = r.pixels.data();
     }
     for (int y = 0; y < r.ph; ++y)
@@ -1025,10 +1026,11 @@ struct DecodeImpl final : ProducerImpl {
     r.route = it.backend;
     if (r.route == 1) {  // the engines read their bitstreams from pinned memory
       size_t off = 0;
-      if (uint8_t* dst = Reserve(set.bits_used, set.bits_cap, set.bits, r.size, &off)) {
+      uint8_t* dst = Reserve(set.bits_used, set.bits_cap, set.bits, r.size, &off);
+      r.bits_direct = dst != nullptr;
+      if (dst) {
         std::memcpy(dst, r.data, r.size);
         it.data = dst;
-        r.bits_direct = true;
       }
     }
     return true;
@@ -1039,7 +1041,6 @@ struct DecodeImpl final : ProducerImpl {
   // else the host decoder. `tid`: the host thread's index in the pool.
   void Prepare(Set& set, Row& r, uint64_t e, uint64_t index, [[maybe_unused]] int tid) {
     r.route = 0;
-    r.pix_direct = r.bits_direct = false;
     r.label = -1;
     r.fields.clear();
     r.st = pipeline::RunRow(
@@ -1143,7 +1144,6 @@ struct DecodeImpl final : ProducerImpl {
           uint64_t index = set.index[i];
           const Location where{.key = r.sample.key, .index = int64_t(index)};
           try {
-            r.pix_direct = r.bits_direct = false;
             r.st = DecodeOnHost(set, r, e, index, where);
           } catch (const std::exception& ex) {  // (a pool thread must not throw: the latch waits)
             r.st = Status::Internal(std::string("host decode: ") + ex.what(), where);
@@ -1221,7 +1221,7 @@ struct DecodeImpl final : ProducerImpl {
     size_t direct_end = 0, words = 0, pix = 0, arena_bytes = 0, bits = 0, bits_direct = 0;
     for (size_t i : keep) {
       Row& r = set.rows[i];
-      if (r.route == 0 && r.pix_direct) direct_end = std::max(direct_end, r.pix_off + Align(size_t(r.pw) * r.ph * 3, 64));
+      if (r.route == 0 && r.pix_direct) direct_end = std::max(direct_end, r.pix_off + Align(r.box_bytes(), 64));
     }
     direct_end = Align(direct_end);
     for (size_t i : keep) {
@@ -1231,11 +1231,11 @@ struct DecodeImpl final : ProducerImpl {
       if (r.route == 0) {
         if (!r.pix_direct) {
           r.pix_off = direct_end + pix;
-          pix += Align(size_t(r.pw) * r.ph * 3, 64);
+          pix += Align(r.box_bytes(), 64);
         }
       } else {
         r.arena_off = arena_bytes;
-        arena_bytes += Align(size_t(r.pw) * r.ph * 3);
+        arena_bytes += Align(r.box_bytes());
       }
       if (r.route == 1) {
         if (r.bits_direct) {
@@ -1249,12 +1249,12 @@ struct DecodeImpl final : ProducerImpl {
     const size_t pix_end = Align(direct_end + pix);
     const size_t desc_bytes = Align(keep.size() * sizeof(gpu::ResizeDesc));
     const size_t blob_bytes = Align(words * 4);
-    const size_t tail = desc_bytes + blob_bytes;
-    const size_t total = pix_end + tail;
+    const size_t total = pix_end + desc_bytes + blob_bytes;
     // Room for this batch, and for the next one's pixels with a quarter to spare beside
-    // twice this batch's descriptors and weights (what phase 1 may fill: pix_cap).
+    // twice this batch's descriptors and weights (the rest, pix_cap, phase 1 may fill).
     const size_t next_pix = Align(pix_end + pix_end / 4);
-    SK_RETURN_IF_ERROR(Grow(&set.host, &set.host_cap, std::max(total + bits, next_pix + 2 * tail), true, direct_end));
+    const size_t reserve = 2 * (desc_bytes + blob_bytes);
+    SK_RETURN_IF_ERROR(Grow(&set.host, &set.host_cap, std::max(total + bits, next_pix + reserve), true, direct_end));
     SK_RETURN_IF_ERROR(Grow(&set.dev, &set.dev_cap, total, false));
     SK_RETURN_IF_ERROR(Grow(&set.arena, &set.arena_cap, arena_bytes, false));
     // (A replaced `bits` stays valid until destruction: this batch's items point into it.)
@@ -1273,7 +1273,7 @@ struct DecodeImpl final : ProducerImpl {
       d.flip = r.flip ? 1 : 0;
       if (r.route == 0) {
         d.src = set.dev + r.pix_off;
-        if (!r.pix_direct) std::memcpy(set.host + r.pix_off, r.pixels.data(), size_t(r.pw) * r.ph * 3);
+        if (!r.pix_direct) std::memcpy(set.host + r.pix_off, r.pixels.data(), r.box_bytes());
       } else {
         d.src = set.arena + r.arena_off;
 #ifdef SHARDKIT_HAVE_NVJPEG
@@ -1298,7 +1298,7 @@ struct DecodeImpl final : ProducerImpl {
     }); });
     SK_CUDA_RETURN(cudaMemcpyAsync(set.dev, set.host, total, cudaMemcpyHostToDevice, stream));
     uploaded += total;
-    set.pix_cap = set.host_cap - std::min(set.host_cap, 2 * tail);
+    set.pix_cap = set.host_cap - std::min(set.host_cap, reserve);
     if (prof.on) prof.pack += Since(tl);
     return Status::OK();
   }
