@@ -335,15 +335,15 @@ class WdsRandomAccess : public RandomAccess {
     const SampleRef ref = idx->Ref(local);
     const FieldRef& last = ref.fields.back();
     const uint64_t length = last.offset + last.size - ref.offset;
-    std::shared_ptr<std::string> buf = TakeFetched(i);
-    if (!buf) {
+    Block buf = TakeFetched(i);
+    if (!buf.data) {
       SK_ASSIGN_OR_RETURN(buf, ReadRange(s, ref));
     }
-    const auto* base = reinterpret_cast<const uint8_t*>(buf->data());
+    const auto* base = reinterpret_cast<const uint8_t*>(buf.data.get());
     SK_RETURN_IF_ERROR(CheckSampleHeaders(base, length, ref, s.path, s.number, true));
     out->clear();
     out->key = ref.key;
-    std::shared_ptr<const void> owner(buf, buf.get());
+    std::shared_ptr<const void> owner(buf.data, buf.data.get());
     for (const auto& f : ref.fields) out->set(f.ext, Bytes(owner, base + (f.offset - ref.offset), f.size));
     return Status::OK();
   }
@@ -355,12 +355,17 @@ class WdsRandomAccess : public RandomAccess {
     size_t shard = 0;
     ShardIndexCache::Index index;
   };
+  // A remote sample's bytes: read into memory that is not zeroed first.
+  struct Block {
+    std::shared_ptr<char[]> data;
+    size_t size = 0;
+  };
   // The sample's members, headers and data, in one range request of a remote shard.
-  static Result<std::shared_ptr<std::string>> ReadRange(ShardState& s, const SampleRef& ref) {
+  static Result<Block> ReadRange(ShardState& s, const SampleRef& ref) {
     const FieldRef& last = ref.fields.back();
     const uint64_t length = last.offset + last.size - ref.offset;
-    auto buf = std::make_shared<std::string>(size_t(length), '\0');
-    SK_ASSIGN_OR_RETURN(size_t n, s.remote->ReadAt(ref.offset, size_t(length), buf->data()));
+    Block buf{std::make_shared_for_overwrite<char[]>(size_t(length)), size_t(length)};  // (no zero fill)
+    SK_ASSIGN_OR_RETURN(size_t n, s.remote->ReadAt(ref.offset, size_t(length), buf.data.get()));
     if (n != length)
       return Status::IOError(fmt::format("short read: {} of {} bytes", n, length),
                              Location{.file = s.path, .shard = s.number, .offset = int64_t(ref.offset), .key = ref.key});
@@ -374,7 +379,7 @@ class WdsRandomAccess : public RandomAccess {
   static constexpr uint64_t kReadAheadBytes = uint64_t(256) << 20;
   struct Fetch {
     enum { kQueued, kRunning, kDone } state = kQueued;
-    std::shared_ptr<std::string> bytes;  // null: the fetch failed
+    Block bytes;  // null: the fetch failed
   };
   struct ReadAheadState {
     std::mutex mu;
@@ -402,7 +407,7 @@ class WdsRandomAccess : public RandomAccess {
     for (size_t j = 0; j < ra_.order.size(); ++j) {
       auto t = ra_.table.find(ra_.order[j]);
       if (t == ra_.table.end() || t->second->state != Fetch::kDone) continue;
-      if (t->second->bytes) ra_.bytes -= t->second->bytes->size();
+      ra_.bytes -= t->second->bytes.size;
       ra_.table.erase(t);
       ra_.order.erase(ra_.order.begin() + std::ptrdiff_t(j));
       return true;
@@ -418,7 +423,7 @@ class WdsRandomAccess : public RandomAccess {
       auto t = ra_.table.find(ra_.order.front());
       if (t != ra_.table.end()) {
         if (ra_.order.size() <= 2 * kReadAheadEntries || t->second->state != Fetch::kDone) return;
-        if (t->second->bytes) ra_.bytes -= t->second->bytes->size();
+        ra_.bytes -= t->second->bytes.size;
         ra_.table.erase(t);
       }
       ra_.order.pop_front();
@@ -427,25 +432,25 @@ class WdsRandomAccess : public RandomAccess {
 
   // Get()'s side: the fetched bytes of sample i, or null (not hinted, still queued: now
   // the caller's, or failed).
-  std::shared_ptr<std::string> TakeFetched(uint64_t i) const {
+  Block TakeFetched(uint64_t i) const {
     std::unique_lock<std::mutex> lk(ra_.mu);
     auto t = ra_.table.find(i);
-    if (t == ra_.table.end()) return nullptr;
+    if (t == ra_.table.end()) return {};
     std::shared_ptr<Fetch> f = t->second;
     // Behind: this sample is not fetched yet and other requests wait for a thread.
     if (f->state != Fetch::kDone && !ra_.queue.empty() && ra_.threads.size() < size_t(kReadAheadMaxThreads))
       AddReaderLocked();
     if (f->state == Fetch::kQueued) {  // a reader thread would start it later than we can
       ra_.table.erase(t);
-      return nullptr;
+      return {};
     }
     ++ra_.waiting;
     ra_.done.wait(lk, [&] { return f->state == Fetch::kDone || ra_.stop; });
     --ra_.waiting;
-    if (f->state != Fetch::kDone) return nullptr;
+    if (f->state != Fetch::kDone) return {};
     ra_.table.erase(i);
-    if (f->bytes) ra_.bytes -= f->bytes->size();
-    return f->bytes;
+    ra_.bytes -= f->bytes.size;
+    return std::move(f->bytes);
   }
 
   void ReadAheadLoop() const {
@@ -460,7 +465,7 @@ class WdsRandomAccess : public RandomAccess {
       std::shared_ptr<Fetch> f = t->second;
       f->state = Fetch::kRunning;
       lk.unlock();
-      std::shared_ptr<std::string> bytes;
+      Block bytes;
       try {
         auto [k, local] = locator_.Locate(i);
         ShardState& s = *shards_->list[k];
@@ -476,7 +481,7 @@ class WdsRandomAccess : public RandomAccess {
       lk.lock();
       f->bytes = std::move(bytes);
       f->state = Fetch::kDone;
-      if (f->bytes) ra_.bytes += f->bytes->size();
+      ra_.bytes += f->bytes.size;
       if (ra_.waiting) ra_.done.notify_all();  // (Get()s waiting for one of these)
     }
   }

@@ -20,6 +20,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr size_t kMaxErrorBody = 64 * 1024;
+constexpr long kReceiveBuffer = 256 * 1024;
 
 void GlobalInit() {
   static std::once_flag once;
@@ -31,19 +32,6 @@ bool StartsWithNoCase(std::string_view s, std::string_view p) {
   for (size_t i = 0; i < p.size(); ++i)
     if (std::tolower(static_cast<unsigned char>(s[i])) != std::tolower(static_cast<unsigned char>(p[i]))) return false;
   return true;
-}
-
-std::string Lower(std::string_view s) {
-  std::string r(s);
-  for (char& c : r) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return r;
-}
-
-std::string TrimWs(std::string_view s) {
-  size_t b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string_view::npos) return "";
-  size_t e = s.find_last_not_of(" \t\r\n");
-  return std::string(s.substr(b, e - b + 1));
 }
 
 // The text between <tag> and </tag> in an S3 error body, "" when absent.
@@ -81,6 +69,13 @@ struct Transfer {
   }
 };
 
+std::string_view TrimView(std::string_view s) {
+  size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string_view::npos) return {};
+  return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
+}
+
+// One header line (called per line, on every request: no allocation but the ETag's).
 size_t OnHeader(char* p, size_t size, size_t n, void* ud) {
   auto* t = static_cast<Transfer*>(ud);
   std::string_view line(p, size * n);
@@ -90,22 +85,35 @@ size_t OnHeader(char* p, size_t size, size_t n, void* ud) {
   }
   size_t colon = line.find(':');
   if (colon == std::string_view::npos) return size * n;
-  std::string name = Lower(TrimWs(line.substr(0, colon)));
-  std::string value = TrimWs(line.substr(colon + 1));
-  if (name == "etag") {
-    t->etag = value;
-  } else if (name == "content-length") {
-    t->content_length = std::strtoll(value.c_str(), nullptr, 10);
-  } else if (name == "retry-after") {
-    t->retry_after_s = std::strtol(value.c_str(), nullptr, 10);
-  } else if (name == "content-range") {
+  std::string_view name = TrimView(line.substr(0, colon));
+  std::string_view value = TrimView(line.substr(colon + 1));
+  auto is = [&](std::string_view want) { return name.size() == want.size() && StartsWithNoCase(name, want); };
+  // A number at the start of a header value (strtoll needs a terminated string).
+  auto number = [](std::string_view v) {
+    char buf[32];
+    size_t k = std::min(v.size(), sizeof buf - 1);
+    std::memcpy(buf, v.data(), k);
+    buf[k] = 0;
+    return std::strtoll(buf, nullptr, 10);
+  };
+  if (is("etag")) {
+    t->etag = std::string(value);
+  } else if (is("content-length")) {
+    t->content_length = number(value);
+  } else if (is("retry-after")) {
+    t->retry_after_s = static_cast<long>(number(value));
+  } else if (is("content-range")) {
     // "bytes START-END/TOTAL" (TOTAL may be '*')
+    char buf[96];
+    size_t k = std::min(value.size(), sizeof buf - 1);
+    std::memcpy(buf, value.data(), k);
+    buf[k] = 0;
     long long a = -1, b = -1, tot = -1;
-    if (std::sscanf(value.c_str(), "bytes %lld-%lld/%lld", &a, &b, &tot) >= 2) {
+    if (std::sscanf(buf, "bytes %lld-%lld/%lld", &a, &b, &tot) >= 2) {
       t->range_start = a;
       t->range_end = b;
       t->total = tot;
-    } else if (std::sscanf(value.c_str(), "bytes */%lld", &tot) == 1) {
+    } else if (std::sscanf(buf, "bytes */%lld", &tot) == 1) {
       t->total = tot;  // a 416's "bytes */SIZE"
     }
   }
@@ -347,6 +355,7 @@ Result<HttpResponse> HttpClient::Perform(const HttpRequest& req) {
     curl_easy_setopt(h, CURLOPT_HEADERDATA, &t);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, &OnWrite);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &t);
+    curl_easy_setopt(h, CURLOPT_BUFFERSIZE, kReceiveBuffer);
 
     if (req.method == "HEAD") {
       curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
