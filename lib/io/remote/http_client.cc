@@ -20,7 +20,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr size_t kMaxErrorBody = 64 * 1024;
-constexpr long kReceiveBuffer = 256 * 1024;
 
 void GlobalInit() {
   static std::once_flag once;
@@ -355,7 +354,6 @@ Result<HttpResponse> HttpClient::Perform(const HttpRequest& req) {
     curl_easy_setopt(h, CURLOPT_HEADERDATA, &t);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, &OnWrite);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &t);
-    curl_easy_setopt(h, CURLOPT_BUFFERSIZE, kReceiveBuffer);
 
     if (req.method == "HEAD") {
       curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
