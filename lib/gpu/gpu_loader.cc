@@ -526,6 +526,7 @@ struct Set {
   uint8_t* arena = nullptr; // nvJPEG outputs
   size_t arena_cap = 0;
   cudaEvent_t done = nullptr;
+  cudaEvent_t decoded = nullptr;  // on the loader's stream after the batch's decode (decoder stage)
   // Phase 1 of the set's batch (DecodeImpl::Produce): its rows not yet done, their
   // thread time, when it was posted, and an error that replaces the batch.
   std::atomic<size_t> left{0};
@@ -565,6 +566,10 @@ struct DecodeImpl final : ProducerImpl {
   bool adaptive = false;
   pipeline::PlacementController placement{GpuOptions::kDefaultHardwareLoad};
   std::atomic<double> last_prepare_s{0}, last_acquire_s{0}, last_submit_s{0};
+  // The resizes into the ring run on a stream of their own (lowest priority too), after
+  // an event of the decode on `stream`: the decoder stage's next hardware batch then
+  // never queues behind a resize that waits for the consumer to release a ring slot.
+  cudaStream_t out_stream = nullptr;
 
   void Observe(double wait_s, double step_s) override {
     if (adaptive)
@@ -631,6 +636,10 @@ struct DecodeImpl final : ProducerImpl {
     pool.reset();  // (idle: Produce waits for its items)
     SK_CUDA_IGNORE(cudaSetDevice(g.device));
     if (stream) SK_CUDA_IGNORE(cudaStreamSynchronize(stream));
+    if (out_stream) {
+      SK_CUDA_IGNORE(cudaStreamSynchronize(out_stream));
+      SK_CUDA_IGNORE(cudaStreamDestroy(out_stream));
+    }
     for (auto& e2 : prof.ev)
       for (auto& e : e2)
         if (e) SK_CUDA_IGNORE(cudaEventDestroy(e));
@@ -641,6 +650,7 @@ struct DecodeImpl final : ProducerImpl {
       if (s.dev) SK_CUDA_IGNORE(cudaFree(s.dev));
       if (s.arena) SK_CUDA_IGNORE(cudaFree(s.arena));
       if (s.done) SK_CUDA_IGNORE(cudaEventDestroy(s.done));
+      if (s.decoded) SK_CUDA_IGNORE(cudaEventDestroy(s.decoded));
     }
     for (auto& [p, pinned] : retired) {
       if (pinned) {
@@ -658,7 +668,7 @@ struct DecodeImpl final : ProducerImpl {
     n = data->size();
     part = pipeline::PartitionEpoch(n, uint32_t(o.world_size), o.batch_size, o.drop_last);
     rrc = {o.scale_min, o.scale_max, o.ratio_min, o.ratio_max, o.flip_p};
-    // Default: the CPUs minus two, one for the consumer's thread and one for the submitter,
+    // Default: the CPUs minus two, one for the consumer's thread and one for the decoder,
     // which spins in nvJPEG's batched call for most of the engines' time (CUDA's default
     // scheduling spins while there are more cores than contexts); the producer only posts
     // rows to them. With all but one, the engines' batches waited for a core (issue 16's
@@ -673,6 +683,11 @@ struct DecodeImpl final : ProducerImpl {
     hw_load = pipeline::ResolvedHardwareLoad(g);  // (in [0, 1]: checked by Validate)
     adaptive = kind_requested == DecoderKind::kAuto && g.hardware_load < 0;
     SK_RETURN_IF_ERROR(InitCommon(RowElems() * DTypeSize(o.dtype) * o.batch_size, 0, false));
+    {
+      int least = 0, greatest = 0;
+      SK_CUDA_RETURN(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+      SK_CUDA_RETURN(cudaStreamCreateWithPriority(&out_stream, cudaStreamNonBlocking, least));
+    }
     if (g.profile) {
       prof.on = true;
       for (auto& e2 : prof.ev)
@@ -681,6 +696,7 @@ struct DecodeImpl final : ProducerImpl {
     for (auto& s : sets) {
       s.rows.resize(o.batch_size);
       SK_CUDA_RETURN(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
+      SK_CUDA_RETURN(cudaEventCreateWithFlags(&s.decoded, cudaEventDisableTiming));
       // First sizes: 64 KiB of weights and descriptors per row; nvJPEG output for a
       // 500x400 region per row. They grow (rarely) to what batches need.
       SK_RETURN_IF_ERROR(Grow(&s.host, &s.host_cap, size_t(o.batch_size) * (64 << 10), true));
@@ -746,7 +762,7 @@ struct DecodeImpl final : ProducerImpl {
                                   [](const QueueItem& it) { return it.st.ok() && !it.batch.end_of_epoch(); }));
   }
 
-  // Three stages, a thread each, so that the host work of later batches overlaps the GPU
+  // Four stages, a thread each, so that the host work of later batches overlaps the GPU
   // submission of batch b (nvjpegDecodeBatchedEx blocks its caller for most of the
   // engines' time). The batches flow in sequence q = 0, 1, ... (batch `start` of epoch e,
   // then the epoch's next batches, then the next epochs' while the flow continues); set
@@ -758,18 +774,23 @@ struct DecodeImpl final : ProducerImpl {
   //   rows overlap the next batch's first ones;
   // - the packer takes the batches in order as their last row is done: settles the
   //   rows' errors, packs descriptors, weights, host pixels and bitstreams, uploads;
-  // - the submitter takes the packed batches in order: a ring slot, the decode on the
-  //   GPU (hardware batch on the submitter, CUDA-backend rows at the same time on the
-  //   host threads), the resize, and the push (and an epoch's end after its last batch).
-  //   Packing batch q + 1 while the engines decode batch q keeps the engines' calls back
-  //   to back.
+  // - the decoder takes the packed batches in order: the decode on the GPU (hardware
+  //   batch on its thread, which nvJPEG's call blocks for most of the engines' time,
+  //   CUDA-backend rows at the same time on the host threads), then an event on the
+  //   loader's stream;
+  // - the submitter takes the decoded batches in order: a ring slot, the resize (on
+  //   out_stream, after the decode's event), and the push (and an epoch's end after its
+  //   last batch). Packing batch q + 1 while the engines decode batch q, and resizing and
+  //   pushing batch q while they decode q + 1, keeps the engines' calls back to back.
   struct Flow {
     std::mutex m;
     std::condition_variable cv;
     uint64_t posted = 0;    // batches [0, posted) of the sequence have their phase 1 posted
     uint64_t packed = 0;    // the packer is done with [0, packed)
+    uint64_t decoded = 0;   // the decoder is done with [0, decoded)
     uint64_t finished = 0;  // the submitter is done with [0, finished) on the host
-    bool producer_done = false, packer_done = false, submitter_done = false;
+    bool producer_done = false, packer_done = false, decoder_done = false, submitter_done = false;
+    Status decoder_failed;  // the decoder could not start (the submitter pushes it)
     size_t items = 0;       // phase-1 rows posted and not yet run
   };
 
@@ -780,6 +801,40 @@ struct DecodeImpl final : ProducerImpl {
     while (!pred() && !stop.load()) f.cv.wait_for(lk, std::chrono::milliseconds(20));
   }
 
+  void Decoder(Flow& f) {
+    bool bad = false;
+    if (cudaError_t ce = cudaSetDevice(g.device); ce != cudaSuccess) {
+      std::lock_guard<std::mutex> lk(f.m);
+      f.decoder_failed = gpu::CudaError(ce, "cudaSetDevice (GPU loader decoder)");
+      bad = true;
+    }
+    for (uint64_t q = 0; !bad; ++q) {
+      Set& set = sets[q % kSets];
+      auto tw = PClock::now();
+      {
+        std::unique_lock<std::mutex> lk(f.m);
+        WaitFor(lk, f, [&] { return f.packed > q || f.packer_done || f.submitter_done; });
+        if (stop.load() || f.packed <= q || f.submitter_done) break;  // stopped, or no batch q
+      }
+      if (prof.on) prof.handoff += Since(tw);
+      if (set.err.ok()) {
+        auto tsub = PClock::now();
+        set.err = DecodeBatch(set, int(q % kSets));
+        if (set.err.ok())
+          if (cudaError_t ce = cudaEventRecord(set.decoded, stream); ce != cudaSuccess)
+            set.err = gpu::CudaError(ce, "cudaEventRecord(decoded)");
+        last_submit_s.store(Since(tsub));
+      }
+      bad = !set.err.ok();
+      std::lock_guard<std::mutex> lk(f.m);
+      f.decoded = q + 1;
+      f.cv.notify_all();
+    }
+    std::lock_guard<std::mutex> lk(f.m);
+    f.decoder_done = true;
+    f.cv.notify_all();
+  }
+
   void Submitter(Flow& f) {
     bool bad = false;
     if (cudaError_t ce = cudaSetDevice(g.device); ce != cudaSuccess) {
@@ -788,13 +843,17 @@ struct DecodeImpl final : ProducerImpl {
     }
     for (uint64_t q = 0; !bad; ++q) {
       Set& set = sets[q % kSets];
-      auto tw = PClock::now();
       {
         std::unique_lock<std::mutex> lk(f.m);
-        WaitFor(lk, f, [&] { return f.packed > q || f.packer_done; });
-        if (stop.load() || f.packed <= q) break;  // stopped, or no batch q
+        WaitFor(lk, f, [&] { return f.decoded > q || f.decoder_done; });
+        if (!stop.load() && f.decoded <= q && !f.decoder_failed.ok()) {
+          Status st = f.decoder_failed;
+          lk.unlock();
+          Push({st, {}});
+          break;
+        }
+        if (stop.load() || f.decoded <= q) break;  // stopped, or no batch q
       }
-      if (prof.on) prof.handoff += Since(tw);
       QueueItem it;
       if (!set.err.ok()) {
         it.st = set.err;
@@ -805,9 +864,7 @@ struct DecodeImpl final : ProducerImpl {
         const double acq = Since(t0);
         last_acquire_s.store(acq);
         if (prof.on) prof.acquire += acq;
-        auto tsub = PClock::now();
-        auto r = FinishBatch(set, int(q % kSets), slot, &it);
-        last_submit_s.store(Since(tsub));
+        auto r = Output(set, int(q % kSets), slot, &it);
         if (r.ok()) {
           it.batch = std::move(r).value();
         } else {
@@ -853,6 +910,7 @@ struct DecodeImpl final : ProducerImpl {
   void Produce(uint64_t e, uint64_t start) override {
     Flow f;
     std::thread sub([&] { Submitter(f); });
+    std::thread dec([&] { Decoder(f); });
     std::thread pk([&] {
       (void)cudaSetDevice(g.device);  // (an error surfaces in Pack's CUDA calls)
       Packer(f);
@@ -916,9 +974,10 @@ struct DecodeImpl final : ProducerImpl {
       f.producer_done = true;
       f.cv.notify_all();
       // Every posted row has run (they use the sets), and the submitter has seen the end.
-      f.cv.wait(lk, [&] { return f.items == 0 && f.submitter_done && f.packer_done; });
+      f.cv.wait(lk, [&] { return f.items == 0 && f.submitter_done && f.decoder_done && f.packer_done; });
     }
     sub.join();
+    dec.join();
     pk.join();
   }
 
@@ -1121,9 +1180,10 @@ struct DecodeImpl final : ProducerImpl {
     return Pack(set, set.keep);
   }
 
-  // The rest of batch b, packed (submitter thread).
-  Result<DeviceBatch> FinishBatch(Set& set, int set_index, int slot, QueueItem* counts) {
-    const uint64_t e = set.epoch, b = set.batch;
+  // The decode of a packed batch on the GPU; an nvJPEG failure is redone on the host
+  // (decoder thread).
+  Status DecodeBatch(Set& set, int set_index) {
+    const uint64_t e = set.epoch;
     if (stop.load()) return pipeline::Stopped();
     std::vector<size_t>& keep = set.keep;
     for (int attempt = 0;; ++attempt) {
@@ -1159,22 +1219,32 @@ struct DecodeImpl final : ProducerImpl {
       for (size_t& k : kept) k = keep[k];
       keep.swap(kept);
     }
-    // The output: wait for the consumer to be done with the slot, then resize into it.
+    return Status::OK();
+  }
+
+  // The output of a decoded batch: wait for the consumer to be done with the slot, then
+  // resize into it (submitter thread).
+  Result<DeviceBatch> Output(Set& set, int set_index, int slot, QueueItem* counts) {
+    const uint64_t e = set.epoch, b = set.batch;
+    if (stop.load()) return pipeline::Stopped();
+    const std::vector<size_t>& keep = set.keep;
     auto tt = PClock::now();
     auto& s = ring->slots[size_t(slot)];
-    SK_CUDA_RETURN(cudaStreamWaitEvent(stream, s.released, 0));
-    if (prof.on) SK_CUDA_RETURN(cudaEventRecord(prof.ev[set_index][1], stream));
+    cudaStream_t os = out_stream;
+    SK_CUDA_RETURN(cudaStreamWaitEvent(os, set.decoded, 0));
+    SK_CUDA_RETURN(cudaStreamWaitEvent(os, s.released, 0));
+    if (prof.on) SK_CUDA_RETURN(cudaEventRecord(prof.ev[set_index][1], os));
     const auto* descs = reinterpret_cast<const gpu::ResizeDesc*>(set.dev + set.desc_off);
     const auto* blob =
         reinterpret_cast<const uint32_t*>(set.dev + set.desc_off + Align(keep.size() * sizeof(gpu::ResizeDesc)));
     SK_RETURN_IF_ERROR(gpu::LaunchResize(descs, blob, int(keep.size()), o.output_height, o.output_width, o.dtype,
-                                         o.layout, norm, s.out, stream));
-    SK_CUDA_RETURN(cudaEventRecord(s.ready, stream));
+                                         o.layout, norm, s.out, os));
+    SK_CUDA_RETURN(cudaEventRecord(s.ready, os));
     if (prof.on) {
-      SK_CUDA_RETURN(cudaEventRecord(prof.ev[set_index][2], stream));
+      SK_CUDA_RETURN(cudaEventRecord(prof.ev[set_index][2], os));
       prof.pending[set_index] = true;
     }
-    SK_CUDA_RETURN(cudaEventRecord(set.done, stream));
+    SK_CUDA_RETURN(cudaEventRecord(set.done, os));
     if (prof.on) prof.tail += Since(tt);
 
     std::vector<int64_t> labels;
