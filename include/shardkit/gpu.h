@@ -73,7 +73,7 @@ struct GpuOptions {
   int ring = 3;                            // device batch slots (>= 2)
   // gpu decode: host threads (read, parse, host decode). 0 = LoaderOptions::threads, or
   // when that is 0 too, the CPUs of the affinity mask minus 2 (the consumer's thread and
-  // the submitter's, which spins in nvJPEG's batched call). The copy path: minus 1.
+  // the decoder's, which spins in nvJPEG's batched call). The copy path: minus 1.
   int host_threads = 0;
   bool roi_decode = true;                  // gpu decode: decode only the crop's region where nvJPEG allows
   bool hardware_decoder = true;            // gpu decode: use the hardware JPEG engines when present
@@ -193,7 +193,10 @@ class SHARDKIT_API GpuLoader {
   uint64_t num_batches() const;
   uint64_t num_samples() const;
   DecoderKind decoder() const;  // what is in use: kCpu or kGpu (never kAuto)
-  void* stream() const;         // the loader's cudaStream_t (copies, decode, kernels)
+  // The loader's cudaStream_t (copies, decode, kernels; the GPU decode path resizes into
+  // the ring on a second stream of the same, lowest, priority): use a batch's ready event
+  // (DeviceBatch), not this stream, to order work after a batch.
+  void* stream() const;
 
   // The next batch of the epoch, or the end-of-epoch marker; errors as Loader::Next().
   Result<DeviceBatch> Next();
