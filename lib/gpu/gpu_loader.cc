@@ -792,6 +792,18 @@ struct DecodeImpl final : ProducerImpl {
     bool producer_done = false, packer_done = false, decoder_done = false, submitter_done = false;
     Status decoder_failed;  // the decoder could not start (the submitter pushes it)
     size_t items = 0;       // phase-1 rows posted and not yet run
+
+    // A stage's progress (`counter` = n, or a done flag set), under m; wakes the others.
+    void Mark(uint64_t* counter, uint64_t n) {
+      std::lock_guard<std::mutex> lk(m);
+      *counter = n;
+      cv.notify_all();
+    }
+    void Mark(bool* flag) {
+      std::lock_guard<std::mutex> lk(m);
+      *flag = true;
+      cv.notify_all();
+    }
   };
 
   // Waits on f.cv for `pred` or for stop (Stop() does not know this condition variable:
@@ -826,13 +838,9 @@ struct DecodeImpl final : ProducerImpl {
         last_submit_s.store(Since(tsub));
       }
       bad = !set.err.ok();
-      std::lock_guard<std::mutex> lk(f.m);
-      f.decoded = q + 1;
-      f.cv.notify_all();
+      f.Mark(&f.decoded, q + 1);
     }
-    std::lock_guard<std::mutex> lk(f.m);
-    f.decoder_done = true;
-    f.cv.notify_all();
+    f.Mark(&f.decoder_done);
   }
 
   void Submitter(Flow& f) {
@@ -876,13 +884,9 @@ struct DecodeImpl final : ProducerImpl {
       const bool last = !bad && set.batch + 1 == part.num_batches;
       Push(std::move(it));  // (an error stays until set_epoch)
       if (last) Push({Status::OK(), GpuLoaderAccess::End()});
-      std::lock_guard<std::mutex> lk(f.m);
-      f.finished = q + 1;
-      f.cv.notify_all();
+      f.Mark(&f.finished, q + 1);
     }
-    std::lock_guard<std::mutex> lk(f.m);
-    f.submitter_done = true;
-    f.cv.notify_all();
+    f.Mark(&f.submitter_done);
   }
 
   void Packer(Flow& f) {
@@ -897,14 +901,10 @@ struct DecodeImpl final : ProducerImpl {
       }
       if (set.err.ok()) set.err = PackBatch(set);
       const bool bad = !set.err.ok();
-      std::lock_guard<std::mutex> lk(f.m);
-      f.packed = q + 1;
-      f.cv.notify_all();
+      f.Mark(&f.packed, q + 1);
       if (bad) break;  // (the submitter pushes the error)
     }
-    std::lock_guard<std::mutex> lk(f.m);
-    f.packer_done = true;
-    f.cv.notify_all();
+    f.Mark(&f.packer_done);
   }
 
   void Produce(uint64_t e, uint64_t start) override {
