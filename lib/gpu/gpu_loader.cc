@@ -189,13 +189,18 @@ struct GpuLoader::Impl {
   virtual uint64_t ReadyAhead() const { return 0; }
   virtual uint64_t AdoptedAhead() const { return 0; }
 
-  Status InitCommon(size_t out_bytes, size_t staging_bytes, bool staging_is_out) {
-    SK_CUDA_RETURN(cudaSetDevice(g.device));
-    // The lowest priority there is: where the consumer's stream has a higher one, its
-    // kernels are scheduled before ours (docs/gpu.md).
+  // A stream of the lowest priority there is: where the consumer's stream has a higher
+  // one, its kernels are scheduled before ours (docs/gpu.md).
+  static Status CreateLowestPriorityStream(cudaStream_t* s) {
     int least = 0, greatest = 0;
     SK_CUDA_RETURN(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-    SK_CUDA_RETURN(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, least));
+    SK_CUDA_RETURN(cudaStreamCreateWithPriority(s, cudaStreamNonBlocking, least));
+    return Status::OK();
+  }
+
+  Status InitCommon(size_t out_bytes, size_t staging_bytes, bool staging_is_out) {
+    SK_CUDA_RETURN(cudaSetDevice(g.device));
+    SK_RETURN_IF_ERROR(CreateLowestPriorityStream(&stream));
     ring = std::make_shared<detail::DeviceRing>();
     ring->consumer_stream = g.consumer_stream;
     SK_RETURN_IF_ERROR(ring->Init(g.device, g.ring, out_bytes, staging_bytes, staging_is_out));
@@ -565,7 +570,7 @@ struct DecodeImpl final : ProducerImpl {
   // crops and order never do.
   bool adaptive = false;
   pipeline::PlacementController placement{GpuOptions::kDefaultHardwareLoad};
-  std::atomic<double> last_prepare_s{0}, last_acquire_s{0}, last_submit_s{0};
+  std::atomic<double> last_prepare_s{0}, last_acquire_s{0}, last_decode_s{0};
   // The resizes into the ring run on a stream of their own (lowest priority too), after
   // an event of the decode on `stream`: the decoder stage's next hardware batch then
   // never queues behind a resize that waits for the consumer to release a ring slot.
@@ -573,7 +578,7 @@ struct DecodeImpl final : ProducerImpl {
 
   void Observe(double wait_s, double step_s) override {
     if (adaptive)
-      placement.Observe(wait_s, step_s, last_prepare_s.load(), last_acquire_s.load(), last_submit_s.load());
+      placement.Observe(wait_s, step_s, last_prepare_s.load(), last_acquire_s.load(), last_decode_s.load());
   }
   double HardwareShare() const override { return adaptive ? placement.share() : hw_load; }
   bool Adaptive() const override { return adaptive; }
@@ -683,11 +688,7 @@ struct DecodeImpl final : ProducerImpl {
     hw_load = pipeline::ResolvedHardwareLoad(g);  // (in [0, 1]: checked by Validate)
     adaptive = kind_requested == DecoderKind::kAuto && g.hardware_load < 0;
     SK_RETURN_IF_ERROR(InitCommon(RowElems() * DTypeSize(o.dtype) * o.batch_size, 0, false));
-    {
-      int least = 0, greatest = 0;
-      SK_CUDA_RETURN(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-      SK_CUDA_RETURN(cudaStreamCreateWithPriority(&out_stream, cudaStreamNonBlocking, least));
-    }
+    SK_RETURN_IF_ERROR(CreateLowestPriorityStream(&out_stream));
     if (g.profile) {
       prof.on = true;
       for (auto& e2 : prof.ev)
@@ -790,7 +791,6 @@ struct DecodeImpl final : ProducerImpl {
     uint64_t decoded = 0;   // the decoder is done with [0, decoded)
     uint64_t finished = 0;  // the submitter is done with [0, finished) on the host
     bool producer_done = false, packer_done = false, decoder_done = false, submitter_done = false;
-    Status decoder_failed;  // the decoder could not start (the submitter pushes it)
     size_t items = 0;       // phase-1 rows posted and not yet run
 
     // A stage's progress (`counter` = n, or a done flag set), under m; wakes the others.
@@ -814,13 +814,11 @@ struct DecodeImpl final : ProducerImpl {
   }
 
   void Decoder(Flow& f) {
-    bool bad = false;
-    if (cudaError_t ce = cudaSetDevice(g.device); ce != cudaSuccess) {
-      std::lock_guard<std::mutex> lk(f.m);
-      f.decoder_failed = gpu::CudaError(ce, "cudaSetDevice (GPU loader decoder)");
-      bad = true;
-    }
-    for (uint64_t q = 0; !bad; ++q) {
+    // A failure to start is the first batch's error (the submitter pushes it).
+    Status started;
+    if (cudaError_t ce = cudaSetDevice(g.device); ce != cudaSuccess)
+      started = gpu::CudaError(ce, "cudaSetDevice (GPU loader decoder)");
+    for (uint64_t q = 0;; ++q) {
       Set& set = sets[q % kSets];
       auto tw = PClock::now();
       {
@@ -829,16 +827,18 @@ struct DecodeImpl final : ProducerImpl {
         if (stop.load() || f.packed <= q || f.submitter_done) break;  // stopped, or no batch q
       }
       if (prof.on) prof.handoff += Since(tw);
+      if (set.err.ok()) set.err = started;
       if (set.err.ok()) {
-        auto tsub = PClock::now();
+        auto td = PClock::now();
         set.err = DecodeBatch(set, int(q % kSets));
         if (set.err.ok())
           if (cudaError_t ce = cudaEventRecord(set.decoded, stream); ce != cudaSuccess)
             set.err = gpu::CudaError(ce, "cudaEventRecord(decoded)");
-        last_submit_s.store(Since(tsub));
+        last_decode_s.store(Since(td));
       }
-      bad = !set.err.ok();
+      const bool bad = !set.err.ok();
       f.Mark(&f.decoded, q + 1);
+      if (bad) break;  // (the submitter pushes the error)
     }
     f.Mark(&f.decoder_done);
   }
@@ -854,12 +854,6 @@ struct DecodeImpl final : ProducerImpl {
       {
         std::unique_lock<std::mutex> lk(f.m);
         WaitFor(lk, f, [&] { return f.decoded > q || f.decoder_done; });
-        if (!stop.load() && f.decoded <= q && !f.decoder_failed.ok()) {
-          Status st = f.decoder_failed;
-          lk.unlock();
-          Push({st, {}});
-          break;
-        }
         if (stop.load() || f.decoded <= q) break;  // stopped, or no batch q
       }
       QueueItem it;

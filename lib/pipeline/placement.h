@@ -45,7 +45,8 @@ class PlacementController {
   // wait_s: the consumer's wait in this Next(); step_s: since its previous Next()
   // returned; prepare_s: the host threads' time for the last batch's phase 1 divided by
   // their number (its cost without a barrier between batches); acquire_s: the
-  // submitter's wait for a ring slot; submit_s: the submitter's time for its last batch.
+  // submitter's wait for a ring slot; submit_s: the engine side's time for its last
+  // batch (the GPU decode path's decoder stage).
   void Observe(double wait_s, double step_s, double prepare_s, double acquire_s, double submit_s) {
     const double frac = step_s > 0 ? wait_s / step_s : 0;
     wait_ = 0.6 * wait_ + 0.4 * frac;

@@ -87,26 +87,20 @@ size_t OnHeader(char* p, size_t size, size_t n, void* ud) {
   std::string_view name = TrimView(line.substr(0, colon));
   std::string_view value = TrimView(line.substr(colon + 1));
   auto is = [&](std::string_view want) { return name.size() == want.size() && StartsWithNoCase(name, want); };
-  // A number at the start of a header value (strtoll needs a terminated string).
-  auto number = [](std::string_view v) {
-    char buf[32];
-    size_t k = std::min(v.size(), sizeof buf - 1);
-    std::memcpy(buf, v.data(), k);
-    buf[k] = 0;
-    return std::strtoll(buf, nullptr, 10);
-  };
+  // The value as a terminated string for strtoll and sscanf (values longer than any
+  // number or range we read are cut).
+  char buf[96];
+  const size_t k = std::min(value.size(), sizeof buf - 1);
+  std::memcpy(buf, value.data(), k);
+  buf[k] = 0;
   if (is("etag")) {
     t->etag = std::string(value);
   } else if (is("content-length")) {
-    t->content_length = number(value);
+    t->content_length = std::strtoll(buf, nullptr, 10);
   } else if (is("retry-after")) {
-    t->retry_after_s = static_cast<long>(number(value));
+    t->retry_after_s = std::strtol(buf, nullptr, 10);
   } else if (is("content-range")) {
     // "bytes START-END/TOTAL" (TOTAL may be '*')
-    char buf[96];
-    size_t k = std::min(value.size(), sizeof buf - 1);
-    std::memcpy(buf, value.data(), k);
-    buf[k] = 0;
     long long a = -1, b = -1, tot = -1;
     if (std::sscanf(buf, "bytes %lld-%lld/%lld", &a, &b, &tot) >= 2) {
       t->range_start = a;
