@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -663,23 +664,27 @@ TEST_CASE("device memory stays flat over many epochs", "[gpu][nosan]") {
     g.force_cpu_decode = path == 1 && !NvjpegCompiled();
     auto l = GpuLoader::Create(data, Opts(DType::kFloat16, Layout::kNCHW), g);
     REQUIRE(l.ok());
-    size_t after_first = 0, after_last = 0;
-    uint64_t nv_first = 0;
-    for (uint64_t e = 0; e < 8; ++e) {
+    // Device memory in use (the whole device) and nvJPEG's cache after each epoch.
+    // On the GPU decode path the memory grows for a few epochs and then stays: each host
+    // thread's nvJPEG state grows its buffers to the largest CUDA-backend image that
+    // thread has decoded so far, and which thread decodes which image depends on timing
+    // (through our allocator: nvJPEG's cache; the rest is allocated outside it). On the H200 (2026-12-04) it settled by epoch 7: 769 775 779 785 789 789 789
+    // 791 791 791 791 791 MiB, 16 MiB after epoch 1, 4 MiB of it the cache. So the case
+    // asks for a bounded warm-up and no growth after it; a leak of 1 MiB per epoch or
+    // more fails the second check.
+    constexpr int kEpochs = 20, kWarm = 10;
+    std::vector<size_t> used(kEpochs), nv(kEpochs);
+    std::ostringstream series;
+    for (uint64_t e = 0; e < kEpochs; ++e) {
       (*l)->set_epoch(e);
       DrainEpoch(**l);
-      if (e == 1) {  // after 2 warm-up epochs
-        REQUIRE(gt::DeviceMemoryUsed(0, &after_first).ok());
-        nv_first = (*l)->stats().nvjpeg_device_bytes;
-      }
+      REQUIRE(gt::DeviceMemoryUsed(0, &used[e]).ok());
+      nv[e] = (*l)->stats().nvjpeg_device_bytes;
+      series << " " << (used[e] >> 20) << "/" << (nv[e] >> 20);
     }
-    REQUIRE(gt::DeviceMemoryUsed(0, &after_last).ok());
-    // nvJPEG's cache of device buffers grows to the most its states held at once (which
-    // host thread decodes which CUDA-backend image depends on timing): named apart, so
-    // that a failure says whose memory grew.
-    INFO("path " << path << ": " << after_first << " -> " << after_last << " bytes, of them nvJPEG's cache "
-                 << nv_first << " -> " << (*l)->stats().nvjpeg_device_bytes);
-    CHECK(after_last <= after_first + (16u << 20));  // no growth beyond allocator granularity
+    INFO("path " << path << ": device MiB / nvJPEG's cache MiB after each epoch:" << series.str());
+    CHECK(used[kEpochs - 1] <= used[1] + (64u << 20));     // the warm-up is bounded
+    CHECK(used[kEpochs - 1] <= used[kWarm] + (6u << 20));  // and then flat (2 MiB granules)
   }
 }
 
