@@ -235,9 +235,9 @@ class SHARDKIT_API GpuLoader {
 
   // Where the GPU decode path spends its time (GpuOptions::profile; all zero when off,
   // and on the copy path). Host seconds summed over the batches; GPU milliseconds summed
-  // over the batches whose timing events have completed. Three stages run at once on
+  // over the batches whose timing events have completed. Four stages run at once on
   // different batches: phase 1 on the host threads (several batches), the packer, the
-  // submitter (docs/gpu.md).
+  // decoder, the submitter (docs/gpu.md).
   struct Profile {
     bool enabled = false;
     uint64_t batches = 0;        // batches the producer started
@@ -245,11 +245,11 @@ class SHARDKIT_API GpuLoader {
     double wait_set_s = 0;       // producer: waiting for the batch's host/device set to be free
     double phase1_s = 0;         // phase 1 (read, parse headers, choose crops, host decode),
                                  //   from posting a batch's rows to its last row done
-    double handoff_s = 0;        // submitter: waiting for the next batch to be packed
+    double handoff_s = 0;        // decoder: waiting for the next batch to be packed
     double pack_s = 0;           // packer: pack descriptors, weights, pixels, upload
-    double hw_call_s = 0;        //   inside the hardware engines' batched decode call
-    double cuda_rows_s = 0;      //   CUDA-backend rows and the join
-    double tail_s = 0;           //   resize launch and events
+    double hw_call_s = 0;        // decoder: inside the hardware engines' batched decode call
+    double cuda_rows_s = 0;      // decoder: the call and the CUDA-backend rows, to the join
+    double tail_s = 0;           // submitter: resize launch and events
     double rows_nvjpeg_s = 0;    // phase 1 rows routed to nvJPEG (read, parse, inspect), thread-seconds
     double rows_host_s = 0;      // phase 1 rows decoded on the host (read, decode, pack), thread-seconds
     double gpu_hw_decode_ms = 0; // GPU time: nvJPEG decode
