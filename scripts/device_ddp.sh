@@ -76,18 +76,22 @@ say "corpus: $(find "$W/imgs" -type f | wc -l) images; convert to tar shards"
 # VARIANTS: the benchmark once per space-separated environment setting, e.g.
 # VARIANTS="SHARDKIT_GPU_SETS=4 SHARDKIT_GPU_SETS=8" (an experiment's knobs, compared in one call).
 variants=${VARIANTS:-none}
+# A variant's output files are named by it with '=' and other odd characters made '_'
+# (the device tool does not bring back a file whose name has '=' in it).
+vfile() { printf '%s' "$1" | tr -c 'A-Za-z0-9._-' '_'; }
 for v in $variants; do
   say "DDP training benchmark (variant: $v)"
   envv=(); [ "$v" = none ] || envv=("$v")
+  f=$(vfile "$v")
   timeout 480 env "${envv[@]}" $PY scripts/bench_ddp.py --shards "$W/wds/train.manifest.json" --folder "$W/imgs" --gpus "${GPUS:-1,2}" \
     --models "${MODELS:-resnet50,resnet18}" --feeds "${FEEDS:-synthetic,shardkit,dataloader}" --steps "${STEPS:-40}" \
-    --warmup "${WARMUP:-10}" --workdir "$OUTDIR" ${BENCH_ARGS:-} > "$OUTDIR/ddp-$v.txt" 2> "$OUTDIR/ddp-$v.err" || rc=1
-  grep -E "^== |Error|error" "$OUTDIR/ddp-$v.err" | tail -12
+    --warmup "${WARMUP:-10}" --workdir "$OUTDIR" ${BENCH_ARGS:-} > "$OUTDIR/ddp-$f.txt" 2> "$OUTDIR/ddp-$f.err" || rc=1
+  grep -E "^== |Error|error" "$OUTDIR/ddp-$f.err" | tail -12
 done
 say "done rc=$rc"
 cat "$OUTDIR/device.txt"
 for v in $variants; do
   [ "$v" = none ] || echo "-- variant $v"
-  sed -n '/^DDP training/,$p' "$OUTDIR/ddp-$v.txt"
+  sed -n '/^DDP training/,$p' "$OUTDIR/ddp-$(vfile "$v").txt"
 done
 exit $rc
