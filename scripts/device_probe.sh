@@ -7,6 +7,11 @@
 # Where the engines' time goes (tenth session): PROBE_ARGS="--profile --trace 20 --seconds 4
 # --phases none,feed:gpu@1.0,in:gpu@1.0" with TRACE_DIR=$OUT OUT=/tmp/po (the logs stay there,
 # the traces come back; at most 8 files), then scripts/trace_summary.py on each trace.
+# The process or the machine (side: phases, added in the fourteenth session, not yet run on
+# a device): PLAIN_ARGS="--seconds 5 --phases none,out:cpu,side:cpu,out:gpu@0,side:gpu@0,in:gpu@0,none".
+# side:cpu against out:cpu is the cost of sharing the process without CUDA; side:gpu@0
+# against out:gpu@0 that of sharing one CUDA context; in:gpu@0 against side:gpu@0 that of
+# the model consuming the batches.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [[ "${CMAKE_PREFIX_PATH:-}" == */opt/deps/* ]] || source .deps/unpack.sh

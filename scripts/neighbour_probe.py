@@ -4,8 +4,9 @@
 shares (cores, caches, memory, the GPU)? Trains a model on synthetic data in this process and
 runs, phase by phase, a feed beside it: in a second process ("out:", a CUDA context of its
 own, throttled to the model's rate alone), or in this one ("in:", the model trains on its
-batches), or nothing ("none"), or the feed alone in this process ("feed:", no training
-step). Prints ms per training step for each phase: wall, the host time to launch the step,
+batches), or in this one drained by a thread of its own and throttled like out: ("side:",
+the model trains on synthetic data: the process shared, the batches not consumed), or
+nothing ("none"), or the feed alone in this process ("feed:", no training step). Prints ms per training step for each phase: wall, the host time to launch the step,
 the GPU time between CUDA events around it; with --profile the GPU path's gpu_profile() per
 batch, with --trace N a torch.profiler trace of N more steps (every stream, nvJPEG's too).
 
@@ -21,6 +22,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 
 
@@ -55,23 +57,31 @@ def endless(ld):
         e += 1
 
 
-def neighbour(args):
-    """The feed in a process of its own: batches at most at --rate images/s, dropped."""
-    dev = "cpu" if args.feed.startswith("cpu") else "cuda:0"
-    if dev != "cpu":
-        import torch  # noqa: F401  (the Loader's CUDA tensors)
-    ld = loader_for(args.feed, args.shards, args.batch, dev)
+def drain(ld, batch, rate, ready, stop=None):
+    """Takes the loader's batches and drops them, at most `rate` images/s (0: unthrottled);
+    calls ready() after the fifth; returns when stop (a threading.Event) is set."""
     t0 = time.perf_counter()
     n = 0
     for images, labels in endless(ld):
         del images, labels
         n += 1
         if n == 5:
-            print("ready", flush=True)
-        if args.rate > 0:
-            ahead = t0 + n * args.batch / args.rate - time.perf_counter()
+            ready()
+        if stop is not None and stop.is_set():
+            return
+        if rate > 0:
+            ahead = t0 + n * batch / rate - time.perf_counter()
             if ahead > 0:
                 time.sleep(ahead)
+
+
+def neighbour(args):
+    """The feed in a process of its own: batches at most at --rate images/s, dropped."""
+    dev = "cpu" if args.feed.startswith("cpu") else "cuda:0"
+    if dev != "cpu":
+        import torch  # noqa: F401  (the Loader's CUDA tensors)
+    ld = loader_for(args.feed, args.shards, args.batch, dev)
+    drain(ld, args.batch, args.rate, lambda: print("ready", flush=True))
     return 0
 
 
@@ -189,6 +199,25 @@ def trainer(args):
             line = proc.stdout.readline()
             if line.strip() != "ready":
                 raise SystemExit(f"neighbour {phase} did not start (exit {proc.wait()})")
+        elif phase.startswith("side:"):
+            # The out: neighbour's work in this process: a thread drains the loader (cpu:
+            # batches in host memory, no CUDA; else CUDA batches in this process's context)
+            # at most at the model's rate, while the model trains on synthetic data.
+            spec = phase[5:]
+            side_ld = loader_for(spec, args.shards, args.batch, "cpu" if spec.startswith("cpu") else "cuda:0")
+            ready, stop, side_err = threading.Event(), threading.Event(), []
+
+            def side_run():
+                try:
+                    drain(side_ld, args.batch, rate, ready.set, stop)
+                except BaseException as e:  # reported after the phase: a measure without its neighbour is void
+                    side_err.append(e)
+                    ready.set()
+
+            side = threading.Thread(target=side_run, daemon=True)
+            side.start()
+            if not ready.wait(120) or side_err:
+                raise SystemExit(f"{phase}: the feed did not start: {side_err[0] if side_err else 'no batch in 120 s'}")
         elif phase.startswith(("in:", "feed:")):
             ld = loader_for(phase.split(":", 1)[1], args.shards, args.batch, "cuda:0", args.profile)
             batches = ((im, y) for im, _ in endless(ld))
@@ -201,6 +230,14 @@ def trainer(args):
         if proc:
             proc.terminate()
             proc.wait()
+        if phase.startswith("side:"):
+            stop.set()
+            side.join()
+            if side_err:
+                raise SystemExit(f"{phase}: the feed failed during the phase: {side_err[0]}")
+            r["summary"] = side_ld.summary() if hasattr(side_ld, "summary") else ""
+            side_ld.close()
+            del side_ld
         if phase.startswith(("in:", "feed:")):
             r["summary"] = ld.summary() if hasattr(ld, "summary") else ""
             prof = ld.gpu_profile() if args.profile else None
