@@ -6,8 +6,9 @@ runs, phase by phase, a feed beside it: in a second process ("out:", a CUDA cont
 own, throttled to the model's rate alone), or in this one ("in:", the model trains on its
 batches), or in this one drained by a thread of its own and throttled like out: ("side:",
 the model trains on synthetic data: the process shared, the batches not consumed), or
-nothing ("none"), or the feed alone in this process ("feed:", no training step). Prints ms per training step for each phase: wall, the host time to launch the step,
-the GPU time between CUDA events around it; with --profile the GPU path's gpu_profile() per
+nothing ("none"), or the feed alone in this process ("feed:", no training step). Prints ms
+per training step for each phase: wall, the host time to launch the step, the GPU time
+between CUDA events around it; with --profile the GPU path's gpu_profile() per
 batch, with --trace N a torch.profiler trace of N more steps (every stream, nvJPEG's too).
 
   python3 scripts/neighbour_probe.py --shards M.manifest.json --model resnet18 \
@@ -237,7 +238,6 @@ def trainer(args):
                 raise SystemExit(f"{phase}: the feed failed during the phase: {side_err[0]}")
             r["summary"] = side_ld.summary() if hasattr(side_ld, "summary") else ""
             side_ld.close()
-            del side_ld
         if phase.startswith(("in:", "feed:")):
             r["summary"] = ld.summary() if hasattr(ld, "summary") else ""
             prof = ld.gpu_profile() if args.profile else None
