@@ -27,6 +27,7 @@ import hmac
 import json
 import os
 import re
+import shutil
 import socket
 import struct
 import threading
@@ -39,6 +40,32 @@ STATE_LOCK = threading.Lock()
 FAULTS = []          # dicts: path, fault, count, query
 STATS = {"connections": 0, "requests": {}, "uploads": {}, "aborted": [], "in_flight": 0, "max_in_flight": 0}
 ARGS = None
+
+
+def write_object(full, pieces):
+    """An object appears whole or not at all, as on S3: written beside its name, then
+    renamed. pieces: bytes, or paths of part files (copied in the kernel, off the GIL)."""
+    os.makedirs(os.path.dirname(full), exist_ok=True)
+    tmp = "%s.put-%s" % (full, uuid.uuid4().hex)
+    try:
+        with open(tmp, "wb") as out:
+            for p in pieces:
+                if isinstance(p, (bytes, bytearray)):
+                    out.write(p)
+                    continue
+                out.flush()
+                with open(p, "rb") as src:
+                    left = os.fstat(src.fileno()).st_size
+                    while left > 0:
+                        n = os.copy_file_range(src.fileno(), out.fileno(), left)
+                        if n <= 0:
+                            raise OSError("short copy of %s" % p)
+                        left -= n
+        os.replace(tmp, full)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 def s3_error(code, message):
@@ -287,10 +314,12 @@ class Handler(BaseHTTPRequestHandler):
         body = self.read_body()
         if fault:
             return self.serve_fault(fault, b"", 0, -1, 0)
+        digest = hashlib.md5(body).digest()  # once: the Content-MD5 check and the ETag
         md5 = self.headers.get("Content-MD5")
-        if md5 and base64.b64decode(md5) != hashlib.md5(body).digest():
+        if md5 and base64.b64decode(md5) != digest:
             return self.send_bytes(400, s3_error("BadDigest", "The Content-MD5 you specified did not match."),
                                    content_type="application/xml")
+        etag = [("ETag", '"%s"' % digest.hex())]
         q = dict(p.partition("=")[::2] for p in query.split("&") if p)
         if "uploadId" in q:
             with STATE_LOCK:
@@ -301,12 +330,9 @@ class Handler(BaseHTTPRequestHandler):
             os.makedirs(os.path.dirname(part), exist_ok=True)
             with open(part, "wb") as f:
                 f.write(body)
-            return self.send_bytes(200, b"", [("ETag", '"%s"' % hashlib.md5(body).hexdigest())])
-        full = self.local_path(path)
-        os.makedirs(os.path.dirname(full), exist_ok=True)
-        with open(full, "wb") as f:
-            f.write(body)
-        return self.send_bytes(200, b"", [("ETag", '"%s"' % hashlib.md5(body).hexdigest())])
+            return self.send_bytes(200, b"", etag)
+        write_object(self.local_path(path), [body])
+        return self.send_bytes(200, b"", etag)
 
     def do_POST(self):
         r = self.begin()
@@ -333,11 +359,8 @@ class Handler(BaseHTTPRequestHandler):
                 return self.send_bytes(404, s3_error("NoSuchUpload", "no such upload"), content_type="application/xml")
             numbers = [int(n) for n in re.findall(rb"<PartNumber>(\d+)</PartNumber>", body)]
             pdir = os.path.join(ARGS.root, ".parts", upload_id)
-            data = b"".join(open(os.path.join(pdir, "%05d" % n), "rb").read() for n in numbers)
-            full = self.local_path(path)
-            os.makedirs(os.path.dirname(full), exist_ok=True)
-            with open(full, "wb") as f:
-                f.write(data)
+            write_object(self.local_path(path), [os.path.join(pdir, "%05d" % n) for n in numbers])
+            shutil.rmtree(pdir, ignore_errors=True)  # as S3: the parts are gone once completed
             return self.send_bytes(200, b"<CompleteMultipartUploadResult></CompleteMultipartUploadResult>",
                                    content_type="application/xml")
         return self.send_bytes(400, s3_error("InvalidRequest", "unsupported POST"), content_type="application/xml")
@@ -356,6 +379,8 @@ class Handler(BaseHTTPRequestHandler):
                 gone = STATS["uploads"].pop(q["uploadId"], None)
                 if gone is not None:
                     STATS["aborted"].append(q["uploadId"])
+            if gone is not None:
+                shutil.rmtree(os.path.join(ARGS.root, ".parts", q["uploadId"]), ignore_errors=True)
             if gone is None:
                 return self.send_bytes(404, s3_error("NoSuchUpload", "no such upload"), content_type="application/xml")
             return self.send_bytes(204, b"")
