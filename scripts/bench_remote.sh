@@ -17,7 +17,9 @@
 # LOADER_ROUNDS: further runs of the local, HTTP and warm-cache loader rows (2). Under
 # the table: the client's CPU seconds of every timed run, and where strace is installed
 # when the first and the last shard were renamed into place.
-# HTTP_SERVER=nginx: Debian's nginx serves and takes the PUTs instead of the Python server.
+# HTTP_SERVER=nginx: Debian's nginx serves and takes the PUTs instead of the Python server,
+# and a second nginx server shaped like S3 (multipart answered, parts kept as files, never
+# assembled, nothing checked) times the S3 upload against a store that is not the limit.
 # The servers keep their files (nginx its request bodies too) in /dev/shm when it is
 # writable (SERVER_DIR to choose): a remote store does not write to the client's disk,
 # and a loopback one on the same disk slows the client's own writes (the upload rows
@@ -82,6 +84,9 @@ mkdir -p "$SD/http" "$W/s3data" "$SD/s3emu/test"
 if [ "${HTTP_SERVER:-python}" = nginx ]; then
   NGX=$(command -v nginx || { [ -x /opt/deps/usr/sbin/nginx ] && echo /opt/deps/usr/sbin/nginx; } || echo /usr/sbin/nginx)
   PORT=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  PORT2=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  [ "$PORT2" != "$PORT" ] || PORT2=$((PORT + 1))
+  mkdir -p "$SD/s3ngx/test"
   mkdir -p "$W/ngx"
   cat >"$W/ngx/nginx.conf" <<NGX
 daemon off; worker_processes auto; user root; pid $W/ngx/nginx.pid; error_log $W/ngx/error.log;
@@ -91,6 +96,21 @@ http {
   fastcgi_temp_path $W/ngx/fcgi; uwsgi_temp_path $W/ngx/uwsgi; scgi_temp_path $W/ngx/scgi;
   client_max_body_size 0; sendfile on; keepalive_requests 100000;
   server { listen 127.0.0.1:$PORT; root $SD/http; dav_methods PUT DELETE; create_full_put_path on; }
+  # S3-shaped, for the upload rows only: a store that is not the limit. It answers
+  # multipart's initiate, complete and abort itself, keeps each part as a file and never
+  # assembles them (S3 does that on its own machines); no signature or Content-MD5 check.
+  server {
+    listen 127.0.0.1:$PORT2; root $SD/s3ngx;
+    location / {
+      set \$op "\$request_method \$args";
+      if (\$op ~ "^POST uploads") { return 200 '<InitiateMultipartUploadResult><UploadId>u</UploadId></InitiateMultipartUploadResult>'; }
+      if (\$op ~ "^POST uploadId=") { return 200 '<CompleteMultipartUploadResult></CompleteMultipartUploadResult>'; }
+      if (\$op ~ "^DELETE uploadId=") { return 204; }
+      if (\$op ~ "^PUT partNumber=") { rewrite ^ /.parts\$uri.\$arg_partNumber break; }
+      dav_methods PUT DELETE; create_full_put_path on;
+      add_header ETag '"e"' always;
+    }
+  }
 }
 NGX
   [ "$(id -u)" = 0 ] || sed -i "s/ user root;//" "$W/ngx/nginx.conf"  # workers run as us
@@ -132,9 +152,15 @@ secs() {
 min() { awk "BEGIN{print ($1 < $2) ? $1 : $2}"; }
 # ROUNDS (default 2) rounds in alternating order, the best of each (the first run also
 # warms the page cache; the disk's time varies from run to run).
+# With nginx: also shard to s3:// against its S3-shaped server (above), in the same rounds.
+ngs3() { AWS_ENDPOINT_URL="http://127.0.0.1:$PORT2" "$@"; }
+T_NGS3=-
 T_LOCAL=$(secs "$SK" shard "$W/imgs" "$W/local/ds-%06d.tar" --num-shards "$SHARDS")
 T_HTTP=$(secs "$SK" shard "$W/imgs" "$HTTP/up/ds-%06d.tar" --num-shards "$SHARDS")
+[ "${HTTP_SERVER:-python}" = nginx ] && T_NGS3=$(ngs3 secs "$SK" shard "$W/imgs" "s3://test/n/ds-%06d.tar" --num-shards "$SHARDS")
 for _ in $(seq 2 "${ROUNDS:-2}"); do
+  [ "${HTTP_SERVER:-python}" = nginx ] &&
+    T_NGS3=$(min "$T_NGS3" "$(ngs3 secs "$SK" shard "$W/imgs" "s3://test/n/ds-%06d.tar" --num-shards "$SHARDS" --overwrite)")
   T_HTTP=$(min "$T_HTTP" "$(secs "$SK" shard "$W/imgs" "$HTTP/up/ds-%06d.tar" --num-shards "$SHARDS" --overwrite)")
   T_LOCAL=$(min "$T_LOCAL" "$(secs "$SK" shard "$W/imgs" "$W/local/ds-%06d.tar" --num-shards "$SHARDS" --overwrite)")
 done
@@ -248,6 +274,7 @@ printf "%-44s %12s %8s\n" "s3rver, --cache-dir, warm" "$S3WARM" "$(r "$S3WARM" "
 printf "%-44s %12s %8s\n" "shard to local disk (s)" "$T_LOCAL" "1.00"
 printf "%-44s %12s %8s\n" "shard to $HTTP_NAME PUT (s)" "$T_HTTP" "$(r "$T_LOCAL" "$T_HTTP")"
 printf "%-44s %12s %8s\n" "server ceiling: curl PUT of the shards (s)" "$T_CURLPUT" "$(r "$T_LOCAL" "$T_CURLPUT")"
+printf "%-44s %12s %8s\n" "shard to s3:// (nginx, parts not assembled) (s)" "$T_NGS3" "$(r "$T_LOCAL" "$T_NGS3")"
 printf "%-44s %12s %8s\n" "shard to s3:// (Python S3 emulation) (s)" "$T_EMU" "$(r "$T_LOCAL" "$T_EMU")"
 printf "%-44s %12s %8s\n" "emulation ceiling: curl PUT of the shards (s)" "$T_EMUPUT" "$(r "$T_LOCAL" "$T_EMUPUT")"
 printf "%-44s %12s %8s\n" "shard to s3:// (s; ratio = speed vs local)" "$T_S3" "$(r "$T_LOCAL" "$T_S3")"
