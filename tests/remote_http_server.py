@@ -22,6 +22,7 @@ The port is written to --port-file once the server listens.
 """
 import argparse
 import base64
+import errno
 import hashlib
 import hmac
 import json
@@ -56,11 +57,18 @@ def write_object(full, pieces):
                 out.flush()
                 with open(p, "rb") as src:
                     left = os.fstat(src.fileno()).st_size
-                    while left > 0:
-                        n = os.copy_file_range(src.fileno(), out.fileno(), left)
-                        if n <= 0:
-                            raise OSError("short copy of %s" % p)
-                        left -= n
+                    try:
+                        while left > 0:
+                            n = os.copy_file_range(src.fileno(), out.fileno(), left)
+                            if n <= 0:
+                                raise OSError("short copy of %s" % p)
+                            left -= n
+                    except OSError as e:  # a kernel or file system without it: copy here
+                        if e.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+                            raise
+                        src.seek(os.fstat(src.fileno()).st_size - left)
+                        out.seek(0, os.SEEK_END)
+                        shutil.copyfileobj(src, out, 1 << 20)
         os.replace(tmp, full)
     except BaseException:
         if os.path.exists(tmp):
