@@ -114,8 +114,14 @@ class RemoteWritable : public WritableFile {
     if (closed_) return Status::Internal("Append() after Close()", Location{.file = SafeUrl(path_)});
     if (!error_.ok()) return error_;
     // Hashed as it comes (an upload follows its file while it is written), so that the
-    // one PUT at Close() does not hash the whole body first; not once parts go up.
-    if (!upload_) md5_.Update(data, size);
+    // one PUT at Close() does not hash the whole body first. On S3 only the first part's
+    // bytes: that digest goes with the first part if the file becomes a multipart upload
+    // (the later parts are hashed as they go up), so no byte is hashed twice.
+    if (!upload_) {
+      const size_t n = s3_ ? std::min<size_t>(size, kPart - std::min<size_t>(kPart, hashed_)) : size;
+      md5_.Update(data, n);
+      hashed_ += n;
+    }
     if (!s3_) {
       if (!body_.Append(data, size))
         return error_ = Status::IOError(fmt::format("out of memory for an upload body of {} bytes", size),
@@ -134,12 +140,20 @@ class RemoteWritable : public WritableFile {
         if (!up.ok()) return error_ = up.status();
         upload_ = std::move(up).value();
       }
+      // The first part's Content-MD5 is md5_'s (it hashed exactly the first kPart bytes).
+      std::string part_md5;
+      if (hashed_ == kPart) {
+        uint8_t digest[16];
+        md5_.Digest(digest);
+        part_md5 = Md5Base64(digest);
+        hashed_ = kPart + 1;  // (used)
+      }
       // The part is the buffer itself; only what follows it is copied into a new one.
       std::string part = std::move(buf_);
       buf_ = PartBuffer(size);
       buf_.append(part, kPart);
       part.resize(kPart);
-      error_ = upload_->Add(std::move(part));  // uploads while the next parts are appended
+      error_ = upload_->Add(std::move(part), std::move(part_md5));  // uploads while the next parts are appended
       if (!error_.ok()) {
         upload_.reset();  // aborted already
         return error_;
@@ -175,7 +189,8 @@ class RemoteWritable : public WritableFile {
   std::string buf_;  // s3: bytes not yet in a part
   GrowBuffer body_;  // http: the PUT's body
   std::unique_ptr<MultipartUpload> upload_;
-  md5::Md5 md5_;  // of buf_, while no part has gone up
+  md5::Md5 md5_;       // of buf_ (on S3 at most its first kPart bytes), while no part has gone up
+  uint64_t hashed_ = 0;  // bytes md5_ has taken
   Status error_;
   bool closed_ = false;
 };

@@ -184,10 +184,10 @@ Result<std::string> S3Client::CreateMultipartUpload(const S3Object& o) {
 }
 
 Result<std::string> S3Client::UploadPart(const S3Object& o, const std::string& upload_id, int part_number,
-                                         std::string_view data) {
+                                         std::string_view data, std::string content_md5) {
   HttpRequest r = Request("PUT", o, fmt::format("partNumber={}&uploadId={}", part_number, UriEncode(upload_id, false)));
   r.display_url = fmt::format("{} (part {})", o.ToString(), part_number);
-  r.headers.push_back("Content-MD5: " + ContentMd5(data));
+  r.headers.push_back("Content-MD5: " + (content_md5.empty() ? ContentMd5(data) : content_md5));
   r.body = data;
   auto resp = Clean(http_.Perform(r));
   if (!resp.ok()) return std::move(resp).take_status();
@@ -296,13 +296,14 @@ MultipartUpload::~MultipartUpload() {
   if (!done_) (void)Abort();
 }
 
-Status MultipartUpload::Add(std::string data) {
+Status MultipartUpload::Add(std::string data, std::string content_md5) {
   if (done_) return Status::Internal(fmt::format("multipart upload of {} is finished", object_.ToString()));
   while (in_flight_.size() >= kInFlight)
     if (Status s = ReapOldest(); !s.ok()) return Fail(s);
   const int number = next_++;
-  in_flight_.emplace_back(number, std::async(std::launch::async, [this, number, d = std::move(data)]() mutable {
-                            auto etag = client_->UploadPart(object_, upload_id_, number, d);
+  in_flight_.emplace_back(number, std::async(std::launch::async, [this, number, d = std::move(data),
+                                                                   md5 = std::move(content_md5)]() mutable {
+                            auto etag = client_->UploadPart(object_, upload_id_, number, d, std::move(md5));
                             GivePartBuffer(std::move(d));
                             return etag;
                           }));

@@ -78,8 +78,9 @@ class S3Client {
 
   // Multipart upload, the raw steps.
   Result<std::string> CreateMultipartUpload(const S3Object& o);  // -> upload id
+  // content_md5: the part's Content-MD5 (base64) when known; "" = computed here.
   Result<std::string> UploadPart(const S3Object& o, const std::string& upload_id, int part_number,
-                                 std::string_view data);  // -> ETag
+                                 std::string_view data, std::string content_md5 = "");  // -> ETag
   Status CompleteMultipartUpload(const S3Object& o, const std::string& upload_id,
                                  const std::vector<CompletedPart>& parts);
   Status AbortMultipartUpload(const S3Object& o, const std::string& upload_id);
@@ -135,8 +136,8 @@ class MultipartUpload {
 
   // Starts uploading the next part (numbered from 1); with kInFlight parts running,
   // waits for the oldest first. Returns the first failure of any part so far, after
-  // aborting the upload.
-  Status Add(std::string data);
+  // aborting the upload. content_md5: as S3Client::UploadPart's.
+  Status Add(std::string data, std::string content_md5 = "");
   // Waits for every part, then completes the upload (or aborts it on a failure).
   Status Complete();
   Status Abort();
