@@ -83,9 +83,11 @@ ln -s "$SD/http" "$W/http"
 mkdir -p "$SD/http" "$W/s3data" "$SD/s3emu/test"
 if [ "${HTTP_SERVER:-python}" = nginx ]; then
   NGX=$(command -v nginx || { [ -x /opt/deps/usr/sbin/nginx ] && echo /opt/deps/usr/sbin/nginx; } || echo /usr/sbin/nginx)
-  PORT=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  PORT2=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  [ "$PORT2" != "$PORT" ] || PORT2=$((PORT + 1))
+  # Two free ports (both bound at once, so they differ).
+  read -r PORT PORT2 < <("$PY" -c 'import socket
+s = [socket.socket() for _ in range(2)]
+for x in s: x.bind(("127.0.0.1", 0))
+print(*(x.getsockname()[1] for x in s))')
   mkdir -p "$SD/s3ngx/test"
   mkdir -p "$W/ngx"
   cat >"$W/ngx/nginx.conf" <<NGX

@@ -56,7 +56,7 @@ def write_object(full, pieces):
                     continue
                 out.flush()
                 with open(p, "rb") as src:
-                    left = os.fstat(src.fileno()).st_size
+                    size = left = os.fstat(src.fileno()).st_size
                     try:
                         while left > 0:
                             n = os.copy_file_range(src.fileno(), out.fileno(), left)
@@ -66,7 +66,7 @@ def write_object(full, pieces):
                     except OSError as e:  # a kernel or file system without it: copy here
                         if e.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
                             raise
-                        src.seek(os.fstat(src.fileno()).st_size - left)
+                        src.seek(size - left)
                         out.seek(0, os.SEEK_END)
                         shutil.copyfileobj(src, out, 1 << 20)
         os.replace(tmp, full)
@@ -387,10 +387,9 @@ class Handler(BaseHTTPRequestHandler):
                 gone = STATS["uploads"].pop(q["uploadId"], None)
                 if gone is not None:
                     STATS["aborted"].append(q["uploadId"])
-            if gone is not None:
-                shutil.rmtree(os.path.join(ARGS.root, ".parts", q["uploadId"]), ignore_errors=True)
             if gone is None:
                 return self.send_bytes(404, s3_error("NoSuchUpload", "no such upload"), content_type="application/xml")
+            shutil.rmtree(os.path.join(ARGS.root, ".parts", q["uploadId"]), ignore_errors=True)
             return self.send_bytes(204, b"")
         full = self.local_path(path)
         if full and os.path.isfile(full):

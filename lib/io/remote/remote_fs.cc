@@ -117,11 +117,7 @@ class RemoteWritable : public WritableFile {
     // one PUT at Close() does not hash the whole body first. On S3 only the first part's
     // bytes: that digest goes with the first part if the file becomes a multipart upload
     // (the later parts are hashed as they go up), so no byte is hashed twice.
-    if (!upload_) {
-      const size_t n = s3_ ? std::min<size_t>(size, kPart - std::min<size_t>(kPart, hashed_)) : size;
-      md5_.Update(data, n);
-      hashed_ += n;
-    }
+    if (!upload_) md5_.Update(data, s3_ ? std::min(size, kPart - std::min(kPart, buf_.size())) : size);
     if (!s3_) {
       if (!body_.Append(data, size))
         return error_ = Status::IOError(fmt::format("out of memory for an upload body of {} bytes", size),
@@ -131,6 +127,7 @@ class RemoteWritable : public WritableFile {
     if (buf_.capacity() < kPart) buf_ = PartBuffer(size);
     buf_.append(static_cast<const char*>(data), size);
     while (buf_.size() >= kPart + (upload_ ? 0 : 1)) {  // a file of exactly one part stays one PUT
+      std::string part_md5;  // known for the first part only
       if (!upload_) {
         auto s3 = store_->S3();
         if (!s3.ok()) return error_ = s3.status();
@@ -139,14 +136,10 @@ class RemoteWritable : public WritableFile {
         auto up = MultipartUpload::Begin(*s3, *o);
         if (!up.ok()) return error_ = up.status();
         upload_ = std::move(up).value();
-      }
-      // The first part's Content-MD5 is md5_'s (it hashed exactly the first kPart bytes).
-      std::string part_md5;
-      if (hashed_ == kPart) {
+        // The first part's Content-MD5 is md5_'s: it took exactly the first kPart bytes.
         uint8_t digest[16];
         md5_.Digest(digest);
         part_md5 = Md5Base64(digest);
-        hashed_ = kPart + 1;  // (used)
       }
       // The part is the buffer itself; only what follows it is copied into a new one.
       std::string part = std::move(buf_);
@@ -189,8 +182,7 @@ class RemoteWritable : public WritableFile {
   std::string buf_;  // s3: bytes not yet in a part
   GrowBuffer body_;  // http: the PUT's body
   std::unique_ptr<MultipartUpload> upload_;
-  md5::Md5 md5_;       // of buf_ (on S3 at most its first kPart bytes), while no part has gone up
-  uint64_t hashed_ = 0;  // bytes md5_ has taken
+  md5::Md5 md5_;  // of buf_ (on S3 at most its first kPart bytes), while no part has gone up
   Status error_;
   bool closed_ = false;
 };
