@@ -14,7 +14,9 @@ Control (never faulted, never signed):
       truncate (correct Content-Length, half the body, close), longlength
       (Content-Length larger than the body, close), shortlength (Content-Length
       smaller than the range asked for), stall (half the body, then silence),
-      latency (the answer as usual, --latency-seconds later: a store far away).
+      latency (the answer as usual, --latency-seconds later: a store far away),
+      answer (200 with the fault's "body" as XML, for any method: a store's odd answer;
+      "{n}" in it becomes how many times this fault has answered).
   POST /_clear  drops every fault and counter.
   GET  /_stats  {"connections": N, "requests": {path: n}, "uploads": [ids], "aborted": [ids],
                  "max_in_flight": most GET/HEAD requests answered at once}
@@ -150,6 +152,8 @@ class Handler(BaseHTTPRequestHandler):
                 if f["path"] == path and f.get("query", "") in query and f["count"] != 0:
                     if f["count"] > 0:
                         f["count"] -= 1
+                    f["served"] = f.get("served", 0) + 1
+                    self.fault_body = f.get("body", "").replace("{n}", str(f["served"])).encode()
                     return f["fault"]
         return None
 
@@ -167,6 +171,8 @@ class Handler(BaseHTTPRequestHandler):
 
     # -- faults --------------------------------------------------------------
     def serve_fault(self, fault, body, start, end, size, range_start=None):
+        if fault == "answer":
+            return self.send_bytes(200, self.fault_body, content_type="application/xml")
         part = body[start:end + 1]
         if range_start is not None:
             start, end = range_start, range_start + len(part) - 1
@@ -275,6 +281,8 @@ class Handler(BaseHTTPRequestHandler):
         if fault == "latency":
             time.sleep(ARGS.latency_seconds)
             fault = None
+        if fault == "answer":
+            return self.serve_fault(fault, b"", 0, -1, 0)
         if "uploads" in query.split("&") or "uploads=" in query:
             with STATE_LOCK:
                 ids = "".join("<Upload><Key>%s</Key><UploadId>%s</UploadId></Upload>" % (k, i)

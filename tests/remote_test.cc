@@ -499,6 +499,50 @@ TEST_CASE("remote: a failed multipart upload is aborted", "[remote]") {
   CHECK(srv.Stats()["aborted"].size() == 2);
 }
 
+TEST_CASE("remote: odd S3 answers are errors naming the request, never a crash or a hang", "[remote]") {
+  HttpServer srv;
+  fs::create_directories(srv.root + "/bkt");
+  S3Client s3(SettingsFor(srv.proc->base(), kKeyId, kSecret), FastOptions());
+  auto answer = [&](const std::string& path, const std::string& body, const std::string& query) {
+    HttpClient c;
+    std::string f = nlohmann::json{{"path", "/" + path}, {"fault", "answer"}, {"count", -1}, {"query", query},
+                                   {"body", body}}.dump();
+    REQUIRE(c.Perform(HttpRequest{.method = "POST", .url = srv.proc->base() + "/_fault", .body = f}).ok());
+  };
+  // A million nested elements (3 MB): freeing such a tree recursively overflowed the stack.
+  std::string deep;
+  for (int i = 0; i < 1000000; ++i) deep += "<a>";
+  for (int i = 0; i < 1000000; ++i) deep += "</a>";
+  answer("bkt", deep, "list-type=2");
+  auto listed = s3.List("bkt", "x/");
+  REQUIRE_FALSE(listed.ok());
+  CHECK(listed.status().code() == Code::kCorrupt);
+  CHECK_THAT(listed.status().message(), Catch::Contains("LIST s3://bkt/x/") && Catch::Contains("nested deeper"));
+  answer("bkt/obj", deep, "uploads");
+  auto up = s3.CreateMultipartUpload({"bkt", "obj"});
+  REQUIRE_FALSE(up.ok());
+  CHECK_THAT(up.status().message(), Catch::Contains("create multipart upload s3://bkt/obj"));
+
+  // A LIST whose pages hand back a token already used, or hold nothing for ever.
+  srv.Clear();
+  const std::string page = "<ListBucketResult><Contents><Key>x/{n}</Key><Size>1</Size></Contents>"
+                           "<IsTruncated>true</IsTruncated><NextContinuationToken>T</NextContinuationToken>"
+                           "</ListBucketResult>";
+  answer("bkt", page, "list-type=2");
+  listed = s3.List("bkt", "x/");
+  REQUIRE_FALSE(listed.ok());
+  CHECK(listed.status().code() == Code::kCorrupt);
+  CHECK_THAT(listed.status().message(), Catch::Contains("page 2 gave back a continuation token already used"));
+  CHECK(srv.Stats()["requests"]["/bkt"] == 2);
+  srv.Clear();
+  answer("bkt", "<ListBucketResult><IsTruncated>true</IsTruncated>"
+                "<NextContinuationToken>T{n}</NextContinuationToken></ListBucketResult>", "list-type=2");
+  listed = s3.List("bkt", "x/");
+  REQUIRE_FALSE(listed.ok());
+  CHECK_THAT(listed.status().message(), Catch::Contains("101 truncated pages in a row without a key"));
+  CHECK(srv.Stats()["requests"]["/bkt"] == 101);
+}
+
 TEST_CASE("remote: s3rver put get ranges list-by-prefix and delete", "[remote]") {
   S3rverServer srv;
   S3Client s3(SettingsFor(srv.proc->base()), FastOptions());

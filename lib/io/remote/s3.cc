@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <set>
 #include <vector>
 
 #include <fmt/format.h>
@@ -142,7 +143,11 @@ Result<std::vector<S3ObjectInfo>> S3Client::List(const std::string& bucket, cons
   std::vector<S3ObjectInfo> out;
   std::string token;
   const std::string shown = "s3://" + bucket + "/" + prefix;
+  constexpr int kMaxEmptyPages = 100;
+  std::set<std::string> seen;  // continuation tokens
+  int empty_pages = 0;
   for (int page = 0;; ++page) {
+    const size_t before = out.size();
     std::string query;
     if (!token.empty()) query += "continuation-token=" + UriEncode(token, false) + "&";
     query += fmt::format("list-type=2&max-keys={}&prefix={}", page_size, UriEncode(prefix, false));
@@ -163,10 +168,21 @@ Result<std::vector<S3ObjectInfo>> S3Client::List(const std::string& bucket, cons
       out.push_back(std::move(info));
     }
     if (root->ChildText("IsTruncated") != "true") break;
-    token = root->ChildText("NextContinuationToken");
-    if (token.empty())
+    std::string next = root->ChildText("NextContinuationToken");
+    if (next.empty())
       return Status::Corrupt(fmt::format("LIST {}: truncated page without a continuation token", shown),
                              {.file = shown});
+    // A store that hands back a token it was given before, or truncated pages that
+    // hold nothing for ever, would keep this loop asking: refused, never a hang.
+    if (!seen.insert(next).second)
+      return Status::Corrupt(fmt::format("LIST {}: page {} gave back a continuation token already used", shown,
+                                         page + 1),
+                             {.file = shown});
+    empty_pages = out.size() == before ? empty_pages + 1 : 0;
+    if (empty_pages > kMaxEmptyPages)
+      return Status::Corrupt(fmt::format("LIST {}: {} truncated pages in a row without a key", shown, empty_pages),
+                             {.file = shown});
+    token = std::move(next);
   }
   std::sort(out.begin(), out.end(), [](const S3ObjectInfo& a, const S3ObjectInfo& b) { return a.key < b.key; });
   return out;
