@@ -894,6 +894,60 @@ TEST_CASE("remote wds: folder -> s3 -> folder, random access by ranges, streamed
   CHECK(AllByKey("folder:" + (tmp / "back")) == local);
 }
 
+TEST_CASE("remote: an existing remote output is refused without overwrite, as a local one", "[remote]") {
+  S3rverServer srv;
+  UseS3rver(srv);
+  sk_test::TempDir tmp;
+  sk_test::MakeImageFolder(tmp / "src", 2, 6, 3);
+  ConvertOptions co;
+  co.staging_dir = tmp / "staging";
+  co.write.samples_per_shard = 5;
+  S3Client s3(SettingsFor(srv.proc->base()), FastOptions());
+  // Every format's output, written once, then again: refused naming the remote address,
+  // nothing uploaded, no staging directory left; with overwrite, replaced.
+  const std::vector<std::pair<std::string, std::string>> outputs = {
+      {"wds:s3://test/o/wds/train-%06d.tar", "s3://test/o/wds/train-000000.tar"},
+      {"tfrecord:s3://test/o/tf/train-%05d.tfrecord", "s3://test/o/tf/train.tfrecord.json"},
+      {"recordio:s3://test/o/rec/train-%05d.rec", "s3://test/o/rec/train-00000.rec"},
+      {"lmdb:s3://test/o/train.lmdb", "s3://test/o/train.lmdb"},
+      {"hdf5:s3://test/o/train.h5", "s3://test/o/train.h5"},
+      {"folder:s3://test/o/folder", "s3://test/o/folder"},
+      {"mds:s3://test/o/mds", "s3://test/o/mds"},
+  };
+  for (const auto& [out, named] : outputs) {
+    INFO(out);
+    auto first = Convert(tmp / "src", out, co);
+    INFO(first.status().ToString());
+    REQUIRE(first.ok());
+    auto prefix = out.substr(out.find("s3://test/") + 10);
+    prefix = prefix.substr(0, prefix.rfind('/') + 1);
+    auto before = s3.List("test", prefix);
+    REQUIRE(before.ok());
+    auto again = Convert(tmp / "src", out, co);
+    REQUIRE_FALSE(again.ok());
+    CHECK(again.status().code() == Code::kAlreadyExists);
+    CHECK(again.status().detail() == Detail::kOutputExists);
+    CHECK(again.status().where().file == named);
+    auto after = s3.List("test", prefix);
+    REQUIRE(after.ok());
+    REQUIRE(after->size() == before->size());
+    for (size_t i = 0; i < after->size(); ++i) {
+      CHECK((*after)[i].key == (*before)[i].key);
+      CHECK((*after)[i].etag == (*before)[i].etag);
+    }
+    CHECK(fs::is_empty(tmp / "staging"));
+    ConvertOptions replace = co;
+    replace.write.overwrite = true;
+    auto replaced = Convert(tmp / "src", out, replace);
+    INFO(replaced.status().ToString());
+    CHECK(replaced.ok());
+  }
+  // Shard refuses the same way (parts of one conversion: "remote parts" tests).
+  auto sharded = Shard(tmp / "src", "s3://test/o/wds/train-%06d.tar", ShardOptions{.num_shards = 2, .staging_dir = tmp / "staging"});
+  REQUIRE_FALSE(sharded.ok());
+  CHECK(sharded.status().where().file == "s3://test/o/wds/train-000000.tar");
+}
+
 // 24 images (tmp/src) as tar shards train-00000{0,1,2}.tar of 8, with .idx, on `http`.
 void ThreeShardsOnHttp(const HttpServer& http, const sk_test::TempDir& tmp) {
   sk_test::MakeImageFolder(tmp / "src", 2, 12, 9);

@@ -166,6 +166,13 @@ class SHARDKIT_API FileSystem {
   virtual Result<FileInfo> Stat(const std::string& path) = 0;
   bool Exists(const std::string& path);
   bool IsDir(const std::string& path);
+  // Whether an output written at `path` would replace something (a file, or a directory
+  // holding anything): what every writer asks before it writes without `overwrite`. The
+  // default is Exists(path); a file system that stages its files for another store (the
+  // upload staging of a remote output) asks that store too, so that an existing remote
+  // output is refused the same way as a local one. Fails when that cannot be told (the
+  // store unreachable, or it denies reading).
+  virtual Result<bool> OutputPresent(const std::string& path);
   // The entries of a directory (not "." and ".."), sorted by name.
   virtual Result<std::vector<FileInfo>> ListDir(const std::string& dir) = 0;
   // Creates a directory and its missing parents (mkdir -p); OK if it exists.

@@ -51,7 +51,10 @@ Status MakeDirs(const std::string& dir) {
 Result<std::unique_ptr<AtomicFile>> AtomicFile::Create(const std::string& final_path, bool overwrite,
                                                       std::shared_ptr<FileSystem> fs) {
   if (!fs) fs = FileSystem::Local();
-  if (!overwrite && fs->Exists(final_path)) return OutputExists(final_path);
+  if (!overwrite) {
+    SK_ASSIGN_OR_RETURN(bool present, fs->OutputPresent(final_path));
+    if (present) return OutputExists(final_path);
+  }
   std::string dir = DirName(final_path);
   if (!fs->IsDir(dir)) SK_RETURN_IF_ERROR(fs->MakeDirs(dir));
   std::unique_ptr<AtomicFile> f(new AtomicFile());

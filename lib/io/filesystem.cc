@@ -38,6 +38,9 @@ bool FileSystem::Exists(const std::string& path) {
   return st.ok() && st->type != FileType::kNotFound;
 }
 
+// As Exists: a path that cannot be stat'ed is no output (writing it then fails, naming it).
+Result<bool> FileSystem::OutputPresent(const std::string& path) { return Exists(path); }
+
 bool FileSystem::IsDir(const std::string& path) {
   auto st = Stat(path);
   return st.ok() && st->type == FileType::kDirectory;

@@ -44,7 +44,12 @@ namespace io {
 
 Status CheckDirectoryOutput(FileSystem& fs, const std::string& root, bool overwrite) {
   SK_ASSIGN_OR_RETURN(FileInfo fi, fs.Stat(root));
-  if (fi.type == FileType::kNotFound || overwrite) return Status::OK();
+  if (overwrite) return Status::OK();
+  if (fi.type == FileType::kNotFound) {
+    // Nothing here; a staging file system may still know of an output where it goes.
+    SK_ASSIGN_OR_RETURN(bool present, fs.OutputPresent(root));
+    return present ? OutputExists(root, "output directory exists and is not empty") : Status::OK();
+  }
   if (fi.type != FileType::kDirectory || fi.symlink) return OutputExists(root, "output exists and is not a directory");
   SK_ASSIGN_OR_RETURN(auto entries, fs.ListDir(root));
   if (!entries.empty()) return OutputExists(root, "output directory exists and is not empty");

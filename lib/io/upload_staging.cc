@@ -226,6 +226,17 @@ class UploadingFileSystem : public FileSystem {
   Status SyncDir(const std::string& d) override { return Staged(d) ? Status::OK() : base_->SyncDir(d); }
   Status SyncTree(const std::string& d) override { return Staged(d) ? Status::OK() : base_->SyncTree(d); }
   Result<FileInfo> Stat(const std::string& p) override { return base_->Stat(p); }
+  // Staged here, or already at its remote address (an earlier conversion's output): a
+  // writer without `overwrite` refuses either. The store is asked (a HEAD, and on S3 a
+  // LIST of the name as a directory) only for what is not staged.
+  Result<bool> OutputPresent(const std::string& p) override {
+    SK_ASSIGN_OR_RETURN(bool here, base_->OutputPresent(p));
+    if (here || !Staged(p) || StaysLocal(p)) return here;
+    const std::string remote = RemoteOf(p);
+    SK_ASSIGN_OR_RETURN(auto fs, FileSystemFor(remote));
+    SK_ASSIGN_OR_RETURN(FileInfo fi, fs->Stat(remote));
+    return fi.type != FileType::kNotFound;
+  }
   Result<std::vector<FileInfo>> ListDir(const std::string& d) override { return base_->ListDir(d); }
   Status MakeDirs(const std::string& d) override { return base_->MakeDirs(d); }
   Status MakeNewDir(const std::string& d) override { return base_->MakeNewDir(d); }
@@ -395,6 +406,10 @@ Status StagedOutput::Finish() {
   std::error_code ec;
   std::filesystem::remove_all(uploader->local_root(), ec);
   return Status::OK();
+}
+
+void StagedOutput::RemoveIfEmpty() const {
+  if (uploader) (void)::rmdir(uploader->local_root().c_str());
 }
 
 std::string StagedOutput::RemoteOf(const std::string& local_path) const {

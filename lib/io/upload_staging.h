@@ -59,6 +59,9 @@ struct StagedOutput {
   Status Finish();
   // The remote address of a staged local path (unchanged when not below the staging root).
   std::string RemoteOf(const std::string& local_path) const;
+  // After a failed write: the staging directory is removed when it holds nothing (the
+  // writer refused before it wrote: nothing to resume); else it stays for --resume.
+  void RemoveIfEmpty() const;
 };
 
 // True when the address (after an optional "format:" prefix) is a "scheme://"

@@ -492,6 +492,19 @@ Result<uint64_t> ParseByteSize(std::string_view s) {
   return uint64_t(v + 0.5L);
 }
 
+namespace {
+// A staged remote output's failure: an existing output is named by its remote address
+// (the writer saw it through the staging file system, under its staged name), and a
+// staging directory the writer left empty (it refused before writing) is removed.
+Result<ConvertSummary> Staged(Result<ConvertSummary> r, const io::StagedOutput& staged) {
+  if (r.ok() || !staged.uploader) return r;
+  Status s = std::move(r).take_status();
+  if (s.detail() == Detail::kOutputExists) s.where().file = staged.RemoteOf(s.where().file);
+  staged.RemoveIfEmpty();
+  return s;
+}
+}  // namespace
+
 Result<ConvertSummary> ConvertDataset(const Dataset& src, SampleWriter* dst,
                                       const ConvertOptions& opts, const ProgressFn& progress) {
   Fetcher fetch(opts);
@@ -511,7 +524,8 @@ Result<ConvertSummary> Convert(std::string_view src, std::string_view dst, const
     target = staged.address;
   }
   SK_ASSIGN_OR_RETURN(ConvertSummary sum,
-                      CopyInto(*in, src, target, c, progress, staged.fresh ? staged.remote : std::string()));
+                      Staged(CopyInto(*in, src, target, c, progress, staged.fresh ? staged.remote : std::string()),
+                             staged));
   SK_RETURN_IF_ERROR(staged.Finish());
   for (auto& si : sum.shards) si.path = staged.RemoteOf(si.path);
   sum.source = std::string(src);
@@ -599,7 +613,8 @@ Result<ConvertSummary> Shard(std::string_view src, std::string_view dst, const S
     target = staged.address;
   }
   SK_ASSIGN_OR_RETURN(ConvertSummary sum,
-                      CopyInto(*in, src, target, c, progress, staged.fresh ? staged.remote : std::string()));
+                      Staged(CopyInto(*in, src, target, c, progress, staged.fresh ? staged.remote : std::string()),
+                             staged));
   SK_RETURN_IF_ERROR(staged.Finish());
   for (auto& si : sum.shards) si.path = staged.RemoteOf(si.path);
   if (!c.write.wds.shard_plan.empty() && c.part.count == 0 && !sum.already_complete) {

@@ -315,7 +315,10 @@ class Hdf5Writer : public SampleWriter {
       sf->buf.clear();
       sf->buf.shrink_to_fit();
     }
-    if (!opts_.overwrite && fs_->Exists(path_)) return io::OutputExists(path_);
+    if (!opts_.overwrite) {
+      SK_ASSIGN_OR_RETURN(bool present, fs_->OutputPresent(path_));
+      if (present) return io::OutputExists(path_);
+    }
     std::string dir = io::DirName(path_);
     auto base = std::filesystem::path(path_).filename().string();
 
@@ -671,7 +674,10 @@ Result<std::unique_ptr<SampleWriter>> CreateHdf5(const std::string& path, const 
   // the directory, the publish and the fault points go through the seam.
   const std::shared_ptr<FileSystem>& fs = FileSystem::OrLocal(opts.filesystem);
   SK_RETURN_IF_ERROR(fs->LocalPath(path).status());
-  if (!opts.overwrite && fs->Exists(path)) return io::OutputExists(path);
+  if (!opts.overwrite) {
+    SK_ASSIGN_OR_RETURN(bool present, fs->OutputPresent(path));
+    if (present) return io::OutputExists(path);
+  }
   if (fs->IsDir(path)) return Status::Invalid("output is a directory", Location{.file = path});
   if (opts.hdf5.arrays != "native" && opts.hdf5.arrays != "fields")
     return Status::Invalid(fmt::format("unknown HDF5 array layout '{}' (native or fields)", opts.hdf5.arrays),

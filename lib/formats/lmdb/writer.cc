@@ -78,7 +78,10 @@ class LmdbWriter : public SampleWriter {
                             "or --overwrite to start over",
                             Location{.file = stable});
     SK_ASSIGN_OR_RETURN(FileInfo existing, fs->Stat(final_dir));
-    if (existing.type != FileType::kNotFound && !opts.overwrite) return io::OutputExists(final_dir);
+    if (!opts.overwrite) {
+      SK_ASSIGN_OR_RETURN(bool present, fs->OutputPresent(final_dir));
+      if (present) return io::OutputExists(final_dir);
+    }
     if (existing.type != FileType::kNotFound) {
       // overwrite replaces an LMDB directory (or an empty one), never anything else.
       bool replaceable = existing.type == FileType::kDirectory;

@@ -161,8 +161,10 @@ class RecWriter : public SampleWriter {
   Status Prepare() {
     std::string first = sharded_ ? paths::FormatShardPattern(path_, 0) : path_;
     if (!opts_.overwrite)
-      for (const std::string& p : {first, IdxPathFor(first), MetaPathFor(first)})
-        if (io::Exists(p)) return io::OutputExists(p);
+      for (const std::string& p : {first, IdxPathFor(first), MetaPathFor(first)}) {
+        SK_ASSIGN_OR_RETURN(bool present, FileSystem::OrLocal(opts_.filesystem)->OutputPresent(p));
+        if (present) return io::OutputExists(p);
+      }
     std::string dir = io::DirName(first);
     if (!io::IsDir(dir)) SK_RETURN_IF_ERROR(io::MakeDirs(dir));
     return Status::OK();

@@ -236,12 +236,12 @@ Result<std::unique_ptr<SampleWriter>> CreateTfrecord(const std::string& path, co
                            Location{.file = path});
   }
   std::string manifest = ManifestPathFor(path);
-  if (!opts.overwrite) {
-    if (io::Exists(manifest)) return io::OutputExists(manifest);
-    std::string first = sharded ? paths::FormatShardPattern(path, 0) : path;
-    if (io::Exists(first)) return io::OutputExists(first);
-  }
   const auto& fs = FileSystem::OrLocal(opts.filesystem);
+  if (!opts.overwrite)
+    for (const std::string& p : {manifest, sharded ? paths::FormatShardPattern(path, 0) : path}) {
+      SK_ASSIGN_OR_RETURN(bool present, fs->OutputPresent(p));
+      if (present) return io::OutputExists(p);
+    }
   if (fs->IsDir(path)) return Status::Invalid("output is a directory", Location{.file = path});
   std::string dir = io::DirName(path);
   if (!fs->IsDir(dir)) SK_RETURN_IF_ERROR(fs->MakeDirs(dir));

@@ -123,9 +123,10 @@ Result<std::unique_ptr<SampleWriter>> WdsWriter::Make(const std::string& pattern
     if (!w->part() || !opts.wds.shard_plan.empty()) outputs.push_back(first);
     outputs.push_back(w->manifest_);
     if (w->part()) outputs.push_back(w->record_);
-    for (const std::string& p : outputs)
-      if (io::Exists(p))
-        return io::OutputExists(p);
+    for (const std::string& p : outputs) {
+      SK_ASSIGN_OR_RETURN(bool present, FileSystem::OrLocal(opts.filesystem)->OutputPresent(p));
+      if (present) return io::OutputExists(p);
+    }
   }
   std::string dir = io::DirName(first);
   if (!io::IsDir(dir)) SK_RETURN_IF_ERROR(io::MakeDirs(dir));
