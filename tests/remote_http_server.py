@@ -8,8 +8,9 @@ upload is aborted. With --auth KEY:SECRET every request must carry a valid AWS
 SigV4 signature, checked with botocore (403 SignatureDoesNotMatch otherwise).
 
 Control (never faulted, never signed):
-  POST /_fault  {"path": "/f.bin", "fault": NAME, "count": N, "query": "partNumber=2"}
-      the next N requests (-1: all) to PATH (whose query contains QUERY) get FAULT:
+  POST /_fault  {"path": "/f.bin", "fault": NAME, "count": N, "query": "partNumber=2", "method": "PUT"}
+      the next N requests (-1: all) to PATH (whose query contains QUERY; of METHOD, when
+      given) get FAULT:
       500, 503 (S3 SlowDown), 429, 404, 403, reset (connection reset mid body),
       truncate (correct Content-Length, half the body, close), longlength
       (Content-Length larger than the body, close), shortlength (Content-Length
@@ -149,7 +150,8 @@ class Handler(BaseHTTPRequestHandler):
         with STATE_LOCK:
             STATS["requests"][path] = STATS["requests"].get(path, 0) + 1
             for f in FAULTS:
-                if f["path"] == path and f.get("query", "") in query and f["count"] != 0:
+                if (f["path"] == path and f.get("query", "") in query and f["count"] != 0 and
+                        f.get("method", self.command) == self.command):
                     if f["count"] > 0:
                         f["count"] -= 1
                     f["served"] = f.get("served", 0) + 1

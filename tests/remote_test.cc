@@ -112,9 +112,13 @@ struct HttpServer {
   }
   std::string Url(const std::string& path) const { return proc->base() + "/" + path; }
   // Control endpoints (see the script's docstring).
-  void Fault(const std::string& path, const std::string& fault, int count, const std::string& query = "") {
+  // method: only requests of this method ("" = any).
+  void Fault(const std::string& path, const std::string& fault, int count, const std::string& query = "",
+             const std::string& method = "") {
     HttpClient c;
-    std::string body = nlohmann::json{{"path", "/" + path}, {"fault", fault}, {"count", count}, {"query", query}}.dump();
+    nlohmann::json f = {{"path", "/" + path}, {"fault", fault}, {"count", count}, {"query", query}};
+    if (!method.empty()) f["method"] = method;
+    std::string body = f.dump();
     auto r = c.Perform(HttpRequest{.method = "POST", .url = proc->base() + "/_fault", .body = body});
     REQUIRE(r.ok());
   }
@@ -946,6 +950,23 @@ TEST_CASE("remote: an existing remote output is refused without overwrite, as a 
   auto sharded = Shard(tmp / "src", "s3://test/o/wds/train-%06d.tar", ShardOptions{.num_shards = 2, .staging_dir = tmp / "staging"});
   REQUIRE_FALSE(sharded.ok());
   CHECK(sharded.status().where().file == "s3://test/o/wds/train-000000.tar");
+
+  // An HTTP PUT target: a HEAD per output file. One the check cannot read (a 403, as S3
+  // answers for a missing key to a caller who may not list) says how to go on.
+  HttpServer http;
+  REQUIRE(Convert(tmp / "src", http.Url("h/train-%06d.tar"), co).ok());
+  auto again = Convert(tmp / "src", http.Url("h/train-%06d.tar"), co);
+  REQUIRE_FALSE(again.ok());
+  CHECK(again.status().where().file == http.Url("h/train-000000.tar"));
+  http.Fault("h2/train-000001.tar", "403", -1, "", "HEAD");
+  auto denied = Convert(tmp / "src", http.Url("h2/train-%06d.tar"), co);
+  REQUIRE_FALSE(denied.ok());
+  CHECK_THAT(denied.status().ToString(), Catch::Contains(http.Url("h2/train-000001.tar")) &&
+                                             Catch::Contains("cannot tell whether the output is already there") &&
+                                             Catch::Contains("pass --overwrite"));
+  ConvertOptions unchecked = co;
+  unchecked.write.overwrite = true;
+  CHECK(Convert(tmp / "src", http.Url("h2/train-%06d.tar"), unchecked).ok());
 }
 
 // 24 images (tmp/src) as tar shards train-00000{0,1,2}.tar of 8, with .idx, on `http`.
@@ -1160,7 +1181,7 @@ TEST_CASE("remote wds: a failed upload leaves no manifest", "[remote]") {
   HttpServer http;
   sk_test::TempDir tmp;
   sk_test::MakeImageFolder(tmp / "src", 2, 10, 3);
-  http.Fault("out/train-000001.tar", "500", -1);
+  http.Fault("out/train-000001.tar", "500", -1, "", "PUT");  // the upload, not the check before it
   ConvertOptions co;
   co.staging_dir = tmp / "staging";
   co.write.samples_per_shard = 5;
@@ -1433,7 +1454,7 @@ TEST_CASE("remote parts: a failed shard upload leaves no part record and --resum
   sk_test::MakeImageFolder(tmp / "src", 2, 8, 6);
   const std::string args = "shard --samples-per-shard 4 --part 0/2 " + sk_test::Q(tmp / "src") + " " +
                            sk_test::Q(http.Url("pf/train-%06d.tar"));
-  http.Fault("pf/train-000001.tar", "500", -1);
+  http.Fault("pf/train-000001.tar", "500", -1, "", "PUT");
   auto r = sk_test::Cli(args);
   INFO(r.out << r.err);
   CHECK(r.exit_code != 0);
@@ -1651,7 +1672,7 @@ TEST_CASE("remote knobs: a remote output is staged in ConvertOptions::staging_di
   CHECK(!fs::exists(tmp / "env-staging"));
   CHECK(!fs::exists(tmp / "env-tmp"));
   // With it: a failed upload keeps the staged files there (for --resume), and only there.
-  http.Fault("b/train-000001.tar", "500", -1);
+  http.Fault("b/train-000001.tar", "500", -1, "", "PUT");
   co.staging_dir = tmp / "opt-staging";
   auto failed = Convert(tmp / "src", http.Url("b/train-%06d.tar"), co);
   REQUIRE(!failed.ok());
@@ -1661,7 +1682,7 @@ TEST_CASE("remote knobs: a remote output is staged in ConvertOptions::staging_di
   ShardOptions so;
   so.samples_per_shard = 4;
   so.staging_dir = tmp / "opt-staging-shard";
-  http.Fault("c/train-000001.tar", "500", -1);
+  http.Fault("c/train-000001.tar", "500", -1, "", "PUT");
   REQUIRE(!Shard(tmp / "src", http.Url("c/train-%06d.tar"), so).ok());
   CHECK(HasEntries(tmp / "opt-staging-shard"));
   CHECK(!fs::exists(tmp / "env-staging"));
@@ -1669,13 +1690,13 @@ TEST_CASE("remote knobs: a remote output is staged in ConvertOptions::staging_di
   ::unsetenv("SHARDKIT_STAGING_DIR");
 
   // The command reads SHARDKIT_STAGING_DIR, else TMPDIR (compatibility).
-  http.Fault("d/train-000001.tar", "500", -1);
+  http.Fault("d/train-000001.tar", "500", -1, "", "PUT");
   auto cli = sk_test::Run("SHARDKIT_STAGING_DIR=" + sk_test::Q(tmp / "cli-staging") + " " + sk_test::Q(SHARDKIT_CLI) +
                           " convert --samples-per-shard 4 " + sk_test::Q(tmp / "src") + " " +
                           sk_test::Q("wds:" + http.Url("d/train-%06d.tar")) + " 2>&1");
   CHECK(cli.exit_code != 0);
   CHECK(HasEntries(tmp / "cli-staging"));
-  http.Fault("e/train-000001.tar", "500", -1);
+  http.Fault("e/train-000001.tar", "500", -1, "", "PUT");
   auto tmpdir = sk_test::Run("TMPDIR=" + sk_test::Q(tmp / "cli-tmp") + " " + sk_test::Q(SHARDKIT_CLI) +
                              " shard --samples-per-shard 4 " + sk_test::Q(tmp / "src") + " " +
                              sk_test::Q(http.Url("e/train-%06d.tar")) + " 2>&1");

@@ -111,6 +111,10 @@ enum class ExternalOp {
   kSync,   // make it durable (mdb_env_sync, fsync of the HDF5 file)
 };
 
+// What a writer is about to create (FileSystem::OutputPresent): one file (a shard, an
+// HDF5 file), or a directory of files (an image folder, an LMDB or MDS directory).
+enum class OutputKind { kFile, kDirectory };
+
 struct PublishOptions {
   // Replace an existing output. Without it, an existing final path fails with
   // kAlreadyExists / Detail::kOutputExists ("output exists").
@@ -166,13 +170,13 @@ class SHARDKIT_API FileSystem {
   virtual Result<FileInfo> Stat(const std::string& path) = 0;
   bool Exists(const std::string& path);
   bool IsDir(const std::string& path);
-  // Whether an output written at `path` would replace something (a file, or a directory
-  // holding anything): what every writer asks before it writes without `overwrite`. The
-  // default is Exists(path); a file system that stages its files for another store (the
-  // upload staging of a remote output) asks that store too, so that an existing remote
-  // output is refused the same way as a local one. Fails when that cannot be told (the
-  // store unreachable, or it denies reading).
-  virtual Result<bool> OutputPresent(const std::string& path);
+  // Whether an output of `kind` written at `path` would replace something: what every
+  // writer asks before it writes without `overwrite`. The default is Exists(path) (of any
+  // kind); a file system that stages its files for another store (the upload staging of a
+  // remote output) asks that store too, so that an existing remote output is refused the
+  // same way as a local one. Fails when that cannot be told (the store unreachable, or it
+  // denies reading).
+  virtual Result<bool> OutputPresent(const std::string& path, OutputKind kind);
   // The entries of a directory (not "." and ".."), sorted by name.
   virtual Result<std::vector<FileInfo>> ListDir(const std::string& dir) = 0;
   // Creates a directory and its missing parents (mkdir -p); OK if it exists.

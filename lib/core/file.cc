@@ -52,7 +52,7 @@ Result<std::unique_ptr<AtomicFile>> AtomicFile::Create(const std::string& final_
                                                       std::shared_ptr<FileSystem> fs) {
   if (!fs) fs = FileSystem::Local();
   if (!overwrite) {
-    SK_ASSIGN_OR_RETURN(bool present, fs->OutputPresent(final_path));
+    SK_ASSIGN_OR_RETURN(bool present, fs->OutputPresent(final_path, OutputKind::kFile));
     if (present) return OutputExists(final_path);
   }
   std::string dir = DirName(final_path);

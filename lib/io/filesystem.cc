@@ -39,7 +39,7 @@ bool FileSystem::Exists(const std::string& path) {
 }
 
 // As Exists: a path that cannot be stat'ed is no output (writing it then fails, naming it).
-Result<bool> FileSystem::OutputPresent(const std::string& path) { return Exists(path); }
+Result<bool> FileSystem::OutputPresent(const std::string& path, OutputKind) { return Exists(path); }
 
 bool FileSystem::IsDir(const std::string& path) {
   auto st = Stat(path);

@@ -47,7 +47,7 @@ Status CheckDirectoryOutput(FileSystem& fs, const std::string& root, bool overwr
   if (overwrite) return Status::OK();
   if (fi.type == FileType::kNotFound) {
     // Nothing here; a staging file system may still know of an output where it goes.
-    SK_ASSIGN_OR_RETURN(bool present, fs.OutputPresent(root));
+    SK_ASSIGN_OR_RETURN(bool present, fs.OutputPresent(root, OutputKind::kDirectory));
     return present ? OutputExists(root, "output directory exists and is not empty") : Status::OK();
   }
   if (fi.type != FileType::kDirectory || fi.symlink) return OutputExists(root, "output exists and is not a directory");

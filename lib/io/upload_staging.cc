@@ -227,15 +227,31 @@ class UploadingFileSystem : public FileSystem {
   Status SyncTree(const std::string& d) override { return Staged(d) ? Status::OK() : base_->SyncTree(d); }
   Result<FileInfo> Stat(const std::string& p) override { return base_->Stat(p); }
   // Staged here, or already at its remote address (an earlier conversion's output): a
-  // writer without `overwrite` refuses either. The store is asked (a HEAD, and on S3 a
-  // LIST of the name as a directory) only for what is not staged.
-  Result<bool> OutputPresent(const std::string& p) override {
-    SK_ASSIGN_OR_RETURN(bool here, base_->OutputPresent(p));
+  // writer without `overwrite` refuses either. The store is asked only for what is not
+  // staged: a file by one HEAD, a directory as the remote file system's Stat sees one
+  // (on S3 a HEAD, then a LIST of the name as a prefix).
+  Result<bool> OutputPresent(const std::string& p, OutputKind kind) override {
+    SK_ASSIGN_OR_RETURN(bool here, base_->OutputPresent(p, kind));
     if (here || !Staged(p) || StaysLocal(p)) return here;
     const std::string remote = RemoteOf(p);
     SK_ASSIGN_OR_RETURN(auto fs, FileSystemFor(remote));
-    SK_ASSIGN_OR_RETURN(FileInfo fi, fs->Stat(remote));
-    return fi.type != FileType::kNotFound;
+    Status failed;
+    if (kind == OutputKind::kFile) {
+      auto opened = fs->OpenForRead(remote);  // a HEAD, nothing read
+      if (opened.ok()) return true;
+      if (opened.status().code() == Code::kNotFound) return false;
+      failed = opened.status();
+    } else {
+      auto st = fs->Stat(remote);
+      if (st.ok()) return st->type != FileType::kNotFound;
+      failed = st.status();
+    }
+    // (S3 answers 403, not 404, for a missing key to a caller who may not list the bucket.)
+    return Status(failed.code(),
+                  "cannot tell whether the output is already there (" + failed.message() +
+                      "); the check needs read access to the destination: pass --overwrite to write without it",
+                  failed.where())
+        .At(Location{.file = remote});
   }
   Result<std::vector<FileInfo>> ListDir(const std::string& d) override { return base_->ListDir(d); }
   Status MakeDirs(const std::string& d) override { return base_->MakeDirs(d); }

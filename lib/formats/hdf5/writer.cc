@@ -316,7 +316,7 @@ class Hdf5Writer : public SampleWriter {
       sf->buf.shrink_to_fit();
     }
     if (!opts_.overwrite) {
-      SK_ASSIGN_OR_RETURN(bool present, fs_->OutputPresent(path_));
+      SK_ASSIGN_OR_RETURN(bool present, fs_->OutputPresent(path_, OutputKind::kFile));
       if (present) return io::OutputExists(path_);
     }
     std::string dir = io::DirName(path_);
@@ -675,7 +675,7 @@ Result<std::unique_ptr<SampleWriter>> CreateHdf5(const std::string& path, const 
   const std::shared_ptr<FileSystem>& fs = FileSystem::OrLocal(opts.filesystem);
   SK_RETURN_IF_ERROR(fs->LocalPath(path).status());
   if (!opts.overwrite) {
-    SK_ASSIGN_OR_RETURN(bool present, fs->OutputPresent(path));
+    SK_ASSIGN_OR_RETURN(bool present, fs->OutputPresent(path, OutputKind::kFile));
     if (present) return io::OutputExists(path);
   }
   if (fs->IsDir(path)) return Status::Invalid("output is a directory", Location{.file = path});

@@ -79,7 +79,7 @@ class LmdbWriter : public SampleWriter {
                             Location{.file = stable});
     SK_ASSIGN_OR_RETURN(FileInfo existing, fs->Stat(final_dir));
     if (!opts.overwrite) {
-      SK_ASSIGN_OR_RETURN(bool present, fs->OutputPresent(final_dir));
+      SK_ASSIGN_OR_RETURN(bool present, fs->OutputPresent(final_dir, OutputKind::kDirectory));
       if (present) return io::OutputExists(final_dir);
     }
     if (existing.type != FileType::kNotFound) {

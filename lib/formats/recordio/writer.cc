@@ -162,7 +162,7 @@ class RecWriter : public SampleWriter {
     std::string first = sharded_ ? paths::FormatShardPattern(path_, 0) : path_;
     if (!opts_.overwrite)
       for (const std::string& p : {first, IdxPathFor(first), MetaPathFor(first)}) {
-        SK_ASSIGN_OR_RETURN(bool present, FileSystem::OrLocal(opts_.filesystem)->OutputPresent(p));
+        SK_ASSIGN_OR_RETURN(bool present, FileSystem::OrLocal(opts_.filesystem)->OutputPresent(p, OutputKind::kFile));
         if (present) return io::OutputExists(p);
       }
     std::string dir = io::DirName(first);

@@ -239,7 +239,7 @@ Result<std::unique_ptr<SampleWriter>> CreateTfrecord(const std::string& path, co
   const auto& fs = FileSystem::OrLocal(opts.filesystem);
   if (!opts.overwrite)
     for (const std::string& p : {manifest, sharded ? paths::FormatShardPattern(path, 0) : path}) {
-      SK_ASSIGN_OR_RETURN(bool present, fs->OutputPresent(p));
+      SK_ASSIGN_OR_RETURN(bool present, fs->OutputPresent(p, OutputKind::kFile));
       if (present) return io::OutputExists(p);
     }
   if (fs->IsDir(path)) return Status::Invalid("output is a directory", Location{.file = path});

@@ -124,7 +124,7 @@ Result<std::unique_ptr<SampleWriter>> WdsWriter::Make(const std::string& pattern
     outputs.push_back(w->manifest_);
     if (w->part()) outputs.push_back(w->record_);
     for (const std::string& p : outputs) {
-      SK_ASSIGN_OR_RETURN(bool present, FileSystem::OrLocal(opts.filesystem)->OutputPresent(p));
+      SK_ASSIGN_OR_RETURN(bool present, FileSystem::OrLocal(opts.filesystem)->OutputPresent(p, OutputKind::kFile));
       if (present) return io::OutputExists(p);
     }
   }
