@@ -946,6 +946,20 @@ TEST_CASE("remote: an existing remote output is refused without overwrite, as a 
     INFO(replaced.status().ToString());
     CHECK(replaced.ok());
   }
+  // The command: the summary says where the bytes went; a second run says how to replace.
+  const std::string cmd = "convert --samples-per-shard 5 " + sk_test::Q(tmp / "src") + " " +
+                          sk_test::Q("wds:s3://test/o/cli/train-%06d.tar");
+  ::setenv("SHARDKIT_STAGING_DIR", (tmp / "staging").c_str(), 1);
+  auto cli = sk_test::Cli(cmd);
+  INFO(cli.out << cli.err);
+  CHECK(cli.exit_code == 0);
+  CHECK_THAT(cli.out, Catch::Contains("3 output files") && Catch::Contains("uploaded") &&
+                          !Catch::Contains("on disk"));
+  auto cli2 = sk_test::Cli(cmd);
+  INFO(cli2.out << cli2.err);
+  CHECK(cli2.exit_code == 1);
+  CHECK_THAT(cli2.err, Catch::Contains("'s3://test/o/cli/train-000000.tar': output exists (pass --overwrite"));
+  ::unsetenv("SHARDKIT_STAGING_DIR");
   // Shard refuses the same way (parts of one conversion: "remote parts" tests).
   auto sharded = Shard(tmp / "src", "s3://test/o/wds/train-%06d.tar", ShardOptions{.num_shards = 2, .staging_dir = tmp / "staging"});
   REQUIRE_FALSE(sharded.ok());

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
+#include "io/upload_staging.h"
 
 namespace shardkit::cli {
 
@@ -137,10 +138,11 @@ void PrintSummary(const char* command, const ConvertSummary& s, bool json) {
   if (s.part.count > 0)
     std::printf("part %llu/%llu: ", static_cast<unsigned long long>(s.part.index),
                 static_cast<unsigned long long>(s.part.count));
-  std::printf("%s: %llu samples (%s) %s -> %s in %.2f s (%.1f MB/s), %zu output file%s, %s on disk\n",
+  std::printf("%s: %llu samples (%s) %s -> %s in %.2f s (%.1f MB/s), %zu output file%s, %s %s\n",
               command, static_cast<unsigned long long>(s.samples), HumanBytes(s.payload_bytes).c_str(),
               io::RedactText(s.source).c_str(), io::RedactText(s.destination).c_str(), s.seconds, mbs, s.shards.size(),
-              s.shards.size() == 1 ? "" : "s", HumanBytes(s.bytes).c_str());
+              s.shards.size() == 1 ? "" : "s", HumanBytes(s.bytes).c_str(),
+              io::IsRemoteOutput(s.destination) ? "uploaded" : "on disk");
 }
 
 }  // namespace shardkit::cli
