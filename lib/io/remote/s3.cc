@@ -228,7 +228,8 @@ Status S3Client::CompleteMultipartUpload(const S3Object& o, const std::string& u
   SK_ASSIGN_OR_RETURN(auto root, ParseXml(resp->body, "complete multipart upload " + o.ToString()));
   if (root->name == "Error")
     return Clean(Status::IOError(fmt::format("complete multipart upload {}: {}: {}", o.ToString(),
-                                             root->ChildText("Code"), root->ChildText("Message")),
+                                             root->ChildText("Code").substr(0, 128),
+                                             root->ChildText("Message").substr(0, 512)),  // as error bodies are cut
                                  {.file = o.ToString()}));
   return Status::OK();
 }
