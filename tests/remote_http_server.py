@@ -16,6 +16,7 @@ Control (never faulted, never signed):
       (Content-Length larger than the body, close), shortlength (Content-Length
       smaller than the range asked for), stall (half the body, then silence),
       latency (the answer as usual, --latency-seconds later: a store far away),
+      flip (the right length, one byte in the middle of the body inverted),
       answer (200 with the fault's "body" as XML, for any method: a store's odd answer;
       "{n}" in it becomes how many times this fault has answered).
   POST /_clear  drops every fault and counter.
@@ -194,6 +195,14 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(code)
         if code == 206:
             self.send_header("Content-Range", "bytes %d-%d/%d" % (start, end, size))
+        if fault == "flip":  # the right length, one byte wrong
+            data = bytearray(part)
+            if data:
+                data[len(data) // 2] ^= 0xFF
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
         if fault == "shortlength":
             n = max(0, len(part) - 7)
             self.send_header("Content-Length", str(n))

@@ -1215,6 +1215,57 @@ TEST_CASE("remote wds: a failed upload leaves no manifest", "[remote]") {
   CHECK(AllByKey(http.Url("out/train.manifest.json"), {}, true) == AllByKey(tmp / "src"));
 }
 
+TEST_CASE("remote cache: a download that differs from the manifest's checksum is fetched again, then refused",
+          "[remote]") {
+  HttpServer http;
+  sk_test::TempDir tmp;
+  ThreeShardsOnHttp(http, tmp);
+  const auto local = AllByKey(tmp / "src");
+  auto requests = [&](const std::string& p) {
+    const auto stats = http.Stats();
+    return stats["requests"].contains(p) ? stats["requests"][p].get<int>() : 0;
+  };
+  // One corrupted transfer (the right length): downloaded again, and only the good copy kept.
+  http.Fault("train-000001.tar", "flip", 1, "", "GET");
+  OpenOptions cached;
+  cached.cache_dir = tmp / "cache";
+  CHECK(AllByKey(http.Url("train.manifest.json"), cached, true) == local);
+  CHECK(requests("/train-000001.tar") == requests("/train-000000.tar") + 2);  // one more download: HEAD, GET
+  CHECK(AllByKey(http.Url("train.manifest.json"), cached, true) == local);  // from the cache
+  // The object itself no longer matches its manifest (same size, one byte changed):
+  // refused naming it, and nothing of it enters the cache.
+  std::string bytes = sk_test::ReadFile(http.root + "/train-000002.tar");
+  bytes[bytes.size() / 2] ^= 0x01;
+  sk_test::WriteFile(http.root + "/train-000002.tar", bytes);
+  OpenOptions fresh;
+  fresh.cache_dir = tmp / "cache2";
+  auto ds = Open(http.Url("train.manifest.json"), fresh);
+  REQUIRE(ds.ok());
+  auto ra = (*ds)->NewRandomAccess();
+  REQUIRE(ra.ok());
+  Sample s;
+  Status got = (*ra)->Get(17, &s);
+  REQUIRE_FALSE(got.ok());
+  CHECK(got.code() == Code::kCorrupt);
+  CHECK_THAT(got.ToString(), Catch::Contains(http.Url("train-000002.tar")) &&
+                                 Catch::Contains("the manifest gives") && Catch::Contains("downloaded twice"));
+  CHECK(io::CacheBytes(tmp / "cache2") == 0);
+  // Read in order (streamed through the cache), the same.
+  auto reader = (*ds)->NewReader();
+  REQUIRE(reader.ok());
+  Status streamed;
+  for (;;) {
+    auto more = (*reader)->Next(&s);
+    if (!more.ok()) {
+      streamed = more.status();
+      break;
+    }
+    if (!*more) break;
+  }
+  CHECK(streamed.code() == Code::kCorrupt);
+  CHECK_THAT(streamed.ToString(), Catch::Contains("train-000002.tar"));
+}
+
 TEST_CASE("remote cache: bounded LRU, one download for many threads", "[remote]") {
   sk_test::TempDir tmp;
   auto local = FileSystem::Local();

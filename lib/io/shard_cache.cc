@@ -12,10 +12,13 @@
 #include <cerrno>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include <fmt/format.h>
 #include <xxhash.h>
+
+#include "core/paths.h"
 
 namespace shardkit::io {
 
@@ -87,7 +90,8 @@ void Trim(const std::string& dir, uint64_t max_bytes, uint64_t incoming, const s
   }
 }
 
-Status Download(FileSystem& fs, const std::string& address, uint64_t size, const std::string& tmp) {
+// Into `tmp`, hashed (XXH3-64, paths::HashFile's) into *hash as it is written.
+Status Download(FileSystem& fs, const std::string& address, uint64_t size, const std::string& tmp, uint64_t* hash) {
   SK_ASSIGN_OR_RETURN(auto in, fs.OpenForRead(address));
   if (in->size() != size)
     return Status::Corrupt(fmt::format("object has {} bytes, expected {} (changed since it was listed?)", in->size(), size),
@@ -96,6 +100,8 @@ Status Download(FileSystem& fs, const std::string& address, uint64_t size, const
   if (fd < 0) return Status::FromErrno(errno, "cannot create a cache file", Location{.file = tmp});
   constexpr size_t kChunk = 16 << 20;
   std::unique_ptr<char[]> buf(new char[std::min<uint64_t>(kChunk, std::max<uint64_t>(size, 1))]);
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(), &XXH3_freeState);
+  if (!state || XXH3_64bits_reset(state.get()) != XXH_OK) return Status::Internal("cannot make an XXH3 state");
   Status st;
   for (uint64_t off = 0; off < size && st.ok();) {
     size_t n = size_t(std::min<uint64_t>(kChunk, size - off));
@@ -108,6 +114,7 @@ Status Download(FileSystem& fs, const std::string& address, uint64_t size, const
       st = Status::IOError(fmt::format("short read: {} of {} bytes", *r, n), Location{.file = address, .offset = int64_t(off)});
       break;
     }
+    (void)XXH3_64bits_update(state.get(), buf.get(), n);
     for (size_t done = 0; done < n;) {
       ssize_t w = ::write(fd, buf.get() + done, n - done);
       if (w < 0 && errno == EINTR) continue;
@@ -119,6 +126,7 @@ Status Download(FileSystem& fs, const std::string& address, uint64_t size, const
     }
     off += n;
   }
+  *hash = XXH3_64bits_digest(state.get());
   if (st.ok() && ::fsync(fd) != 0) st = Status::FromErrno(errno, "cannot sync the cache file", Location{.file = tmp});
   ::close(fd);
   if (!st.ok()) ::unlink(tmp.c_str());
@@ -127,7 +135,10 @@ Status Download(FileSystem& fs, const std::string& address, uint64_t size, const
 
 }  // namespace
 
-Result<std::string> CachedCopy(FileSystem& fs, const std::string& address, uint64_t size, const CacheOptions& opts) {
+Result<std::string> CachedCopy(FileSystem& fs, const std::string& address, uint64_t size, const CacheOptions& opts,
+                               std::string_view checksum) {
+  // (Another form of checksum is not one the copy can be checked against here.)
+  const std::optional<uint64_t> want = paths::ParseChecksumString(checksum);
   std::error_code ec;
   std::filesystem::create_directories(opts.dir, ec);
   if (ec) return Status::IOError("cannot create the cache directory: " + ec.message(), Location{.file = opts.dir});
@@ -150,7 +161,19 @@ Result<std::string> CachedCopy(FileSystem& fs, const std::string& address, uint6
   }
   static std::atomic<uint64_t> counter{0};
   std::string tmp = fmt::format("{}{}{}.{}", path, kTmp, ::getpid(), counter++);
-  SK_RETURN_IF_ERROR(Download(fs, address, size, tmp));
+  // A copy whose bytes differ from the checksum (a corrupted transfer that still had the
+  // right length) is downloaded once more; a second mismatch is the object's own.
+  for (int attempt = 1;; ++attempt) {
+    uint64_t got = 0;
+    SK_RETURN_IF_ERROR(Download(fs, address, size, tmp, &got));
+    if (!want || got == *want) break;
+    ::unlink(tmp.c_str());
+    if (attempt == 2)
+      return Status::Corrupt(fmt::format("the downloaded copy's checksum is {}, not the {} the manifest gives "
+                                         "(downloaded twice)",
+                                         paths::ChecksumString(got), checksum),
+                             Location{.file = address});
+  }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     Status s = Status::FromErrno(errno, "cannot move a downloaded shard into the cache", Location{.file = path});
     ::unlink(tmp.c_str());

@@ -28,7 +28,12 @@ struct CacheOptions {
 
 // The local path of a cached copy of `address` (whose size is `size`), read
 // through `fs` on a miss. Errors name the address (a read) or the cache file.
-Result<std::string> CachedCopy(FileSystem& fs, const std::string& address, uint64_t size, const CacheOptions& opts);
+// `checksum`: the file's "xxh3:<16 hex digits>" when known (a manifest's; else ""): a download
+// is hashed as it is written and kept only when it matches; a mismatch is downloaded
+// once more, then kCorrupt naming the address and both checksums (a copy that does not
+// match never enters the cache, where every later epoch would read it).
+Result<std::string> CachedCopy(FileSystem& fs, const std::string& address, uint64_t size, const CacheOptions& opts,
+                               std::string_view checksum = {});
 
 // True for a "scheme://..." address other than file:// (a store FileSystemFor
 // picks by its scheme: http, https, s3).

@@ -58,6 +58,7 @@ struct ShardState {
   int64_t number = 0;
   uint64_t size = 0;                 // at open (stat, HEAD, or the manifest)
   std::optional<uint64_t> samples;   // at open (an index or the manifest), if known
+  std::string checksum;              // "xxh3:..." of the whole shard (the manifest's), or empty
   std::mutex mu;
   std::atomic<bool> ready{false};
   Status status;
@@ -97,7 +98,7 @@ Status OpenShard(ShardState& s, const io::CacheOptions& cache) {
       s.remote = std::shared_ptr<ReadableFile>(std::move(f));
       return Status::OK();
     }
-    SK_ASSIGN_OR_RETURN(local, io::CachedCopy(*fs, s.path, s.size, cache));
+    SK_ASSIGN_OR_RETURN(local, io::CachedCopy(*fs, s.path, s.size, cache, s.checksum));
   }
   SK_ASSIGN_OR_RETURN(s.map, MapShard(local, s.number));
   if (s.map->size() != s.size)
@@ -182,7 +183,9 @@ Status MakeIndexCache(Shards& shards, const OpenOptions& opts) {
 
 class WdsReader : public SampleReader {
  public:
-  WdsReader(std::vector<std::string> paths, io::CacheOptions cache) : paths_(std::move(paths)), cache_(std::move(cache)) {}
+  // checksums: each shard's "xxh3:..." (a manifest's), or empty.
+  WdsReader(std::vector<std::string> paths, io::CacheOptions cache, std::vector<std::string> checksums)
+      : paths_(std::move(paths)), cache_(std::move(cache)), checksums_(std::move(checksums)) {}
 
   Result<bool> Next(Sample* out) override {
     for (;;) {
@@ -208,7 +211,8 @@ class WdsReader : public SampleReader {
           }
           SK_ASSIGN_OR_RETURN(auto fs, FileSystemFor(local));
           SK_ASSIGN_OR_RETURN(auto f, fs->OpenForRead(local));
-          SK_ASSIGN_OR_RETURN(local, io::CachedCopy(*fs, paths_[next_], f->size(), cache_));
+          SK_ASSIGN_OR_RETURN(local, io::CachedCopy(*fs, paths_[next_], f->size(), cache_,
+                                                    next_ < checksums_.size() ? checksums_[next_] : std::string()));
         }
         SK_ASSIGN_OR_RETURN(map_, MapShard(local, int64_t(next_)));
         cursor_ = std::make_unique<SampleCursor>(*map_, int64_t(next_));
@@ -229,6 +233,7 @@ class WdsReader : public SampleReader {
  private:
   std::vector<std::string> paths_;
   io::CacheOptions cache_;
+  std::vector<std::string> checksums_;
   size_t next_ = 0;
   std::shared_ptr<io::MappedFile> map_;
   std::unique_ptr<SampleCursor> cursor_;
@@ -500,7 +505,10 @@ class WdsDataset : public Dataset {
   const DatasetInfo& info() const override { return info_; }
 
   Result<std::unique_ptr<SampleReader>> NewReader() const override {
-    return std::unique_ptr<SampleReader>(new WdsReader(paths_, shards_->cache));
+    std::vector<std::string> checksums;
+    for (const auto& s : shards_->list) checksums.push_back(s->checksum);
+    if (checksums.size() != paths_.size()) checksums.clear();
+    return std::unique_ptr<SampleReader>(new WdsReader(paths_, shards_->cache, std::move(checksums)));
   }
 
   Result<std::shared_ptr<RandomAccess>> NewRandomAccess() const override {
@@ -670,6 +678,7 @@ Result<std::unique_ptr<Dataset>> OpenManifest(const std::string& path, const Ope
     st->number = int64_t(i);
     st->size = size;
     st->samples = si.samples;
+    st->checksum = si.checksum;
     ds->shards_->list.push_back(std::move(st));
   }
   if (!ds->paths_.empty() && HasSums(ds->paths_[0])) {
