@@ -96,12 +96,12 @@ Status Download(FileSystem& fs, const std::string& address, uint64_t size, const
   if (in->size() != size)
     return Status::Corrupt(fmt::format("object has {} bytes, expected {} (changed since it was listed?)", in->size(), size),
                            Location{.file = address});
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(), &XXH3_freeState);
+  if (!state || XXH3_64bits_reset(state.get()) != XXH_OK) return Status::Internal("cannot make an XXH3 state");
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Status::FromErrno(errno, "cannot create a cache file", Location{.file = tmp});
   constexpr size_t kChunk = 16 << 20;
   std::unique_ptr<char[]> buf(new char[std::min<uint64_t>(kChunk, std::max<uint64_t>(size, 1))]);
-  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(), &XXH3_freeState);
-  if (!state || XXH3_64bits_reset(state.get()) != XXH_OK) return Status::Internal("cannot make an XXH3 state");
   Status st;
   for (uint64_t off = 0; off < size && st.ok();) {
     size_t n = size_t(std::min<uint64_t>(kChunk, size - off));
