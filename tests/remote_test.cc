@@ -112,14 +112,15 @@ struct HttpServer {
   }
   std::string Url(const std::string& path) const { return proc->base() + "/" + path; }
   // Control endpoints (see the script's docstring).
-  // method: only requests of this method ("" = any).
+  // method: only requests of this method ("" = any); body: the "answer" fault's.
   void Fault(const std::string& path, const std::string& fault, int count, const std::string& query = "",
-             const std::string& method = "") {
+             const std::string& method = "", const std::string& body = "") {
     HttpClient c;
     nlohmann::json f = {{"path", "/" + path}, {"fault", fault}, {"count", count}, {"query", query}};
     if (!method.empty()) f["method"] = method;
-    std::string body = f.dump();
-    auto r = c.Perform(HttpRequest{.method = "POST", .url = proc->base() + "/_fault", .body = body});
+    if (!body.empty()) f["body"] = body;
+    const std::string text = f.dump();
+    auto r = c.Perform(HttpRequest{.method = "POST", .url = proc->base() + "/_fault", .body = text});
     REQUIRE(r.ok());
   }
   void Clear() {
@@ -508,10 +509,7 @@ TEST_CASE("remote: odd S3 answers are errors naming the request, never a crash o
   fs::create_directories(srv.root + "/bkt");
   S3Client s3(SettingsFor(srv.proc->base(), kKeyId, kSecret), FastOptions());
   auto answer = [&](const std::string& path, const std::string& body, const std::string& query) {
-    HttpClient c;
-    std::string f = nlohmann::json{{"path", "/" + path}, {"fault", "answer"}, {"count", -1}, {"query", query},
-                                   {"body", body}}.dump();
-    REQUIRE(c.Perform(HttpRequest{.method = "POST", .url = srv.proc->base() + "/_fault", .body = f}).ok());
+    srv.Fault(path, "answer", -1, query, "", body);
   };
   // A million nested elements (3 MB): freeing such a tree recursively overflowed the stack.
   std::string deep;
