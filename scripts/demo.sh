@@ -8,6 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 WORK="${1:-out/demo}"
 scripts/install-deps.sh
+. scripts/ccache-env.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j "$(nproc)" --target shardkit_cli
 SK=build/tools/shardkit

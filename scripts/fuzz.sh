@@ -33,6 +33,7 @@ if ! "$CXX_BIN" -print-file-name=libclang_rt.fuzzer-x86_64.a | grep -q /; then
   echo "fuzz.sh: libFuzzer runtime missing (apt-get install libclang-rt-14-dev)" >&2
   exit 1
 fi
+. scripts/ccache-env.sh
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER="$CC_BIN" \
   -DCMAKE_CXX_COMPILER="$CXX_BIN" -DSHARDKIT_FUZZ=ON -DSHARDKIT_SANITIZE=address,undefined \
   -DSHARDKIT_BUILD_TESTS=OFF -DSHARDKIT_BUILD_TOOLS=OFF -DSHARDKIT_WITH_CUDA=OFF -DSHARDKIT_BUILD_PYTHON=OFF >/dev/null

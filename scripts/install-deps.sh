@@ -4,6 +4,8 @@
 set -euo pipefail
 PKGS=(
   build-essential cmake pkg-config
+  # compiles shared by clones and by the three build directories of .ci/run (scripts/ccache-env.sh)
+  ccache
   liblmdb-dev lmdb-utils
   libarchive-dev libarchive-tools tar
   libhdf5-dev hdf5-tools

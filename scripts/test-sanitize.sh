@@ -6,6 +6,7 @@
 # Left out: consumer_find_package (it builds an installed, non-sanitized package).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/ccache-env.sh
 BUILD="${1:-build-sanitize}"
 # The C++ library, CLI and tests: not the CUDA layer (its tests skip without a GPU; the
 # GPU machine runs compute-sanitizer instead) and not the Python module (an ASan
