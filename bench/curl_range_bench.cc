@@ -1,7 +1,7 @@
 // sk_curl_range_bench: the client CPU one HTTP range request costs with libcurl, the
 // easy interface in T threads (as the wds reader's read-ahead does: one blocking
 // curl_easy_perform per sample) against one multi handle driving K transfers from one
-// thread. Issue 14, fifteenth session: whether moving the read-ahead to the multi
+// thread. Issue 14, round 15: whether moving the read-ahead to the multi
 // interface would lower the HTTP loader's CPU per image (docs/benchmarks.md).
 // Usage: sk_curl_range_bench URL OBJECT_BYTES REQUESTS easy|multi CONCURRENCY [LENGTH]
 //   (LENGTH: bytes per range, default 92000, the corpus's mean image)

@@ -4,10 +4,10 @@
 # scripts/neighbour_probe.py: ResNet-18 with its training step in a CUDA graph (--graph),
 # then without, each beside and with feeds (PROBE_ARGS / PLAIN_ARGS override the phases).
 # There (carry .deps .corpus):  source .deps/unpack.sh && bash scripts/device_probe.sh
-# Where the engines' time goes (tenth session): PROBE_ARGS="--profile --trace 20 --seconds 4
+# Where the engines' time goes (round 10): PROBE_ARGS="--profile --trace 20 --seconds 4
 # --phases none,feed:gpu@1.0,in:gpu@1.0" with TRACE_DIR=$OUT OUT=/tmp/po (the logs stay there,
 # the traces come back; at most 8 files), then scripts/trace_summary.py on each trace.
-# The process or the machine (side: phases, added in the fourteenth session, not yet run on
+# The process or the machine (side: phases, added in the round 14, not yet run on
 # a device): PLAIN_ARGS="--seconds 5 --phases none,out:cpu,side:cpu,out:gpu@0,side:gpu@0,in:gpu@0,none".
 # side:cpu against out:cpu is the cost of sharing the process without CUDA; side:gpu@0
 # against out:gpu@0 that of sharing one CUDA context; in:gpu@0 against side:gpu@0 that of
