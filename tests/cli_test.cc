@@ -206,6 +206,9 @@ TEST_CASE("cli: --json summaries parse and hold the documented keys") {
   REQUIRE(text.exit_code == 0);
   CHECK_THAT(text.out, Catch::Contains("format:  folder"));
   CHECK_THAT(text.out, Catch::Contains("classes: 3 (c0, c1, c2)"));
+  // info says what it checked: it reads metadata, not records.
+  CHECK_THAT(text.out, Catch::Contains("checked: metadata only; run `shardkit verify` to check the data"));
+  CHECK(ji["checked"] == "metadata");
 }
 
 TEST_CASE("cli: folder -> shards -> folder is byte-identical") {

@@ -502,7 +502,7 @@ TEST_CASE("mds: bids, listing and the CLI's info and verify") {
   CHECK(formats::mds::BidWrite(t / "x.mds") == 90);
   CHECK(formats::mds::BidWrite(t / "x") == 0);
   CHECK(*DetectFormat(t / "d") == "mds");
-  auto lst = formats::mds::ListShards(t / "d");
+  auto lst = formats::mds::ListShards(t / "d", OpenOptions{});
   REQUIRE(lst.ok());
   REQUIRE(lst->shards.size() == 1);
   CHECK(lst->shards[0].address == "mds:" + (t / "d/shard.00000.mds"));

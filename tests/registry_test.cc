@@ -232,7 +232,7 @@ TEST_CASE("registry: typed answers: shards, checksum kinds, file per sample") {
   REQUIRE(wf->list_shards);
   CHECK(wf->writes_shards);
   CHECK(formats::ShardWriter() == wf);
-  auto list = wf->list_shards(t / "s.manifest.json");
+  auto list = wf->list_shards(t / "s.manifest.json", OpenOptions{});
   REQUIRE(list.ok());
   CHECK(list->metadata == t / "s.manifest.json");
   CHECK(list->num_samples == 2u);
@@ -240,14 +240,14 @@ TEST_CASE("registry: typed answers: shards, checksum kinds, file per sample") {
   CHECK(list->shards[1].path == t / "s-000001.tar");
   CHECK(list->shards[1].samples == 1u);
   CHECK(list->shards[1].checksum == wi.shards[1].checksum);
-  auto brace = wf->list_shards(t / "s-{000000..000001}.tar");
+  auto brace = wf->list_shards(t / "s-{000000..000001}.tar", OpenOptions{});
   REQUIRE(brace.ok());
   CHECK(brace->metadata.empty());
   CHECK(brace->shards.size() == 2);
   CHECK_FALSE(brace->shards[0].samples);
-  CHECK(wf->list_shards(t / "none.tar").status().code() == Code::kNotFound);
+  CHECK(wf->list_shards(t / "none.tar", OpenOptions{}).status().code() == Code::kNotFound);
   sk_test::WriteFile(t / "junk.manifest.json", "{not json");
-  auto junk = wf->list_shards(t / "junk.manifest.json");
+  auto junk = wf->list_shards(t / "junk.manifest.json", OpenOptions{});
   REQUIRE(junk.ok());
   CHECK_FALSE(junk->unreadable.empty());
   auto where = wf->locate_samples(t / "s-000001.tar", 1);

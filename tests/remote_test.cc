@@ -1766,3 +1766,118 @@ TEST_CASE("remote knobs: a remote output is staged in ConvertOptions::staging_di
   CHECK(tmpdir.exit_code != 0);
   CHECK(HasEntries(tmp / "cli-tmp"));
 }
+
+// ---------------------------------------------------------------- confinement (issue 37)
+
+namespace {
+
+const std::string kMarker = "TOPSECRETMARKER";
+
+// A shard set whose every key holds the marker, written to `out_pattern` (local, http root or s3).
+void ConvertSecret(const sk_test::TempDir& tmp, const std::string& out_pattern) {
+  fs::create_directories(tmp / ("secret/" + kMarker + "c"));
+  for (int i = 0; i < 3; ++i)
+    sk_test::WriteFile(tmp / fmt::format("secret/{}c/{}{}.jpg", kMarker, kMarker, i), sk_test::MakeJpeg(16, 16, 50 + i));
+  auto s = Convert(tmp / "secret", out_pattern, {});
+  INFO(s.status().ToString());
+  REQUIRE(s.ok());
+}
+
+// The manifest at `address` (its text `text`, written by `put`) with shards[0].path set to
+// each entry is refused by Open (kOutsideDataset) and by the CLI's verify and info with
+// exit status 1, naming the manifest and the entry, with no trace of the marker.
+template <class Put>
+void CheckRemoteRefusals(const std::string& address, const nlohmann::json& manifest, Put put,
+                         const std::vector<std::string>& entries) {
+  for (const auto& e : entries) {
+    nlohmann::json j = manifest;
+    j["shards"][0]["path"] = e;
+    put(j.dump());
+    auto ds = Open(address);
+    INFO("entry " << e << ": " << ds.status().ToString());
+    REQUIRE(!ds.ok());
+    CHECK((ds.status().detail() == Detail::kOutsideDataset));
+    CHECK(ds.status().ToString().find("'" + e + "' is refused") != std::string::npos);
+    for (const char* cmd : {"verify", "info"}) {
+      sk_test::RunResult r = sk_test::Cli(std::string(cmd) + " " + sk_test::Q(address));
+      INFO(cmd << ": " << r.out << r.err);
+      CHECK(r.exit_code == 1);
+      CHECK((r.out + r.err).find(kMarker) == std::string::npos);
+      CHECK(r.err.find("train.manifest.json") != std::string::npos);
+      CHECK(r.err.find("'" + e + "' is refused") != std::string::npos);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("remote confine: an http manifest may name only files under its own prefix on its own server", "[remote]") {
+  HttpServer http;
+  HttpServer other;
+  sk_test::TempDir tmp;
+  ConvertSecret(tmp, http.root + "/outside/s-%06d.tar");
+  ConvertSecret(tmp, other.root + "/data/s-%06d.tar");
+  sk_test::WriteFile(tmp / "local.tar", sk_test::ReadFile(http.root + "/outside/s-000000.tar"));
+  sk_test::MakeImageFolder(tmp / "src", 2, 3, 4);
+  REQUIRE(Convert(tmp / "src", http.root + "/ds/train-%06d.tar", {}).ok());
+  const std::string address = http.Url("ds/train.manifest.json");
+  const auto manifest = nlohmann::json::parse(sk_test::ReadFile(http.root + "/ds/train.manifest.json"));
+  CHECK(AllByKey(address).size() == 6);  // as written: fine
+  auto put = [&](const std::string& text) { sk_test::WriteFile(http.root + "/ds/train.manifest.json", text); };
+  CheckRemoteRefusals(address, manifest, put,
+                      {"../outside/s-000000.tar", "/outside/s-000000.tar", "x/../../outside/s-000000.tar",
+                       http.Url("outside/s-000000.tar"), other.Url("data/s-000000.tar"),
+                       "file://" + (tmp / "local.tar"), tmp / "local.tar", "%2e%2e/outside/s-000000.tar",
+                       "s-{000000..000000}.tar::../outside/s-000000.tar", "pipe:cat " + (tmp / "local.tar")});
+  // Neither server was asked for a file outside the dataset's prefix.
+  for (auto* srv : {&http, &other}) {
+    const auto stats = srv->Stats();
+    for (const auto& [path, count] : stats["requests"].items()) {
+      INFO(path);
+      CHECK(path.find("/outside") == std::string::npos);
+      CHECK(path.find("/data") == std::string::npos);
+    }
+  }
+  // --trust-manifest: shards shared from a sibling prefix on the same server, as written.
+  fs::create_directories(http.root + "/shared");
+  fs::copy_file(http.root + "/ds/train-000000.tar", http.root + "/shared/train-000000.tar");
+  nlohmann::json shared = manifest;
+  shared["shards"][0]["path"] = "../shared/train-000000.tar";
+  put(shared.dump());
+  OpenOptions trust;
+  trust.trust_manifest = true;
+  auto ds = Open(address, trust);
+  INFO(ds.status().ToString());
+  REQUIRE(ds.ok());
+  sk_test::RunResult v = sk_test::Cli("verify --trust-manifest " + sk_test::Q(address));
+  INFO(v.out << v.err);
+  CHECK(v.exit_code == 0);
+}
+
+TEST_CASE("remote confine: an s3 manifest may name only objects under its own key prefix in its own bucket", "[remote]") {
+  S3rverServer srv;
+  UseS3rver(srv);
+  sk_test::TempDir tmp;
+  S3Client s3(SettingsFor(srv.proc->base()), FastOptions());
+  REQUIRE(s3.CreateBucket("other").ok());
+  ConvertSecret(tmp, "s3://test/outside/s-%06d.tar");
+  ConvertSecret(tmp, "s3://other/ds/s-%06d.tar");
+  sk_test::MakeImageFolder(tmp / "src", 2, 3, 4);
+  REQUIRE(Convert(tmp / "src", "s3://test/ds/train-%06d.tar", {}).ok());
+  const std::string address = "s3://test/ds/train.manifest.json";
+  const auto manifest = nlohmann::json::parse(*s3.Get({"test", "ds/train.manifest.json"}));
+  CHECK(AllByKey(address).size() == 6);
+  auto put = [&](const std::string& text) { REQUIRE(s3.Put({"test", "ds/train.manifest.json"}, text).ok()); };
+  CheckRemoteRefusals(address, manifest, put,
+                      {"../outside/s-000000.tar", "/outside/s-000000.tar", "s3://other/ds/s-000000.tar",
+                       "s3://test/outside/s-000000.tar", srv.proc->base() + "/test/outside/s-000000.tar",
+                       "x/../../outside/s-000000.tar", "file:///etc/passwd"});
+  nlohmann::json shared = manifest;
+  shared["shards"][0]["path"] = "../outside/s-000000.tar";
+  put(shared.dump());
+  OpenOptions trust;
+  trust.trust_manifest = true;
+  auto ds = Open(address, trust);
+  INFO(ds.status().ToString());
+  REQUIRE(ds.ok());
+}

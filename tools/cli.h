@@ -54,7 +54,7 @@ bool ParseSizeFlag(const std::string& flag, const std::string& value, uint64_t* 
 // --cache-dir DIR and --cache-bytes SIZE: the local cache of remote shards
 // (docs/remote.md), set on *open (OpenOptions::cache_dir/_bytes); *open must
 // outlive the parse.
-void AddCacheOptions(CLI::App* sub, OpenOptions* open);
+void AddCacheOptions(CLI::App* sub, OpenOptions* open);  // --cache-dir, --cache-bytes, --trust-manifest
 // The environment the commands honour (the library's OpenOptionsFromEnvironment and
 // StagingDirFromEnvironment, called after the flags are parsed, so the flags win).
 

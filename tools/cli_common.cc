@@ -49,6 +49,11 @@ void AddCacheOptions(CLI::App* sub, OpenOptions* open) {
          "Bound of --cache-dir (e.g. 50G; least recently used shards are removed first; default "
          "$SHARDKIT_CACHE_BYTES, else unbounded)")
       ->type_name("SIZE");
+  sub->add_flag(
+      "--trust-manifest", open->trust_manifest,
+      "Trust the dataset's manifest: take the files it names as written, even outside its own directory "
+      "(absolute paths, '..', e.g. shards shared by manifests in sibling folders). Off by default: such "
+      "entries are refused (docs/reliability.md, \"Confinement\")");
 }
 
 const char* const kEnvironmentHelp =

@@ -39,6 +39,7 @@ struct CopyFlags {
 bool TakeSourceEnvironment(const CopyFlags& f, OpenOptions* o, int* rc) {
   o->cache_dir = f.cache.cache_dir;
   o->cache_bytes = f.cache.cache_bytes;
+  o->trust_manifest = f.cache.trust_manifest;
   if (Status st = OpenOptionsFromEnvironment(o); !st.ok()) {
     *rc = UsageError(st.message());
     return false;

@@ -15,7 +15,7 @@ const Command kCommands[] = {
      shardkit::cli::SetupConvert},
     {"shard", "Re-shard any dataset into WebDataset tar shards (N even shards, N samples or N bytes each)",
      shardkit::cli::SetupShard},
-    {"info", "Show a dataset's format, samples, classes, fields, shards and bytes",
+    {"info", "Show a dataset's format, samples, classes, fields, shards and bytes (metadata only: verify checks the data)",
      shardkit::cli::SetupInfo},
     {"bench", "Measure random-read latency and read throughput of datasets side by side",
      shardkit::cli::SetupBench},

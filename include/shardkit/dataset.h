@@ -124,8 +124,7 @@ struct OpenOptions {
   // "wds.index_budget", cache_dir and cache_bytes when those are not given.
   // A format ignores the others' keys.
   std::map<std::string, std::string> format_options;
-  // Where the files are (null = FileSystem::Local()). The readers map and read
-  // local files today; this is where a remote store will plug in.
+  // Where the files are (null = FileSystem::Local()).
   std::shared_ptr<FileSystem> filesystem;
   // Remote shards (http://, https://, s3://; docs/remote.md): with a cache
   // directory each shard is downloaded whole on first use into it (bounded by
@@ -134,6 +133,16 @@ struct OpenOptions {
   // without one, random access reads each sample by an HTTP range request.
   std::string cache_dir;
   uint64_t cache_bytes = 0;
+  // Confinement (docs/reliability.md): every file a manifest, index list or index.json
+  // names must resolve inside the description's own location (local: under its
+  // directory, symbolic links followed; http(s)://: same scheme, host and port, under its
+  // path prefix; s3://: same bucket, under its key prefix). Absolute paths, '..' that
+  // climbs out, other schemes or hosts and `pipe:` entries are refused with
+  // kInvalidArgument (Detail::kOutsideDataset) naming the manifest, the entry and the
+  // rule. true trusts the manifest: its entries are taken as written (absolute paths
+  // and '..' allowed; commands never), e.g. for shards shared by manifests in sibling
+  // folders. The CLI's --trust-manifest, Python's trust_manifest=True.
+  bool trust_manifest = false;
 };
 
 // The environment's defaults for what `o` leaves unset, for front ends (the CLI and the

@@ -46,6 +46,9 @@ enum class Detail : int {
   kRecordFraming,   // kCorrupt: a record's framing is broken (a bad magic number, a length past the
                     // end of the file, a continuation that never ends or runs out of order)
   kIndexEntry,      // kCorrupt: an index entry points outside its data file or not at a record start
+  kOutsideDataset,  // kInvalidArgument: a dataset description (manifest, index.json) names a file
+                    // outside the dataset's own location (docs/reliability.md, "Confinement");
+                    // OpenOptions::trust_manifest allows it
 };
 
 // Where a problem is. Unset members are empty / -1 and are not printed.

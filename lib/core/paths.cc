@@ -3,9 +3,11 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <filesystem>
 
 #include <fmt/format.h>
 #include <xxhash.h>
@@ -140,6 +142,175 @@ Status CheckSafeKey(std::string_view key) {
     start = slash + 1;
   }
   return Status::OK();
+}
+
+namespace {
+bool StartsWithNoCase(std::string_view s, std::string_view prefix) {
+  if (s.size() < prefix.size()) return false;
+  for (size_t i = 0; i < prefix.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(s[i])) != prefix[i]) return false;
+  return true;
+}
+bool IsRemoteAddress(std::string_view s) {
+  return StartsWithNoCase(s, "http://") || StartsWithNoCase(s, "https://") || StartsWithNoCase(s, "s3://");
+}
+// "scheme:" at the start of an entry: 2+ letters, digits, '+', '-', '.' (the first a
+// letter) and ':' followed by "//", or a scheme shardkit itself acts on.
+bool HasScheme(std::string_view e) {
+  size_t colon = e.find(':');
+  if (colon == std::string_view::npos || colon < 2) return false;
+  if (!std::isalpha(static_cast<unsigned char>(e[0]))) return false;
+  for (size_t i = 1; i < colon; ++i) {
+    unsigned char c = static_cast<unsigned char>(e[i]);
+    if (!std::isalnum(c) && c != '+' && c != '-' && c != '.') return false;
+  }
+  if (e.substr(colon + 1, 2) == "//") return true;
+  std::string scheme = Lower(e.substr(0, colon));
+  return scheme == "file" || scheme == "pipe" || scheme == "http" || scheme == "https" || scheme == "s3";
+}
+}  // namespace
+
+Confinement::Confinement(std::string description, bool trust, bool offer_trust)
+    : description_(std::move(description)),
+      remote_(IsRemoteAddress(description_)),
+      trust_(trust),
+      offer_trust_(offer_trust) {
+  if (remote_) {
+    // scheme://authority/prefix/name[?query]: everything before the last '/' of the path.
+    std::string_view d = description_;
+    d = d.substr(0, d.find_first_of("?#"));
+    size_t authority = d.find("://") + 3;
+    size_t slash = d.rfind('/');
+    dir_ = std::string(slash == std::string_view::npos || slash < authority ? d : d.substr(0, slash));
+    return;
+  }
+  dir_ = std::filesystem::path(description_).parent_path().string();
+  if (dir_.empty()) dir_ = ".";
+  std::error_code ec;
+  auto real = std::filesystem::weakly_canonical(dir_, ec);
+  if (!ec) real_dir_ = real.string();
+}
+
+Status Confinement::Refuse(std::string_view entry, std::string_view what, std::string_view rule) const {
+  return Status::Invalid(fmt::format("{} '{}' is refused: {} (the files a {} names must lie inside its own {}{})",
+                                     what, entry, rule, offer_trust_ ? "manifest" : "dataset description",
+                                     remote_ ? "location" : "directory",
+                                     offer_trust_ ? "; --trust-manifest / trust_manifest=True takes them as written" : ""),
+                         Location{.file = description_})
+      .With(Detail::kOutsideDataset);
+}
+
+Result<std::string> Confinement::Resolve(std::string_view entry, std::string_view what) const {
+  return Resolve(entry, what, entry);
+}
+
+// `whole`: the entry as the description holds it (a list or range `entry` came from).
+Result<std::string> Confinement::Resolve(std::string_view entry, std::string_view what, std::string_view whole) const {
+  auto Refuse = [&](std::string_view, std::string_view w, std::string_view rule) {
+    return this->Refuse(whole, w, whole == entry ? std::string(rule) : fmt::format("its element '{}': {}", entry, rule));
+  };
+  if (entry.empty()) return Refuse(entry, what, "it is empty");
+  if (entry.find('\0') != std::string_view::npos) return Refuse(entry, what, "it holds a NUL byte");
+  if (StartsWithNoCase(entry, "pipe:")) return Refuse(entry, what, "a manifest may not name a command ('pipe:')");
+  // A list or range names one file at most here; each element is held to the rules.
+  if (entry.find('{') != std::string_view::npos || entry.find('}') != std::string_view::npos ||
+      entry.find("::") != std::string_view::npos) {
+    auto list = ExpandBraces(entry);
+    if (!list.ok()) return Refuse(entry, what, list.status().message());
+    for (const auto& e : *list) {
+      if (e.find_first_of("{}") != std::string::npos || e.find("::") != std::string::npos)
+        return Refuse(entry, what, "a nested list or range");
+      auto one = Resolve(e, what, whole);
+      if (!one.ok()) return one;
+    }
+    if (list->size() != 1)
+      return Refuse(entry, what, fmt::format("it names {} files; an entry names one", list->size()));
+    return Resolve((*list)[0], what, whole);
+  }
+  if (trust_) {
+    if (!remote_) {
+      if (entry.front() == '/' || IsRemoteAddress(entry)) return std::string(entry);
+      if (dir_ != ".") return dir_ + "/" + std::string(entry);
+      return entry.find(':') != std::string_view::npos ? "./" + std::string(entry) : std::string(entry);
+    }
+    std::string full;
+    if (IsRemoteAddress(entry)) {
+      full = std::string(entry);
+    } else if (entry.front() == '/') {
+      size_t root = dir_.find('/', dir_.find("://") + 3);  // the same scheme, host and port
+      full = (root == std::string::npos ? dir_ : dir_.substr(0, root)) + std::string(entry);
+    } else {
+      full = dir_ + "/" + std::string(entry);
+    }
+    // An object key is not a file path: "a/../b" is resolved here, as a browser would,
+    // not sent as a key of its own. Climbing above the host or bucket is refused.
+    size_t authority = full.find("://") + 3;
+    size_t path_at = full.find('/', authority);
+    if (path_at == std::string::npos) return full;
+    size_t query_at = full.find_first_of("?#", path_at);
+    std::string_view path = std::string_view(full).substr(path_at + 1, query_at == std::string::npos ? std::string::npos : query_at - path_at - 1);
+    std::vector<std::string_view> segs;
+    size_t start = 0;
+    for (;;) {
+      size_t slash = path.find('/', start);
+      std::string_view seg = path.substr(start, slash == std::string_view::npos ? std::string_view::npos : slash - start);
+      if (seg == "..") {
+        if (segs.empty()) return Refuse(entry, what, "'..' climbs above the server's or bucket's root");
+        segs.pop_back();
+      } else if (seg != ".") {
+        segs.push_back(seg);
+      }
+      if (slash == std::string_view::npos) break;
+      start = slash + 1;
+    }
+    std::string out = full.substr(0, path_at);
+    for (auto seg : segs) (out += '/') += seg;
+    if (query_at != std::string::npos) out += full.substr(query_at);
+    return out;
+  }
+  if (HasScheme(entry)) return Refuse(entry, what, "it names another location (a scheme such as file:// or http://)");
+  if (entry.front() == '/') return Refuse(entry, what, "an absolute path");
+  if (entry.find('\\') != std::string_view::npos && remote_) return Refuse(entry, what, "a backslash in a remote entry");
+  if (remote_ && entry.find_first_of("%?#") != std::string_view::npos)
+    return Refuse(entry, what, "'%', '?' or '#' in a remote entry (a server would decode or split it)");
+  // Lexically: "." and empty components drop, ".." takes one back and may not climb out.
+  std::vector<std::string_view> parts;
+  size_t start = 0;
+  for (;;) {
+    size_t slash = entry.find('/', start);
+    std::string_view part = entry.substr(start, slash == std::string_view::npos ? std::string_view::npos : slash - start);
+    if (part == "..") {
+      if (parts.empty()) return Refuse(entry, what, "'..' climbs out of the dataset's location");
+      parts.pop_back();
+    } else if (!part.empty() && part != ".") {
+      parts.push_back(part);
+    }
+    if (slash == std::string_view::npos) break;
+    start = slash + 1;
+  }
+  if (parts.empty()) return Refuse(entry, what, "it names the dataset's location itself, not a file in it");
+  std::string rel;
+  for (auto p : parts) {
+    if (!rel.empty()) rel += '/';
+    rel += p;
+  }
+  std::string out;
+  if (dir_ == ".")
+    out = rel.find(':') != std::string::npos ? "./" + rel : rel;
+  else
+    out = dir_ + "/" + rel;
+  if (!remote_ && !real_dir_.empty()) {
+    // Symbolic links: where the file really is must be under where the directory really is.
+    std::error_code ec;
+    auto real = std::filesystem::weakly_canonical(out, ec);
+    if (!ec) {
+      std::string r = real.string();
+      std::string base = real_dir_ == "/" ? real_dir_ : real_dir_ + "/";
+      if (r.compare(0, base.size(), base) != 0)
+        return Refuse(entry, what, "it resolves through a symbolic link to a file outside the dataset's directory");
+    }
+  }
+  return out;
 }
 
 std::string_view BaseName(std::string_view key) {

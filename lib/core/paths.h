@@ -28,6 +28,40 @@ std::string FormatShardPattern(std::string_view pattern, uint64_t index);
 // not absolute, no "." or ".." components, no empty components, no NUL.
 Status CheckSafeKey(std::string_view key);
 
+// Confinement (docs/reliability.md): every file a dataset description (a manifest,
+// an index.json) names resolves inside the description's own location.
+//   local:     under the description's directory, symbolic links resolved;
+//   http(s)://: same scheme, host and port, under the description's path prefix;
+//   s3://:     same bucket, under the description's key prefix.
+// Refused: an empty entry, absolute paths, '..' that climbs out, a scheme
+// ("file://", "http://", another host or bucket), `pipe:` commands, brace ranges and
+// "::" lists that do not name exactly one file, NUL; for remote descriptions also
+// '%', '?', '#' and '\' (a server would decode or split them). With `trust` (OpenOptions::
+// trust_manifest) an entry is taken as written: absolute, or relative to the directory,
+// '..' allowed; never a command. Immutable after construction: safe to share.
+class Confinement {
+ public:
+  // offer_trust: whether the error points at --trust-manifest (false where a format
+  // never trusts its description, as MDS's index.json).
+  Confinement(std::string description, bool trust, bool offer_trust = true);
+  // The address of `entry`, recorded at `what` in the description ("shards[3].path"),
+  // or kInvalidArgument with Detail::kOutsideDataset naming the description, `what`,
+  // the entry and the rule.
+  Result<std::string> Resolve(std::string_view entry, std::string_view what) const;
+  // The directory (or URL prefix, without a trailing '/') entries are resolved in.
+  const std::string& dir() const { return dir_; }
+
+ private:
+  Result<std::string> Resolve(std::string_view entry, std::string_view what, std::string_view whole) const;
+  Status Refuse(std::string_view entry, std::string_view what, std::string_view rule) const;
+  std::string description_;
+  std::string dir_;
+  std::string real_dir_;  // local: dir_ with symbolic links resolved (empty if it does not resolve)
+  bool remote_ = false;
+  bool trust_ = false;
+  bool offer_trust_ = true;
+};
+
 // The last path component of a key.
 std::string_view BaseName(std::string_view key);
 

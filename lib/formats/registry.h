@@ -76,8 +76,10 @@ struct Format {
   // http(s):// and s3:// addresses; the others need a local copy (docs/remote.md).
   bool reads_remote = false;
   // Optional (null: the dataset is one unit): the shards of an address (see
-  // ShardListing). Errors: the address names no dataset of this format at all.
-  Result<ShardListing> (*list_shards)(const std::string& path) = nullptr;
+  // ShardListing). Errors: the address names no dataset of this format at all; a file
+  // the metadata names lies outside the dataset (Detail::kOutsideDataset, unless
+  // opts.trust_manifest).
+  Result<ShardListing> (*list_shards)(const std::string& path, const OpenOptions& opts) = nullptr;
   // Optional: where each sample of one shard starts, for pointing at bytes.
   Result<std::vector<SampleExtent>> (*locate_samples)(const std::string& shard_path, int64_t shard) = nullptr;
   // Optional: scans one file of this format and writes the index the format

@@ -178,11 +178,12 @@ class Verifier {
       units_.push_back(std::move(u));
       return Status::OK();
     }
-    SK_ASSIGN_OR_RETURN(formats::ShardListing list, format_->list_shards(path));
+    SK_ASSIGN_OR_RETURN(formats::ShardListing list, format_->list_shards(path, opts_.open));
     manifest_ = list.metadata;
     if (!list.unreadable.empty()) {
       // The manifest is the metadata: without it nothing else can be checked.
-      Add(FindingKind::kStructure, Location{.file = path}, fmt::format("unreadable manifest: {}", list.unreadable));
+      Add(FindingKind::kStructure, Location{.file = list.metadata.empty() ? path : list.metadata},
+          fmt::format("unreadable manifest: {}", list.unreadable));
       return Status::OK();
     }
     manifest_samples_ = list.num_samples;

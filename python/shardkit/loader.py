@@ -70,6 +70,9 @@ class Loader:
         cache_dir (bounded by cache_bytes, 0 = unbounded) so that later epochs read local
         disk. None: SHARDKIT_CACHE_DIR / SHARDKIT_CACHE_BYTES when set (read at this call;
         SHARDKIT_INDEX_BUDGET likewise sets the tar shards' index budget).
+      trust_manifest: take the files a manifest names as written, even outside its
+        directory (absolute paths, '..'; e.g. shards shared by sibling manifests). False
+        (default): such entries raise shardkit.Error (docs/reliability.md, "Confinement").
       batch_size, shuffle, seed, drop_last: as DataLoader / DistributedSampler.
       rank, world_size: this process's part; None = torchrun's RANK / WORLD_SIZE
         environment, else 0 / 1. Every rank yields len(loader) batches.
@@ -151,7 +154,7 @@ class Loader:
                  return_keys=False, on_error="raise", image_field=None, dct_scaling=True, ring=None,
                  buffer_wait=10.0, stream=False, shuffle_buffer=8192, prefetch_next_epoch=True,
                  hardware_load=None, profile=False, cache_dir=None, cache_bytes=0, fields=None,
-                 missing_fields="raise", decode_fields=True, source_options=None):
+                 missing_fields="raise", decode_fields=True, source_options=None, trust_manifest=False):
         if not _shardkit.HAVE_LOADER:
             raise NotImplementedError("this build of shardkit has no loader")
         if decoder not in ("auto", "cpu", "gpu"):
@@ -222,7 +225,10 @@ class Loader:
             source_options={str(k): str(v) for k, v in (source_options or {}).items()},
             # Remote shards (http(s)://, s3://; docs/remote.md): an option of the dataset's
             # open, with the environment below it (python/src/loader.cc).
-            cache_dir="" if cache_dir is None else str(cache_dir), cache_bytes=int(cache_bytes))
+            cache_dir="" if cache_dir is None else str(cache_dir), cache_bytes=int(cache_bytes),
+            # Confinement (docs/reliability.md): a manifest's files stay in its directory
+            # unless the caller trusts it.
+            trust_manifest=bool(trust_manifest))
         # Device batches from the library (GpuLoader) when it has CUDA; else the host
         # loader, and a torch copy for device="cuda:N".
         self._gpu = self._device.type == "cuda" and _shardkit.CUDA_COMPILED

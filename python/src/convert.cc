@@ -102,7 +102,8 @@ void BindConvert(py::module_& m) {
            const std::string& mds_compression, const std::optional<std::vector<std::string>>& mds_hashes,
            const py::object& part, bool resume,
            const std::map<std::string, std::string>& source_options, const std::string& encode,
-           const std::string& staging_dir, const std::string& lmdb_arrays, const std::string& hdf5_arrays) {
+           const std::string& staging_dir, const std::string& lmdb_arrays, const std::string& hdf5_arrays,
+           bool trust_manifest) {
           ConvertOptions o;
           o.write.mds.compression = mds_compression;
           if (mds_hashes) o.write.mds.hashes = *mds_hashes;
@@ -124,6 +125,7 @@ void BindConvert(py::module_& m) {
           o.write.tfrecord.compression = tfrecord_compression;
           o.write.tfrecord.field_map = tfrecord_field_map;
           o.open.format_options = source_options;
+          o.open.trust_manifest = trust_manifest;
           OptionsFromEnvironment(&o.open);
           o.staging_dir = StagingDirOr(staging_dir);
           o.encode = encode;
@@ -145,7 +147,7 @@ void BindConvert(py::module_& m) {
         py::arg("part") = py::none(), py::arg("resume") = false,
         py::arg("source_options") = std::map<std::string, std::string>{},
         py::arg("encode") = "", py::arg("staging_dir") = "", py::arg("lmdb_arrays") = "pickle",
-        py::arg("hdf5_arrays") = "native",
+        py::arg("hdf5_arrays") = "native", py::arg("trust_manifest") = false,
         R"doc(Copies every sample of the dataset `src` into a new dataset `dst` (any formats).
 
 Keeps dataset order, or with shuffle=True writes a seeded global permutation (needs random

@@ -60,8 +60,10 @@ class PyDataset {
  public:
   static std::shared_ptr<PyDataset> Open(const std::string& address,
                                          const std::map<std::string, std::string>& field_map,
-                                         const std::string& cache_dir = "", uint64_t cache_bytes = 0) {
+                                         const std::string& cache_dir = "", uint64_t cache_bytes = 0,
+                                         bool trust_manifest = false) {
     OpenOptions opts;
+    opts.trust_manifest = trust_manifest;
     opts.field_map = field_map;
     opts.cache_dir = cache_dir;
     opts.cache_bytes = cache_bytes;
@@ -213,7 +215,7 @@ dataset's metadata as a dict. Calls release the GIL; a Dataset may be shared by 
 
   m.def("open", &PyDataset::Open, py::arg("address"), py::kw_only(),
         py::arg("field_map") = std::map<std::string, std::string>{}, py::arg("cache_dir") = "",
-        py::arg("cache_bytes") = 0,
+        py::arg("cache_bytes") = 0, py::arg("trust_manifest") = false,
         R"doc(Opens a dataset for reading: shardkit.open("train-{000000..000009}.tar").
 
 address: a path (format detected) or "folder:DIR", "wds:PATTERN", "lmdb:DIR", "hdf5:FILE".
@@ -223,6 +225,8 @@ use into cache_dir (bounded by cache_bytes, 0 = unbounded, least recently used f
 read from there; without one, random access reads each sample by a range request.
 Unset, they come from SHARDKIT_CACHE_DIR / SHARDKIT_CACHE_BYTES; SHARDKIT_INDEX_BUDGET
 sets the tar shards' index budget (docs/formats-wds.md).
+trust_manifest: take the files a manifest names as written, even outside its directory
+(absolute paths, '..'); by default such entries are refused (docs/reliability.md).
 Raises shardkit.Error naming the file when it cannot be opened.)doc");
 
   m.def("info", [](const std::string& address, const std::map<std::string, std::string>& field_map) {

@@ -211,8 +211,9 @@ py::list FieldLists(size_t n, const std::function<const std::vector<std::optiona
 // The read options of a loader's dataset: the source options and the cache of remote
 // shards, then the environment (SHARDKIT_CACHE_DIR/_BYTES, SHARDKIT_INDEX_BUDGET) below them.
 OpenOptions SourceOptions(const std::map<std::string, std::string>& source_options, const std::string& cache_dir,
-                          uint64_t cache_bytes) {
+                          uint64_t cache_bytes, bool trust_manifest) {
   OpenOptions oo;
+  oo.trust_manifest = trust_manifest;
   oo.format_options = source_options;
   oo.cache_dir = cache_dir;
   oo.cache_bytes = cache_bytes;
@@ -513,14 +514,14 @@ tensor made from it is freed.)doc")
                        int buffer_wait_ms, bool stream, uint32_t shuffle_buffer, bool prefetch_next_epoch,
                        std::vector<std::string> fields, const std::string& missing_fields,
                        std::map<std::string, std::string> source_options, const std::string& cache_dir,
-                       uint64_t cache_bytes) {
+                       uint64_t cache_bytes, bool trust_manifest) {
              LoaderOptions o = MakeOptions(batch_size, shuffle, seed, rank, world_size, drop_last, threads, prefetch,
                                            output_height, output_width, train, scale, ratio, flip_p, resize_size,
                                            dct_scaling, mean, std_, dtype, layout, on_error, image_field, stream,
                                            shuffle_buffer, prefetch_next_epoch, fields, missing_fields);
              o.buffer_wait_ms = buffer_wait_ms;
              // How the address and, streamed, each shard are opened (LoaderOptions::open).
-             o.open = SourceOptions(source_options, cache_dir, cache_bytes);
+             o.open = SourceOptions(source_options, cache_dir, cache_bytes, trust_manifest);
              return std::make_unique<PyLoader>([&]() -> Result<std::unique_ptr<Loader>> {
                return Loader::Create(address, o);
              });
@@ -534,7 +535,7 @@ tensor made from it is freed.)doc")
            py::arg("shuffle_buffer") = 8192, py::arg("prefetch_next_epoch") = true,
            py::arg("fields") = std::vector<std::string>{}, py::arg("missing_fields") = "raise",
            py::arg("source_options") = std::map<std::string, std::string>{}, py::arg("cache_dir") = "",
-           py::arg("cache_bytes") = 0)
+           py::arg("cache_bytes") = 0, py::arg("trust_manifest") = false)
       .def("next", &PyLoader::Next)
       .def("set_epoch", &PyLoader::SetEpoch, py::arg("epoch"))
       .def("save_state", &PyLoader::SaveState)
@@ -583,13 +584,13 @@ tensor made from it is freed.)doc")
                        uint32_t shuffle_buffer, bool prefetch_next_epoch, double hardware_load, bool profile,
                        std::vector<std::string> fields, const std::string& missing_fields,
                        std::map<std::string, std::string> source_options, const std::string& cache_dir,
-                       uint64_t cache_bytes) {
+                       uint64_t cache_bytes, bool trust_manifest) {
              LoaderOptions o = MakeOptions(batch_size, shuffle, seed, rank, world_size, drop_last, threads, prefetch,
                                            output_height, output_width, train, scale, ratio, flip_p, resize_size,
                                            dct_scaling, mean, std_, dtype, layout, on_error, image_field, stream,
                                            shuffle_buffer, prefetch_next_epoch, fields, missing_fields);
              o.buffer_wait_ms = buffer_wait_ms;
-             o.open = SourceOptions(source_options, cache_dir, cache_bytes);
+             o.open = SourceOptions(source_options, cache_dir, cache_bytes, trust_manifest);
              GpuOptions g;
              g.device = device;
              if (decoder == "cpu") g.decoder = DecoderKind::kCpu;
@@ -613,7 +614,7 @@ tensor made from it is freed.)doc")
            py::arg("prefetch_next_epoch") = true, py::arg("hardware_load") = -1.0, py::arg("profile") = false,
            py::arg("fields") = std::vector<std::string>{}, py::arg("missing_fields") = "raise",
            py::arg("source_options") = std::map<std::string, std::string>{}, py::arg("cache_dir") = "",
-           py::arg("cache_bytes") = 0)
+           py::arg("cache_bytes") = 0, py::arg("trust_manifest") = false)
       .def("next", &PyGpuLoader::Next)
       .def("set_epoch", &PyGpuLoader::SetEpoch, py::arg("epoch"))
       .def("save_state", &PyGpuLoader::SaveState)

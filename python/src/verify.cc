@@ -54,13 +54,14 @@ void BindVerify(py::module_& m) {
   m.def("verify",
         [](const std::string& address, const std::optional<std::string>& against, bool decode, int threads,
            uint64_t max_findings, const std::map<std::string, std::string>& field_map,
-           const py::object& progress) {
+           const py::object& progress, bool trust_manifest) {
           VerifyOptions o;
           o.against = against.value_or("");
           o.decode = decode;
           o.threads = threads;
           o.max_findings = max_findings;
           o.open.field_map = field_map;
+          o.open.trust_manifest = o.against_open.trust_manifest = trust_manifest;
           OptionsFromEnvironment(&o.open);
           OptionsFromEnvironment(&o.against_open);
           std::optional<py::error_already_set> callback_error;
@@ -92,6 +93,7 @@ void BindVerify(py::module_& m) {
         py::arg("address"), py::kw_only(), py::arg("against") = py::none(), py::arg("decode") = false,
         py::arg("threads") = 0, py::arg("max_findings") = 0,
         py::arg("field_map") = std::map<std::string, std::string>{}, py::arg("progress") = py::none(),
+        py::arg("trust_manifest") = false,
         R"doc(Reads the whole dataset at `address` and reports what is wrong with it.
 
 Returns a dict: ok (True only with no finding), findings [{kind, message, file, shard,

@@ -260,3 +260,44 @@ def test_verify_missing_dataset_raises(tmp_path):
     with pytest.raises(shardkit.Error) as ei:
         shardkit.verify(str(tmp_path / "nothing-here"))
     assert "nothing-here" in str(ei.value)
+
+
+@needs_verify
+@needs_convert
+def test_manifest_outside_its_directory_is_refused_unless_trusted(tmp_path, data):
+    """Confinement (docs/reliability.md): a manifest naming '../shared/...' is refused by
+    open, verify, convert and Loader with an error naming the manifest and the entry;
+    trust_manifest=True reads it as written."""
+    address, samples = data[:2]
+    shardkit.convert(address, "wds:" + str(tmp_path / "shared" / "s-%06d.tar"), samples_per_shard=10)
+    import json
+    with open(tmp_path / "shared" / "s.manifest.json") as f:
+        m = json.load(f)
+    for s in m["shards"]:
+        s["path"] = "../shared/" + s["path"]
+    (tmp_path / "view").mkdir()
+    view = str(tmp_path / "view" / "s.manifest.json")
+    with open(view, "w") as f:
+        json.dump(m, f)
+    for call in (lambda **kw: shardkit.open(view, **kw), lambda **kw: shardkit.verify(view, **kw),
+                 lambda **kw: shardkit.convert(view, "wds:" + str(tmp_path / "o" / "x-%06d.tar"), **kw)):
+        with pytest.raises(shardkit.Error) as ei:
+            call()
+        assert ei.value.code == "invalid_argument"
+        assert ei.value.file == view
+        assert "'../shared/s-000000.tar' is refused" in str(ei.value)
+        assert "trust_manifest" in str(ei.value)
+    assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
+    assert len(shardkit.open(view, trust_manifest=True)) == 24
+    assert shardkit.verify(view, trust_manifest=True)["ok"] is True
+    shardkit.convert(view, "wds:" + str(tmp_path / "o2" / "x-%06d.tar"), trust_manifest=True)
+    assert len(shardkit.open(str(tmp_path / "o2" / "x.manifest.json"))) == 24
+    if shardkit.HAVE_LOADER:
+        try:
+            import torch  # noqa: F401  (the Loader needs torch)
+        except ImportError:
+            return
+        with pytest.raises(shardkit.Error):
+            shardkit.Loader(view, batch_size=4, output_size=16, threads=2)
+        ld = shardkit.Loader(view, batch_size=4, output_size=16, threads=2, trust_manifest=True)
+        assert sum(int(b[0].shape[0]) for b in ld) == 24

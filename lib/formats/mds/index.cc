@@ -164,7 +164,13 @@ Result<ShardMeta> ParseShard(const json& s, int64_t i, const std::string& dir, c
   if (m.compression.empty() && m.zip) return Bad(file, w + " has zip_data but no compression");
   if (m.raw.bytes > kMaxShardBytes)
     return Bad(file, fmt::format("{}.raw_data.bytes is {}: an MDS shard is under 4 GiB (its offsets are uint32)", w, m.raw.bytes));
-  m.path = dir + "/" + (m.zip ? m.zip->basename : m.raw.basename);
+  // The basenames are relative paths without '..' (ParseFileRef); a symbolic link may
+  // still lead out of the dataset directory (paths::Confinement; MDS is never trusted:
+  // Streaming's own writers put every shard below index.json).
+  const FileRef& data = m.zip ? *m.zip : m.raw;
+  auto inside = paths::Confinement(file, false, /*offer_trust=*/false).Resolve(data.basename, w + (m.zip ? ".zip_data.basename" : ".raw_data.basename"));
+  if (!inside.ok()) return inside.status();
+  m.path = dir + "/" + data.basename;
   return m;
 }
 
@@ -333,14 +339,16 @@ int BidWrite(const std::string& path) {
   return paths::EndsWith(base, ".mds") && base.size() > 4 ? 90 : 0;
 }
 
-Result<ShardListing> ListShards(const std::string& path) {
+// opts: unused; an index.json's shards are always confined (ParseShard).
+Result<ShardListing> ListShards(const std::string& path, const OpenOptions& /*opts*/) {
   Target t = Resolve(path);
   if (t.dir.empty()) return Status::NotFound("not an MDS directory, index.json or shard file", Location{.file = path});
   ShardListing out;
   out.metadata = t.dir + "/" + kIndexName;
   auto idx = ReadIndex(t.dir, FileSystem::Local());
   if (!idx.ok()) {
-    if (idx.status().code() == Code::kNotFound) return idx.status();
+    // A shard outside the directory is refused, not reported as damage.
+    if (idx.status().code() == Code::kNotFound || idx.status().detail() == Detail::kOutsideDataset) return idx.status();
     out.unreadable = idx.status().message();
     return out;
   }

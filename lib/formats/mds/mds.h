@@ -162,7 +162,7 @@ int BidRead(const std::string& path);
 int BidWrite(const std::string& path);
 Result<std::unique_ptr<Dataset>> OpenMds(const std::string& path, const OpenOptions& opts);
 Result<std::unique_ptr<SampleWriter>> CreateMds(const std::string& path, const WriteOptions& opts);
-Result<ShardListing> ListShards(const std::string& path);
+Result<ShardListing> ListShards(const std::string& path, const OpenOptions& opts);
 Result<std::vector<SampleExtent>> LocateSamples(const std::string& shard_path, int64_t shard);
 
 }  // namespace shardkit::formats::mds

@@ -35,7 +35,7 @@ struct ManifestInfo {
   std::optional<uint64_t> num_samples;
 };
 
-Result<ManifestInfo> ReadManifest(const std::string& path) {
+Result<ManifestInfo> ReadManifest(const std::string& path, bool trust) {
   SK_ASSIGN_OR_RETURN(std::string text, io::ReadFile(path));
   json j = json::parse(text, nullptr, false);
   Location at{.file = path};
@@ -47,10 +47,12 @@ Result<ManifestInfo> ReadManifest(const std::string& path) {
     m.class_names = j.value("class_names", std::vector<std::string>{});
     m.field_map = j.value("field_map", std::map<std::string, std::string>{});
     if (j.contains("num_samples")) m.num_samples = j.at("num_samples").get<uint64_t>();
-    std::string dir = io::DirName(path);
+    const paths::Confinement inside(path, trust);
+    size_t i = 0;
     for (const auto& s : j.at("shards")) {
-      std::string rel = s.at("path").get<std::string>();
-      std::string p = !rel.empty() && rel[0] == '/' ? rel : dir + "/" + rel;
+      auto resolved = inside.Resolve(s.at("path").get<std::string>(), fmt::format("shards[{}].path", i++));
+      if (!resolved.ok()) return resolved.status();
+      const std::string& p = *resolved;
       m.shards.push_back(ShardListing::Shard{p, "tfrecord:" + p, s.value("samples", uint64_t(0)),
                                              s.value("bytes", uint64_t(0)), s.value("checksum", std::string())});
     }
@@ -139,7 +141,7 @@ Result<std::unique_ptr<Dataset>> TfDataset::Open(const std::string& path, const 
   ManifestInfo man;
   bool from_manifest = paths::EndsWith(paths::Lower(path), kManifestSuffix);
   if (from_manifest) {
-    SK_ASSIGN_OR_RETURN(man, ReadManifest(path));
+    SK_ASSIGN_OR_RETURN(man, ReadManifest(path, opts.trust_manifest));
     for (const auto& s : man.shards) paths_list.push_back(s.path), checksums.push_back(s.checksum);
     d->info_.class_names = man.class_names;
   } else {
@@ -268,11 +270,11 @@ Result<std::unique_ptr<Dataset>> OpenTfrecord(const std::string& path, const Ope
   return TfDataset::Open(path, opts);
 }
 
-Result<ShardListing> ListShards(const std::string& path) {
+Result<ShardListing> ListShards(const std::string& path, const OpenOptions& opts) {
   ShardListing out;
   if (paths::EndsWith(paths::Lower(path), kManifestSuffix)) {
     out.metadata = path;
-    auto m = ReadManifest(path);
+    auto m = ReadManifest(path, opts.trust_manifest);
     if (!m.ok()) {
       if (m.status().code() != Code::kCorrupt) return m.status();
       out.unreadable = m.status().message();

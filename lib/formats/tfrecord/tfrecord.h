@@ -20,6 +20,6 @@ Result<std::unique_ptr<Dataset>> OpenTfrecord(const std::string& path, const Ope
 // Format::create: a printf pattern (shards) or one file.
 Result<std::unique_ptr<SampleWriter>> CreateTfrecord(const std::string& path, const WriteOptions& opts);
 // Format::list_shards.
-Result<ShardListing> ListShards(const std::string& path);
+Result<ShardListing> ListShards(const std::string& path, const OpenOptions& opts);
 
 }  // namespace shardkit::formats::tfrecord

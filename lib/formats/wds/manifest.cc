@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/file.h"
+#include "core/paths.h"
 #include "io/shard_cache.h"
 #include "formats/wds/index.h"
 #include "formats/wds/names.h"
@@ -13,9 +14,9 @@ namespace shardkit::formats::wds {
 
 using json = nlohmann::json;
 
-Result<Manifest> ReadManifest(const std::string& path, std::string* unreadable) {
+Result<Manifest> ReadManifest(const std::string& path, std::string* unreadable, bool trust) {
   SK_ASSIGN_OR_RETURN(std::string text, io::IsUrl(path) ? io::ReadAnyFile(path) : io::ReadFile(path));
-  std::string dir = io::DirName(path);
+  const paths::Confinement inside(path, trust);
   Manifest m;
   unreadable->clear();
   try {
@@ -29,10 +30,12 @@ Result<Manifest> ReadManifest(const std::string& path, std::string* unreadable) 
     } catch (const std::exception& e) {
       m.fields_error = e.what();
     }
+    size_t i = 0;
     for (const auto& s : j.at("shards")) {
       ShardInfo si;
-      std::string rel = s.at("path").get<std::string>();
-      si.path = (!rel.empty() && rel[0] == '/') ? rel : JoinDir(dir, rel);
+      auto resolved = inside.Resolve(s.at("path").get<std::string>(), fmt::format("shards[{}].path", i++));
+      if (!resolved.ok()) return resolved.status();
+      si.path = std::move(*resolved);
       si.address = "wds:" + si.path;
       si.samples = s.at("samples").get<uint64_t>();
       si.bytes = s.at("bytes").get<uint64_t>();

@@ -26,8 +26,10 @@ struct Manifest {
 
 // Reads a manifest. Errors: the file cannot be read; kCorrupt when it is JSON
 // whose "format" is not "wds". When it is malformed (not JSON, a member missing
-// or of the wrong type) *unreadable says why and the result is empty.
-Result<Manifest> ReadManifest(const std::string& path, std::string* unreadable);
+// or of the wrong type) *unreadable says why and the result is empty. Each shard
+// path is held to paths::Confinement (kInvalidArgument, Detail::kOutsideDataset,
+// when one points outside the manifest's location and !trust).
+Result<Manifest> ReadManifest(const std::string& path, std::string* unreadable, bool trust = false);
 
 // The manifest's text for a finished write of `pattern`.
 std::string ManifestText(const std::string& pattern, uint64_t num_samples, const std::vector<std::string>& class_names,

@@ -648,7 +648,7 @@ Result<std::unique_ptr<Dataset>> OpenManifest(const std::string& path, const Ope
   info.format = "wds";
   info.address = path;
   std::string unreadable;
-  SK_ASSIGN_OR_RETURN(Manifest m, ReadManifest(path, &unreadable));
+  SK_ASSIGN_OR_RETURN(Manifest m, ReadManifest(path, &unreadable, opts.trust_manifest));
   if (!m.fields_error.empty()) unreadable = m.fields_error;
   if (!unreadable.empty()) return Status::Corrupt(fmt::format("bad manifest: {}", unreadable), Location{.file = path});
   info.num_samples = m.num_samples;

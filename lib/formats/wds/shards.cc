@@ -83,11 +83,11 @@ int BidRead(const std::string& path) {
   return 0;
 }
 
-Result<ShardListing> ListShards(const std::string& path) {
+Result<ShardListing> ListShards(const std::string& path, const OpenOptions& opts) {
   ShardListing out;
   if (paths::EndsWith(path, kManifestSuffix)) {
     out.metadata = path;
-    SK_ASSIGN_OR_RETURN(Manifest m, ReadManifest(path, &out.unreadable));
+    SK_ASSIGN_OR_RETURN(Manifest m, ReadManifest(path, &out.unreadable, opts.trust_manifest));
     if (!out.unreadable.empty()) return out;
     out.num_samples = m.num_samples;
     out.class_names = std::move(m.class_names);

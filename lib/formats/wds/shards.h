@@ -18,7 +18,7 @@ namespace shardkit::formats::wds {
 int BidRead(const std::string& path);
 
 // Format::list_shards and Format::locate_samples.
-Result<ShardListing> ListShards(const std::string& path);
+Result<ShardListing> ListShards(const std::string& path, const OpenOptions& opts);
 Result<std::vector<SampleExtent>> LocateSamples(const std::string& shard_path, int64_t shard);
 
 }  // namespace shardkit::formats::wds
