@@ -5,6 +5,8 @@
 #                    values pickle.dumps((cv2.imread(path), label)): BGR uint8 arrays
 #  pickle_bytes.lmdb "folder to LMDB" scripts: pickle.dumps((jpeg bytes, label)) with
 #                    __keys__ and __len__ beside the samples
+#  pickle_gray.lmdb  pickle.dumps((2-D uint8 array, label)): grayscale, no channel order
+#  pickle_mixed.lmdb a 2-D array, then an H x W x 3 one
 # and expected.json with what a reader must find (keys in dataset order, labels,
 # and for arrays the pixels. md5).
 import hashlib, io, json, os, pickle, sys
@@ -78,6 +80,19 @@ items.append((b"__keys__", pickle.dumps(keys, protocol=proto)))
 items.append((b"__len__", pickle.dumps(len(keys), protocol=proto)))
 put_all("pickle_bytes.lmdb", items)
 exp["pickle_bytes"] = e
+
+# 5. grayscale arrays (2-D: no channel order), and a mixed LMDB whose first array is
+#    2-D and whose second has 3 channels (their order is unknown)
+items, e = [], []
+for i in range(n):
+    g = rng.integers(0, 256, (9 + i % 3, 11), dtype=np.uint8)
+    items.append((f"{i}".encode(), pickle.dumps((g, i % 2), protocol=proto)))
+    e.append({"key": f"{i}", "label": i % 2, "shape": list(g.shape), "md5": hashlib.md5(g.tobytes()).hexdigest()})
+put_all("pickle_gray.lmdb", items)
+exp["pickle_gray"] = e
+items = [(b"0", pickle.dumps((rng.integers(0, 256, (8, 8), dtype=np.uint8), 0), protocol=proto)),
+         (b"1", pickle.dumps((rng.integers(0, 256, (8, 8, 3), dtype=np.uint8), 1), protocol=proto))]
+put_all("pickle_mixed.lmdb", items)
 
 with open(f"{out}/expected.json", "w") as f:
     json.dump(exp, f)

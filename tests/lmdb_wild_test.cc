@@ -353,6 +353,50 @@ TEST_CASE("lmdb wild: --encode png|jpeg:Q writes decoded arrays as images, BGR o
   }
 }
 
+TEST_CASE("lmdb wild: 2-D (grayscale) arrays have no channel order and convert with --encode png", "[lmdb][wild][encode]") {
+  Fixtures fx(5);
+  std::string src = Q("lmdb:" + fx.dir / "pickle_gray.lmdb");
+  auto info = Cli("info " + src);
+  INFO(info.out << info.err);
+  REQUIRE(info.exit_code == 0);
+  CHECK_THAT(info.out, Catch::Contains("channel_order: decoded arrays: none (2-D, grayscale"));
+  std::string out = fx.dir / "gray_png";
+  auto r = Cli(fmt::format("convert {} {} --encode png", src, Q("wds:" + out + "/s-%06d.tar")));
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  std::string py = fmt::format(
+      "import tarfile, io, json, hashlib, numpy as np\n"
+      "from PIL import Image\n"
+      "exp = json.load(open('{0}/expected.json'))['pickle_gray']\n"
+      "t = tarfile.open('{1}/s-000000.tar')\n"
+      "m = {{x.name: t.extractfile(x).read() for x in t.getmembers()}}\n"
+      "for e in exp:\n"
+      "    im = Image.open(io.BytesIO(m[e['key'] + '.png']))\n"
+      "    assert im.mode == 'L', im.mode\n"
+      "    a = np.asarray(im)\n"
+      "    assert list(a.shape) == e['shape'] and hashlib.md5(a.tobytes()).hexdigest() == e['md5'], e\n"
+      "    assert int(m[e['key'] + '.cls']) == e['label']\n"
+      "print(len(exp))\n",
+      fx.dir.path(), out);
+  WriteFile(fx.dir / "check_gray.py", py);
+  auto c = Run(fmt::format("{} {}", kPy, Q(fx.dir / "check_gray.py")));
+  INFO(c.err);
+  CHECK(c.exit_code == 0);
+  CHECK(c.out == "5\n");
+  // A 3-channel array after a 2-D first one: its order is unknown, so it is refused
+  // naming the key, not guessed; saying the order lets it through.
+  std::string mixed = Q("lmdb:" + fx.dir / "pickle_mixed.lmdb");
+  auto m = Cli(fmt::format("convert {} {} --encode png", mixed, Q("wds:" + fx.dir / "mixed/s-%06d.tar")));
+  INFO(m.out << m.err);
+  CHECK(m.exit_code == 1);
+  CHECK_THAT(m.err, Catch::Contains("LMDB key '1'") && Catch::Contains("channel order is unknown") &&
+                        Catch::Contains("lmdb.channels=bgr"));
+  auto ok = Cli(fmt::format("convert {} {} --encode png --source-option lmdb.channels=bgr-to-rgb", mixed,
+                            Q("wds:" + fx.dir / "mixed2/s-%06d.tar")));
+  INFO(ok.out << ok.err);
+  CHECK(ok.exit_code == 0);
+}
+
 TEST_CASE("lmdb wild: the pickle layout writer's values read back through the subset reader", "[lmdb][wild][pickle]") {
   struct Case {
     pickle::DType dt;

@@ -642,6 +642,23 @@ TEST_CASE("remote: s3rver rejects an unknown access key with a clear 403", "[rem
   CheckNoSecret(m);
 }
 
+TEST_CASE("remote: converting to s3 with an unknown access key says the credentials were refused", "[remote]") {
+  S3rverServer srv;
+  UseS3rver(srv);
+  ::setenv("AWS_ACCESS_KEY_ID", "AKIDUNKNOWN", 1);
+  sk_test::TempDir tmp;
+  sk_test::MakeImageFolder(tmp / "src", 2, 2, 3);
+  sk_test::RunResult r = sk_test::Cli("convert " + sk_test::Q(tmp / "src") + " s3://test/ds/train-%06d.tar");
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("refused the credentials or permissions") != std::string::npos);
+  CHECK(r.err.find("InvalidAccessKeyId") != std::string::npos);
+  CHECK(r.err.find("HEAD s3://test/ds/train-000000.tar") != std::string::npos);
+  CHECK(r.err.find("pass --overwrite") == std::string::npos);
+  CHECK(r.err.find(kSecret) == std::string::npos);
+  ::setenv("AWS_ACCESS_KEY_ID", "S3RVER", 1);
+}
+
 TEST_CASE("remote: objects cross between boto3 and shardkit through s3rver", "[remote]") {
   S3rverServer srv;
   sk_test::TempDir tmp;
@@ -925,6 +942,18 @@ TEST_CASE("remote: an existing remote output is refused without overwrite, as a 
     prefix = prefix.substr(0, prefix.rfind('/') + 1);
     auto before = s3.List("test", prefix);
     REQUIRE(before.ok());
+    // Only the output: no writer state (an LMDB's lock.mdb, its working directory's files).
+    for (const auto& o : *before) {
+      INFO(o.key);
+      CHECK(o.key.find(".partial") == std::string::npos);
+      CHECK(o.key.find("lock.mdb") == std::string::npos);
+    }
+    if (out.rfind("lmdb:", 0) == 0) {
+      std::set<std::string> keys;
+      for (const auto& o : *before)
+        if (o.key.rfind("o/train.lmdb", 0) == 0) keys.insert(o.key);
+      CHECK(keys == std::set<std::string>{"o/train.lmdb/data.mdb", "o/train.lmdb/shardkit.json"});
+    }
     auto again = Convert(tmp / "src", out, co);
     REQUIRE_FALSE(again.ok());
     CHECK(again.status().code() == Code::kAlreadyExists);
@@ -973,9 +1002,11 @@ TEST_CASE("remote: an existing remote output is refused without overwrite, as a 
   http.Fault("h2/train-000001.tar", "403", -1, "", "HEAD");
   auto denied = Convert(tmp / "src", http.Url("h2/train-%06d.tar"), co);
   REQUIRE_FALSE(denied.ok());
-  CHECK_THAT(denied.status().ToString(), Catch::Contains(http.Url("h2/train-000001.tar")) &&
-                                             Catch::Contains("cannot tell whether the output is already there") &&
-                                             Catch::Contains("pass --overwrite"));
+  CHECK_THAT(denied.status().ToString(), Catch::Contains("HEAD " + http.Url("h2/train-000001.tar")) &&
+                                             Catch::Contains("refused the credentials or permissions") &&
+                                             Catch::Contains("AWS_ACCESS_KEY_ID"));
+  CHECK(denied.status().detail() == Detail::kAccessDenied);
+
   ConvertOptions unchecked = co;
   unchecked.write.overwrite = true;
   CHECK(Convert(tmp / "src", http.Url("h2/train-%06d.tar"), unchecked).ok());

@@ -122,6 +122,9 @@ struct PublishOptions {
   // Set to true once the staged output is visible under the final path, even
   // when a later step (the directory sync) fails. May be null.
   bool* published = nullptr;
+  // Names of files in a published directory that are local state, not output: a remote
+  // file system's staging (docs/remote.md) does not upload them (an LMDB's lock.mdb).
+  std::vector<std::string> local_only;
 };
 
 class SHARDKIT_API FileSystem {

@@ -49,6 +49,7 @@ enum class Detail : int {
   kOutsideDataset,  // kInvalidArgument: a dataset description (manifest, index.json) names a file
                     // outside the dataset's own location (docs/reliability.md, "Confinement");
                     // OpenOptions::trust_manifest allows it
+  kAccessDenied,    // kIOError: a store answered 401 or 403 (credentials or permissions refused)
 };
 
 // Where a problem is. Unset members are empty / -1 and are not printed.

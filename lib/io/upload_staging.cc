@@ -42,8 +42,12 @@ bool UploadedLast(const std::string& path) {
   return std::sscanf(path.c_str() + part, ".part-%llu-of-%llu%7s", &i, &n, tail) == 3 && std::string(tail) == ".json";
 }
 
-// Local-only state of a writer: journals ("*.partial") and a part's lock ("*.lock").
-bool StaysLocal(const std::string& path) { return EndsWith(path, ".partial") || EndsWith(path, ".lock"); }
+// Local-only state of a writer: journals ("*.partial"), a part's lock ("*.lock") and
+// everything in a writer's working directory ("<out>.partial/...": an LMDB's, uploaded
+// as the output's files once published under the output's name).
+bool StaysLocal(const std::string& path) {
+  return EndsWith(path, ".partial") || EndsWith(path, ".lock") || path.find(".partial/") != std::string::npos;
+}
 
 // A staged file followed while the writer writes it (issue 14: the conversion's tail is
 // the last shard's upload). An upload worker reads the bytes back as they are appended
@@ -201,7 +205,9 @@ class UploadingFileSystem : public FileSystem {
       std::error_code ec;
       for (auto it = std::filesystem::recursive_directory_iterator(final_path, ec);
            !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec))
-        if (it->is_regular_file()) files.push_back(it->path().string());
+        if (it->is_regular_file() && std::find(opts.local_only.begin(), opts.local_only.end(),
+                                               it->path().filename().string()) == opts.local_only.end())
+          files.push_back(it->path().string());
       if (ec) return Status::IOError("cannot list a staged output: " + ec.message(), Location{.file = final_path});
     } else {
       files.push_back(final_path);
@@ -246,7 +252,19 @@ class UploadingFileSystem : public FileSystem {
       if (st.ok()) return st->type != FileType::kNotFound;
       failed = st.status();
     }
-    // (S3 answers 403, not 404, for a missing key to a caller who may not list the bucket.)
+    // A 401/403: the credentials were refused (an unknown key, a wrong secret) or they may
+    // not read the destination (S3 answers 403, not 404, for a missing key to a caller who
+    // may not list the bucket). Either way the upload needs them too: no --overwrite advice.
+    if (failed.detail() == Detail::kAccessDenied)
+      return Status(failed.code(),
+                    "the store refused the credentials or permissions for the check whether the output is "
+                    "already there (" + failed.message() +
+                        "): check the access key and secret (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or "
+                        "AWS_PROFILE) and that they may read and write the destination (credentials that may "
+                        "write but not read: --overwrite skips this check)",
+                    failed.where())
+          .At(Location{.file = remote})
+          .With(Detail::kAccessDenied);
     return Status(failed.code(),
                   "cannot tell whether the output is already there (" + failed.message() +
                       "); the check needs read access to the destination: pass --overwrite to write without it",

@@ -253,6 +253,7 @@ class LmdbDataset : public Dataset {
         SK_RETURN_IF_ERROR(d->ScanWild(wild::Kind::kPickle));
         auto cat = std::make_shared<wild::Catalog>(*d->wild_);
         cat->channels = pickle_channels;
+        cat->gray = false;  // shardkit.json says the order
         cat->class_names = info.class_names;
         d->wild_ = std::move(cat);
       }
@@ -274,11 +275,14 @@ class LmdbDataset : public Dataset {
                                  Location{.file = dir});
         auto cat = std::make_shared<wild::Catalog>(*d->wild_);
         cat->channels = it->second;
+        cat->gray = false;  // the option says the order of arrays that have channels
         d->wild_ = std::move(cat);
       }
       if (d->wild_->kind == wild::Kind::kPickle && !pickle_channels.empty() && d->wild_->channels == pickle_channels)
         info.extra["channel_order"] = fmt::format("decoded arrays: {} (as shardkit.json records; not converted)",
                                                   pickle_channels);
+      else if (d->wild_->kind == wild::Kind::kPickle && d->wild_->gray)
+        info.extra["channel_order"] = "decoded arrays: none (2-D, grayscale; an array with channels is refused)";
       else if (d->wild_->kind == wild::Kind::kPickle)
         info.extra["channel_order"] = d->wild_->channels == "bgr"   ? "decoded arrays: bgr (as cv2.imread writes; not converted)"
                                       : d->wild_->channels == "rgb" ? "decoded arrays: rgb (said by lmdb.channels; not converted)"
@@ -418,6 +422,7 @@ class LmdbDataset : public Dataset {
   Status ScanWild(wild::Kind kind) {
     std::vector<std::string> keys;
     std::optional<std::pair<std::string, Bytes>> len_entry;
+    bool first_gray = false;
     SK_ASSIGN_OR_RETURN(MDB_txn * txn, env_->Acquire());
     MDB_cursor* cur = nullptr;
     int rc = mdb_cursor_open(txn, env_->dbi(), &cur);
@@ -435,6 +440,8 @@ class LmdbDataset : public Dataset {
           if (key == "__len__") len_entry.emplace(key, View(env_, v.mv_data, v.mv_size));
           continue;
         }
+        if (keys.empty() && kind == wild::Kind::kPickle)
+          first_gray = wild::IsGrayArray(std::string_view(static_cast<const char*>(v.mv_data), v.mv_size));
         keys.push_back(std::move(key));
       }
       mdb_cursor_close(cur);
@@ -444,7 +451,9 @@ class LmdbDataset : public Dataset {
     if (rc != MDB_NOTFOUND)
       return MdbStatus(rc, fmt::format("scanning LMDB keys after {}", keys.size()), Location{.file = env_->data_path()});
     if (len_entry) SK_RETURN_IF_ERROR(wild::CheckLen(len_entry->first, len_entry->second, keys.size(), env_->data_path()));
-    wild_ = std::make_shared<const wild::Catalog>(wild::MakeCatalog(kind, std::move(keys)));
+    auto cat = wild::MakeCatalog(kind, std::move(keys));
+    cat.gray = first_gray;
+    wild_ = std::make_shared<const wild::Catalog>(std::move(cat));
     return Status::OK();
   }
 

@@ -117,6 +117,18 @@ Status CheckLen(std::string_view lkey, const Bytes& value, uint64_t samples, con
   return Status::OK();
 }
 
+bool IsGrayArray(std::string_view value) {
+  // (A view without an owner: the result lives only in this function.)
+  auto v = pickle::ParsePickle(Bytes(nullptr, reinterpret_cast<const uint8_t*>(value.data()), value.size()));
+  if (!v.ok()) return false;
+  using VK = pickle::Value::Kind;
+  const pickle::Value* img = &*v;
+  if ((v->kind == VK::kTuple || v->kind == VK::kList) && !v->items.empty()) img = &v->items[0];
+  if (img->kind != VK::kArray) return false;
+  const auto& shape = img->array.shape;
+  return shape.size() == 2 || (shape.size() == 3 && shape[2] == 1);
+}
+
 Status Decode(const Catalog& cat, std::string_view lkey, const Bytes& value, uint64_t index, const std::string& where,
               Sample* out) {
   out->clear();
@@ -164,6 +176,11 @@ Status Decode(const Catalog& cat, std::string_view lkey, const Bytes& value, uin
     if (img->array.shape.empty()) return bad("the image is a numpy scalar");
     Bytes npy = pickle::ToNpy(img->array);
     const auto& a = img->array;
+    if (cat.gray && a.shape.size() == 3 && (a.shape[2] == 3 || a.shape[2] == 4))
+      return bad(fmt::format("a {}-channel array in an LMDB whose first array is 2-D (grayscale, no channel order): "
+                             "its channel order is unknown; say it with --source-option lmdb.channels=bgr (as "
+                             "cv2.imread gives) or lmdb.channels=rgb",
+                             a.shape[2]));
     if (cat.channels == "bgr-to-rgb" && a.shape.size() == 3 && (a.shape[2] == 3 || a.shape[2] == 4)) {
       if (a.fortran_order) return bad("bgr-to-rgb of a Fortran-order array");
       // ToNpy made an owned copy: swap channels 0 and 2 of every pixel in place.

@@ -55,7 +55,15 @@ struct Catalog {
   // cv2.imread gives; kept as is), "rgb" (kept as is), or "bgr-to-rgb" (channels 0 and
   // 2 swapped on read, so the arrays come out RGB).
   std::string channels = "bgr";
+  // The first array is 2-D (or H x W x 1): grayscale, no channel order. Set only when
+  // nothing says the order (no lmdb.channels, no shardkit.json); an array with 3 or 4
+  // channels later is then refused (its order is unknown), never guessed.
+  bool gray = false;
 };
+
+// Whether a pickled value's image (an array, or the first item of (array, label)) has
+// no channel order: 2-D, or a last dimension of 1. False when it is not such a pickle.
+bool IsGrayArray(std::string_view value);
 
 // Orders `keys` (side entries already removed) and fills the catalog's keys,
 // numeric_keys and class_names.

@@ -229,7 +229,9 @@ class LmdbWriter : public SampleWriter {
     }
     // Into place (an existing output, with overwrite, is moved aside and removed).
     SK_RETURN_IF_ERROR(
-        fs_->Publish(temp_, final_, PublishOptions{.replace = opts_.overwrite, .published = &finished_}).At(loc));
+        fs_->Publish(temp_, final_,
+                     PublishOptions{.replace = opts_.overwrite, .published = &finished_, .local_only = {"lock.mdb"}})
+            .At(loc));
     failed_ = false;
     WriteSummary sum;
     sum.samples = count_;

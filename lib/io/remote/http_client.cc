@@ -185,6 +185,7 @@ struct Outcome {
   Code code = Code::kIOError;
   std::string reason;
   long retry_after_s = -1;
+  Detail detail = Detail::kNone;
 };
 
 std::chrono::milliseconds Backoff(const RetryPolicy& p, int attempt, long retry_after_s) {
@@ -448,6 +449,7 @@ Result<HttpResponse> HttpClient::Perform(const HttpRequest& req) {
         o = {Verdict::kFail, Code::kNotFound, "not found (" + detail + ")"};
       } else if (status == 401 || status == 403) {
         o = {Verdict::kFail, Code::kIOError, "access denied (check AWS credentials / bucket policy) (" + detail + ")"};
+        o.detail = Detail::kAccessDenied;
       } else if (status == 408 || status == 429 || status >= 500 || s3code == "SlowDown" ||
                  s3code == "RequestTimeout" || s3code == "InternalError") {
         o = {Verdict::kRetry, Code::kIOError, detail};
@@ -477,7 +479,7 @@ Result<HttpResponse> HttpClient::Perform(const HttpRequest& req) {
   if (last.reason.empty()) last.reason = "retry budget exhausted";
   std::string msg = fmt::format("{}: {}", what, last.reason);
   if (attempt > 1) msg += fmt::format(" (after {} attempts in {:.1f} s)", attempt, secs);
-  return Status(last.code, msg, where);
+  return Status(last.code, msg, where).With(last.detail);
 }
 
 Result<HttpClient::ObjectInfo> HttpClient::Head(const std::string& url) {
