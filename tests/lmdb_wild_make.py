@@ -7,6 +7,7 @@
 #                    __keys__ and __len__ beside the samples
 #  pickle_gray.lmdb  pickle.dumps((2-D uint8 array, label)): grayscale, no channel order
 #  pickle_mixed.lmdb a 2-D array, then an H x W x 3 one
+#  split_crnn.lmdb   CRNN's image-%09d / label-%09d / num-samples
 # and expected.json with what a reader must find (keys in dataset order, labels,
 # and for arrays the pixels. md5).
 import hashlib, io, json, os, pickle, sys
@@ -93,6 +94,21 @@ exp["pickle_gray"] = e
 items = [(b"0", pickle.dumps((rng.integers(0, 256, (8, 8), dtype=np.uint8), 0), protocol=proto)),
          (b"1", pickle.dumps((rng.integers(0, 256, (8, 8, 3), dtype=np.uint8), 1), protocol=proto))]
 put_all("pickle_mixed.lmdb", items)
+
+# 6. CRNN's create_dataset.py (text recognition): image-%09d (1-based) -> image bytes,
+#    label-%09d -> label text, num-samples -> the count as text
+items, e = [], []
+words = ["hello", "world", "crème", "42", "a b", "日本"]
+for i in range(1, n + 1):
+    _, data = image(i, "JPEG")
+    w = words[i % len(words)] + str(i)
+    items.append((b"image-%09d" % i, data))
+    items.append((b"label-%09d" % i, w.encode("utf-8")))
+    e.append({"key": "%09d" % i, "ext": "jpg", "txt": w,
+              "md5": hashlib.md5(data).hexdigest()})
+items.append((b"num-samples", str(n).encode()))
+put_all("split_crnn.lmdb", items)
+exp["split_crnn"] = e
 
 with open(f"{out}/expected.json", "w") as f:
     json.dump(exp, f)

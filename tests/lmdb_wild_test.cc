@@ -13,6 +13,7 @@
 #include "core/md5.h"
 #include "core/pickle.h"
 #include "formats/lmdb/wild.h"
+#include "shardkit/loader.h"
 #include "shardkit/shardkit.h"
 #include "support.h"
 
@@ -350,6 +351,160 @@ TEST_CASE("lmdb wild: --encode png|jpeg:Q writes decoded arrays as images, BGR o
     INFO(c.err);
     CHECK(c.exit_code == 0);
     CHECK(c.out == "6\n");
+  }
+}
+
+TEST_CASE("lmdb wild: BGR arrays keep their channel order through tar shards, and every consumer honours it", "[lmdb][wild][channels]") {
+  Fixtures fx(5);
+  const std::string src = "lmdb:" + fx.dir / "pickle_array.lmdb";
+  const json& exp = fx.expected["pickle_array"];
+  // Into tar shards: the manifest records the order (whole, and written in two parts).
+  auto c = Cli(fmt::format("convert {} {}", Q(src), Q("wds:" + fx.dir / "t/s-%06d.tar")));
+  INFO(c.out << c.err);
+  REQUIRE(c.exit_code == 0);
+  const std::string manifest = fx.dir / "t/s.manifest.json";
+  CHECK(json::parse(ReadFile(manifest))["channel_order"] == "bgr");
+  for (int i = 0; i < 2; ++i)
+    REQUIRE(Cli(fmt::format("convert {} {} --samples-per-shard 2 --part {}/2", Q(src), Q("wds:" + fx.dir / "p/s-%06d.tar"), i))
+                .exit_code == 0);
+  REQUIRE(Cli("merge " + Q("wds:" + fx.dir / "p/s-%06d.tar")).exit_code == 0);
+  CHECK(json::parse(ReadFile(fx.dir / "p/s.manifest.json"))["channel_order"] == "bgr");
+  auto info = Cli("info " + Q(manifest));
+  CHECK_THAT(info.out, Catch::Contains("channel_order: decoded arrays: bgr (as the manifest records"));
+  // --encode refuses, naming the option that converts them.
+  auto enc = Cli(fmt::format("convert {} {} --encode png", Q(manifest), Q("wds:" + fx.dir / "bad/s-%06d.tar")));
+  CHECK(enc.exit_code == 1);
+  CHECK_THAT(enc.err, Catch::Contains("BGR") && Catch::Contains("wds.channels=bgr-to-rgb"));
+  // HDF5 output records it; a format that cannot record it refuses.
+  REQUIRE(Cli(fmt::format("convert {} {}", Q(manifest), Q("hdf5:" + fx.dir / "t.h5"))).exit_code == 0);
+  auto h5 = Open("hdf5:" + fx.dir / "t.h5");
+  REQUIRE(h5.ok());
+  CHECK_THAT((*h5)->info().extra.at("channel_order"), Catch::StartsWith("decoded arrays: bgr"));
+  for (std::string dst : {"folder:" + fx.dir / "f", "tfrecord:" + fx.dir / "tf/s-%05d.tfrecord", "mds:" + fx.dir / "m"}) {
+    INFO(dst);
+    auto r = Cli(fmt::format("convert {} {}", Q(manifest), Q(dst)));
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.err, Catch::Contains("does not record a channel order") && Catch::Contains("wds.channels=bgr-to-rgb"));
+  }
+  // The loader refuses them too.
+  LoaderOptions lo;
+  lo.batch_size = 2;
+  lo.threads = 1;
+  lo.output_height = lo.output_width = 8;
+  auto refused = Loader::Create(manifest, lo);
+  REQUIRE_FALSE(refused.ok());
+  CHECK_THAT(refused.status().ToString(), Catch::Contains("wds.channels=bgr-to-rgb"));
+  // Converted on read: RGB arrays, by sequential and random access, and RGB PNGs.
+  OpenOptions o;
+  o.format_options["wds.channels"] = "bgr-to-rgb";
+  auto rgb = Open(manifest, o);
+  REQUIRE(rgb.ok());
+  CHECK_THAT((*rgb)->info().extra.at("channel_order"), Catch::StartsWith("decoded arrays: rgb (converted"));
+  auto samples = ReadAll(**rgb);
+  auto ra = (*rgb)->NewRandomAccess();
+  REQUIRE(ra.ok());
+  REQUIRE(samples.size() == exp.size());
+  for (size_t i = 0; i < samples.size(); ++i) {
+    auto a = pickle::ParseNpy(samples[i].find("npy")->data);
+    REQUIRE(a.ok());
+    CHECK(Md5Of(a->data) == exp[i]["rgb_md5"].get<std::string>());
+    Sample s;
+    REQUIRE((*ra)->Get(i, &s).ok());
+    CHECK(s.find("npy")->data == samples[i].find("npy")->data);
+  }
+  auto png = Cli(fmt::format("convert {} {} --encode png --source-option wds.channels=bgr-to-rgb", Q(manifest),
+                             Q("wds:" + fx.dir / "png/s-%06d.tar")));
+  INFO(png.out << png.err);
+  REQUIRE(png.exit_code == 0);
+  std::string py = fmt::format(
+      "import tarfile, io, json, hashlib, numpy as np\n"
+      "from PIL import Image\n"
+      "exp = json.load(open('{0}/expected.json'))['pickle_array']\n"
+      "t = tarfile.open('{1}/s-000000.tar')\n"
+      "m = {{x.name: t.extractfile(x).read() for x in t.getmembers()}}\n"
+      "for e in exp:\n"
+      "    a = np.asarray(Image.open(io.BytesIO(m[e['key'] + '.png'])).convert('RGB'))\n"
+      "    assert hashlib.md5(a.tobytes()).hexdigest() == e['rgb_md5'], e\n"
+      "print(len(exp))\n",
+      fx.dir.path(), fx.dir / "png");
+  WriteFile(fx.dir / "check_png.py", py);
+  auto chk = Run(fmt::format("{} {}", kPy, Q(fx.dir / "check_png.py")));
+  INFO(chk.err);
+  CHECK(chk.out == "5\n");
+  // Saying the order of shards read without their manifest; a bad value; a bad record.
+  o.format_options["wds.channels"] = "bgr";
+  auto said = Open(fx.dir / "t/s-000000.tar", o);
+  REQUIRE(said.ok());
+  CHECK_THAT((*said)->info().extra.at("channel_order"), Catch::StartsWith("decoded arrays: bgr (said by wds.channels"));
+  o.format_options["wds.channels"] = "grb";
+  CHECK(Open(manifest, o).status().code() == Code::kInvalidArgument);
+  json bad = json::parse(ReadFile(manifest));
+  bad["channel_order"] = "grb";
+  WriteFile(manifest, bad.dump());
+  CHECK(Cli("info " + Q(manifest)).exit_code == 1);
+}
+
+TEST_CASE("lmdb wild: CRNN's split image-/label-/num-samples layout reads as samples with a txt label", "[lmdb][wild]") {
+  Fixtures fx(7);
+  const std::string dir = fx.dir / "split_crnn.lmdb";
+  const json& exp = fx.expected["split_crnn"];
+  auto ds = Open("lmdb:" + dir);
+  INFO(ds.status().ToString());
+  REQUIRE(ds.ok());
+  CHECK((*ds)->info().num_samples == 7u);  // not 15 keys
+  auto check = [&](const std::vector<Sample>& got) {
+    REQUIRE(got.size() == exp.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      INFO(i);
+      CHECK(got[i].key == exp[i]["key"].get<std::string>());
+      const Field* img = got[i].find(exp[i]["ext"].get<std::string>());
+      REQUIRE(img);
+      CHECK(Md5Of(img->data) == exp[i]["md5"].get<std::string>());
+      const Field* txt = got[i].find("txt");
+      REQUIRE(txt);
+      CHECK(txt->data.str() == exp[i]["txt"].get<std::string>());
+    }
+  };
+  check(ReadAll(**ds));
+  auto ra = (*ds)->NewRandomAccess();
+  REQUIRE(ra.ok());
+  std::vector<Sample> byindex(exp.size());
+  for (size_t i = exp.size(); i-- > 0;) REQUIRE((*ra)->Get(i, &byindex[i]).ok());
+  check(byindex);
+  auto info = Cli("info " + Q("lmdb:" + dir));
+  INFO(info.out << info.err);
+  CHECK(info.exit_code == 0);
+  CHECK_THAT(info.out, Catch::Contains("samples: 7") && Catch::Contains("label-N keys"));
+  auto v = Cli("verify " + Q("lmdb:" + dir));
+  INFO(v.out << v.err);
+  CHECK(v.exit_code == 0);
+  // To tar shards: the image and its text label, as a CRNN pipeline reads them.
+  auto c = Cli(fmt::format("convert {} {}", Q("lmdb:" + dir), Q("wds:" + fx.dir / "crnn/s-%06d.tar")));
+  INFO(c.out << c.err);
+  REQUIRE(c.exit_code == 0);
+  auto back = Open(fx.dir / "crnn/s.manifest.json");
+  REQUIRE(back.ok());
+  check(ReadAll(**back));
+
+  // A label without its image, an image without its label, a wrong count: errors naming the key.
+  std::string py = fmt::format(
+      "import lmdb, sys\n"
+      "env = lmdb.open(sys.argv[1], map_size=1 << 26)\n"
+      "with env.begin(write=True) as t:\n"
+      "    if sys.argv[2] == 'nolabel': t.delete(b'label-000000003')\n"
+      "    if sys.argv[2] == 'count': t.put(b'num-samples', b'9')\n"
+      "    if sys.argv[2] == 'stray': t.put(b'other-1', b'x')\n");
+  WriteFile(fx.dir / "damage.py", py);
+  for (auto [how, want] : std::vector<std::pair<std::string, std::string>>{
+           {"nolabel", "'image-000000003' in"}, {"count", "'num-samples'"}, {"stray", "'other-1'"}}) {
+    INFO(how);
+    fs::remove_all(fx.dir / "d.lmdb");
+    fs::copy(dir, fx.dir / "d.lmdb");
+    REQUIRE(Run(fmt::format("{} {} {} {}", kPy, Q(fx.dir / "damage.py"), Q(fx.dir / "d.lmdb"), how)).exit_code == 0);
+    auto r = Cli("info " + Q("lmdb:" + fx.dir / "d.lmdb"));
+    INFO(r.out << r.err);
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.err, Catch::Contains(want));
   }
 }
 

@@ -220,9 +220,10 @@ struct WriteOptions {
   TfrecordWriteOptions tfrecord;
   Hdf5WriteOptions hdf5;
   PartWriteOptions part;
-  // What the source says its decoded arrays ("npy") are: "bgr", or "" (RGB, shardkit's
-  // convention). Convert fills it from DatasetInfo::extra["channel_order"]; the LMDB
-  // pickle and HDF5 native layouts record it beside the arrays (nothing is converted).
+  // What the source says its decoded arrays ("npy") are: "bgr", "rgb", or "" (not said;
+  // RGB by shardkit's convention). Convert fills it from DatasetInfo::extra
+  // ["channel_order"]; the LMDB pickle and HDF5 native layouts and the tar-shard manifest
+  // record it beside the arrays (nothing is converted).
   std::string array_channels;
   // wds, lmdb: continue an interrupted write of the same source with the same
   // options. The writer reads its journal (wds: "<manifest>.partial"; lmdb: the

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <memory>
 #include <unordered_map>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -802,6 +803,32 @@ Result<NdArray> ParseNpy(const Bytes& npy) {
   if (n != npy.size() - off) return bad(fmt::format("shape and dtype need {} bytes, the file has {}", n, npy.size() - off));
   arr.data = npy.slice(off, size_t(n));
   return arr;
+}
+
+bool HasColorChannels(const NdArray& a) { return a.shape.size() == 3 && (a.shape[2] == 3 || a.shape[2] == 4); }
+
+void SwapRedBlue(const NdArray& a, uint8_t* px) {
+  if (!HasColorChannels(a) || a.fortran_order) return;
+  const size_t s = a.dtype.itemsize, stride = s * size_t(a.shape[2]), n = a.data.size();
+  if (s == 1 && stride == 3) {  // cv2.imread's uint8 BGR: a loop the compiler vectorises
+    for (size_t off = 0; off + 3 <= n; off += 3) std::swap(px[off], px[off + 2]);
+    return;
+  }
+  uint8_t tmp[16];
+  for (size_t off = 0; off + stride <= n; off += stride) {
+    std::memcpy(tmp, px + off, s);
+    std::memcpy(px + off, px + off + 2 * s, s);
+    std::memcpy(px + off + 2 * s, tmp, s);
+  }
+}
+
+Result<Bytes> NpyBgrToRgb(const Bytes& npy) {
+  SK_ASSIGN_OR_RETURN(NdArray a, ParseNpy(npy));
+  if (!HasColorChannels(a)) return npy;
+  if (a.fortran_order) return Status::Unsupported("BGR to RGB of a Fortran-order array");
+  Bytes out = ToNpy(a);  // an owned copy
+  SwapRedBlue(a, const_cast<uint8_t*>(out.data()) + (out.size() - a.data.size()));
+  return out;
 }
 
 }  // namespace shardkit::pickle

@@ -96,4 +96,14 @@ Bytes ToNpy(const NdArray& arr);
 // Parses a .npy file (versions 1.0, 2.0, 3.0) of a dtype DType accepts; the data is a view of `npy`.
 Result<NdArray> ParseNpy(const Bytes& npy);
 
+// Whether `a` has a channel order: C- or Fortran-order H x W x 3 or H x W x 4.
+bool HasColorChannels(const NdArray& a);
+// Swaps channels 0 and 2 (BGR <-> RGB) of every pixel, in place: `px` holds a C-order
+// H x W x 3|4 array's bytes laid out as a.data is. Other shapes are left alone.
+void SwapRedBlue(const NdArray& a, uint8_t* px);
+// An .npy file with channels 0 and 2 of its H x W x 3|4 array swapped (a new buffer);
+// `npy` itself for any other shape. Errors: not an .npy file (kCorrupt), a Fortran-order
+// colour array (kUnsupported).
+Result<Bytes> NpyBgrToRgb(const Bytes& npy);
+
 }  // namespace shardkit::pickle

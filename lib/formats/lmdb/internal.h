@@ -318,9 +318,11 @@ bool ParseDatum(const void* p, size_t n, caffe::Datum* d);
 Status DecodeDatum(const Env* env, const std::shared_ptr<const void>& owner, std::string_view lkey,
                    const MDB_val& v, uint64_t index, Sample* out, const std::vector<uint64_t>* sums = nullptr);
 enum class Layout { kShardkit, kCaffe, kWild };  // kWild: formats/lmdb/wild.h
-// A wild layout's value for one key, decoded (image bytes or a pickle).
+// A wild layout's value for one key, decoded (image bytes or a pickle); for the split
+// layout (Catalog::label_keys) the label is read under its own key in `txn`, whose
+// views `owner` keeps alive.
 Status DecodeWild(const Env* env, const wild::Catalog& cat, const std::shared_ptr<const void>& owner,
-                  std::string_view lkey, const MDB_val& v, uint64_t index, Sample* out);
+                  std::string_view lkey, const MDB_val& v, uint64_t index, Sample* out, MDB_txn* txn);
 
 // The registry row's hooks (reader.cc, writer.cc).
 Result<std::unique_ptr<Dataset>> OpenDataset(const std::string& address, const OpenOptions& opts);

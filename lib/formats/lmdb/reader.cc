@@ -88,7 +88,7 @@ class LmdbReader : public SampleReader {
     MDB_val k{lkey.size(), const_cast<char*>(lkey.data())}, v;
     int rc = mdb_get(txn_, env_->dbi(), &k, &v);
     if (rc) return MdbStatus(rc, fmt::format("reading LMDB key '{}'", lkey), Location{.file = env_->dir(), .key = lkey});
-    SK_RETURN_IF_ERROR(DecodeWild(env_.get(), *wild_, env_, lkey, v, index_, out));
+    SK_RETURN_IF_ERROR(DecodeWild(env_.get(), *wild_, env_, lkey, v, index_, out, txn_));
     ++index_;
     return true;
   }
@@ -157,11 +157,12 @@ class LmdbRandomAccess : public RandomAccess {
                                loc);
       return MdbStatus(rc, fmt::format("reading LMDB key '{}'", lkey), loc);
     }
+    MDB_txn* txn = slot->txn;
     std::shared_ptr<const void> owner(std::move(slot));
     // The random-access hot path does not hash payloads (see DecodeRecord); verify does.
     if (layout_ == Layout::kShardkit)
       return DecodeRecord(env_.get(), owner, lkey, v, index, out, /*check_payload=*/false);
-    if (layout_ == Layout::kWild) return DecodeWild(env_.get(), *wild_, owner, lkey, v, index, out);
+    if (layout_ == Layout::kWild) return DecodeWild(env_.get(), *wild_, owner, lkey, v, index, out, txn);
     return DecodeDatum(env_.get(), owner, lkey, v, index, out, nullptr);
   }
 
@@ -290,6 +291,10 @@ class LmdbDataset : public Dataset {
       if (info.extra.count("channel_order")) info.extra["channel_option"] = "lmdb.channels";
       info.class_names = d->wild_->class_names;
       info.extra["key_order"] = d->wild_->numeric_keys ? "numeric" : "bytes";
+      if (!d->wild_->label_keys.empty()) {
+        info.extra["key_order"] = "numeric (image-N)";
+        info.extra["labels"] = "label-N keys: text, as a txt field (split layout)";
+      }
     }
     if (d->layout_ == Layout::kShardkit) {
       info.sample_checksums = SampleChecksums::kInRecords;
@@ -300,6 +305,7 @@ class LmdbDataset : public Dataset {
       info.sample_checksums_where = "xxh3 list in shardkit.json";
     }
     info.extra["locking"] = env.nolock() ? "none (MDB_NOLOCK)" : "lock.mdb";
+    shard.samples = count;  // samples, not keys (side entries, split labels)
     info.shards.push_back(shard);
     info.total_bytes = shard.bytes;
     if (d->layout_ == Layout::kCaffe) SK_RETURN_IF_ERROR(d->ScanKeys());
@@ -423,6 +429,7 @@ class LmdbDataset : public Dataset {
     std::vector<std::string> keys;
     std::optional<std::pair<std::string, Bytes>> len_entry;
     bool first_gray = false;
+    Bytes num_samples;  // the split layout's count (wild::SplitLayout)
     SK_ASSIGN_OR_RETURN(MDB_txn * txn, env_->Acquire());
     MDB_cursor* cur = nullptr;
     int rc = mdb_cursor_open(txn, env_->dbi(), &cur);
@@ -440,6 +447,7 @@ class LmdbDataset : public Dataset {
           if (key == "__len__") len_entry.emplace(key, View(env_, v.mv_data, v.mv_size));
           continue;
         }
+        if (key == "num-samples") num_samples = View(env_, v.mv_data, v.mv_size);
         if (keys.empty() && kind == wild::Kind::kPickle)
           first_gray = wild::IsGrayArray(std::string_view(static_cast<const char*>(v.mv_data), v.mv_size));
         keys.push_back(std::move(key));
@@ -451,8 +459,14 @@ class LmdbDataset : public Dataset {
     if (rc != MDB_NOTFOUND)
       return MdbStatus(rc, fmt::format("scanning LMDB keys after {}", keys.size()), Location{.file = env_->data_path()});
     if (len_entry) SK_RETURN_IF_ERROR(wild::CheckLen(len_entry->first, len_entry->second, keys.size(), env_->data_path()));
-    auto cat = wild::MakeCatalog(kind, std::move(keys));
+    std::vector<std::string> images, labels;
+    bool split = false;
+    if (kind == wild::Kind::kImage) {
+      SK_ASSIGN_OR_RETURN(split, wild::SplitLayout(keys, num_samples, env_->data_path(), &images, &labels));
+    }
+    auto cat = wild::MakeCatalog(kind, split ? std::move(images) : std::move(keys));
     cat.gray = first_gray;
+    if (split) cat.label_keys = std::move(labels);
     wild_ = std::make_shared<const wild::Catalog>(std::move(cat));
     return Status::OK();
   }

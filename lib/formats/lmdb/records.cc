@@ -206,11 +206,26 @@ Status DecodeDatum(const Env* env, const std::shared_ptr<const void>& owner, std
 
 // A wild layout's value for one key, decoded (image bytes or a pickle).
 Status DecodeWild(const Env* env, const wild::Catalog& cat, const std::shared_ptr<const void>& owner,
-                  std::string_view lkey, const MDB_val& v, uint64_t index, Sample* out) {
+                  std::string_view lkey, const MDB_val& v, uint64_t index, Sample* out, MDB_txn* txn) {
   if (!env->InMap(v.mv_data, v.mv_size))
     return Status::Corrupt(fmt::format("LMDB key '{}' in '{}': value lies outside the data file", lkey, env->data_path()),
                            Location{.file = env->dir(), .key = std::string(lkey), .index = int64_t(index)});
-  return wild::Decode(cat, lkey, View(owner, v.mv_data, v.mv_size), index, env->data_path(), out);
+  SK_RETURN_IF_ERROR(wild::Decode(cat, lkey, View(owner, v.mv_data, v.mv_size), index, env->data_path(), out));
+  if (cat.label_keys.empty()) return Status::OK();
+  // The split layout: the label text under its own key, in the same transaction.
+  const std::string& label_key = cat.label_keys[index];
+  Location loc{.file = env->data_path(), .key = label_key, .index = int64_t(index)};
+  MDB_val k{label_key.size(), const_cast<char*>(label_key.data())}, lv;
+  int rc = mdb_get(txn, env->dbi(), &k, &lv);
+  if (rc == MDB_NOTFOUND)
+    return Status::Corrupt(fmt::format("LMDB key '{}' of sample {} is missing from '{}'", label_key, index, env->dir()), loc);
+  if (rc) return MdbStatus(rc, fmt::format("reading LMDB key '{}'", label_key), loc);
+  if (!env->InMap(lv.mv_data, lv.mv_size))
+    return Status::Corrupt(fmt::format("LMDB key '{}' in '{}': value lies outside the data file", label_key, env->data_path()),
+                           loc);
+  out->key.assign(lkey.substr(lkey.find('-') + 1));  // image-000000001 -> 000000001
+  out->set("txt", View(owner, lv.mv_data, lv.mv_size));
+  return Status::OK();
 }
 
 

@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+
 #include "core/file.h"
 #include "core/paths.h"
 #include "io/shard_cache.h"
@@ -30,6 +32,9 @@ Result<Manifest> ReadManifest(const std::string& path, std::string* unreadable, 
     } catch (const std::exception& e) {
       m.fields_error = e.what();
     }
+    m.channel_order = j.value("channel_order", std::string());
+    if (m.channel_order != "" && m.channel_order != "bgr" && m.channel_order != "rgb")
+      throw std::runtime_error("channel_order '" + m.channel_order + "' is not bgr or rgb");
     size_t i = 0;
     for (const auto& s : j.at("shards")) {
       ShardInfo si;
@@ -51,7 +56,7 @@ Result<Manifest> ReadManifest(const std::string& path, std::string* unreadable, 
 
 std::string ManifestText(const std::string& pattern, uint64_t num_samples, const std::vector<std::string>& class_names,
                          const std::vector<std::string>& fields, const std::vector<ShardInfo>& shard_infos,
-                         bool write_index, uint64_t* total_bytes) {
+                         bool write_index, uint64_t* total_bytes, const std::string& channel_order) {
   json j;
   j["format"] = "wds";
   j["version"] = 1;
@@ -59,6 +64,8 @@ std::string ManifestText(const std::string& pattern, uint64_t num_samples, const
   j["num_samples"] = num_samples;
   j["class_names"] = class_names;
   j["fields"] = fields;
+  if (!channel_order.empty() && std::find(fields.begin(), fields.end(), "npy") != fields.end())
+    j["channel_order"] = channel_order;
   uint64_t total = 0;
   json shards = json::array();
   for (const auto& s : shard_infos) {

@@ -22,6 +22,7 @@ struct Manifest {
   std::vector<ShardInfo> shards;  // paths joined to the manifest's directory
   std::vector<std::string> fields;
   std::string fields_error;  // "fields" is malformed: why (the rest is still read)
+  std::string channel_order;  // of the decoded arrays (.npy): "bgr", "rgb", or "" (not recorded)
 };
 
 // Reads a manifest. Errors: the file cannot be read; kCorrupt when it is JSON
@@ -32,8 +33,10 @@ struct Manifest {
 Result<Manifest> ReadManifest(const std::string& path, std::string* unreadable, bool trust = false);
 
 // The manifest's text for a finished write of `pattern`.
+// channel_order: of the decoded arrays, recorded when "npy" is among the fields and
+// it is known ("bgr" or "rgb", from WriteOptions::array_channels).
 std::string ManifestText(const std::string& pattern, uint64_t num_samples, const std::vector<std::string>& class_names,
                          const std::vector<std::string>& fields, const std::vector<ShardInfo>& shards,
-                         bool write_index, uint64_t* total_bytes);
+                         bool write_index, uint64_t* total_bytes, const std::string& channel_order = "");
 
 }  // namespace shardkit::formats::wds

@@ -63,6 +63,7 @@ struct Record {
   json plan;
   bool same_plan = false;  // merge: equal to part 0's (and `plan` dropped to save memory)
   std::vector<std::string> class_names, fields;
+  std::string channel_order;      // of decoded arrays, as the writer was told ("" unknown)
   std::vector<ShardInfo> shards;  // paths joined to the record's directory
 };
 
@@ -93,6 +94,7 @@ Result<Record> ReadRecord(const std::string& path, FileSystem& fs) {
     r.plan = j.at("plan");
     r.class_names = j.at("class_names").get<std::vector<std::string>>();
     r.fields = j.at("fields").get<std::vector<std::string>>();
+    r.channel_order = j.value("channel_order", std::string());
     for (const auto& s : j.at("shards")) {
       ShardInfo si;
       si.path = JoinDir(dir, s.at("path").get<std::string>());
@@ -201,6 +203,7 @@ std::string PartRecordText(const std::string& pattern, const WriteOptions& opts,
   j["plan"] = ParsePlan(opts.part.plan);
   j["class_names"] = opts.class_names;
   j["fields"] = fields;
+  if (!opts.array_channels.empty()) j["channel_order"] = opts.array_channels;
   uint64_t total = 0;
   json list = json::array();
   for (const auto& s : shards) {
@@ -409,9 +412,10 @@ Result<MergeSummary> MergeParts(const std::string& pattern, const MergeOptions& 
                                               : PlanDifference(first.plan, r.plan, fmt::format("part 0/{}", count),
                                                                fmt::format("part {}/{}", i, count));
       if (diff.empty() && (r.pattern != first.pattern || r.write_index != first.write_index ||
-                           r.class_names != first.class_names || r.total_shards != first.total_shards ||
+                           r.class_names != first.class_names || r.channel_order != first.channel_order ||
+                           r.total_shards != first.total_shards ||
                            r.total_samples != first.total_samples))
-        diff = fmt::format("pattern, index writing, class names or totals differ between part 0/{} and part {}/{}",
+        diff = fmt::format("pattern, index writing, class names, channel order or totals differ between part 0/{} and part {}/{}",
                            count, i, count);
       if (!diff.empty())
         return Status::Invalid(fmt::format("the parts were not run with the same flags and source: {}; rerun the odd "
@@ -451,7 +455,7 @@ Result<MergeSummary> MergeParts(const std::string& pattern, const MergeOptions& 
                            Location{.file = dir});
   std::string text = ManifestText(pattern, out.samples, first.class_names,
                                   std::vector<std::string>(fields.begin(), fields.end()), shards, first.write_index,
-                                  &out.bytes);
+                                  &out.bytes, first.channel_order);
   out.shards = shards.size();
   if (manifest_exists) {
     auto old = remote ? fs->ReadFile(manifest) : io::ReadFile(manifest);

@@ -39,6 +39,7 @@
 #include "formats/wds/index.h"
 #include "formats/wds/index_cache.h"
 #include "formats/wds/manifest.h"
+#include "formats/channel_order.h"
 #include "formats/wds/names.h"
 #include "formats/wds/pipe.h"
 #include "formats/wds/ranged.h"
@@ -685,6 +686,9 @@ Result<std::unique_ptr<Dataset>> OpenManifest(const std::string& path, const Ope
     info.sample_checksums = SampleChecksums::kList;
     info.sample_checksums_where = "a .xxh3 list beside each shard";
   }
+  // Decoded arrays: the order the manifest records, or wds.channels.
+  SK_ASSIGN_OR_RETURN(bool to_rgb, ApplyChannelOrder(m.channel_order, "the manifest", "wds.channels", opts, &info));
+  if (to_rgb) return WithBgrToRgb(std::move(ds), info);
   return std::unique_ptr<Dataset>(std::move(ds));
 }
 
@@ -771,6 +775,9 @@ Result<std::unique_ptr<Dataset>> OpenWds(const std::string& path, const OpenOpti
     info.sample_checksums = SampleChecksums::kList;
     info.sample_checksums_where = "a .xxh3 list beside each shard";
   }
+  // Shards without their manifest record no channel order: wds.channels may say it.
+  SK_ASSIGN_OR_RETURN(bool to_rgb, ApplyChannelOrder("", path, "wds.channels", opts, &info));
+  if (to_rgb) return WithBgrToRgb(std::move(ds), info);
   return std::unique_ptr<Dataset>(std::move(ds));
 }
 }  // namespace shardkit::formats::wds
