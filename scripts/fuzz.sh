@@ -34,7 +34,11 @@ if ! "$CXX_BIN" -print-file-name=libclang_rt.fuzzer-x86_64.a | grep -q /; then
   exit 1
 fi
 . scripts/ccache-env.sh
+# -O1 -gline-tables-only, as OSS-Fuzz builds: reports keep file:line, and the build is
+# about twice as fast as -O2 -g.
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER="$CC_BIN" \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
+  -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
   -DCMAKE_CXX_COMPILER="$CXX_BIN" -DSHARDKIT_FUZZ=ON -DSHARDKIT_SANITIZE=address,undefined \
   -DSHARDKIT_BUILD_TESTS=OFF -DSHARDKIT_BUILD_TOOLS=OFF -DSHARDKIT_WITH_CUDA=OFF -DSHARDKIT_BUILD_PYTHON=OFF >/dev/null
 cmake --build "$BUILD" -j "$(nproc)" --target $(for t in $TARGETS; do printf 'fuzz_%s ' "$t"; done)

@@ -11,7 +11,10 @@ BUILD="${1:-build-sanitize}"
 # The C++ library, CLI and tests: not the CUDA layer (its tests skip without a GPU; the
 # GPU machine runs compute-sanitizer instead) and not the Python module (an ASan
 # extension cannot load into an uninstrumented interpreter).
+# -O1 -g1 (line tables): a sanitizer report keeps its file:line stack, and the build
+# compiles about 2x faster than -O2 -g (wds/reader.cc under ASan+UBSan: 14.7 s vs 32.1 s).
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDKIT_SANITIZE=address,undefined \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
   -DSHARDKIT_WITH_CUDA=OFF -DSHARDKIT_BUILD_PYTHON=OFF >/dev/null
 cmake --build "$BUILD" -j "$(nproc)"
 # Every report aborts the process (so the test fails); leaks are reports too.
