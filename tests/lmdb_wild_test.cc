@@ -380,7 +380,24 @@ TEST_CASE("lmdb wild: BGR arrays keep their channel order through tar shards, an
   auto h5 = Open("hdf5:" + fx.dir / "t.h5");
   REQUIRE(h5.ok());
   CHECK_THAT((*h5)->info().extra.at("channel_order"), Catch::StartsWith("decoded arrays: bgr"));
-  for (std::string dst : {"folder:" + fx.dir / "f", "tfrecord:" + fx.dir / "tf/s-%05d.tfrecord", "mds:" + fx.dir / "m"}) {
+  // MDS records it in its shardkit.json (Streaming ignores that file).
+  REQUIRE(Cli(fmt::format("convert {} {}", Q(manifest), Q("mds:" + fx.dir / "m"))).exit_code == 0);
+  CHECK(json::parse(ReadFile(fx.dir / "m/shardkit.json"))["channel_order"] == "bgr");
+  auto mds = Open("mds:" + fx.dir / "m");
+  REQUIRE(mds.ok());
+  CHECK_THAT((*mds)->info().extra.at("channel_order"), Catch::StartsWith("decoded arrays: bgr (as shardkit.json records"));
+  auto mds_rgb = Open("mds:" + fx.dir / "m", OpenOptions{.format_options = {{"mds.channels", "bgr-to-rgb"}}});
+  REQUIRE(mds_rgb.ok());
+  {
+    auto got = ReadAll(**mds_rgb);
+    REQUIRE(got.size() == exp.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      auto a = pickle::ParseNpy(got[i].find("npy")->data);
+      REQUIRE(a.ok());
+      CHECK(Md5Of(a->data) == exp[i]["rgb_md5"].get<std::string>());
+    }
+  }
+  for (std::string dst : {"folder:" + fx.dir / "f", "tfrecord:" + fx.dir / "tf/s-%05d.tfrecord"}) {
     INFO(dst);
     auto r = Cli(fmt::format("convert {} {}", Q(manifest), Q(dst)));
     CHECK(r.exit_code == 1);

@@ -291,6 +291,12 @@ Result<Index> ReadIndex(const std::string& dir, const std::shared_ptr<FileSystem
         idx.class_names.push_back(n.get<std::string>());
       }
     }
+    auto co = j.find("channel_order");
+    if (co != j.end()) {
+      if (!co->is_string() || (*co != "bgr" && *co != "rgb"))
+        return Bad(side, "shardkit.json: channel_order is not \"bgr\" or \"rgb\"");
+      idx.channel_order = co->get<std::string>();
+    }
   }
   return idx;
 }

@@ -73,6 +73,7 @@ struct Index {
   std::vector<ShardMeta> shards;
   uint64_t num_samples = 0;
   std::vector<std::string> class_names;  // from shardkit.json, if any
+  std::string channel_order;             // of decoded arrays, from shardkit.json: "bgr", "rgb" or ""
   std::vector<std::string> fields;       // union over shards, sorted
 };
 

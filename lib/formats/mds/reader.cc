@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "core/paths.h"
+#include "formats/channel_order.h"
 #include "formats/mds/mds.h"
 
 namespace shardkit::formats::mds {
@@ -262,8 +263,12 @@ Result<std::unique_ptr<Dataset>> OpenMds(const std::string& path, const OpenOpti
     info.extra["columns"] = cols;
   }
   info.extra["index"] = idx.index_path;
+  // Decoded arrays: the order shardkit.json records, or mds.channels.
+  SK_ASSIGN_OR_RETURN(bool to_rgb, ApplyChannelOrder(idx.channel_order, "shardkit.json", "mds.channels", opts, &info));
   auto shared = std::make_shared<const Index>(std::move(idx));
-  return std::unique_ptr<Dataset>(std::make_unique<MdsDataset>(std::move(shared), std::move(fs), std::move(info)));
+  std::unique_ptr<Dataset> ds = std::make_unique<MdsDataset>(std::move(shared), std::move(fs), info);
+  if (to_rgb) return WithBgrToRgb(std::move(ds), std::move(info));
+  return ds;
 }
 
 Result<std::vector<SampleExtent>> LocateSamples(const std::string& shard_path, int64_t) {

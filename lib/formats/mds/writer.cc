@@ -397,6 +397,8 @@ class MdsWriter : public SampleWriter {
     std::string text = PyDumps(index);
     SK_RETURN_IF_ERROR(WriteNew(partial_ + "/" + kIndexName, text, {}, root_ + "/" + kIndexName));
     json side = json::object();
+    // The channel order of decoded arrays, as the source said it (Streaming ignores this file).
+    if (!opts_.array_channels.empty()) side["channel_order"] = opts_.array_channels;
     side["class_names"] = opts_.class_names;
     side["format"] = "mds";
     side["samples"] = samples_;
