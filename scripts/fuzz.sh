@@ -94,7 +94,8 @@ for t in $TARGETS; do
     fi
     cat "$BUILD/fuzz_$t.run.log" >> "$BUILD/fuzz_$t.log"
     runs=$((runs + 1))
-    units=$((units + $(grep -oP 'stat::number_of_executed_units: *\K[0-9]+' "$BUILD/fuzz_$t.run.log" || echo 0)))
+    # (A crash report prints the stats twice: the last count is the run's.)
+    units=$((units + $(grep -oP 'stat::number_of_executed_units: *\K[0-9]+' "$BUILD/fuzz_$t.run.log" | tail -1 || echo 0)))
     [ "$ok" = 1 ] && break
     artifact="$(ls "$findings" | grep -vxF -f "$BUILD/fuzz_$t.before" | grep -v '^upstream$' | head -1 || true)"
     if [ -n "$upstream" ] && [ -n "$artifact" ] && upstream_crash "$BUILD/fuzz_$t.run.log" "$upstream"; then

@@ -113,7 +113,8 @@ TEST_CASE("confine: the rules, entry by entry (paths::Confinement)") {
   CHECK(*c.Resolve("a-{000000..000000}.tar", "s") == t / "ds/a-000000.tar");
   for (const char* bad : {"/etc/passwd", "../outside.tar", "sub/../../outside.tar", "file:///etc/passwd",
                           "FILE:/etc/passwd", "s3://bucket/x", "http://h/x", "pipe:cat /etc/passwd", "out.tar",
-                          "{a.tar,../outside.tar}", "a-{0..1}.tar", "", ".", "sub/..", "a.tar::../outside.tar"}) {
+                          "{a.tar,../outside.tar}", "a-{0..1}.tar", "", ".", "sub/..", "a.tar::../outside.tar",
+                          "a-{0..9999999}{0..9999999}{0..9999999}.tar", "a-{0..99999999999999999999}.tar"}) {
     auto r = c.Resolve(bad, "shards[3].path");
     INFO("entry '" << bad << "': " << (r.ok() ? *r : r.status().ToString()));
     REQUIRE(!r.ok());
@@ -249,5 +250,32 @@ TEST_CASE("confine: an MDS index.json whose shard is a symbolic link out of the 
     CHECK(r.exit_code == 1);
     CHECK((r.out + r.err).find(kMarker) == std::string::npos);
     CHECK((r.out + r.err).find("'" + bad + "' is not a relative path inside the dataset directory") != std::string::npos);
+  }
+}
+
+TEST_CASE("manifests: a count that is a float or negative is refused naming the member (fuzz_manifest finding)") {
+  TempDir t;
+  MakeImageFolder(t / "src", 1, 2);
+  REQUIRE(Cli("convert " + Q(t / "src") + " " + Q(t / "w/train-%06d.tar")).exit_code == 0);
+  REQUIRE(Cli("convert " + Q(t / "src") + " " + Q(t / "f/train-%05d.tfrecord")).exit_code == 0);
+  for (std::string manifest : {t / "w/train.manifest.json", t / "f/train.tfrecord.json"}) {
+    const json good = ReadJson(manifest);
+    for (const char* bad : {"2.0e88", "-1", "1.5"}) {
+      json j = good;
+      j["shards"][0]["bytes"] = json::parse(bad);
+      WriteJson(manifest, j);
+      RunResult r = Cli("info " + Q(manifest));
+      INFO(manifest << " bytes " << bad << ": " << r.out << r.err);
+      CHECK(r.exit_code == 1);
+      CHECK(r.err.find("bytes is not a count") != std::string::npos);
+    }
+    // A "format" that is not a string (fuzz_manifest: an uncaught exception before).
+    json j = good;
+    j["format"] = 1;
+    WriteJson(manifest, j);
+    RunResult r = Cli("info " + Q(manifest));
+    INFO(r.out << r.err);
+    CHECK(r.exit_code == 1);
+    CHECK(r.err.find("shardkit: error:") != std::string::npos);
   }
 }

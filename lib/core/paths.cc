@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <charconv>
@@ -38,6 +39,8 @@ Status ExpandOne(std::string_view p, std::vector<std::string>* out) {
     };
     if (!all_digits(a) || !all_digits(b))
       return Status::Invalid(fmt::format("bad brace range '{{{}}}' in pattern '{}': expected {{START..END}} with decimal numbers", body, p));
+    if (a.size() > 19 || b.size() > 19)  // (std::stoull would throw)
+      return Status::Invalid(fmt::format("brace range '{{{}}}' is too large", body));
     uint64_t lo = std::stoull(std::string(a)), hi = std::stoull(std::string(b));
     if (hi < lo) return Status::Invalid(fmt::format("brace range '{{{}}}' in pattern '{}' runs backwards", body, p));
     if (hi - lo > 10'000'000) return Status::Invalid(fmt::format("brace range '{{{}}}' is too large", body));
@@ -170,6 +173,47 @@ bool HasScheme(std::string_view e) {
 }
 }  // namespace
 
+// At most this many elements of a list or range in one entry are expanded and checked.
+static constexpr uint64_t kMaxListed = 64;
+
+// How many names ExpandBraces(e) gives, without building them (UINT64_MAX: more than
+// fits); malformed braces count 1 (ExpandBraces then says what is wrong).
+static uint64_t BraceCount(std::string_view e) {
+  auto mul = [](uint64_t a, uint64_t b) { return b != 0 && a > UINT64_MAX / b ? UINT64_MAX : a * b; };
+  uint64_t total = 0;
+  size_t start = 0;
+  for (;;) {
+    size_t sep = e.find("::", start);
+    std::string_view part = e.substr(start, sep == std::string_view::npos ? std::string_view::npos : sep - start);
+    uint64_t n = 1;
+    for (size_t open = part.find('{'); open != std::string_view::npos; open = part.find('{', open + 1)) {
+      size_t close = part.find('}', open);
+      if (close == std::string_view::npos) break;
+      std::string_view body = part.substr(open + 1, close - open - 1);
+      size_t dots = body.find("..");
+      uint64_t items = 1;
+      if (dots != std::string_view::npos) {
+        std::string_view a = body.substr(0, dots), b = body.substr(dots + 2);
+        if (a.size() > 19 || b.size() > 19) {
+          items = UINT64_MAX;
+        } else if (!a.empty() && !b.empty() && a.find_first_not_of("0123456789") == std::string_view::npos &&
+                   b.find_first_not_of("0123456789") == std::string_view::npos) {
+          uint64_t lo = std::stoull(std::string(a)), hi = std::stoull(std::string(b));
+          items = hi >= lo ? hi - lo + 1 : 1;
+        }
+      } else {
+        items = 1 + uint64_t(std::count(body.begin(), body.end(), ','));
+      }
+      n = mul(n, items);
+      open = close;
+    }
+    total = total + n < total ? UINT64_MAX : total + n;
+    if (sep == std::string_view::npos) break;
+    start = sep + 2;
+  }
+  return total;
+}
+
 Confinement::Confinement(std::string description, bool trust, bool offer_trust)
     : description_(std::move(description)),
       remote_(IsRemoteAddress(description_)),
@@ -215,6 +259,9 @@ Result<std::string> Confinement::Resolve(std::string_view entry, std::string_vie
   // A list or range names one file at most here; each element is held to the rules.
   if (entry.find('{') != std::string_view::npos || entry.find('}') != std::string_view::npos ||
       entry.find("::") != std::string_view::npos) {
+    // Counted before it is expanded: "{0..9999999}{0..9999999}" must not be built.
+    if (uint64_t n = BraceCount(entry); n > kMaxListed)
+      return Refuse(entry, what, fmt::format("it names {} files; an entry names one", n == UINT64_MAX ? std::string("too many") : std::to_string(n)));
     auto list = ExpandBraces(entry);
     if (!list.ok()) return Refuse(entry, what, list.status().message());
     for (const auto& e : *list) {

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/file.h"
+#include "core/json_count.h"
 #include "core/paths.h"
 #include "formats/mds/mds.h"
 
@@ -336,7 +337,7 @@ int BidRead(const std::string& path) {
   if (v == j.end() || !v->is_number_integer() || *v != 2 || s == j.end() || !s->is_array()) return 0;
   if (s->empty()) return t.shard_file.empty() ? 90 : 0;
   const json& first = (*s)[0];
-  if (!first.is_object() || first.value("format", std::string()) != "mds") return 0;
+  if (!json_count::MemberIs(first, "format", "mds")) return 0;
   return 100;
 }
 

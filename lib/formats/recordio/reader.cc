@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/file.h"
+#include "core/json_count.h"
 #include "core/paths.h"
 #include "core/per_thread.h"
 #include "formats/recordio/recordio.h"
@@ -83,7 +84,7 @@ Result<Meta> ReadMeta(const std::string& rec_path) {
     return Status::Corrupt(fmt::format("bad shardkit sidecar: {}", why), Location{.file = path});
   };
   if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
-  if (j.value("format", "") != "recordio") return bad("\"format\" is not \"recordio\"");
+  if (!json_count::MemberIs(j, "format", "recordio")) return bad("\"format\" is not \"recordio\"");
   try {
     m.keys = j.at("keys").get<std::vector<std::string>>();
     if (j.contains("class_names")) m.class_names = j.at("class_names").get<std::vector<std::string>>();

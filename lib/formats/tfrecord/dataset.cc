@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/file.h"
+#include "core/json_count.h"
 #include "core/paths.h"
 #include "formats/tfrecord/example.h"
 #include "formats/tfrecord/frames.h"
@@ -40,21 +41,21 @@ Result<ManifestInfo> ReadManifest(const std::string& path, bool trust) {
   json j = json::parse(text, nullptr, false);
   Location at{.file = path};
   if (j.is_discarded() || !j.is_object()) return Status::Corrupt("TFRecord manifest is not a JSON object", at);
-  if (j.value("format", std::string()) != "tfrecord")
+  if (!json_count::MemberIs(j, "format", "tfrecord"))
     return Status::Corrupt("JSON file is not a TFRecord manifest (its \"format\" is not \"tfrecord\")", at);
   ManifestInfo m;
   try {
     m.class_names = j.value("class_names", std::vector<std::string>{});
     m.field_map = j.value("field_map", std::map<std::string, std::string>{});
-    if (j.contains("num_samples")) m.num_samples = j.at("num_samples").get<uint64_t>();
+    if (j.contains("num_samples")) m.num_samples = json_count::Get(j.at("num_samples"), "num_samples");
     const paths::Confinement inside(path, trust);
     size_t i = 0;
     for (const auto& s : j.at("shards")) {
       auto resolved = inside.Resolve(s.at("path").get<std::string>(), fmt::format("shards[{}].path", i++));
       if (!resolved.ok()) return resolved.status();
       const std::string& p = *resolved;
-      m.shards.push_back(ShardListing::Shard{p, "tfrecord:" + p, s.value("samples", uint64_t(0)),
-                                             s.value("bytes", uint64_t(0)), s.value("checksum", std::string())});
+      m.shards.push_back(ShardListing::Shard{p, "tfrecord:" + p, json_count::Value(s, "samples", 0),
+                                             json_count::Value(s, "bytes", 0), s.value("checksum", std::string())});
     }
   } catch (const json::exception& e) {
     return Status::Corrupt(fmt::format("TFRecord manifest is malformed: {}", e.what()), at);

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/file.h"
+#include "core/json_count.h"
 #include "core/paths.h"
 #include "formats/registry.h"
 #include "formats/tfrecord/frames.h"
@@ -28,7 +29,7 @@ int BidRead(const std::string& path) {
     if (!text.ok()) return 90;
     auto j = nlohmann::json::parse(*text, nullptr, false);
     if (j.is_discarded() || !j.is_object()) return 90;  // opens with a clear error
-    return j.value("format", std::string()) == "tfrecord" ? 100 : 0;
+    return json_count::MemberIs(j, "format", "tfrecord") ? 100 : 0;
   }
   if (path.find('{') != std::string::npos || path.find("::") != std::string::npos) {
     auto r = paths::ExpandBraces(path);

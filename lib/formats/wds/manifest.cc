@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "core/file.h"
+#include "core/json_count.h"
 #include "core/paths.h"
 #include "io/shard_cache.h"
 #include "formats/wds/index.h"
@@ -25,7 +26,7 @@ Result<Manifest> ReadManifest(const std::string& path, std::string* unreadable, 
     json j = json::parse(text);
     if (j.value("format", "") != "wds")
       return Status::Corrupt("not a shardkit wds manifest (\"format\" is not \"wds\")", Location{.file = path});
-    m.num_samples = j.at("num_samples").get<uint64_t>();
+    m.num_samples = json_count::Get(j.at("num_samples"), "num_samples");
     m.class_names = j.value("class_names", std::vector<std::string>{});
     try {
       m.fields = j.value("fields", std::vector<std::string>{});
@@ -42,8 +43,8 @@ Result<Manifest> ReadManifest(const std::string& path, std::string* unreadable, 
       if (!resolved.ok()) return resolved.status();
       si.path = std::move(*resolved);
       si.address = "wds:" + si.path;
-      si.samples = s.at("samples").get<uint64_t>();
-      si.bytes = s.at("bytes").get<uint64_t>();
+      si.samples = json_count::Get(s.at("samples"), "samples");
+      si.bytes = json_count::Get(s.at("bytes"), "bytes");
       si.checksum = s.value("checksum", "");
       m.shards.push_back(std::move(si));
     }

@@ -16,6 +16,7 @@
 
 #include "core/cores.h"
 #include "core/file.h"
+#include "core/json_count.h"
 #include "core/paths.h"
 #include "formats/wds/index.h"
 #include "formats/wds/manifest.h"
@@ -83,12 +84,12 @@ Result<Record> ReadRecord(const std::string& path, FileSystem& fs) {
     json j = json::parse(text);
     if (j.value("format", "") != "wds-part" || j.value("version", 0) != 1)
       return Status::Corrupt("not a shardkit wds part record", Location{.file = path});
-    r.index = j.at("part").get<uint64_t>();
-    r.count = j.at("parts").get<uint64_t>();
-    r.first_shard = j.at("first_shard").get<uint64_t>();
-    r.total_shards = j.at("total_shards").get<uint64_t>();
-    r.total_samples = j.at("total_samples").get<uint64_t>();
-    r.samples = j.at("num_samples").get<uint64_t>();
+    r.index = json_count::Get(j.at("part"), "part");
+    r.count = json_count::Get(j.at("parts"), "parts");
+    r.first_shard = json_count::Get(j.at("first_shard"), "first_shard");
+    r.total_shards = json_count::Get(j.at("total_shards"), "total_shards");
+    r.total_samples = json_count::Get(j.at("total_samples"), "total_samples");
+    r.samples = json_count::Get(j.at("num_samples"), "num_samples");
     r.write_index = j.at("write_index").get<bool>();
     r.pattern = j.at("pattern").get<std::string>();
     r.plan = j.at("plan");
@@ -98,8 +99,8 @@ Result<Record> ReadRecord(const std::string& path, FileSystem& fs) {
     for (const auto& s : j.at("shards")) {
       ShardInfo si;
       si.path = JoinDir(dir, s.at("path").get<std::string>());
-      si.samples = s.at("samples").get<uint64_t>();
-      si.bytes = s.at("bytes").get<uint64_t>();
+      si.samples = json_count::Get(s.at("samples"), "samples");
+      si.bytes = json_count::Get(s.at("bytes"), "bytes");
       si.checksum = s.at("checksum").get<std::string>();
       r.shards.push_back(std::move(si));
     }
