@@ -15,7 +15,7 @@ BUILD="${1:-build-sanitize}"
 # compiles about 2x faster than -O2 -g (wds/reader.cc under ASan+UBSan: 14.7 s vs 32.1 s).
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDKIT_SANITIZE=address,undefined \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
-  -DSHARDKIT_WITH_CUDA=OFF -DSHARDKIT_BUILD_PYTHON=OFF >/dev/null
+  -DSHARDKIT_WITH_CUDA=OFF -DSHARDKIT_BUILD_PYTHON=OFF -DSHARDKIT_BUILD_BENCH=OFF >/dev/null
 cmake --build "$BUILD" -j "$(nproc)"
 # Every report aborts the process (so the test fails); leaks are reports too.
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:halt_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1"
