@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <map>
+#include <set>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -354,7 +355,7 @@ TEST_CASE("lmdb wild: --encode png|jpeg:Q writes decoded arrays as images, BGR o
   }
 }
 
-TEST_CASE("lmdb wild: BGR arrays keep their channel order through tar shards, and every consumer honours it", "[lmdb][wild][channels]") {
+TEST_CASE("lmdb wild: BGR arrays keep their channel order through every format, and every consumer honours it", "[lmdb][wild][channels]") {
   Fixtures fx(5);
   const std::string src = "lmdb:" + fx.dir / "pickle_array.lmdb";
   const json& exp = fx.expected["pickle_array"];
@@ -375,7 +376,7 @@ TEST_CASE("lmdb wild: BGR arrays keep their channel order through tar shards, an
   auto enc = Cli(fmt::format("convert {} {} --encode png", Q(manifest), Q("wds:" + fx.dir / "bad/s-%06d.tar")));
   CHECK(enc.exit_code == 1);
   CHECK_THAT(enc.err, Catch::Contains("BGR") && Catch::Contains("wds.channels=bgr-to-rgb"));
-  // HDF5 output records it; a format that cannot record it refuses.
+  // HDF5 output records it.
   REQUIRE(Cli(fmt::format("convert {} {}", Q(manifest), Q("hdf5:" + fx.dir / "t.h5"))).exit_code == 0);
   auto h5 = Open("hdf5:" + fx.dir / "t.h5");
   REQUIRE(h5.ok());
@@ -397,11 +398,49 @@ TEST_CASE("lmdb wild: BGR arrays keep their channel order through tar shards, an
       CHECK(Md5Of(a->data) == exp[i]["rgb_md5"].get<std::string>());
     }
   }
-  for (std::string dst : {"folder:" + fx.dir / "f", "tfrecord:" + fx.dir / "tf/s-%05d.tfrecord"}) {
-    INFO(dst);
-    auto r = Cli(fmt::format("convert {} {}", Q(manifest), Q(dst)));
-    CHECK(r.exit_code == 1);
-    CHECK_THAT(r.err, Catch::Contains("does not record a channel order") && Catch::Contains("wds.channels=bgr-to-rgb"));
+  // The other writers record it too, and their readers give it back and convert it on read.
+  struct Recorded {
+    std::string dst, open, record, option;
+  };
+  for (const Recorded& r : {Recorded{"folder:" + fx.dir / "f", "folder:" + fx.dir / "f", fx.dir / "f/.shardkit-folder.json",
+                                     "folder.channels"},
+                            Recorded{"tfrecord:" + fx.dir / "tf/s-%05d.tfrecord", fx.dir / "tf/s.tfrecord.json",
+                                     fx.dir / "tf/s.tfrecord.json", "tfrecord.channels"},
+                            Recorded{"recordio:" + fx.dir / "rec/s-%05d.rec", "recordio:" + fx.dir / "rec/s-00000.rec",
+                                     fx.dir / "rec/s-00000.shardkit.json", "recordio.channels"}}) {
+    INFO(r.dst);
+    auto c2 = Cli(fmt::format("convert {} {}", Q(manifest), Q(r.dst)));
+    INFO(c2.out << c2.err);
+    REQUIRE(c2.exit_code == 0);
+    CHECK(json::parse(ReadFile(r.record))["channel_order"] == "bgr");
+    auto back = Open(r.open);
+    INFO(back.status().ToString());
+    REQUIRE(back.ok());
+    CHECK_THAT((*back)->info().extra.at("channel_order"), Catch::StartsWith("decoded arrays: bgr (as"));
+    auto again = Cli(fmt::format("convert {} {} --encode png", Q(r.open), Q("wds:" + fx.dir / "again/s-%06d.tar")));
+    CHECK(again.exit_code == 1);
+    CHECK_THAT(again.err, Catch::Contains("BGR") && Catch::Contains(r.option + "=bgr-to-rgb"));
+    auto rgb2 = Open(r.open, OpenOptions{.format_options = {{r.option, "bgr-to-rgb"}}});
+    REQUIRE(rgb2.ok());
+    auto got = ReadAll(**rgb2);
+    REQUIRE(got.size() == exp.size());
+    std::set<std::string> want, have;
+    for (size_t i = 0; i < got.size(); ++i) {
+      auto a = pickle::ParseNpy(got[i].find("npy")->data);
+      REQUIRE(a.ok());
+      have.insert(Md5Of(a->data));
+      want.insert(exp[i]["rgb_md5"].get<std::string>());
+    }
+    CHECK(have == want);
+  }
+  // A recorded order that is neither bgr nor rgb is refused, naming the file.
+  {
+    json marker = json::parse(ReadFile(fx.dir / "f/.shardkit-folder.json"));
+    marker["channel_order"] = "grb";
+    WriteFile(fx.dir / "f/.shardkit-folder.json", marker.dump());
+    auto bad_marker = Cli("info " + Q("folder:" + fx.dir / "f"));
+    CHECK(bad_marker.exit_code == 1);
+    CHECK_THAT(bad_marker.err, Catch::Contains(".shardkit-folder.json") && Catch::Contains("channel_order"));
   }
   // The loader refuses them too.
   LoaderOptions lo;

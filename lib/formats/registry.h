@@ -75,11 +75,6 @@ struct Format {
   // Its reader goes through the storage seam (FileSystemFor), so it opens
   // http(s):// and s3:// addresses; the others need a local copy (docs/remote.md).
   bool reads_remote = false;
-  // Its writer records the channel order of decoded arrays (WriteOptions::array_channels)
-  // beside them, and its reader gives it back (DatasetInfo::extra["channel_order"]).
-  // Convert refuses to write BGR arrays into a format that does not: they would read
-  // back as RGB.
-  bool records_channel_order = false;
   // Optional (null: the dataset is one unit): the shards of an address (see
   // ShardListing). Errors: the address names no dataset of this format at all; a file
   // the metadata names lies outside the dataset (Detail::kOutsideDataset, unless

@@ -356,23 +356,11 @@ Result<ConvertSummary> CopyInto(const Dataset& in, std::string_view src, const s
   SK_ASSIGN_OR_RETURN(const formats::Format* fmt, formats::Resolve(out_address, true, &out_path));
   if (c.write.class_names.empty()) c.write.class_names = in.info().class_names;
   // The channel order of decoded arrays, as the source says it ("decoded arrays: bgr ...",
-  // the words convert's --encode check reads): recorded by the writers that keep arrays
-  // (LMDB pickle, HDF5 images, the tar-shard manifest), never converted here.
+  // the words convert's --encode check reads): every writer records it beside the arrays
+  // (docs/existing-data.md), and none converts it.
   if (auto co = in.info().extra.find("channel_order"); c.write.array_channels.empty() && co != in.info().extra.end()) {
     if (co->second.starts_with("decoded arrays: bgr")) c.write.array_channels = "bgr";
     if (co->second.starts_with("decoded arrays: rgb")) c.write.array_channels = "rgb";
-  }
-  const auto& fields = in.info().fields;
-  if (c.write.array_channels == "bgr" && !fmt->records_channel_order && c.encode.empty() &&
-      std::find(fields.begin(), fields.end(), "npy") != fields.end()) {
-    auto opt = in.info().extra.find("channel_option");
-    const std::string option = opt != in.info().extra.end() ? opt->second : "<format>.channels";
-    return Status::Invalid(
-        fmt::format("the source's decoded arrays are BGR ({}) and {} does not record a channel order: they would "
-                    "read back as RGB. Convert them on read (--source-option {}=bgr-to-rgb), or write tar shards, "
-                    "LMDB or HDF5, which record it",
-                    in.info().extra.at("channel_order"), fmt->name, option),
-        Location{.file = std::string(src)});
   }
   std::optional<PartPlan> plan;
   if (c.part.count > 0) {

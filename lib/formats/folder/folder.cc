@@ -7,8 +7,9 @@
 // access objects, and never changes after Open(), so Get() is thread-safe.
 //
 // Writing: every file goes into a fresh sibling directory `<root>.partial-*`
-// (no per-file fsync); Finish() writes the layout marker, syncs the file system
-// (syncfs), and renames the directory to `<root>`. Nothing is under `<root>`
+// (no per-file fsync); Finish() writes the layout marker (with the channel order
+// of decoded arrays), syncs the file system (syncfs), and renames the directory
+// to `<root>`. Nothing is under `<root>`
 // before Finish() succeeds; a writer destroyed without Finish() removes the
 // partial directory.
 #include <dirent.h>
@@ -32,6 +33,7 @@
 
 #include "core/file.h"
 #include "core/paths.h"
+#include "formats/channel_order.h"
 #include "formats/registry.h"
 
 namespace shardkit::formats {
@@ -321,19 +323,35 @@ int CompareKeys(std::string_view da, std::string_view sa, std::string_view db, s
   }
 }
 
-Result<Layout> ReadMarker(const std::string& root) {
+// What the marker records: the layout and the channel order of decoded arrays
+// ("bgr", "rgb" or "" when it records none).
+struct Marker {
+  Layout layout = Layout::kUnknown;
+  std::string channel_order;
+  std::string path;  // empty when there is no marker
+};
+
+Result<Marker> ReadMarker(const std::string& root) {
+  Marker m;
   std::string path = Join(root, kMarker);
   struct stat sb;
-  if (::lstat(path.c_str(), &sb) != 0) return Layout::kUnknown;
+  if (::lstat(path.c_str(), &sb) != 0) return m;
+  m.path = path;
   SK_ASSIGN_OR_RETURN(std::string text, io::ReadFile(path));
   auto j = nlohmann::json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("layout") || !j["layout"].is_string())
     return Status::Corrupt("bad layout marker: expected {\"layout\": \"flat\"} or {\"layout\": \"classes\"}",
                            Location{.file = path});
   std::string l = j["layout"].get<std::string>();
-  if (l == "flat") return Layout::kFlat;
-  if (l == "classes") return Layout::kClasses;
-  return Status::Corrupt(fmt::format("bad layout marker: unknown layout '{}'", l), Location{.file = path});
+  if (l == "flat") m.layout = Layout::kFlat;
+  else if (l == "classes") m.layout = Layout::kClasses;
+  else return Status::Corrupt(fmt::format("bad layout marker: unknown layout '{}'", l), Location{.file = path});
+  if (auto co = j.find("channel_order"); co != j.end()) {
+    if (!co->is_string() || (*co != "bgr" && *co != "rgb"))
+      return Status::Corrupt("bad layout marker: channel_order is not \"bgr\" or \"rgb\"", Location{.file = path});
+    m.channel_order = co->get<std::string>();
+  }
+  return m;
 }
 
 class FolderDataset : public Dataset {
@@ -446,7 +464,7 @@ Result<std::shared_ptr<RandomAccess>> FolderDataset::NewRandomAccess() const {
   return std::shared_ptr<RandomAccess>(new FolderAccess(idx_));
 }
 
-Result<std::unique_ptr<Dataset>> OpenFolder(const std::string& path_in, const OpenOptions&) {
+Result<std::unique_ptr<Dataset>> OpenFolder(const std::string& path_in, const OpenOptions& opts) {
   std::string root = paths::StripTrailingSlashes(path_in);
   int rootfd = ::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (rootfd < 0) {
@@ -465,7 +483,7 @@ Result<std::unique_ptr<Dataset>> OpenFolder(const std::string& path_in, const Op
   Walker w(root, false);
   std::vector<DirItem> top;
   SK_RETURN_IF_ERROR(w.List(rootfd, "", &top));
-  Layout layout = *marker;
+  Layout layout = marker->layout;
   if (layout == Layout::kUnknown) {
     bool any_dir = false, any_image = false;
     for (const auto& it : top) {
@@ -580,7 +598,12 @@ Result<std::unique_ptr<Dataset>> OpenFolder(const std::string& path_in, const Op
     info.extra["ignored_root_files"] = std::to_string(ignored_root);
     info.extra["ignored_root_example"] = Join(root, ignored_example);
   }
-  return std::unique_ptr<Dataset>(new FolderDataset(std::move(idx), std::move(info)));
+  // Decoded arrays: the order the marker records, or folder.channels.
+  SK_ASSIGN_OR_RETURN(bool to_rgb, ApplyChannelOrder(marker->channel_order, marker->path.empty() ? root : marker->path,
+                                                     "folder.channels", opts, &info));
+  auto ds = std::make_unique<FolderDataset>(std::move(idx), info);
+  if (to_rgb) return WithBgrToRgb(std::move(ds), std::move(info));
+  return std::unique_ptr<Dataset>(std::move(ds));
 }
 
 // ---------------------------------------------------------------- writing
@@ -695,7 +718,9 @@ class FolderWriter : public SampleWriter {
     if (finished_) return Status::Invalid("Finish() called twice", Location{.file = root_});
     if (broken_) return Status::Invalid("the writer failed earlier; nothing was published", Location{.file = root_});
     for (const auto& c : opts_.class_names) SK_RETURN_IF_ERROR(MakeDir(c));  // empty classes too
-    std::string marker = fmt::format("{{\"layout\": \"{}\"}}\n", opts_.class_names.empty() ? "flat" : "classes");
+    nlohmann::json mj{{"layout", opts_.class_names.empty() ? "flat" : "classes"}};
+    if (arrays_ && !opts_.array_channels.empty()) mj["channel_order"] = opts_.array_channels;
+    std::string marker = mj.dump() + "\n";
     SK_RETURN_IF_ERROR(WriteNew(Join(partial_, kMarker), marker, Join(partial_, kMarker)));
     SK_RETURN_IF_ERROR(fs_->SyncTree(partial_));
     // Publish: any old output moves aside, the staging directory takes its name.
@@ -769,6 +794,7 @@ class FolderWriter : public SampleWriter {
       Status st = WriteNew(Join(staged_dir, name), f.data.view(), shown);
       if (!st.ok()) return st.At(at);
       bytes_ += f.data.size();
+      if (f.ext == "npy") arrays_ = true;
     }
     return Status::OK();
   }
@@ -779,6 +805,7 @@ class FolderWriter : public SampleWriter {
   std::string dir_rel_ = "\n";  // no directory made yet ("" is the staging directory itself)
   uint64_t samples_ = 0, bytes_ = 0;
   bool finished_ = false, broken_ = false;
+  bool arrays_ = false;  // a sample had a decoded array ("npy"): the marker records their order
 };
 
 int BidRead(const std::string& path) {

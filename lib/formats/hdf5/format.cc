@@ -71,7 +71,6 @@ Format Hdf5Format() {
       .open = hdf5::OpenHdf5,
       .create = hdf5::CreateHdf5,
       .extensions = {"h5", "hdf5", "hdf", "he5"},
-      .records_channel_order = true,  // the images dataset's channel_order attribute
   };
 }
 

@@ -73,7 +73,6 @@ Format LmdbFormat() {
       .open = [](const std::string& path, const OpenOptions& opts) { return lmdb::OpenDataset(path, opts); },
       .create = [](const std::string& path, const WriteOptions& opts) { return lmdb::CreateWriter(path, opts); },
       .extensions = {"mdb", "lmdb"},
-      .records_channel_order = true,  // shardkit.json's "channels" (pickle arrays)
   };
 }
 

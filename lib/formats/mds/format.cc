@@ -16,7 +16,6 @@ Format MdsFormat() {
       .open = mds::OpenMds,
       .create = mds::CreateMds,
       .extensions = {"mds", "zstd"},
-      .records_channel_order = true,  // shardkit.json's channel_order
       .list_shards = mds::ListShards,
       .locate_samples = mds::LocateSamples,
   };

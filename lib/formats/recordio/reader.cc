@@ -2,8 +2,9 @@
 // reader walks its records in file order (checking them against the .idx when
 // there is one); random access goes through the .idx (sorted by offset at
 // open, so both orders agree). Keys, class names and per-sample checksums come
-// from FILE.shardkit.json when shardkit wrote the file, else keys are the .idx
-// keys or, without an .idx, each record's header id.
+// from FILE.shardkit.json when shardkit wrote the file (with the channel order
+// of decoded arrays), else keys are the .idx keys or, without an .idx, each
+// record's header id.
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include "core/json_count.h"
 #include "core/paths.h"
 #include "core/per_thread.h"
+#include "formats/channel_order.h"
 #include "formats/recordio/recordio.h"
 
 namespace shardkit::formats::recordio {
@@ -71,6 +73,7 @@ struct Meta {
   std::vector<uint64_t> checksums;
   std::map<uint64_t, std::string> exts;  // record -> payload extension, where sniffing says otherwise
   std::set<uint64_t> unlabeled;          // records whose sample had no label (the header holds 0)
+  std::string channel_order;             // of decoded arrays: "bgr", "rgb" or "" (not recorded)
 };
 
 Result<Meta> ReadMeta(const std::string& rec_path) {
@@ -94,9 +97,12 @@ Result<Meta> ReadMeta(const std::string& rec_path) {
       for (auto& [k, v] : j.at("exts").items()) m.exts[std::stoull(k)] = v.get<std::string>();
     if (j.contains("unlabeled"))
       for (uint64_t i : j.at("unlabeled").get<std::vector<uint64_t>>()) m.unlabeled.insert(i);
+    m.channel_order = j.value("channel_order", std::string());
   } catch (const std::exception& e) {
     return bad(e.what());
   }
+  if (m.channel_order != "" && m.channel_order != "bgr" && m.channel_order != "rgb")
+    return bad(fmt::format("channel_order '{}' is not bgr or rgb", m.channel_order));
   if (!m.checksums.empty() && m.checksums.size() != m.keys.size())
     return bad(fmt::format("{} checksums for {} keys", m.checksums.size(), m.keys.size()));
   for (const auto& [i, e] : m.exts)
@@ -331,7 +337,7 @@ class RecDataset : public Dataset {
 
 }  // namespace
 
-Result<std::unique_ptr<Dataset>> Open(const std::string& path, const OpenOptions&) {
+Result<std::unique_ptr<Dataset>> Open(const std::string& path, const OpenOptions& opts) {
   SK_ASSIGN_OR_RETURN(std::vector<std::string> list, paths::ExpandBraces(path));
   auto shards = std::make_shared<std::vector<Shard>>();
   auto ds = std::make_unique<RecDataset>();
@@ -341,7 +347,7 @@ Result<std::unique_ptr<Dataset>> Open(const std::string& path, const OpenOptions
   std::set<std::string> fields;
   bool known = true, sums = !list.empty(), fields_known = true;
   uint64_t total = 0;
-  std::string no_idx;
+  std::string no_idx, recorded, recorded_in;
   for (size_t i = 0; i < list.size(); ++i) {
     Shard sh;
     sh.path = list[i];
@@ -353,6 +359,17 @@ Result<std::unique_ptr<Dataset>> Open(const std::string& path, const OpenOptions
     if (sh.idx_path.empty() && no_idx.empty()) no_idx = sh.path;
     if (sh.meta.checksums.empty()) sums = false;
     if (info.class_names.empty()) info.class_names = sh.meta.class_names;
+    // Files that record a channel order agree (a file without arrays records none).
+    if (!sh.meta.channel_order.empty()) {
+      if (recorded.empty()) {
+        recorded = sh.meta.channel_order;
+        recorded_in = MetaPathFor(sh.path);
+      } else if (sh.meta.channel_order != recorded) {
+        return Status::Corrupt(fmt::format("the channel order of decoded arrays is '{}' here but '{}' in '{}'",
+                                           sh.meta.channel_order, recorded, recorded_in),
+                               Location{.file = MetaPathFor(sh.path), .shard = sh.number});
+      }
+    }
     if (sh.meta.present && !sh.meta.fields.empty()) fields.insert(sh.meta.fields.begin(), sh.meta.fields.end());
     else fields_known = false;
     info.shards.push_back(ShardInfo{sh.path, sh.count.value_or(0), sh.map->size(), "", "recordio:" + sh.path});
@@ -379,7 +396,14 @@ Result<std::unique_ptr<Dataset>> Open(const std::string& path, const OpenOptions
     info.sample_checksums = SampleChecksums::kList;
     info.sample_checksums_where = "xxh3 list in FILE.shardkit.json beside each .rec";
   }
+  // Decoded arrays: the order the sidecars record, or recordio.channels.
   ds->shards_ = std::move(shards);
+  SK_ASSIGN_OR_RETURN(bool to_rgb, ApplyChannelOrder(recorded, recorded_in.empty() ? path : recorded_in,
+                                                     "recordio.channels", opts, &info));
+  if (to_rgb) {
+    DatasetInfo copy = info;
+    return WithBgrToRgb(std::move(ds), std::move(copy));
+  }
   return std::unique_ptr<Dataset>(std::move(ds));
 }
 

@@ -203,6 +203,7 @@ class RecWriter : public SampleWriter {
               {"checksums", sums_},
               {"exts", exts_},
               {"unlabeled", unlabeled_}};
+    if (fields_.count("npy") && !opts_.array_channels.empty()) meta["channel_order"] = opts_.array_channels;
     std::string text = meta.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
     SK_RETURN_IF_ERROR(io::WriteFileAtomic(IdxPathFor(p), idx_, true, opts_.filesystem));
     committed_.push_back(IdxPathFor(p));

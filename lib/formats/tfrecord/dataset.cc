@@ -11,6 +11,7 @@
 #include "core/file.h"
 #include "core/json_count.h"
 #include "core/paths.h"
+#include "formats/channel_order.h"
 #include "formats/tfrecord/example.h"
 #include "formats/tfrecord/frames.h"
 #include "formats/tfrecord/tfrecord.h"
@@ -34,6 +35,7 @@ struct ManifestInfo {
   std::map<std::string, std::string> field_map;
   std::vector<ShardListing::Shard> shards;
   std::optional<uint64_t> num_samples;
+  std::string channel_order;  // of decoded arrays: "bgr", "rgb" or "" (not recorded)
 };
 
 Result<ManifestInfo> ReadManifest(const std::string& path, bool trust) {
@@ -48,6 +50,10 @@ Result<ManifestInfo> ReadManifest(const std::string& path, bool trust) {
     m.class_names = j.value("class_names", std::vector<std::string>{});
     m.field_map = j.value("field_map", std::map<std::string, std::string>{});
     if (j.contains("num_samples")) m.num_samples = json_count::Get(j.at("num_samples"), "num_samples");
+    m.channel_order = j.value("channel_order", std::string());
+    if (m.channel_order != "" && m.channel_order != "bgr" && m.channel_order != "rgb")
+      return Status::Corrupt(fmt::format("TFRecord manifest: channel_order '{}' is not bgr or rgb", m.channel_order),
+                             at);
     const paths::Confinement inside(path, trust);
     size_t i = 0;
     for (const auto& s : j.at("shards")) {
@@ -235,6 +241,13 @@ Result<std::unique_ptr<Dataset>> TfDataset::Open(const std::string& path, const 
   d->info_.sample_checksums = SampleChecksums::kInRecords;
   d->info_.sample_checksums_where =
       "CRC32C of each record's length and data (TFRecord framing), checked on read";
+  // Decoded arrays: the order the manifest records, or tfrecord.channels.
+  SK_ASSIGN_OR_RETURN(bool to_rgb, ApplyChannelOrder(man.channel_order, from_manifest ? "the manifest" : path,
+                                                     "tfrecord.channels", opts, &d->info_));
+  if (to_rgb) {
+    DatasetInfo info = d->info_;
+    return WithBgrToRgb(std::move(d), std::move(info));
+  }
   return std::unique_ptr<Dataset>(std::move(d));
 }
 

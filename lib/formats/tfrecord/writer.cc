@@ -3,9 +3,9 @@
 // and the shard plan of WdsWriteOptions::shard_plan), optionally GZIP/ZLIB
 // compressed; a DALI .idx beside each uncompressed shard (WdsWriteOptions::
 // write_index) and a manifest (x.tfrecord.json: shards, counts, checksums, class
-// names, the mapping) written last. Shards are published as they fill; a writer
-// destroyed without Finish() removes them (TFRecord writes are not resumable:
-// WriteOptions::resume starts over).
+// names, the mapping, the channel order of decoded arrays) written last. Shards
+// are published as they fill; a writer destroyed without Finish() removes them
+// (TFRecord writes are not resumable: WriteOptions::resume starts over).
 #include <xxhash.h>
 #include <zlib.h>
 
@@ -51,6 +51,7 @@ class TfWriter : public SampleWriter {
     raw_bytes_ += frame;
     ++shard_samples_;
     ++total_;
+    if (!arrays_ && s.find("npy")) arrays_ = true;
     return Status::OK();
   }
 
@@ -67,6 +68,7 @@ class TfWriter : public SampleWriter {
     j["compression"] = CompressionName(compression_);
     j["num_samples"] = total_;
     j["class_names"] = opts_.class_names;
+    if (arrays_ && !opts_.array_channels.empty()) j["channel_order"] = opts_.array_channels;
     j["shards"] = nlohmann::json::array();
     std::string dir = io::DirName(manifest_);
     for (const auto& si : summary_.shards) {
@@ -194,6 +196,7 @@ class TfWriter : public SampleWriter {
   std::vector<std::string> committed_;
   Status error_;
   bool finished_ = false;
+  bool arrays_ = false;  // a sample had a decoded array ("npy"): the manifest records their order
 };
 
 bool HasConversion(const std::string& p) {

@@ -28,7 +28,6 @@ Format WdsFormat() {
       .prefixes = {"pipe"},
       .writes_shards = true,
       .reads_remote = true,
-      .records_channel_order = true,  // the manifest's channel_order
       .list_shards = wds::ListShards,
       .locate_samples = wds::LocateSamples,
       .plan_by_size = wds::WdsWriter::PlanBySize,
