@@ -8,6 +8,9 @@
 #  pickle_gray.lmdb  pickle.dumps((2-D uint8 array, label)): grayscale, no channel order
 #  pickle_mixed.lmdb a 2-D array, then an H x W x 3 one
 #  split_crnn.lmdb   CRNN's image-%09d / label-%09d / num-samples
+#  split_idx.lmdb    its kin: the image under f"{idx}", the label under f"label_{idx}",
+#                    no count
+#  split_under.lmdb  image_%d / label_%d with a pickled __len__
 # and expected.json with what a reader must find (keys in dataset order, labels,
 # and for arrays the pixels. md5).
 import hashlib, io, json, os, pickle, sys
@@ -109,6 +112,21 @@ for i in range(1, n + 1):
 items.append((b"num-samples", str(n).encode()))
 put_all("split_crnn.lmdb", items)
 exp["split_crnn"] = e
+
+# 7. Its kin: the image under the bare index, the label text under label_<idx>
+#    (0-based, no padding, no count); and image_%d / label_%d with a pickled __len__.
+for name, img_key, count in (("split_idx", "{}", None), ("split_under", "image_{}", b"__len__")):
+    items, e = [], []
+    for i in range(n):
+        _, data = image(i, "PNG")
+        w = words[i % len(words)] + "-" + str(i)
+        items.append((img_key.format(i).encode(), data))
+        items.append((b"label_%d" % i, w.encode("utf-8")))
+        e.append({"key": str(i), "ext": "png", "txt": w, "md5": hashlib.md5(data).hexdigest()})
+    if count:
+        items.append((count, pickle.dumps(n, protocol=proto)))
+    put_all(f"{name}.lmdb", items)
+    exp[name] = e
 
 with open(f"{out}/expected.json", "w") as f:
     json.dump(exp, f)

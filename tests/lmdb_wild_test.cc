@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -500,6 +501,31 @@ TEST_CASE("lmdb wild: BGR arrays keep their channel order through every format, 
   CHECK(Cli("info " + Q(manifest)).exit_code == 1);
 }
 
+// A split-layout LMDB's samples against expected.json: keys, image bytes, label text.
+void CheckSplitSamples(const std::vector<Sample>& got, const json& exp) {
+  REQUIRE(got.size() == exp.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO(i);
+    CHECK(got[i].key == exp[i]["key"].get<std::string>());
+    const Field* img = got[i].find(exp[i]["ext"].get<std::string>());
+    REQUIRE(img);
+    CHECK(Md5Of(img->data) == exp[i]["md5"].get<std::string>());
+    const Field* txt = got[i].find("txt");
+    REQUIRE(txt);
+    CHECK(txt->data.str() == exp[i]["txt"].get<std::string>());
+  }
+}
+
+// The same by sequential reading and by random access (backwards).
+void CheckSplitDataset(const Dataset& ds, const json& exp) {
+  CheckSplitSamples(ReadAll(ds), exp);
+  auto ra = ds.NewRandomAccess();
+  REQUIRE(ra.ok());
+  std::vector<Sample> byindex(exp.size());
+  for (size_t i = exp.size(); i-- > 0;) REQUIRE((*ra)->Get(i, &byindex[i]).ok());
+  CheckSplitSamples(byindex, exp);
+}
+
 TEST_CASE("lmdb wild: CRNN's split image-/label-/num-samples layout reads as samples with a txt label", "[lmdb][wild]") {
   Fixtures fx(7);
   const std::string dir = fx.dir / "split_crnn.lmdb";
@@ -508,25 +534,7 @@ TEST_CASE("lmdb wild: CRNN's split image-/label-/num-samples layout reads as sam
   INFO(ds.status().ToString());
   REQUIRE(ds.ok());
   CHECK((*ds)->info().num_samples == 7u);  // not 15 keys
-  auto check = [&](const std::vector<Sample>& got) {
-    REQUIRE(got.size() == exp.size());
-    for (size_t i = 0; i < got.size(); ++i) {
-      INFO(i);
-      CHECK(got[i].key == exp[i]["key"].get<std::string>());
-      const Field* img = got[i].find(exp[i]["ext"].get<std::string>());
-      REQUIRE(img);
-      CHECK(Md5Of(img->data) == exp[i]["md5"].get<std::string>());
-      const Field* txt = got[i].find("txt");
-      REQUIRE(txt);
-      CHECK(txt->data.str() == exp[i]["txt"].get<std::string>());
-    }
-  };
-  check(ReadAll(**ds));
-  auto ra = (*ds)->NewRandomAccess();
-  REQUIRE(ra.ok());
-  std::vector<Sample> byindex(exp.size());
-  for (size_t i = exp.size(); i-- > 0;) REQUIRE((*ra)->Get(i, &byindex[i]).ok());
-  check(byindex);
+  CheckSplitDataset(**ds, exp);
   auto info = Cli("info " + Q("lmdb:" + dir));
   INFO(info.out << info.err);
   CHECK(info.exit_code == 0);
@@ -540,7 +548,7 @@ TEST_CASE("lmdb wild: CRNN's split image-/label-/num-samples layout reads as sam
   REQUIRE(c.exit_code == 0);
   auto back = Open(fx.dir / "crnn/s.manifest.json");
   REQUIRE(back.ok());
-  check(ReadAll(**back));
+  CheckSplitSamples(ReadAll(**back), exp);
 
   // A label without its image, an image without its label, a wrong count: errors naming the key.
   std::string py = fmt::format(
@@ -561,6 +569,52 @@ TEST_CASE("lmdb wild: CRNN's split image-/label-/num-samples layout reads as sam
     INFO(r.out << r.err);
     CHECK(r.exit_code == 1);
     CHECK_THAT(r.err, Catch::Contains(want));
+  }
+}
+
+TEST_CASE("lmdb wild: the split layout's kin (N / label_N, image_N / label_N / __len__) read as samples", "[lmdb][wild]") {
+  Fixtures fx(11);
+  for (std::string name : {"split_idx", "split_under"}) {
+    INFO(name);
+    const std::string dir = fx.dir / (name + ".lmdb");
+    const json& exp = fx.expected[name];
+    auto ds = Open("lmdb:" + dir);
+    INFO(ds.status().ToString());
+    REQUIRE(ds.ok());
+    CHECK((*ds)->info().num_samples == 11u);  // not 22 (or 23) keys
+    CheckSplitDataset(**ds, exp);              // "10" after "9": numeric order
+    auto info = Cli("info " + Q("lmdb:" + dir));
+    INFO(info.out << info.err);
+    CHECK(info.exit_code == 0);
+    CHECK_THAT(info.out, Catch::Contains("samples: 11") && Catch::Contains("label_N keys"));
+    auto c = Cli(fmt::format("convert {} {}", Q("lmdb:" + dir), Q("wds:" + fx.dir / (name + "/s-%06d.tar"))));
+    INFO(c.out << c.err);
+    REQUIRE(c.exit_code == 0);
+    auto back = Open(fx.dir / (name + "/s.manifest.json"));
+    REQUIRE(back.ok());
+    CheckSplitSamples(ReadAll(**back), exp);
+  }
+  // An image without its label, a wrong __len__: errors naming the keys.
+  std::string py =
+      "import lmdb, pickle, sys\n"
+      "env = lmdb.open(sys.argv[1], map_size=1 << 26)\n"
+      "with env.begin(write=True) as t:\n"
+      "    if sys.argv[2] == 'nolabel': t.delete(b'label_3')\n"
+      "    if sys.argv[2] == 'len': t.put(b'__len__', pickle.dumps(12))\n";
+  WriteFile(fx.dir / "damage.py", py);
+  for (auto [name, how, want] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"split_idx", "nolabel", "LMDB key '3' in"},
+           {"split_under", "nolabel", "LMDB key 'image_3' in"},
+           {"split_under", "len", "LMDB key '__len__' in"}}) {
+    INFO(name << " " << how);
+    fs::remove_all(fx.dir / "d.lmdb");
+    fs::copy(fx.dir / (name + ".lmdb"), fx.dir / "d.lmdb");
+    REQUIRE(Run(fmt::format("{} {} {} {}", kPy, Q(fx.dir / "damage.py"), Q(fx.dir / "d.lmdb"), how)).exit_code == 0);
+    auto r = Cli("info " + Q("lmdb:" + fx.dir / "d.lmdb"));
+    INFO(r.out << r.err);
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.err, Catch::Contains(want));
+    if (how == "nolabel") CHECK_THAT(r.err, Catch::Contains("has no 'label_3'"));
   }
 }
 

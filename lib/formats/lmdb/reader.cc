@@ -292,8 +292,12 @@ class LmdbDataset : public Dataset {
       info.class_names = d->wild_->class_names;
       info.extra["key_order"] = d->wild_->numeric_keys ? "numeric" : "bytes";
       if (!d->wild_->label_keys.empty()) {
-        info.extra["key_order"] = "numeric (image-N)";
-        info.extra["labels"] = "label-N keys: text, as a txt field (split layout)";
+        // The keys' prefixes: "image-" / "label-" (CRNN), or their kin (wild::SplitLayout).
+        const std::string& image_key = d->wild_->keys.front();
+        const std::string& label_key = d->wild_->label_keys.front();
+        auto prefix = [](const std::string& k) { return k.substr(0, k.find_last_not_of("0123456789") + 1); };
+        info.extra["key_order"] = fmt::format("numeric ({}N)", prefix(image_key));
+        info.extra["labels"] = fmt::format("{}N keys: text, as a txt field (split layout)", prefix(label_key));
       }
     }
     if (d->layout_ == Layout::kShardkit) {
@@ -429,7 +433,7 @@ class LmdbDataset : public Dataset {
     std::vector<std::string> keys;
     std::optional<std::pair<std::string, Bytes>> len_entry;
     bool first_gray = false;
-    Bytes num_samples;  // the split layout's count (wild::SplitLayout)
+    std::map<std::string, Bytes> counts;  // a split layout's count entries (wild::SplitLayout)
     SK_ASSIGN_OR_RETURN(MDB_txn * txn, env_->Acquire());
     MDB_cursor* cur = nullptr;
     int rc = mdb_cursor_open(txn, env_->dbi(), &cur);
@@ -447,7 +451,7 @@ class LmdbDataset : public Dataset {
           if (key == "__len__") len_entry.emplace(key, View(env_, v.mv_data, v.mv_size));
           continue;
         }
-        if (key == "num-samples") num_samples = View(env_, v.mv_data, v.mv_size);
+        if (key == "num-samples" || key == "num_samples") counts[key] = View(env_, v.mv_data, v.mv_size);
         if (keys.empty() && kind == wild::Kind::kPickle)
           first_gray = wild::IsGrayArray(std::string_view(static_cast<const char*>(v.mv_data), v.mv_size));
         keys.push_back(std::move(key));
@@ -458,12 +462,14 @@ class LmdbDataset : public Dataset {
     SK_RETURN_IF_ERROR(st);
     if (rc != MDB_NOTFOUND)
       return MdbStatus(rc, fmt::format("scanning LMDB keys after {}", keys.size()), Location{.file = env_->data_path()});
-    if (len_entry) SK_RETURN_IF_ERROR(wild::CheckLen(len_entry->first, len_entry->second, keys.size(), env_->data_path()));
     std::vector<std::string> images, labels;
     bool split = false;
     if (kind == wild::Kind::kImage) {
-      SK_ASSIGN_OR_RETURN(split, wild::SplitLayout(keys, num_samples, env_->data_path(), &images, &labels));
+      if (len_entry) counts[len_entry->first] = len_entry->second;  // counts images, not keys, when split
+      SK_ASSIGN_OR_RETURN(split, wild::SplitLayout(keys, counts, env_->data_path(), &images, &labels));
     }
+    if (len_entry && !split)
+      SK_RETURN_IF_ERROR(wild::CheckLen(len_entry->first, len_entry->second, keys.size(), env_->data_path()));
     auto cat = wild::MakeCatalog(kind, split ? std::move(images) : std::move(keys));
     cat.gray = first_gray;
     if (split) cat.label_keys = std::move(labels);

@@ -223,7 +223,7 @@ Status DecodeWild(const Env* env, const wild::Catalog& cat, const std::shared_pt
   if (!env->InMap(lv.mv_data, lv.mv_size))
     return Status::Corrupt(fmt::format("LMDB key '{}' in '{}': value lies outside the data file", label_key, env->data_path()),
                            loc);
-  out->key.assign(lkey.substr(lkey.find('-') + 1));  // image-000000001 -> 000000001
+  out->key.assign(lkey.substr(lkey.find_last_not_of("0123456789") + 1));  // image-000000001 -> 000000001
   out->set("txt", View(owner, lv.mv_data, lv.mv_size));
   return Status::OK();
 }

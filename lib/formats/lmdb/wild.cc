@@ -117,39 +117,52 @@ Status CheckLen(std::string_view lkey, const Bytes& value, uint64_t samples, con
   return Status::OK();
 }
 
-Result<bool> SplitLayout(const std::vector<std::string>& keys, const Bytes& num_samples, const std::string& where,
-                         std::vector<std::string>* images, std::vector<std::string>* labels) {
-  constexpr std::string_view kImage = "image-", kLabel = "label-", kCount = "num-samples";
+Result<bool> SplitLayout(const std::vector<std::string>& keys, const std::map<std::string, Bytes>& counts,
+                         const std::string& where, std::vector<std::string>* images,
+                         std::vector<std::string>* labels) {
   auto digits = [](std::string_view k, std::string_view prefix) {
     return k.size() > prefix.size() && k.substr(0, prefix.size()) == prefix && IsDecimal(k.substr(prefix.size()));
   };
-  bool has_count = false, has_image = false;
+  // The label keys' prefix, then the image keys' (the first that any key has).
+  std::string_view label_prefix, image_prefix;
+  bool any_image_dash = false, any_image_under = false, any_bare = false;
   for (const auto& k : keys) {
-    has_count |= k == kCount;
-    has_image |= digits(k, kImage);
+    if (label_prefix.empty() && digits(k, "label-")) label_prefix = "label-";
+    if (label_prefix.empty() && digits(k, "label_")) label_prefix = "label_";
+    any_image_dash |= digits(k, "image-");
+    any_image_under |= digits(k, "image_");
+    any_bare |= IsDecimal(k);
   }
-  if (!has_count || !has_image) return false;
+  const bool crnn_count = counts.count("num-samples") && any_image_dash;
+  if (label_prefix.empty() && !crnn_count) return false;
+  if (label_prefix.empty()) label_prefix = "label-";  // CRNN's, for the errors below
+  if (any_image_dash) image_prefix = "image-";
+  else if (any_image_under) image_prefix = "image_";
+  else if (!any_bare) return false;  // labels without images of any known form: not a split layout
   std::set<std::string_view> image_ids, label_ids;
   for (const auto& k : keys) {
     std::string_view v = k;
-    if (v == kCount) continue;
-    if (digits(v, kImage)) image_ids.insert(v.substr(kImage.size()));
-    else if (digits(v, kLabel)) label_ids.insert(v.substr(kLabel.size()));
+    if (counts.count(k)) continue;
+    if (digits(v, image_prefix) || (image_prefix.empty() && IsDecimal(v))) image_ids.insert(v.substr(image_prefix.size()));
+    else if (digits(v, label_prefix)) label_ids.insert(v.substr(label_prefix.size()));
     else
-      return Status::Corrupt(fmt::format("LMDB key '{}' in '{}' is not part of the image-/label-/num-samples layout "
-                                         "its other keys have",
-                                         k, where),
+      return Status::Corrupt(fmt::format("LMDB key '{}' in '{}' is not part of the split layout its other keys have "
+                                         "(images under '{}N', labels under '{}N')",
+                                         k, where, image_prefix, label_prefix),
                              Location{.file = where, .key = k});
   }
+  auto key = [](std::string_view prefix, std::string_view id) { return std::string(prefix) + std::string(id); };
   for (auto id : image_ids)
     if (!label_ids.count(id))
-      return Status::Corrupt(fmt::format("LMDB key 'image-{}' in '{}' has no 'label-{}'", id, where, id),
-                             Location{.file = where, .key = "image-" + std::string(id)});
+      return Status::Corrupt(fmt::format("LMDB key '{}' in '{}' has no '{}'", key(image_prefix, id), where,
+                                         key(label_prefix, id)),
+                             Location{.file = where, .key = key(image_prefix, id)});
   for (auto id : label_ids)
     if (!image_ids.count(id))
-      return Status::Corrupt(fmt::format("LMDB key 'label-{}' in '{}' has no 'image-{}'", id, where, id),
-                             Location{.file = where, .key = "label-" + std::string(id)});
-  SK_RETURN_IF_ERROR(CheckLen(kCount, num_samples, image_ids.size(), where));
+      return Status::Corrupt(fmt::format("LMDB key '{}' in '{}' has no '{}'", key(label_prefix, id), where,
+                                         key(image_prefix, id)),
+                             Location{.file = where, .key = key(label_prefix, id)});
+  for (const auto& [ckey, value] : counts) SK_RETURN_IF_ERROR(CheckLen(ckey, value, image_ids.size(), where));
   std::vector<std::string_view> ids(image_ids.begin(), image_ids.end());
   std::stable_sort(ids.begin(), ids.end(), [](std::string_view a, std::string_view b) {
     // Numeric order without overflow: fewer significant digits first, then by text.
@@ -163,8 +176,8 @@ Result<bool> SplitLayout(const std::vector<std::string>& keys, const Bytes& num_
   images->clear();
   labels->clear();
   for (auto id : ids) {
-    images->push_back(std::string(kImage) + std::string(id));
-    labels->push_back(std::string(kLabel) + std::string(id));
+    images->push_back(key(image_prefix, id));
+    labels->push_back(key(label_prefix, id));
   }
   return true;
 }

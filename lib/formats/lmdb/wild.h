@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -59,20 +60,27 @@ struct Catalog {
   // nothing says the order (no lmdb.channels, no shardkit.json); an array with 3 or 4
   // channels later is then refused (its order is unknown), never guessed.
   bool gray = false;
-  // The split layout of CRNN's create_dataset.py (text recognition): "image-%09d" holds
-  // an image file, "label-%09d" its label text, "num-samples" the count. `keys` are then
-  // the image keys in numeric order and label_keys[i] sample i's label key; the sample
-  // key is the digits and the label comes as a "txt" field. Empty otherwise.
+  // The split layouts of text-recognition LMDBs: CRNN's create_dataset.py
+  // ("image-%09d" an image file, "label-%09d" its label text, "num-samples" the
+  // count) and its kin (images under "image_N" or the bare index "N", labels under
+  // "label_N" or "label-N", a count under "num_samples" or "__len__", or none).
+  // `keys` are then the image keys in numeric order and label_keys[i] sample i's
+  // label key; the sample key is the digits and the label comes as a "txt" field.
+  // Empty otherwise.
   std::vector<std::string> label_keys;
 };
 
-// Whether `keys` (every key of the LMDB but side entries) are the split layout above:
-// true when "num-samples" and an "image-<digits>" key are there; then every other key
-// must be "image-<digits>" or "label-<digits>", each image must have its label and the
-// other way round, and `num_samples` (its value) must count the images, or kCorrupt
-// names the key. Fills *images and *labels in numeric order.
-Result<bool> SplitLayout(const std::vector<std::string>& keys, const Bytes& num_samples, const std::string& where,
-                         std::vector<std::string>* images, std::vector<std::string>* labels);
+// Whether `keys` (every key of the LMDB but side entries) are a split layout above:
+// true when a "label-<digits>" or "label_<digits>" key is there with image keys
+// ("image-<digits>", "image_<digits>" or "<digits>"), or when "num-samples" is there
+// with "image-<digits>" keys. Every other key must then be an image or label key of
+// that form or a count key of `counts`, each image must have its label and the other
+// way round, and every value of `counts` (count key -> value: "num-samples",
+// "num_samples", "__len__" as found) must count the images, or kCorrupt names the
+// key. Fills *images and *labels in numeric order.
+Result<bool> SplitLayout(const std::vector<std::string>& keys, const std::map<std::string, Bytes>& counts,
+                         const std::string& where, std::vector<std::string>* images,
+                         std::vector<std::string>* labels);
 
 // Whether a pickled value's image (an array, or the first item of (array, label)) has
 // no channel order: 2-D, or a last dimension of 1. False when it is not such a pickle.
