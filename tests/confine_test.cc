@@ -150,21 +150,34 @@ TEST_CASE("confine: the rules, entry by entry (paths::Confinement)") {
   CHECK((s3t.Resolve("../../../t.tar", "s").status().detail() == Detail::kOutsideDataset));
 }
 
-TEST_CASE("confine: a tar-shard manifest naming files outside its directory is refused, per rule") {
-  TempDir t;
+// Writes a secret dataset to `outside` and a good one to `inside` (patterns under t),
+// then points the good manifest's one shard at the secret shard by every hostile
+// entry in turn and checks each is refused (CheckRefused). Returns the manifest path,
+// left holding the last hostile entry.
+std::string RefuseEveryRule(TempDir& t, const std::string& outside, const std::string& outside_shard,
+                            const std::string& inside, const std::string& manifest_rel) {
   MakeSecretFolder(t / "secret", 3);
-  REQUIRE(Cli("convert " + Q(t / "secret") + " " + Q(t / "outside/s-%06d.tar")).exit_code == 0);
+  REQUIRE(Cli("convert " + Q(t / "secret") + " " + Q(t / outside)).exit_code == 0);
   MakeImageFolder(t / "src", 2, 3);
-  REQUIRE(Cli("convert " + Q(t / "src") + " " + Q(t / "ds/train-%06d.tar")).exit_code == 0);
-  const std::string manifest = t / "ds/train.manifest.json";
+  REQUIRE(Cli("convert " + Q(t / "src") + " " + Q(t / inside)).exit_code == 0);
+  const std::string manifest = t / manifest_rel;
   const json good = ReadJson(manifest);
   REQUIRE(good["shards"].size() == 1);
-  for (const auto& h : HostileEntries(t / "ds", t / "outside/s-000000.tar")) {
+  for (const auto& h : HostileEntries(fs::path(manifest).parent_path().string(), t / outside_shard)) {
     json j = good;
     j["shards"][0]["path"] = h.entry;
     WriteJson(manifest, j);
     CheckRefused(t, manifest, manifest, h.entry, h.rule);
   }
+  WriteJson(manifest, good);
+  return manifest;
+}
+
+TEST_CASE("confine: a tar-shard manifest naming files outside its directory is refused, per rule") {
+  TempDir t;
+  const std::string manifest =
+      RefuseEveryRule(t, "outside/s-%06d.tar", "outside/s-000000.tar", "ds/train-%06d.tar", "ds/train.manifest.json");
+  const json good = ReadJson(manifest);
   // A second shard that is fine does not let a bad first one through, and the index of
   // the bad one is named.
   json two = good;
@@ -210,19 +223,8 @@ TEST_CASE("confine: --trust-manifest (and trust_manifest) reads shards shared by
 
 TEST_CASE("confine: a TFRecord manifest naming files outside its directory is refused, per rule") {
   TempDir t;
-  MakeSecretFolder(t / "secret", 3);
-  REQUIRE(Cli("convert " + Q(t / "secret") + " " + Q(t / "outside/s-%05d.tfrecord")).exit_code == 0);
-  MakeImageFolder(t / "src", 2, 3);
-  REQUIRE(Cli("convert " + Q(t / "src") + " " + Q(t / "ds/train-%05d.tfrecord")).exit_code == 0);
-  const std::string manifest = t / "ds/train.tfrecord.json";
-  const json good = ReadJson(manifest);
-  REQUIRE(good["shards"].size() == 1);
-  for (const auto& h : HostileEntries(t / "ds", t / "outside/s-00000.tfrecord")) {
-    json j = good;
-    j["shards"][0]["path"] = h.entry;
-    WriteJson(manifest, j);
-    CheckRefused(t, manifest, manifest, h.entry, h.rule);
-  }
+  RefuseEveryRule(t, "outside/s-%05d.tfrecord", "outside/s-00000.tfrecord", "ds/train-%05d.tfrecord",
+                  "ds/train.tfrecord.json");
 }
 
 TEST_CASE("confine: an MDS index.json whose shard is a symbolic link out of the directory is refused") {

@@ -46,6 +46,30 @@ struct Fixtures {
   }
 };
 
+// Checks the first tar shard under `shard_dir` with Python: `exp` is expected.json's
+// `fixture`, `m` maps member names to bytes, `before` runs once, `each` (lines indented
+// by four spaces) runs for every expected sample `e` and asserts. Passes when the
+// script ends well and checked `samples` samples.
+void CheckShardInPython(const Fixtures& fx, const std::string& fixture, const std::string& shard_dir,
+                        const std::string& before, const std::string& each, int samples) {
+  std::string py = fmt::format(
+      "import tarfile, io, json, hashlib, numpy as np\n"
+      "from PIL import Image\n"
+      "exp = json.load(open('{0}/expected.json'))['{1}']\n"
+      "t = tarfile.open('{2}/s-000000.tar')\n"
+      "m = {{x.name: t.extractfile(x).read() for x in t.getmembers()}}\n"
+      "{3}"
+      "for e in exp:\n"
+      "{4}"
+      "print(len(exp))\n",
+      fx.dir.path(), fixture, shard_dir, before, each);
+  WriteFile(fx.dir / "check.py", py);
+  auto c = Run(fmt::format("{} {}", kPy, Q(fx.dir / "check.py")));
+  INFO(py << c.err);
+  CHECK(c.exit_code == 0);
+  CHECK(c.out == fmt::format("{}\n", samples));
+}
+
 std::vector<Sample> ReadAll(const Dataset& ds) {
   std::vector<Sample> out;
   auto r = ds.NewReader();
@@ -168,24 +192,13 @@ TEST_CASE("lmdb wild: decoded arrays reach tar shards as .npy that numpy loads, 
   auto r = Cli(fmt::format("convert {} {}", Q("lmdb:" + fx.dir / "pickle_array.lmdb"), Q("wds:" + out)));
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
-  std::string py = fmt::format(
-      "import tarfile, io, json, hashlib, numpy as np\n"
-      "exp = json.load(open('{0}/expected.json'))['pickle_array']\n"
-      "t = tarfile.open('{0}/arr/s-000000.tar')\n"
-      "m = {{x.name: t.extractfile(x).read() for x in t.getmembers()}}\n"
-      "for e in exp:\n"
-      "    a = np.load(io.BytesIO(m[e['key'] + '.npy']))\n"
-      "    assert a.dtype == np.uint8 and list(a.shape) == e['shape'], e\n"
-      "    assert hashlib.md5(a.tobytes()).hexdigest() == e['md5'], e\n"
-      "    assert hashlib.md5(a[:, :, ::-1].tobytes()).hexdigest() == e['rgb_md5'], e\n"
-      "    assert int(m[e['key'] + '.cls']) == e['label']\n"
-      "print(len(exp))\n",
-      fx.dir.path());
-  WriteFile(fx.dir / "check.py", py);
-  auto c = Run(fmt::format("{} {}", kPy, Q(fx.dir / "check.py")));
-  INFO(c.err);
-  CHECK(c.exit_code == 0);
-  CHECK(c.out == "12\n");
+  CheckShardInPython(fx, "pickle_array", fx.dir / "arr", "",
+                     "    a = np.load(io.BytesIO(m[e['key'] + '.npy']))\n"
+                     "    assert a.dtype == np.uint8 and list(a.shape) == e['shape'], e\n"
+                     "    assert hashlib.md5(a.tobytes()).hexdigest() == e['md5'], e\n"
+                     "    assert hashlib.md5(a[:, :, ::-1].tobytes()).hexdigest() == e['rgb_md5'], e\n"
+                     "    assert int(m[e['key'] + '.cls']) == e['label']\n",
+                     12);
 }
 
 TEST_CASE("lmdb wild: forced layouts, __len__ and hostile values", "[lmdb][wild][hostile]") {
@@ -334,25 +347,14 @@ TEST_CASE("lmdb wild: --encode png|jpeg:Q writes decoded arrays as images, BGR o
     INFO(r.out << r.err);
     REQUIRE(r.exit_code == 0);
     std::string ext = enc == "png" ? "png" : "jpg";
-    std::string py = fmt::format(
-        "import tarfile, io, json, hashlib, numpy as np\n"
-        "from PIL import Image\n"
-        "exp = json.load(open('{0}/expected.json'))['pickle_array']\n"
-        "t = tarfile.open('{1}/s-000000.tar')\n"
-        "m = {{x.name: t.extractfile(x).read() for x in t.getmembers()}}\n"
-        "assert not any(k.endswith('.npy') for k in m), m.keys()\n"
-        "for e in exp:\n"
-        "    a = np.asarray(Image.open(io.BytesIO(m[e['key'] + '.{2}'])).convert('RGB'))\n"
-        "    assert list(a.shape) == e['shape'], e\n"
-        "    if '{2}' == 'png': assert hashlib.md5(a.tobytes()).hexdigest() == e['rgb_md5'], e\n"
-        "    assert int(m[e['key'] + '.cls']) == e['label']\n"
-        "print(len(exp))\n",
-        fx.dir.path(), out, ext);
-    WriteFile(fx.dir / "check_enc.py", py);
-    auto c = Run(fmt::format("{} {}", kPy, Q(fx.dir / "check_enc.py")));
-    INFO(c.err);
-    CHECK(c.exit_code == 0);
-    CHECK(c.out == "6\n");
+    CheckShardInPython(
+        fx, "pickle_array", out, "assert not any(k.endswith('.npy') for k in m), m.keys()\n",
+        fmt::format("    a = np.asarray(Image.open(io.BytesIO(m[e['key'] + '.{0}'])).convert('RGB'))\n"
+                    "    assert list(a.shape) == e['shape'], e\n"
+                    "    if '{0}' == 'png': assert hashlib.md5(a.tobytes()).hexdigest() == e['rgb_md5'], e\n"
+                    "    assert int(m[e['key'] + '.cls']) == e['label']\n",
+                    ext),
+        6);
   }
 }
 
@@ -473,21 +475,10 @@ TEST_CASE("lmdb wild: BGR arrays keep their channel order through every format, 
                              Q("wds:" + fx.dir / "png/s-%06d.tar")));
   INFO(png.out << png.err);
   REQUIRE(png.exit_code == 0);
-  std::string py = fmt::format(
-      "import tarfile, io, json, hashlib, numpy as np\n"
-      "from PIL import Image\n"
-      "exp = json.load(open('{0}/expected.json'))['pickle_array']\n"
-      "t = tarfile.open('{1}/s-000000.tar')\n"
-      "m = {{x.name: t.extractfile(x).read() for x in t.getmembers()}}\n"
-      "for e in exp:\n"
-      "    a = np.asarray(Image.open(io.BytesIO(m[e['key'] + '.png'])).convert('RGB'))\n"
-      "    assert hashlib.md5(a.tobytes()).hexdigest() == e['rgb_md5'], e\n"
-      "print(len(exp))\n",
-      fx.dir.path(), fx.dir / "png");
-  WriteFile(fx.dir / "check_png.py", py);
-  auto chk = Run(fmt::format("{} {}", kPy, Q(fx.dir / "check_png.py")));
-  INFO(chk.err);
-  CHECK(chk.out == "5\n");
+  CheckShardInPython(fx, "pickle_array", fx.dir / "png", "",
+                     "    a = np.asarray(Image.open(io.BytesIO(m[e['key'] + '.png'])).convert('RGB'))\n"
+                     "    assert hashlib.md5(a.tobytes()).hexdigest() == e['rgb_md5'], e\n",
+                     5);
   // Saying the order of shards read without their manifest; a bad value; a bad record.
   o.format_options["wds.channels"] = "bgr";
   auto said = Open(fx.dir / "t/s-000000.tar", o);
@@ -629,25 +620,13 @@ TEST_CASE("lmdb wild: 2-D (grayscale) arrays have no channel order and convert w
   auto r = Cli(fmt::format("convert {} {} --encode png", src, Q("wds:" + out + "/s-%06d.tar")));
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
-  std::string py = fmt::format(
-      "import tarfile, io, json, hashlib, numpy as np\n"
-      "from PIL import Image\n"
-      "exp = json.load(open('{0}/expected.json'))['pickle_gray']\n"
-      "t = tarfile.open('{1}/s-000000.tar')\n"
-      "m = {{x.name: t.extractfile(x).read() for x in t.getmembers()}}\n"
-      "for e in exp:\n"
-      "    im = Image.open(io.BytesIO(m[e['key'] + '.png']))\n"
-      "    assert im.mode == 'L', im.mode\n"
-      "    a = np.asarray(im)\n"
-      "    assert list(a.shape) == e['shape'] and hashlib.md5(a.tobytes()).hexdigest() == e['md5'], e\n"
-      "    assert int(m[e['key'] + '.cls']) == e['label']\n"
-      "print(len(exp))\n",
-      fx.dir.path(), out);
-  WriteFile(fx.dir / "check_gray.py", py);
-  auto c = Run(fmt::format("{} {}", kPy, Q(fx.dir / "check_gray.py")));
-  INFO(c.err);
-  CHECK(c.exit_code == 0);
-  CHECK(c.out == "5\n");
+  CheckShardInPython(fx, "pickle_gray", out, "",
+                     "    im = Image.open(io.BytesIO(m[e['key'] + '.png']))\n"
+                     "    assert im.mode == 'L', im.mode\n"
+                     "    a = np.asarray(im)\n"
+                     "    assert list(a.shape) == e['shape'] and hashlib.md5(a.tobytes()).hexdigest() == e['md5'], e\n"
+                     "    assert int(m[e['key'] + '.cls']) == e['label']\n",
+                     5);
   // A 3-channel array after a 2-D first one: its order is unknown, so it is refused
   // naming the key, not guessed; saying the order lets it through.
   std::string mixed = Q("lmdb:" + fx.dir / "pickle_mixed.lmdb");

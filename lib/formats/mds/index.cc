@@ -105,7 +105,8 @@ Result<FileRef> ParseFileRef(const json& j, const std::string& file, const std::
   return r;
 }
 
-Result<ShardMeta> ParseShard(const json& s, int64_t i, const std::string& dir, const std::string& file) {
+Result<ShardMeta> ParseShard(const json& s, int64_t i, const std::string& dir, const std::string& file,
+                             const paths::Confinement& inside) {
   std::string w = fmt::format("shards[{}]", i);
   if (!s.is_object()) return Bad(file, w + " is not an object");
   auto fmt_it = s.find("format");
@@ -166,11 +167,10 @@ Result<ShardMeta> ParseShard(const json& s, int64_t i, const std::string& dir, c
   if (m.raw.bytes > kMaxShardBytes)
     return Bad(file, fmt::format("{}.raw_data.bytes is {}: an MDS shard is under 4 GiB (its offsets are uint32)", w, m.raw.bytes));
   // The basenames are relative paths without '..' (ParseFileRef); a symbolic link may
-  // still lead out of the dataset directory (paths::Confinement; MDS is never trusted:
-  // Streaming's own writers put every shard below index.json).
+  // still lead out of the dataset directory (`inside`, built once by ParseIndex).
   const FileRef& data = m.zip ? *m.zip : m.raw;
-  auto inside = paths::Confinement(file, false, /*offer_trust=*/false).Resolve(data.basename, w + (m.zip ? ".zip_data.basename" : ".raw_data.basename"));
-  if (!inside.ok()) return inside.status();
+  auto resolved = inside.Resolve(data.basename, w + (m.zip ? ".zip_data.basename" : ".raw_data.basename"));
+  if (!resolved.ok()) return resolved.status();
   m.path = dir + "/" + data.basename;
   return m;
 }
@@ -255,8 +255,11 @@ Result<Index> ParseIndex(std::string_view text, const std::string& dir, const st
   idx.dir = dir;
   idx.index_path = index_path;
   std::set<std::string> fields, files;
+  // Every shard's file resolves inside the dataset (MDS is never trusted: Streaming's
+  // own writers put every shard below index.json).
+  const paths::Confinement inside(index_path, false, /*offer_trust=*/false);
   for (size_t i = 0; i < shards->size(); ++i) {
-    SK_ASSIGN_OR_RETURN(ShardMeta m, ParseShard((*shards)[i], int64_t(i), dir, index_path));
+    SK_ASSIGN_OR_RETURN(ShardMeta m, ParseShard((*shards)[i], int64_t(i), dir, index_path, inside));
     if (!files.insert(m.path).second)
       return Bad(index_path, fmt::format("shards[{}] names the file '{}' of an earlier shard", i, m.path));
     m.first = idx.num_samples;
