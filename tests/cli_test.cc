@@ -325,3 +325,51 @@ TEST_CASE("cli: a key that would escape the output folder is refused, nothing wr
   CHECK(!fs::exists(t / "sub/evil.jpg"));
   CHECK(!fs::exists(t / "sub/out"));
 }
+
+namespace {
+// The base names of the files directly in `dir`.
+std::set<std::string> Names(const std::string& dir) {
+  std::set<std::string> out;
+  for (auto& e : fs::directory_iterator(dir)) out.insert(e.path().filename().string());
+  return out;
+}
+}  // namespace
+
+TEST_CASE("cli: --overwrite of a shard pattern removes the earlier write's extra shards and nothing else") {
+  TempDir t;
+  MakeImageFolder(t / "in", 2, 5);  // 10 samples
+  struct Case {
+    std::string pattern, manifest;
+    std::vector<std::string> kept;  // after the second write, besides the manifest
+  };
+  for (const Case& c : {Case{"wds:" + (t / "w/t-%06d.tar"), "t.manifest.json", {"t-000000.tar", "t-000000.idx", "t-000000.tar.xxh3"}},
+                        Case{"tfrecord:" + (t / "f/t-%05d.tfrecord"), "t.tfrecord.json", {"t-00000.tfrecord", "t-00000.idx"}},
+                        Case{"recordio:" + (t / "r/t-%05d.rec"), "", {"t-00000.rec", "t-00000.idx", "t-00000.shardkit.json"}}}) {
+    INFO(c.pattern);
+    const std::string dir = fs::path(c.pattern.substr(c.pattern.find(':') + 1)).parent_path().string();
+    auto first = Cli(fmt::format("convert {} {} --samples-per-shard 3", Q(t / "in"), Q(c.pattern)));
+    INFO(first.out << first.err);
+    REQUIRE(first.exit_code == 0);
+    REQUIRE(Names(dir).size() > c.kept.size() + 3);  // 4 shards and the files beside them
+    // Files of other names stay, even ones that look like a shard's.
+    WriteFile(dir + "/notes.txt", "mine");
+    WriteFile(dir + "/t-000003.txt", "mine too");
+    auto second = Cli(fmt::format("convert {} {} --samples-per-shard 100 --overwrite", Q(t / "in"), Q(c.pattern)));
+    INFO(second.out << second.err);
+    REQUIRE(second.exit_code == 0);
+    std::set<std::string> want(c.kept.begin(), c.kept.end());
+    want.insert({"notes.txt", "t-000003.txt"});
+    if (!c.manifest.empty()) want.insert(c.manifest);
+    CHECK(Names(dir) == want);
+  }
+  // Part records of an earlier split write go too; a glob of the pattern finds one write.
+  for (int i = 0; i < 2; ++i)
+    REQUIRE(Cli(fmt::format("convert {} {} --samples-per-shard 2 --part {}/2", Q(t / "in"), Q("wds:" + (t / "p/t-%06d.tar")), i))
+                .exit_code == 0);
+  REQUIRE(Cli(fmt::format("convert {} {} --overwrite", Q(t / "in"), Q("wds:" + (t / "p/t-%06d.tar")))).exit_code == 0);
+  CHECK(Names(t / "p") == std::set<std::string>{"t-000000.tar", "t-000000.idx", "t-000000.tar.xxh3", "t.manifest.json"});
+  auto v = Cli("verify " + Q("wds:" + (t / "p/t-{000000..000009}.tar")));
+  CHECK(v.exit_code != 0);  // the old shards are gone, so the range names missing files
+  auto one = Cli("info " + Q(t / "p/t-000000.tar"));
+  CHECK_THAT(one.out, Catch::Contains("samples: 10"));
+}

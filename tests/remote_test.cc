@@ -952,9 +952,20 @@ TEST_CASE("remote: an existing remote output is refused without overwrite, as a 
     CHECK(fs::is_empty(tmp / "staging"));
     ConvertOptions replace = co;
     replace.write.overwrite = true;
+    replace.write.samples_per_shard = 0;  // one shard where there were several
     auto replaced = Convert(tmp / "src", out, replace);
     INFO(replaced.status().ToString());
     CHECK(replaced.ok());
+    // The earlier write's extra shards (and the files beside them) are gone from the bucket.
+    auto shard1 = [](const std::vector<S3ObjectInfo>& list) {
+      return std::count_if(list.begin(), list.end(), [](const S3ObjectInfo& o) {
+        return o.key.find("00001.") != std::string::npos;  // train-000001.tar, train-00001.idx, shard.00001.mds
+      });
+    };
+    auto now = s3.List("test", prefix);
+    REQUIRE(now.ok());
+    if (out.find('%') != std::string::npos || out.starts_with("mds:")) CHECK(shard1(*before) > 0);
+    CHECK(shard1(*now) == 0);
   }
   // The command: the summary says where the bytes went; a second run says how to replace.
   const std::string cmd = "convert --samples-per-shard 5 " + sk_test::Q(tmp / "src") + " " +
@@ -1796,6 +1807,20 @@ void ConvertSecret(const sk_test::TempDir& tmp, const std::string& out_pattern) 
   REQUIRE(s.ok());
 }
 
+// Puts `manifest` with its first shard at `entry` (outside the manifest's prefix) and
+// checks that OpenOptions::trust_manifest opens it.
+template <class Put>
+void CheckTrusted(const std::string& address, const nlohmann::json& manifest, Put put, const std::string& entry) {
+  nlohmann::json shared = manifest;
+  shared["shards"][0]["path"] = entry;
+  put(shared.dump());
+  OpenOptions trust;
+  trust.trust_manifest = true;
+  auto ds = Open(address, trust);
+  INFO(ds.status().ToString());
+  REQUIRE(ds.ok());
+}
+
 // The manifest at `address` (its text `text`, written by `put`) with shards[0].path set to
 // each entry is refused by Open (kOutsideDataset) and by the CLI's verify and info with
 // exit status 1, naming the manifest and the entry, with no trace of the marker.
@@ -1854,14 +1879,7 @@ TEST_CASE("remote confine: an http manifest may name only files under its own pr
   // --trust-manifest: shards shared from a sibling prefix on the same server, as written.
   fs::create_directories(http.root + "/shared");
   fs::copy_file(http.root + "/ds/train-000000.tar", http.root + "/shared/train-000000.tar");
-  nlohmann::json shared = manifest;
-  shared["shards"][0]["path"] = "../shared/train-000000.tar";
-  put(shared.dump());
-  OpenOptions trust;
-  trust.trust_manifest = true;
-  auto ds = Open(address, trust);
-  INFO(ds.status().ToString());
-  REQUIRE(ds.ok());
+  CheckTrusted(address, manifest, put, "../shared/train-000000.tar");
   sk_test::RunResult v = sk_test::Cli("verify --trust-manifest " + sk_test::Q(address));
   INFO(v.out << v.err);
   CHECK(v.exit_code == 0);
@@ -1885,14 +1903,7 @@ TEST_CASE("remote confine: an s3 manifest may name only objects under its own ke
                       {"../outside/s-000000.tar", "/outside/s-000000.tar", "s3://other/ds/s-000000.tar",
                        "s3://test/outside/s-000000.tar", srv.proc->base() + "/test/outside/s-000000.tar",
                        "x/../../outside/s-000000.tar", "file:///etc/passwd"});
-  nlohmann::json shared = manifest;
-  shared["shards"][0]["path"] = "../outside/s-000000.tar";
-  put(shared.dump());
-  OpenOptions trust;
-  trust.trust_manifest = true;
-  auto ds = Open(address, trust);
-  INFO(ds.status().ToString());
-  REQUIRE(ds.ok());
+  CheckTrusted(address, manifest, put, "../outside/s-000000.tar");
 }
 
 TEST_CASE("remote: converting to s3 with an unknown access key says the credentials were refused", "[remote]") {

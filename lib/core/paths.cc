@@ -9,6 +9,7 @@
 #include <charconv>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 
 #include <fmt/format.h>
 #include <xxhash.h>
@@ -128,6 +129,27 @@ std::string FormatShardPattern(std::string_view pattern, uint64_t index) {
   return out;
 }
 
+std::optional<uint64_t> ShardNumberIn(std::string_view pattern, std::string_view name) {
+  auto slash = pattern.rfind('/');
+  std::string_view base = slash == std::string_view::npos ? pattern : pattern.substr(slash + 1);
+  std::string prefix;
+  for (size_t i = 0; i < base.size(); ++i) {
+    if (base[i] != '%') {
+      prefix += base[i];
+    } else if (i + 1 < base.size() && base[i + 1] == '%') {
+      prefix += '%';
+      ++i;
+    } else {
+      break;
+    }
+  }
+  if (name.size() <= prefix.size() || name.substr(0, prefix.size()) != prefix) return std::nullopt;
+  size_t i = prefix.size(), j = i;
+  while (j < name.size() && j - i < 19 && name[j] >= '0' && name[j] <= '9') ++j;
+  if (j == i) return std::nullopt;
+  return std::stoull(std::string(name.substr(i, j - i)));
+}
+
 Status CheckSafeKey(std::string_view key) {
   auto bad = [&](std::string_view why) {
     return Status::Invalid(fmt::format("unsafe key: {}", why), Location{.key = std::string(key)});
@@ -244,6 +266,31 @@ Status Confinement::Refuse(std::string_view entry, std::string_view what, std::s
       .With(Detail::kOutsideDataset);
 }
 
+namespace {
+
+// The '/'-separated segments of `path` with "." dropped and ".." taking the one
+// before it back (empty segments kept or dropped), or nullopt when a ".." has nothing
+// left to take back.
+std::optional<std::vector<std::string_view>> Segments(std::string_view path, bool keep_empty) {
+  std::vector<std::string_view> segs;
+  size_t start = 0;
+  for (;;) {
+    size_t slash = path.find('/', start);
+    std::string_view seg = path.substr(start, slash == std::string_view::npos ? std::string_view::npos : slash - start);
+    if (seg == "..") {
+      if (segs.empty()) return std::nullopt;
+      segs.pop_back();
+    } else if (seg != "." && (keep_empty || !seg.empty())) {
+      segs.push_back(seg);
+    }
+    if (slash == std::string_view::npos) break;
+    start = slash + 1;
+  }
+  return segs;
+}
+
+}  // namespace
+
 Result<std::string> Confinement::Resolve(std::string_view entry, std::string_view what) const {
   return Resolve(entry, what, entry);
 }
@@ -296,22 +343,10 @@ Result<std::string> Confinement::Resolve(std::string_view entry, std::string_vie
     if (path_at == std::string::npos) return full;
     size_t query_at = full.find_first_of("?#", path_at);
     std::string_view path = std::string_view(full).substr(path_at + 1, query_at == std::string::npos ? std::string::npos : query_at - path_at - 1);
-    std::vector<std::string_view> segs;
-    size_t start = 0;
-    for (;;) {
-      size_t slash = path.find('/', start);
-      std::string_view seg = path.substr(start, slash == std::string_view::npos ? std::string_view::npos : slash - start);
-      if (seg == "..") {
-        if (segs.empty()) return Refuse(entry, what, "'..' climbs above the server's or bucket's root");
-        segs.pop_back();
-      } else if (seg != ".") {
-        segs.push_back(seg);
-      }
-      if (slash == std::string_view::npos) break;
-      start = slash + 1;
-    }
+    auto segs = Segments(path, /*keep_empty=*/true);
+    if (!segs) return Refuse(entry, what, "'..' climbs above the server's or bucket's root");
     std::string out = full.substr(0, path_at);
-    for (auto seg : segs) (out += '/') += seg;
+    for (auto seg : *segs) (out += '/') += seg;
     if (query_at != std::string::npos) out += full.substr(query_at);
     return out;
   }
@@ -321,23 +356,11 @@ Result<std::string> Confinement::Resolve(std::string_view entry, std::string_vie
   if (remote_ && entry.find_first_of("%?#") != std::string_view::npos)
     return Refuse(entry, what, "'%', '?' or '#' in a remote entry (a server would decode or split it)");
   // Lexically: "." and empty components drop, ".." takes one back and may not climb out.
-  std::vector<std::string_view> parts;
-  size_t start = 0;
-  for (;;) {
-    size_t slash = entry.find('/', start);
-    std::string_view part = entry.substr(start, slash == std::string_view::npos ? std::string_view::npos : slash - start);
-    if (part == "..") {
-      if (parts.empty()) return Refuse(entry, what, "'..' climbs out of the dataset's location");
-      parts.pop_back();
-    } else if (!part.empty() && part != ".") {
-      parts.push_back(part);
-    }
-    if (slash == std::string_view::npos) break;
-    start = slash + 1;
-  }
-  if (parts.empty()) return Refuse(entry, what, "it names the dataset's location itself, not a file in it");
+  auto parts = Segments(entry, /*keep_empty=*/false);
+  if (!parts) return Refuse(entry, what, "'..' climbs out of the dataset's location");
+  if (parts->empty()) return Refuse(entry, what, "it names the dataset's location itself, not a file in it");
   std::string rel;
-  for (auto p : parts) {
+  for (auto p : *parts) {
     if (!rel.empty()) rel += '/';
     rel += p;
   }

@@ -23,6 +23,10 @@ Result<std::vector<std::string>> ExpandBraces(std::string_view pattern);
 Status CheckShardPattern(std::string_view pattern);
 // The pattern with its conversion applied to `index`.
 std::string FormatShardPattern(std::string_view pattern, uint64_t index);
+// The number in `name` (a base name) where `pattern`'s base name has its conversion:
+// the digits after the pattern's literal prefix, or nullopt when `name` does not start
+// with that prefix and a digit. The caller compares `name` with the files of shard N.
+std::optional<uint64_t> ShardNumberIn(std::string_view pattern, std::string_view name);
 
 // A relative key safe to use as a path below an output directory: non-empty,
 // not absolute, no "." or ".." components, no empty components, no NUL.

@@ -103,6 +103,15 @@ struct Format {
   Result<std::optional<WriteSummary>> (*finished)(const std::string& path, const WriteOptions& opts) = nullptr;
   // Optional: `shardkit merge` of the parts written to this address (Merge()).
   Result<MergeSummary> (*merge)(const std::string& path, const MergeOptions& opts) = nullptr;
+  // Optional, for writers of shard patterns (out/x-%05d.ext): the files written beside
+  // one shard (its index, checksum list, sidecar). After a whole write with overwrite,
+  // the shards of the same pattern that the new output does not hold are removed with
+  // these (pipeline RemoveStaleOutputs), so that no glob of the pattern finds them.
+  std::vector<std::string> (*files_beside_shard)(const std::string& shard_path) = nullptr;
+  // Optional: which of `names` (base names in the pattern's directory) are records of
+  // partial writes of `pattern` (wds: the part records, their journals and locks); a
+  // finished whole write with overwrite removes them too.
+  std::vector<std::string> (*part_files)(const std::string& pattern, const std::vector<std::string>& names) = nullptr;
 };
 
 // Every format, in registry order.

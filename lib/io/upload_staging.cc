@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -143,6 +144,46 @@ class UploadingFileSystem : public FileSystem {
     return remote_root_ + local.substr(local_root_.size());
   }
 
+  // After every upload: removes the remote objects under each directory output
+  // published with PublishOptions::replace that the new output does not hold (an
+  // earlier output's extra shards or files). A store that cannot list keeps them.
+  Status PruneReplaced() {
+    std::map<std::string, std::set<std::string>> replaced;
+    {
+      std::lock_guard lock(mu_);
+      replaced.swap(replaced_);
+    }
+    for (const auto& [dir, files] : replaced) {
+      std::set<std::string> keep;
+      for (const auto& f : files) keep.insert(RemoteOf(f));
+      const std::string remote = RemoteOf(dir);
+      SK_ASSIGN_OR_RETURN(auto fs, FileSystemFor(remote));
+      std::vector<std::string> pending{remote}, extra;
+      while (!pending.empty()) {
+        std::string d = std::move(pending.back());
+        pending.pop_back();
+        auto listed = fs->ListDir(d);
+        if (!listed.ok()) {
+          if (listed.status().code() == Code::kUnsupported || listed.status().code() == Code::kNotFound) break;
+          return listed.status();
+        }
+        for (const auto& fi : *listed) {
+          if (fi.type == FileType::kDirectory) pending.push_back(fi.path);
+          else if (!keep.count(fi.path)) extra.push_back(fi.path);
+        }
+      }
+      for (const auto& p : extra) {
+        Status st = fs->Remove(p);
+        if (!st.ok() && st.code() != Code::kNotFound)
+          return Status(st.code(),
+                        "the new output is uploaded, but a file of the output it replaced could not be removed: " +
+                            st.message(),
+                        Location{.file = p});
+      }
+    }
+    return Status::OK();
+  }
+
   // Waits for every upload but those of files still being written (unpublished: nothing
   // published can depend on them, and waiting for them could wait forever); the first error.
   Status Drain() {
@@ -209,6 +250,12 @@ class UploadingFileSystem : public FileSystem {
                                                it->path().filename().string()) == opts.local_only.end())
           files.push_back(it->path().string());
       if (ec) return Status::IOError("cannot list a staged output: " + ec.message(), Location{.file = final_path});
+      if (opts.replace) {
+        // What an earlier output under this remote directory holds beyond the new one goes
+        // once the new one is up (PruneReplaced).
+        std::lock_guard lock(mu_);
+        replaced_[final_path] = std::set<std::string>(files.begin(), files.end());
+      }
     } else {
       files.push_back(final_path);
     }
@@ -418,6 +465,7 @@ class UploadingFileSystem : public FileSystem {
 
   std::shared_ptr<FileSystem> base_;
   std::string local_root_, remote_root_;
+  std::map<std::string, std::set<std::string>> replaced_;  // directory outputs published to replace (mu_)
   std::mutex mu_;
   std::condition_variable cv_, idle_cv_;
   struct Job {
@@ -437,6 +485,7 @@ class UploadingFileSystem : public FileSystem {
 Status StagedOutput::Finish() {
   if (!uploader) return Status::OK();
   SK_RETURN_IF_ERROR(uploader->Drain());
+  SK_RETURN_IF_ERROR(uploader->PruneReplaced());
   std::error_code ec;
   std::filesystem::remove_all(uploader->local_root(), ec);
   return Status::OK();

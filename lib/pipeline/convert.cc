@@ -14,12 +14,15 @@
 #include <chrono>
 #include <future>
 #include <limits>
+#include <set>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 #include <xxhash.h>
 
 #include "core/cores.h"
+#include "core/file.h"
+#include "core/paths.h"
 #include "decode/encode.h"
 #include "formats/registry.h"
 #include "io/redact.h"
@@ -504,6 +507,79 @@ Result<ConvertSummary> Staged(Result<ConvertSummary> r, const io::StagedOutput& 
   staged.RemoveIfEmpty();
   return s;
 }
+
+// After a whole write with overwrite: removes what an earlier write of the same shard
+// pattern left that the new output (`written`) does not hold: shards beyond the new
+// count with the files beside them (Format::files_beside_shard), and part records
+// (Format::part_files). Locally, or at the remote address. A destination that cannot
+// list its directory (an HTTP PUT target) keeps them.
+Status RemoveStaleOutputs(std::string_view address, const std::vector<ShardInfo>& written,
+                          const std::shared_ptr<FileSystem>& local_fs) {
+  std::string path;
+  SK_ASSIGN_OR_RETURN(const formats::Format* fmt, formats::Resolve(address, true, &path));
+  if (!fmt->files_beside_shard || !paths::CheckShardPattern(path).ok()) return Status::OK();
+  std::shared_ptr<FileSystem> fs;
+  if (io::IsRemoteOutput(path)) {
+    SK_ASSIGN_OR_RETURN(fs, FileSystemFor(path));
+  } else {
+    fs = FileSystem::OrLocal(local_fs);
+  }
+  const std::string dir = io::DirName(path);
+  auto listed = fs->ListDir(dir);
+  if (!listed.ok()) return listed.status().code() == Code::kUnsupported ? Status::OK() : listed.status();
+  std::vector<std::string> names;
+  for (const auto& fi : *listed)
+    if (fi.type == FileType::kFile) names.push_back(fi.name);
+  std::set<std::string> kept, stale;
+  for (const auto& si : written) kept.insert(std::string(paths::BaseName(si.path)));
+  for (const auto& name : names) {
+    auto n = paths::ShardNumberIn(path, name);
+    if (!n) continue;
+    const std::string shard = paths::FormatShardPattern(path, *n);
+    if (kept.count(std::string(paths::BaseName(shard)))) continue;
+    std::vector<std::string> files = fmt->files_beside_shard(shard);
+    files.push_back(shard);
+    for (const auto& f : files)
+      if (paths::BaseName(f) == name) stale.insert(name);
+  }
+  if (fmt->part_files)
+    for (auto& p : fmt->part_files(path, names)) stale.insert(std::move(p));
+  for (const auto& name : stale) {
+    const std::string p = dir + "/" + name;
+    Status st = fs->Remove(p);
+    if (!st.ok() && st.code() != Code::kNotFound)
+      return Status(st.code(),
+                    fmt::format("the output is complete, but a file an earlier write of the same pattern left "
+                                "could not be removed: {}",
+                                st.message()),
+                    Location{.file = p});
+  }
+  return Status::OK();
+}
+
+// Writes `in` to `address`: a remote output through a local staging directory
+// (io/upload_staging.h), every upload waited for, then what an earlier write of the
+// same pattern left removed when overwriting (RemoveStaleOutputs). Shard paths in
+// the summary are the remote addresses.
+Result<ConvertSummary> WriteTo(const Dataset& in, std::string_view src, const std::string& address, ConvertOptions c,
+                               const ProgressFn& progress) {
+  std::string target = address;
+  const std::shared_ptr<FileSystem> local_fs = c.write.filesystem;
+  io::StagedOutput staged;  // a remote output: written locally, each finished file uploaded (upload_staging.h)
+  if (io::IsRemoteOutput(address)) {
+    SK_ASSIGN_OR_RETURN(staged, io::StageRemoteOutput(address, c.write.filesystem, c.staging_dir, StagingTag(c.part)));
+    c.write.filesystem = staged.fs;
+    target = staged.address;
+  }
+  SK_ASSIGN_OR_RETURN(ConvertSummary sum,
+                      Staged(CopyInto(in, src, target, c, progress, staged.fresh ? staged.remote : std::string()),
+                             staged));
+  SK_RETURN_IF_ERROR(staged.Finish());
+  for (auto& si : sum.shards) si.path = staged.RemoteOf(si.path);
+  if (c.write.overwrite && c.part.count == 0 && !sum.already_complete)
+    SK_RETURN_IF_ERROR(RemoveStaleOutputs(address, sum.shards, local_fs));
+  return sum;
+}
 }  // namespace
 
 Result<ConvertSummary> ConvertDataset(const Dataset& src, SampleWriter* dst,
@@ -516,19 +592,7 @@ Result<ConvertSummary> Convert(std::string_view src, std::string_view dst, const
                                const ProgressFn& progress) {
   const auto t0 = Clock::now();
   SK_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> in, Open(src, opts.open));
-  ConvertOptions c = opts;
-  std::string target(dst);
-  io::StagedOutput staged;  // a remote output: written locally, each finished file uploaded (upload_staging.h)
-  if (io::IsRemoteOutput(dst)) {
-    SK_ASSIGN_OR_RETURN(staged, io::StageRemoteOutput(dst, c.write.filesystem, c.staging_dir, StagingTag(c.part)));
-    c.write.filesystem = staged.fs;
-    target = staged.address;
-  }
-  SK_ASSIGN_OR_RETURN(ConvertSummary sum,
-                      Staged(CopyInto(*in, src, target, c, progress, staged.fresh ? staged.remote : std::string()),
-                             staged));
-  SK_RETURN_IF_ERROR(staged.Finish());
-  for (auto& si : sum.shards) si.path = staged.RemoteOf(si.path);
+  SK_ASSIGN_OR_RETURN(ConvertSummary sum, WriteTo(*in, src, std::string(dst), opts, progress));
   sum.source = std::string(src);
   sum.destination = std::string(dst);
   sum.source_format = in->info().format;
@@ -606,18 +670,7 @@ Result<ConvertSummary> Shard(std::string_view src, std::string_view dst, const S
     c.write.shard_size = std::numeric_limits<uint64_t>::max();
     c.write.samples_per_shard = 0;
   }
-  std::string target = out_address;
-  io::StagedOutput staged;  // a remote output: written locally, each finished file uploaded (upload_staging.h)
-  if (io::IsRemoteOutput(out_address)) {
-    SK_ASSIGN_OR_RETURN(staged, io::StageRemoteOutput(out_address, c.write.filesystem, c.staging_dir, StagingTag(c.part)));
-    c.write.filesystem = staged.fs;
-    target = staged.address;
-  }
-  SK_ASSIGN_OR_RETURN(ConvertSummary sum,
-                      Staged(CopyInto(*in, src, target, c, progress, staged.fresh ? staged.remote : std::string()),
-                             staged));
-  SK_RETURN_IF_ERROR(staged.Finish());
-  for (auto& si : sum.shards) si.path = staged.RemoteOf(si.path);
+  SK_ASSIGN_OR_RETURN(ConvertSummary sum, WriteTo(*in, src, out_address, c, progress));
   if (!c.write.wds.shard_plan.empty() && c.part.count == 0 && !sum.already_complete) {
     bool same = sum.shards.size() == c.write.wds.shard_plan.size();
     for (size_t i = 0; same && i < sum.shards.size(); ++i)

@@ -87,6 +87,9 @@ Format RecordioFormat() {
       .create = recordio::MakeWriter,
       .extensions = {"rec", "idx"},
       .write_index = recordio::WriteIdx,
+      .files_beside_shard = [](const std::string& shard) -> std::vector<std::string> {
+        return {recordio::IdxPathFor(shard), recordio::MetaPathFor(shard)};
+      },
   };
 }
 

@@ -81,6 +81,9 @@ Format TfrecordFormat() {
       .list_shards = tfrecord::ListShards,
       .dali_index_path = tfrecord::IdxPathFor,
       .write_dali_index = WriteDaliIndex,
+      .files_beside_shard = [](const std::string& shard) -> std::vector<std::string> {
+        return {tfrecord::IdxPathFor(shard)};
+      },
   };
 }
 

@@ -3,6 +3,7 @@
 // pipe.h); writing: writer.h. The layout is documented in docs/formats-wds.md.
 #include "core/paths.h"
 #include "formats/registry.h"
+#include "formats/wds/index.h"
 #include "formats/wds/names.h"
 #include "formats/wds/parts.h"
 #include "formats/wds/reader.h"
@@ -33,6 +34,10 @@ Format WdsFormat() {
       .plan_by_size = wds::WdsWriter::PlanBySize,
       .finished = wds::FinishedOutput,
       .merge = wds::MergeParts,
+      .files_beside_shard = [](const std::string& shard) -> std::vector<std::string> {
+        return {wds::IdxPathFor(shard), wds::SumsPath(shard)};
+      },
+      .part_files = wds::PartFiles,
   };
 }
 

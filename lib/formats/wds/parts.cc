@@ -187,6 +187,21 @@ std::string PartRecordPath(const std::string& pattern, uint64_t index, uint64_t 
   return fmt::format("{}.part-{:05d}-of-{:05d}.json", RecordStem(pattern), index, count);
 }
 
+std::vector<std::string> PartFiles(const std::string& pattern, const std::vector<std::string>& names) {
+  const std::string stem(paths::BaseName(RecordStem(pattern)));
+  const std::string prefix = stem + ".part-";
+  std::vector<std::string> out;
+  for (const auto& n : names) {
+    if (!n.starts_with(prefix)) continue;
+    std::string_view rest = std::string_view(n).substr(prefix.size());
+    for (std::string_view end : {".partial", ".lock"})
+      if (rest.ends_with(end)) rest.remove_suffix(end.size());
+    // NNNNN-of-NNNNN.json
+    if (rest.size() > 5 && rest.ends_with(".json") && rest.find("-of-") != std::string_view::npos) out.push_back(n);
+  }
+  return out;
+}
+
 std::string PartRecordText(const std::string& pattern, const WriteOptions& opts,
                            const std::vector<std::string>& fields, const std::vector<ShardInfo>& shards,
                            uint64_t samples, uint64_t* total_bytes) {

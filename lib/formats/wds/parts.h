@@ -25,6 +25,9 @@ namespace shardkit::formats::wds {
 
 // out/train-%06d.tar, 3, 16 -> out/train.part-00003-of-00016.json
 std::string PartRecordPath(const std::string& pattern, uint64_t index, uint64_t count);
+// Which of `names` (base names in the pattern's directory) are part records of
+// `pattern`, or their journals (".partial") and locks (".lock").
+std::vector<std::string> PartFiles(const std::string& pattern, const std::vector<std::string>& names);
 
 // The record of a finished part: the part, the plan it followed (PartWriteOptions),
 // its fields and shards. *total_bytes: the sum of the shards' bytes.
