@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <sstream>
@@ -21,6 +22,7 @@
 using namespace shardkit;
 using namespace sk_test;
 using json = nlohmann::json;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -658,4 +660,36 @@ TEST_CASE("shardkit convert --no-index, then shardkit index writes what the writ
   auto v = Cli("verify " + Q(dir / "b/t.manifest.json") + " --against " + Q(dir / "img") + " --decode");
   INFO(v.out << v.err);
   CHECK(v.exit_code == 0);
+}
+
+TEST_CASE("verify: image fields of different types are one field; a sample without any image is still found", "[verify]") {
+  TempDir dir;
+  const std::string root = dir / "mix";
+  REQUIRE(MakeImageFolder(root, 2, 4) == 8);
+  // One class folder mixes .jpg, .jpeg, .JPEG and .png, as real ones do.
+  std::vector<fs::path> files;
+  for (auto& e : fs::directory_iterator(fs::path(root) / "c0")) files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  REQUIRE(files.size() == 4);
+  const char* exts[] = {".jpg", ".jpeg", ".png"};  // and one .JPEG stays
+  for (int i = 0; i < 3; ++i) fs::rename(files[size_t(i)], fs::path(files[size_t(i)]).replace_extension(exts[i]));
+  VerifyReport r = MustVerify("folder:" + root);
+  INFO(Dump(r));
+  CHECK(r.total_findings() == 0);
+  CHECK(r.samples == 8);
+  // The same after conversion to tar shards.
+  auto c = Cli(fmt::format("convert {} {}", Q("folder:" + root), Q("wds:" + dir / "o/t-%06d.tar")));
+  REQUIRE(c.exit_code == 0);
+  VerifyReport w = MustVerify(dir / "o/t.manifest.json");
+  INFO(Dump(w));
+  CHECK(w.total_findings() == 0);
+  // A sample with a caption and no image at all is still a finding, named as such.
+  WriteFile((fs::path(root) / "c1" / "only-text.txt").string(), "a caption");
+  VerifyReport m = MustVerify("folder:" + root);
+  INFO(Dump(m));
+  const Finding* f = nullptr;
+  for (const auto& x : m.findings)
+    if (x.kind == FindingKind::kMissingField && x.where.key == "c1/only-text") f = &x;
+  REQUIRE(f);
+  CHECK_THAT(f->message, Catch::Contains("sample lacks an image (jpg, png, ...) (in 8 samples)"));
 }

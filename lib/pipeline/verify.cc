@@ -55,6 +55,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The one field name that every image field (jpg, jpeg, png, ...) counts as when
+// verify compares the fields of samples (no extension has a space).
+constexpr std::string_view kAnyImage = "an image";
+
 // One thing opened and read on its own.
 struct Unit {
   std::string path;     // the file (tar shard) or the dataset's path
@@ -410,10 +414,14 @@ class Verifier {
                             first.shard >= 0 ? " of the same shard" : ""));
     }
 
-    // Field sets, for fields missing from some samples.
+    // Field sets, for fields missing from some samples. Image fields of any type
+    // (.jpg beside .jpeg, .JPEG, .png in one class folder) count as one field: every
+    // reader takes whichever image a sample has.
     std::vector<std::string> exts;
     exts.reserve(s.fields.size());
-    for (const auto& f : s.fields) exts.push_back(f.ext);
+    for (const auto& f : s.fields) exts.push_back(IsImageExt(f.ext) ? std::string(kAnyImage) : f.ext);
+    std::sort(exts.begin(), exts.end());
+    exts.erase(std::unique(exts.begin(), exts.end()), exts.end());
     auto [sit, snew] = set_ids_.try_emplace(exts, uint32_t(sets_.size()));
     if (snew) sets_.push_back(exts);
     sample_set_.push_back(sit->second);
@@ -527,7 +535,9 @@ class Verifier {
       std::string m;
       for (const auto& ext : all)
         if (!std::binary_search(sets_[i].begin(), sets_[i].end(), ext))
-          m += fmt::format("{}'{}' (in {} samples)", m.empty() ? "" : ", ", ext, field_counts_[ext]);
+          m += fmt::format("{}{} (in {} sample{})", m.empty() ? "" : ", ",
+                           ext == kAnyImage ? "an image (jpg, png, ...)" : "field '" + ext + "'", field_counts_[ext],
+                           field_counts_[ext] == 1 ? "" : "s");
       lacks[i] = !m.empty();
       missing_of[i] = std::move(m);
     }
@@ -537,7 +547,7 @@ class Verifier {
       const Unit& u = units_[sample_unit_[g]];
       Add(FindingKind::kMissingField,
           Location{.file = u.path, .shard = u.shard, .key = *sample_key_[g], .index = int64_t(sample_index_[g])},
-          "sample lacks field " + missing_of[id]);
+          "sample lacks " + missing_of[id]);
     }
   }
 
