@@ -126,6 +126,7 @@ void PrintSummary(const char* command, const ConvertSummary& s, bool json) {
       j["parts"] = s.part.count;
     }
     if (s.already_complete) j["already_complete"] = true;
+    j["source_checksums_checked"] = s.source_checksums_checked;
     j["shards"] = nlohmann::json::array();
     for (const auto& sh : s.shards)
       j["shards"].push_back(
@@ -143,11 +144,12 @@ void PrintSummary(const char* command, const ConvertSummary& s, bool json) {
   if (s.part.count > 0)
     std::printf("part %llu/%llu: ", static_cast<unsigned long long>(s.part.index),
                 static_cast<unsigned long long>(s.part.count));
-  std::printf("%s: %llu samples (%s) %s -> %s in %.2f s (%.1f MB/s), %zu output file%s, %s %s\n",
+  std::printf("%s: %llu samples (%s) %s -> %s in %.2f s (%.1f MB/s), %zu output file%s, %s %s%s\n",
               command, static_cast<unsigned long long>(s.samples), HumanBytes(s.payload_bytes).c_str(),
               io::RedactText(s.source).c_str(), io::RedactText(s.destination).c_str(), s.seconds, mbs, s.shards.size(),
               s.shards.size() == 1 ? "" : "s", HumanBytes(s.bytes).c_str(),
-              io::IsRemoteOutput(s.destination) ? "uploaded" : "on disk");
+              io::IsRemoteOutput(s.destination) ? "uploaded" : "on disk",
+              s.source_checksums_checked ? "; every sample matched its source checksum" : "");
 }
 
 }  // namespace shardkit::cli

@@ -28,6 +28,7 @@ struct CopyFlags {
   bool resume = false;
   bool json = false;
   bool no_index = false;
+  bool no_verify_source = false;
   std::string part;
   std::vector<std::string> source_options;  // KEY=VALUE -> OpenOptions::format_options
   OpenOptions cache;  // --cache-dir / --cache-bytes (cache_dir, cache_bytes only)
@@ -71,6 +72,10 @@ void AddCopyFlags(CLI::App* sub, CopyFlags* f) {
                   "each such '.'")
       ->check(CLI::IsMember({"error", "replace"}));
   sub->add_flag("--overwrite", f->overwrite, "Replace an existing output");
+  sub->add_flag("--no-verify-source", f->no_verify_source,
+                "Do not check the samples against the checksums the source records (by default a sample "
+                "that does not match stops the conversion, naming it, so that damaged bytes are not written "
+                "under fresh checksums)");
   sub->add_flag("--no-index", f->no_index,
                 "Tar shards: do not write DALI's .idx beside each shard (`shardkit index` makes them later)");
   sub->add_flag("--resume", f->resume,
@@ -216,6 +221,7 @@ RunFn SetupConvert(CLI::App* sub) {
     o.write.samples_per_shard = f->samples_per_shard;
     o.write.overwrite = f->overwrite;
     o.write.resume = f->resume;
+    o.verify_source = !f->no_verify_source;
     o.write.key_dots = ToKeyDots(f->key_dots);
     o.write.wds.write_index = !f->no_index;
     o.write.lmdb.layout = f->lmdb_layout;
@@ -291,6 +297,7 @@ RunFn SetupShard(CLI::App* sub) {
     o.threads = f->threads;
     o.overwrite = f->overwrite;
     o.resume = f->resume;
+    o.verify_source = !f->no_verify_source;
     o.key_dots = ToKeyDots(f->key_dots);
     o.write_index = !f->no_index;
     int rc = kExitOk;

@@ -76,6 +76,12 @@ struct ConvertOptions {
   // uploaded file by file. Empty: /tmp. The library reads no environment for it: the
   // CLI and Python fill it from SHARDKIT_STAGING_DIR, else TMPDIR.
   std::string staging_dir;
+  // Check every sample against the checksum its source records (a list:
+  // DatasetInfo::sample_checksums == kList; formats that keep them in the records
+  // check them on read anyway). A mismatch fails the conversion with kCorrupt and
+  // Detail::kSampleChecksum naming the sample, before its bytes are written under
+  // fresh checksums. false (`--no-verify-source`) converts damaged data as it is.
+  bool verify_source = true;
 };
 
 // SHARDKIT_STAGING_DIR, else TMPDIR, else "": ConvertOptions::staging_dir as the CLI and
@@ -105,6 +111,7 @@ struct ConvertSummary {
   // nothing was written.
   bool already_complete = false;
   PartSpec part;                   // the part written (count 0: the whole output)
+  uint64_t source_checksums_checked = 0;  // samples checked against the source's checksums
 };
 
 // Opens `src`, creates `dst` and copies every sample.
@@ -134,6 +141,7 @@ struct ShardOptions {
   std::shared_ptr<FileSystem> filesystem;  // WriteOptions::filesystem (null = local)
   PartSpec part;  // ConvertOptions::part
   std::string staging_dir;  // ConvertOptions::staging_dir (a remote destination)
+  bool verify_source = true;  // ConvertOptions::verify_source
 };
 
 // Re-shards any dataset into WebDataset tar shards. `dst` is a printf pattern

@@ -57,7 +57,9 @@ enum class SampleChecksums {
   kNone,        // none recorded (e.g. written by another tool, or sidecars removed)
   kList,        // recorded as a list, in dataset order: Dataset::RecordedChecksums()
   kInRecords,   // kept with each record and checked by the reader itself: a mismatch
-                // fails Next()/Get() with kCorrupt and Detail::kSampleChecksum
+                // fails Next() (and Get(), where OpenOptions::check_records asks or the
+                // format always checks, as TFRecord does) with kCorrupt and
+                // Detail::kSampleChecksum
   kNoMetadata,  // the format carries no metadata at all (an image folder)
 };
 
@@ -143,6 +145,11 @@ struct OpenOptions {
   // and '..' allowed; commands never), e.g. for shards shared by manifests in sibling
   // folders. The CLI's --trust-manifest, Python's trust_manifest=True.
   bool trust_manifest = false;
+  // Random access (Get) also checks the checksum a format keeps with each record
+  // (SampleChecksums::kInRecords: LMDB's per-record xxh3), which it skips by default on
+  // the training hot path; sequential readers and verify always check. Convert sets it
+  // while it checks its source (ConvertOptions::verify_source).
+  bool check_records = false;
 };
 
 // The environment's defaults for what `o` leaves unset, for front ends (the CLI and the

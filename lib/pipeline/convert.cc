@@ -93,6 +93,14 @@ class Fetcher {
       perm_.emplace(ShuffleOrder(ra_->size(), opts_.seed));
       order_ = &*perm_;
     }
+    if (opts_.verify_source && src.info().sample_checksums == SampleChecksums::kList) {
+      // The source's recorded checksums, when it has one for every sample (a source
+      // with some missing is verify's finding, not checked here).
+      auto sums = src.RecordedChecksums();
+      if (!sums.ok() && sums.status().code() == Code::kCorrupt) return std::move(sums).take_status();
+      const uint64_t n = ra_ ? ra_->size() : total_.value_or(0);
+      if (sums.ok() && !sums->empty() && sums->size() == n) recorded_ = std::move(*sums);
+    }
     if (ra_) {
       end_ = std::min<uint64_t>(end_, ra_->size());
       begin_ = std::min(begin_, end_);
@@ -105,6 +113,8 @@ class Fetcher {
 
   std::optional<uint64_t> total() const { return total_; }
   bool eof() const { return eof_; }
+  // Samples checked against the source's recorded checksums so far.
+  uint64_t checked() const { return checked_.load(std::memory_order_relaxed); }
   // Decoded arrays are encoded as images while read (on the reading threads).
   void SetEncode(const decode::EncodeSpec& spec) { encode_ = spec; }
 
@@ -121,6 +131,7 @@ class Fetcher {
       auto get = [&](size_t j) {
         uint64_t idx = order_ ? (*order_)(begin + j) : begin + j;
         Status s = ra_->Get(idx, &(*batch)[j]);
+        if (s.ok()) s = CheckRecorded((*batch)[j], idx);
         if (s.ok() && encode_) s = decode::EncodeSampleArrays(&(*batch)[j], *encode_);
         if (!s.ok()) s.At(Location{.index = int64_t(idx)});
         st[j] = std::move(s);
@@ -156,6 +167,7 @@ class Fetcher {
         eof_ = true;
         break;
       }
+      if (Status st = CheckRecorded(s, next_); !st.ok()) return st;
       if (encode_) {
         Status st = decode::EncodeSampleArrays(&s, *encode_);
         if (!st.ok()) {
@@ -170,8 +182,25 @@ class Fetcher {
   }
 
  private:
+  // The sample at source index `idx` against the checksum the source records for it.
+  Status CheckRecorded(const Sample& s, uint64_t idx) {
+    if (idx >= recorded_.size()) return Status::OK();
+    checked_.fetch_add(1, std::memory_order_relaxed);
+    const uint64_t got = s.checksum();
+    if (got == recorded_[idx]) return Status::OK();
+    Status st = Status::Corrupt(
+        fmt::format("sample '{}' does not match the checksum its source records (xxh3 {:016x}, read {:016x}): the "
+                    "source is damaged and its bytes are not written under fresh checksums. `shardkit verify` "
+                    "names every damaged sample; --no-verify-source converts the data as it is",
+                    s.key, recorded_[idx], got),
+        Location{.key = s.key, .index = int64_t(idx)});
+    return st.With(Detail::kSampleChecksum);
+  }
+
   const ConvertOptions& opts_;
   const size_t window_;
+  std::vector<uint64_t> recorded_;  // the source's checksums, one per sample (empty: none checked)
+  std::atomic<uint64_t> checked_{0};
   std::optional<uint64_t> total_;
   std::shared_ptr<RandomAccess> ra_;
   std::unique_ptr<SampleReader> reader_;
@@ -253,6 +282,7 @@ Result<ConvertSummary> ConvertFetched(Fetcher* fetcher, const Dataset& src, Samp
   if (fin->samples != sum.samples)
     return Status::Internal(fmt::format("the writer reports {} samples, {} were written",
                                         fin->samples, sum.samples));
+  sum.source_checksums_checked = fetch.checked();
   sum.seconds = Since(t0);
   report(true);
   return sum;
@@ -557,6 +587,13 @@ Status RemoveStaleOutputs(std::string_view address, const std::vector<ShardInfo>
   return Status::OK();
 }
 
+// The source's open options: random access checks what the records keep too while
+// convert checks its source (OpenOptions::check_records).
+OpenOptions SourceOpenOptions(OpenOptions o, bool verify_source) {
+  o.check_records = o.check_records || verify_source;
+  return o;
+}
+
 // Writes `in` to `address`: a remote output through a local staging directory
 // (io/upload_staging.h), every upload waited for, then what an earlier write of the
 // same pattern left removed when overwriting (RemoveStaleOutputs). Shard paths in
@@ -591,7 +628,7 @@ Result<ConvertSummary> ConvertDataset(const Dataset& src, SampleWriter* dst,
 Result<ConvertSummary> Convert(std::string_view src, std::string_view dst, const ConvertOptions& opts,
                                const ProgressFn& progress) {
   const auto t0 = Clock::now();
-  SK_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> in, Open(src, opts.open));
+  SK_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> in, Open(src, SourceOpenOptions(opts.open, opts.verify_source)));
   SK_ASSIGN_OR_RETURN(ConvertSummary sum, WriteTo(*in, src, std::string(dst), opts, progress));
   sum.source = std::string(src);
   sum.destination = std::string(dst);
@@ -637,6 +674,7 @@ Result<ConvertSummary> Shard(std::string_view src, std::string_view dst, const S
   c.write.wds.write_index = opts.write_index;
   c.part = opts.part;
   c.staging_dir = opts.staging_dir;
+  c.verify_source = opts.verify_source;
   if (opts.samples_per_shard > 0) {
     c.write.samples_per_shard = opts.samples_per_shard;
     c.write.shard_size = std::numeric_limits<uint64_t>::max();
@@ -644,7 +682,7 @@ Result<ConvertSummary> Shard(std::string_view src, std::string_view dst, const S
     c.write.shard_size = opts.shard_size;
   }
 
-  SK_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> in, Open(src, opts.open));
+  SK_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> in, Open(src, SourceOpenOptions(opts.open, opts.verify_source)));
   c.write.class_names = in->info().class_names;
   if (opts.num_shards > 0) {
     std::optional<uint64_t> total = in->info().num_samples;

@@ -31,6 +31,7 @@ py::dict SummaryToDict(const ConvertSummary& s) {
     d["parts"] = s.part.count;
   }
   d["already_complete"] = s.already_complete;
+  d["source_checksums_checked"] = s.source_checksums_checked;
   return d;
 }
 
@@ -103,8 +104,9 @@ void BindConvert(py::module_& m) {
            const py::object& part, bool resume,
            const std::map<std::string, std::string>& source_options, const std::string& encode,
            const std::string& staging_dir, const std::string& lmdb_arrays, const std::string& hdf5_arrays,
-           bool trust_manifest) {
+           bool trust_manifest, bool verify_source) {
           ConvertOptions o;
+          o.verify_source = verify_source;
           o.write.mds.compression = mds_compression;
           if (mds_hashes) o.write.mds.hashes = *mds_hashes;
           o.part = ParsePartArg(part);
@@ -147,7 +149,7 @@ void BindConvert(py::module_& m) {
         py::arg("part") = py::none(), py::arg("resume") = false,
         py::arg("source_options") = std::map<std::string, std::string>{},
         py::arg("encode") = "", py::arg("staging_dir") = "", py::arg("lmdb_arrays") = "pickle",
-        py::arg("hdf5_arrays") = "native", py::arg("trust_manifest") = false,
+        py::arg("hdf5_arrays") = "native", py::arg("trust_manifest") = false, py::arg("verify_source") = true,
         R"doc(Copies every sample of the dataset `src` into a new dataset `dst` (any formats).
 
 Keeps dataset order, or with shuffle=True writes a seeded global permutation (needs random
@@ -171,7 +173,8 @@ launcher's variables); merge(dst) then writes the manifest (docs/cluster.md). re
 continue an interrupted run; on a finished one, check it and write nothing
 (already_complete=True in the summary). staging_dir: where a remote dst (s3://,
 http(s)://) is written before its upload (default: SHARDKIT_STAGING_DIR, else TMPDIR,
-else /tmp). The source is read with SHARDKIT_CACHE_DIR / _BYTES / SHARDKIT_INDEX_BUDGET
+else /tmp). verify_source: check every sample against the checksums the source records
+(a mismatch raises, naming the sample; False converts damaged data as it is). The source is read with SHARDKIT_CACHE_DIR / _BYTES / SHARDKIT_INDEX_BUDGET
 when set (docs/remote.md).
 Returns a summary dict (with the `threads` used). Nothing appears under `dst` unless it
 succeeds.)doc");
@@ -180,8 +183,10 @@ succeeds.)doc");
         [](const std::string& src, const std::string& dst, uint64_t num_shards, uint64_t samples_per_shard,
            const py::object& shard_size, bool shuffle, uint64_t seed, std::optional<int> threads, bool overwrite,
            const std::string& key_dots, const std::map<std::string, std::string>& field_map,
-           const py::object& progress, const py::object& part, bool resume, const std::string& staging_dir) {
+           const py::object& progress, const py::object& part, bool resume, const std::string& staging_dir,
+           bool verify_source) {
           ShardOptions o;
+          o.verify_source = verify_source;
           o.part = ParsePartArg(part);
           o.resume = resume;
           o.num_shards = num_shards;
@@ -204,11 +209,11 @@ succeeds.)doc");
         py::arg("seed") = 0, py::arg("threads") = py::none(), py::arg("overwrite") = false,
         py::arg("key_dots") = "error", py::arg("field_map") = std::map<std::string, std::string>{},
         py::arg("progress") = py::none(), py::arg("part") = py::none(), py::arg("resume") = false,
-        py::arg("staging_dir") = "",
+        py::arg("staging_dir") = "", py::arg("verify_source") = true,
         R"doc(Re-shards any dataset into WebDataset tar shards named by the printf pattern `dst`
 (e.g. "out/train-%06d.tar"). Cut by exactly one of num_shards (counts differ by at most
 one), samples_per_shard, shard_size (bytes or "1GiB"); none given: 1 GiB shards.
-Other arguments as in convert() (part, resume, staging_dir included). Returns a summary dict.)doc");
+Other arguments as in convert() (part, resume, staging_dir, verify_source included). Returns a summary dict.)doc");
 
   m.def("merge",
         [](const std::string& dst, bool checksums) {

@@ -128,9 +128,10 @@ class LmdbRandomAccess : public RandomAccess {
  public:
   LmdbRandomAccess(std::shared_ptr<Env> env, Layout layout, uint64_t count,
                    std::shared_ptr<const std::vector<std::string>> keys,
-                   std::shared_ptr<const std::vector<uint64_t>> sums, std::shared_ptr<const wild::Catalog> wild = nullptr)
+                   std::shared_ptr<const std::vector<uint64_t>> sums, std::shared_ptr<const wild::Catalog> wild,
+                   bool check_records)
       : env_(std::move(env)), layout_(layout), count_(count), keys_(std::move(keys)), sums_(std::move(sums)),
-        wild_(std::move(wild)) {}
+        wild_(std::move(wild)), check_records_(check_records) {}
   uint64_t size() const override { return count_; }
 
   Status Get(uint64_t index, Sample* out) const override {
@@ -159,9 +160,10 @@ class LmdbRandomAccess : public RandomAccess {
     }
     MDB_txn* txn = slot->txn;
     std::shared_ptr<const void> owner(std::move(slot));
-    // The random-access hot path does not hash payloads (see DecodeRecord); verify does.
+    // The random-access hot path does not hash payloads (see DecodeRecord) unless asked
+    // (OpenOptions::check_records: convert); verify and the sequential reader do.
     if (layout_ == Layout::kShardkit)
-      return DecodeRecord(env_.get(), owner, lkey, v, index, out, /*check_payload=*/false);
+      return DecodeRecord(env_.get(), owner, lkey, v, index, out, /*check_payload=*/check_records_);
     if (layout_ == Layout::kWild) return DecodeWild(env_.get(), *wild_, owner, lkey, v, index, out, txn);
     return DecodeDatum(env_.get(), owner, lkey, v, index, out, nullptr);
   }
@@ -180,6 +182,7 @@ class LmdbRandomAccess : public RandomAccess {
   std::shared_ptr<const std::vector<std::string>> keys_;
   std::shared_ptr<const std::vector<uint64_t>> sums_;
   std::shared_ptr<const wild::Catalog> wild_;
+  bool check_records_ = false;
   core::PerThread<ReadSlot> slots_;  // one per thread that has called Get()
 };
 
@@ -190,6 +193,7 @@ class LmdbDataset : public Dataset {
     if (!io::IsDir(dir) && fs::path(dir).filename() == "data.mdb") dir = io::DirName(dir);
     if (!io::IsDir(dir)) return Status::NotFound("no such LMDB directory", Location{.file = dir});
     std::unique_ptr<LmdbDataset> d(new LmdbDataset());
+    d->check_records_ = opts.check_records;
     SK_ASSIGN_OR_RETURN(d->env_, Env::Open(dir));
     const Env& env = *d->env_;
     DatasetInfo& info = d->info_;
@@ -327,7 +331,8 @@ class LmdbDataset : public Dataset {
     return std::unique_ptr<SampleReader>(new LmdbReader(env_, layout_, count_, sums_, wild_));
   }
   Result<std::shared_ptr<RandomAccess>> NewRandomAccess() const override {
-    return std::shared_ptr<RandomAccess>(std::make_shared<LmdbRandomAccess>(env_, layout_, count_, keys_, sums_, wild_));
+    return std::shared_ptr<RandomAccess>(
+        std::make_shared<LmdbRandomAccess>(env_, layout_, count_, keys_, sums_, wild_, check_records_));
   }
   // Caffe layout: the list in shardkit.json. Our layout: each record's xxh3,
   // collected by one cursor pass that parses the records without hashing
@@ -510,6 +515,7 @@ class LmdbDataset : public Dataset {
 
   DatasetInfo info_;
   std::shared_ptr<Env> env_;
+  bool check_records_ = false;  // OpenOptions::check_records
   Layout layout_ = Layout::kShardkit;
   uint64_t count_ = 0;
   std::shared_ptr<const std::vector<std::string>> keys_;
