@@ -662,7 +662,7 @@ TEST_CASE("shardkit convert --no-index, then shardkit index writes what the writ
   CHECK(v.exit_code == 0);
 }
 
-TEST_CASE("verify: image fields of different types are one field; a sample without any image is still found", "[verify]") {
+TEST_CASE("verify: image fields of different types are one field, and a sample without any image is still found", "[verify]") {
   TempDir dir;
   const std::string root = dir / "mix";
   REQUIRE(MakeImageFolder(root, 2, 4) == 8);
