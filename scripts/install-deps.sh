@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs every Debian package shardkit needs to build, test and benchmark.
 # A no-op when everything is present. Run as root (or with sudo available).
+#   scripts/install-deps.sh [--with-s3rver]
+# --with-s3rver also installs s3rver from the npm registry (scripts/install-s3rver.sh), which
+# only the remote-storage tests need: building and the demo work without the registry.
 set -euo pipefail
 PKGS=(
   build-essential cmake pkg-config
@@ -42,4 +45,6 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-"$(dirname "$0")/install-s3rver.sh"
+if [ "${1:-}" = "--with-s3rver" ]; then
+  "$(dirname "$0")/install-s3rver.sh"
+fi

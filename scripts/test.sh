@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD="${1:-build}"
-scripts/install-deps.sh
+scripts/install-deps.sh --with-s3rver
 . scripts/ccache-env.sh
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build "$BUILD" -j "$(nproc)"

@@ -373,3 +373,78 @@ TEST_CASE("cli: --overwrite of a shard pattern removes the earlier write's extra
   auto one = Cli("info " + Q(t / "p/t-000000.tar"));
   CHECK_THAT(one.out, Catch::Contains("samples: 10"));
 }
+
+TEST_CASE("cli: an empty source is an error unless --allow-empty") {
+  TempDir t;
+  fs::create_directories(t / "empty/a");
+  auto r = Cli(fmt::format("convert {} {}", Q(t / "empty"), Q("wds:" + (t / "o/x-%06d.tar"))));
+  INFO(r.err);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("holds no samples") && Catch::Contains("--allow-empty"));
+  CHECK_FALSE(fs::exists(t / "o/x.manifest.json"));
+  auto ok = Cli(fmt::format("convert {} {} --allow-empty", Q(t / "empty"), Q("wds:" + (t / "o/x-%06d.tar"))));
+  INFO(ok.err);
+  CHECK(ok.exit_code == 0);
+  CHECK(fs::exists(t / "o/x.manifest.json"));
+}
+
+TEST_CASE("cli: non-image files of a class folder are left out and reported, bad images named") {
+  TempDir t;
+  MakeImageFolder(t / "in", 2, 3);  // 6 samples in class folders
+  const std::string cls = fs::path(*fs::directory_iterator(t / "in")).string();
+  WriteFile(cls + "/Thumbs.db", "not an image");
+  WriteFile(cls + "/notes.txt", "words");
+  auto r = Cli(fmt::format("convert {} {} --json", Q(t / "in"), Q(t / "o.lmdb")));
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  CHECK(j["samples"] == 6);
+  REQUIRE(j["notes"].size() == 1);
+  CHECK_THAT(j["notes"][0].get<std::string>(), Catch::Contains("left out 2 file(s)") && Catch::Contains("Thumbs.db") &&
+                                                   Catch::Contains("folder.files=all"));
+  // folder.files=all keeps them as samples (old behaviour).
+  auto all = Cli(fmt::format("convert {} {} --json --source-option folder.files=all", Q(t / "in"), Q(t / "all.lmdb")));
+  INFO(all.err);
+  REQUIRE(all.exit_code == 0);
+  CHECK(nlohmann::json::parse(all.out)["samples"] == 8);
+  // A zero-byte .jpg and a text file named .jpg fail the conversion, naming the file.
+  for (const char* bad : {"", "hello, not a JPEG"}) {
+    WriteFile(cls + "/zz.jpg", bad);
+    auto b = Cli(fmt::format("convert {} {} --overwrite", Q(t / "in"), Q(t / "b.lmdb")));
+    INFO(b.err);
+    CHECK(b.exit_code == 1);
+    CHECK_THAT(b.err, Catch::Contains("zz.jpg") &&
+                          Catch::Contains(std::string(bad).empty() ? "empty image file" : "not an image file"));
+    CHECK_FALSE(fs::exists(t / "b.lmdb"));
+  }
+}
+
+TEST_CASE("cli: a folder holding shards is refused with the address to open, usage errors exit 2") {
+  TempDir t;
+  MakeImageFolder(t / "in", 2, 3);
+  REQUIRE(Cli(fmt::format("convert {} {}", Q(t / "in"), Q("wds:" + (t / "out/train-%06d.tar")))).exit_code == 0);
+  for (const char* cmd : {"info", "bench"}) {
+    auto r = Cli(fmt::format("{} {}", cmd, Q(t / "out")));
+    INFO(r.err);
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.err, Catch::Contains("holds datasets, not an image folder") &&
+                          Catch::Contains((t / "out/train.manifest.json")));
+  }
+  // Messages and exit codes of bad values.
+  auto zero = Cli(fmt::format("shard {} {} --num-shards 0", Q(t / "in"), Q(t / "s/x-%06d.tar")));
+  CHECK(zero.exit_code == 2);
+  CHECK_THAT(zero.err, Catch::Contains("must be at least 1, got 0"));
+  auto spp = Cli(fmt::format("convert {} {} --samples-per-shard 0", Q(t / "in"), Q(t / "s/x-%06d.tar")));
+  CHECK(spp.exit_code == 2);
+  CHECK_THAT(spp.err, Catch::Contains("must be at least 1"));
+  auto tiny = Cli(fmt::format("convert {} {} --shard-size 1", Q(t / "in"), Q("wds:" + (t / "s/x-%06d.tar"))));
+  CHECK(tiny.exit_code == 1);
+  CHECK_THAT(tiny.err, Catch::Contains("at least 1024 bytes"));
+  auto scheme = Cli(fmt::format("convert {} wsd:{}", Q(t / "in"), Q(t / "s")));
+  CHECK(scheme.exit_code == 2);
+  CHECK_THAT(scheme.err, Catch::Contains("unknown scheme 'wsd:'"));
+  auto threads = Cli(fmt::format("convert {} {} --threads 0 --json", Q(t / "in"), Q(t / "t.lmdb")));
+  INFO(threads.err);
+  CHECK(threads.exit_code == 0);
+  CHECK(nlohmann::json::parse(threads.out)["samples"] == 6);
+}

@@ -142,7 +142,8 @@ struct S3rverServer {
   sk_test::TempDir dir;
   std::unique_ptr<ServerProcess> proc;
   S3rverServer() {
-    INFO("s3rver is missing: run scripts/install-deps.sh (it runs scripts/install-s3rver.sh)");
+    INFO("s3rver (an S3-compatible server from the npm registry) is missing, and the S3 tests need it: run "
+         "scripts/install-s3rver.sh (scripts/test.sh and scripts/install-deps.sh --with-s3rver run it)");
     REQUIRE(fs::exists(NpmDir() + "/node_modules/s3rver/package.json"));
     fs::create_directories(dir / "data");
     proc = std::make_unique<ServerProcess>(
@@ -974,7 +975,7 @@ TEST_CASE("remote: an existing remote output is refused without overwrite, as a 
   auto cli = sk_test::Cli(cmd);
   INFO(cli.out << cli.err);
   CHECK(cli.exit_code == 0);
-  CHECK_THAT(cli.out, Catch::Contains("3 output files") && Catch::Contains("uploaded") &&
+  CHECK_THAT(cli.out, Catch::Contains("3 shards") && Catch::Contains("uploaded") &&
                           !Catch::Contains("on disk"));
   auto cli2 = sk_test::Cli(cmd);
   INFO(cli2.out << cli2.err);

@@ -512,3 +512,152 @@ TEST_CASE("resume: disk full on a small tmpfs: exit 1 naming the shard, then --r
   REQUIRE(res.exit_code == 0);
   CHECK(Snapshot(t / "small") == Snapshot(t / "ref"));
 }
+
+namespace {
+
+// An output of each writing format: its address, what appears when it is published,
+// the names an interrupted write may keep for --resume (prefixes), and its flags.
+struct Output {
+  const char* format;
+  std::string address, published;
+  std::vector<std::string> resumable;
+  std::string flags;
+};
+std::vector<Output> EveryOutput(const std::string& d) {
+  return {
+      {"wds", "wds:" + d + "/x-%06d.tar", d + "/x.manifest.json", {"x-", "x.manifest.json.partial"}, "--samples-per-shard 5"},
+      {"tfrecord", "tfrecord:" + d + "/x-%05d.tfrecord", d + "/x.tfrecord.json", {}, "--samples-per-shard 5"},
+      {"mds", "mds:" + d + "/x", d + "/x/index.json", {}, ""},
+      {"lmdb", d + "/x.lmdb", d + "/x.lmdb", {"x.lmdb.partial"}, ""},
+      {"hdf5", d + "/x.h5", d + "/x.h5", {}, ""},
+      {"recordio", "recordio:" + d + "/x.rec", d + "/x.rec", {}, ""},
+      {"folder", "folder:" + d + "/x", d + "/x/.shardkit-folder.json", {}, ""},
+  };
+}
+
+// The entries of `dir` that are neither published output nor resumable state.
+std::vector<std::string> Debris(const std::string& dir, const std::vector<std::string>& resumable) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    std::string n = e.path().filename().string();
+    bool keep = false;
+    for (const auto& p : resumable) keep = keep || (n.rfind(p, 0) == 0 && n.find(".tmp-") == std::string::npos);
+    if (!keep) out.push_back(n);
+  }
+  return out;
+}
+
+// A PID that no process has now: a child that has exited and been reaped.
+pid_t DeadPid() {
+  pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) ::_exit(0);
+  int st = 0;
+  REQUIRE(::waitpid(pid, &st, 0) == pid);
+  return pid;
+}
+
+}  // namespace
+
+TEST_CASE("interrupt: SIGINT or SIGTERM stops every format cleanly, says how to resume, and --resume finishes",
+          "[resume][interrupt]") {
+  TempDir t;
+  sk_test::MakeImageFolder(t / "in", 3, 8);  // 24 samples
+  const std::string in = sk_test::Q(t / "in");
+  struct Point {
+    int sig;
+    int at;
+  };
+  // Before the first sample, mid-way (mid-shard and at a shard's end), before Finish().
+  for (Point p : {Point{SIGINT, 0}, Point{SIGINT, 7}, Point{SIGTERM, 10}, Point{SIGINT, 24}}) {
+    std::string d = t / fmt::format("s{}-{}", p.sig, p.at);
+    for (const Output& o : EveryOutput(d)) {
+      INFO(o.format << ": signal " << p.sig << " before sample " << p.at);
+      auto r = sk_test::Run(fmt::format("SHARDKIT_TEST_RAISE={}@{} {} convert {} {} {} --threads 1", p.sig, p.at,
+                                        sk_test::Q(SHARDKIT_CLI), in, sk_test::Q(o.address), o.flags));
+      INFO(r.err);
+      CHECK(r.exit_code == 128 + p.sig);
+      CHECK_THAT(r.err, Catch::Contains(fmt::format("interrupted by {} after {} of 24 samples",
+                                                    p.sig == SIGINT ? "SIGINT" : "SIGTERM", p.at)));
+      CHECK_THAT(r.err, Catch::Contains("--resume"));
+      CHECK_FALSE(fs::exists(o.published));
+      CHECK(Debris(d, o.resumable).empty());
+      auto res = sk_test::Cli(fmt::format("convert {} {} {} --threads 1 --resume", in, sk_test::Q(o.address), o.flags));
+      INFO(res.err);
+      REQUIRE(res.exit_code == 0);
+      CHECK(fs::exists(o.published));
+      std::string published = o.format == std::string("folder") ? "folder:" + d + "/x" : o.published;
+      if (o.format == std::string("mds")) published = "mds:" + d + "/x";
+      if (o.format == std::string("recordio")) published = "recordio:" + d + "/x.rec";
+      auto v = sk_test::Cli(fmt::format("verify {} --against {}", sk_test::Q(published), in));
+      INFO(v.out << v.err);
+      CHECK(v.exit_code == 0);
+      std::vector<std::string> left;
+      for (const auto& n : Debris(d, {"x"})) left.push_back(n);
+      CHECK(left.empty());
+      for (const auto& e : fs::directory_iterator(d)) {
+        CHECK(e.path().filename().string().find(".tmp-") == std::string::npos);
+        CHECK(e.path().filename().string().find(".partial") == std::string::npos);
+      }
+      fs::remove_all(d);
+    }
+  }
+}
+
+TEST_CASE("interrupt: after kill -9 no output looks finished, and --resume or a fresh run removes the debris",
+          "[resume][interrupt]") {
+  TempDir t;
+  sk_test::MakeImageFolder(t / "in", 3, 8);  // 24 samples
+  const std::string in = sk_test::Q(t / "in");
+  for (int at : {3, 12, 24}) {
+    std::string d = t / fmt::format("k{}", at);
+    for (const Output& o : EveryOutput(d)) {
+      INFO(o.format << ": SIGKILL before sample " << at);
+      auto r = sk_test::Run(fmt::format("SHARDKIT_TEST_RAISE={}@{} {} convert {} {} {} --threads 1", SIGKILL, at,
+                                        sk_test::Q(SHARDKIT_CLI), in, sk_test::Q(o.address), o.flags));
+      CHECK(r.exit_code == 128 + SIGKILL);
+      CHECK_FALSE(fs::exists(o.published));
+      auto res = sk_test::Cli(fmt::format("convert {} {} {} --threads 1 --resume", in, sk_test::Q(o.address), o.flags));
+      INFO(res.err);
+      REQUIRE(res.exit_code == 0);
+      CHECK(fs::exists(o.published));
+      for (const auto& e : fs::directory_iterator(d)) {
+        INFO(e.path());
+        CHECK(e.path().filename().string().find(".tmp-") == std::string::npos);
+        CHECK(e.path().filename().string().find(".partial") == std::string::npos);
+      }
+      fs::remove_all(d);
+    }
+  }
+  // What a killed writer leaves where the file system has no O_TMPFILE (".x.h5.tmp-PID")
+  // or in a directory output's staging ("x.partial-PID-XXXXXX") goes with the next
+  // successful write; a live process's stays.
+  for (const Output& o : EveryOutput(t / "stale")) {
+    INFO(o.format);
+    if (o.format == std::string("lmdb")) continue;  // it stages in "<dir>.partial", its resumable state
+    std::string d = t / "stale";
+    fs::create_directories(d);
+    std::string base = fs::path(o.published).filename().string();
+    if (o.format == std::string("mds") || o.format == std::string("folder")) base = "x";
+    if (o.format == std::string("wds")) base = "x-000001.tar";
+    if (o.format == std::string("tfrecord")) base = "x-00002.tfrecord";
+    const pid_t dead = DeadPid();
+    const std::string stale = fmt::format("{}/.{}.tmp-{}", d, base, dead);
+    const std::string live = fmt::format("{}/.{}.tmp-{}", d, base, ::getpid());
+    const std::string stage = fmt::format("{}/{}.partial-{}-AbC123", d, base, dead);
+    sk_test::WriteFile(stale, "half");
+    sk_test::WriteFile(live, "busy");
+    fs::create_directories(stage);
+    sk_test::WriteFile(stage + "/shard.00000.mds", "half");
+    auto r = sk_test::Cli(fmt::format("convert {} {} {} --threads 1", in, sk_test::Q(o.address), o.flags));
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK_FALSE(fs::exists(stale));
+    CHECK(fs::exists(live));
+    if (o.format == std::string("mds") || o.format == std::string("folder")) {
+      CHECK_FALSE(fs::exists(stage));
+    }
+    fs::remove_all(d);
+  }
+}

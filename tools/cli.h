@@ -44,6 +44,14 @@ RunFn SetupMerge(CLI::App* sub);
 // command with --overwrite (overwrite_flag), an existing output
 // (Detail::kOutputExists) gets "(pass --overwrite to replace it)".
 int Fail(const Status& st, bool overwrite_flag = false);
+// A CLI11 check: an integer of at least 1 ("--num-shards: must be at least 1, got 0").
+CLI::Validator AtLeastOne();
+// SIGINT, SIGTERM and SIGHUP ask the library to stop (RequestStop); a second one ends
+// the process at once. For commands that poll (convert, shard).
+void StopOnSignals();
+// Reports a copy stopped by a signal (Code::kCancelled after RequestStop) and how to
+// resume it; returns 128 + the signal number, as a shell reports a signal's end.
+int Interrupted(const Status& st);
 // Prints "shardkit: error: <message>" to stderr; returns kExitUsage.
 int UsageError(const std::string& message);
 

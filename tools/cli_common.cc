@@ -2,6 +2,8 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <csignal>
+
 #include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -16,7 +18,8 @@ const char* const kSizeHelp =
     "KiB, MiB, GiB, TiB (powers of 1024), case-insensitive: 1GiB, 500MB, 1000000.\n";
 const char* const kExitHelp =
     "Exit status: 0 on success, 1 when the data or the system failed (the message names\n"
-    "the file, shard, offset or key), 2 on a usage error (bad flag or value).\n";
+    "the file, shard, offset or key), 2 on a usage error (bad flag or value), 128+N when\n"
+    "convert or shard stopped on signal N (130: Ctrl-C; 143: SIGTERM) and can --resume.\n";
 
 int Fail(const Status& st, bool overwrite_flag) {
   std::string text = st.ToString();
@@ -24,7 +27,42 @@ int Fail(const Status& st, bool overwrite_flag) {
   if (overwrite_flag && st.detail() == Detail::kOutputExists && st.message().find("--overwrite") == std::string::npos)
     text += " (pass --overwrite to replace it)";
   std::fprintf(stderr, "shardkit: error: %s\n", io::RedactText(text).c_str());
-  return kExitError;
+  // A scheme shardkit does not know is a mistyped address: a usage error.
+  return st.detail() == Detail::kUnknownScheme ? kExitUsage : kExitError;
+}
+
+CLI::Validator AtLeastOne() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        try {
+          size_t used = 0;
+          if (std::stoll(v, &used) >= 1 && used == v.size()) return {};
+        } catch (...) {
+        }
+        return "must be at least 1, got " + v;
+      },
+      "N>=1", "AtLeastOne");
+}
+
+namespace {
+extern "C" void OnStopSignal(int sig) { RequestStop(sig); }
+}  // namespace
+
+void StopOnSignals() {
+  struct sigaction sa{};
+  sa.sa_handler = OnStopSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESETHAND;  // a second signal acts as if none were caught: it ends the process
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &sa, nullptr);
+}
+
+int Interrupted(const Status& st) {
+  std::fprintf(stderr,
+               "\nshardkit: %s; nothing was published. Run the same command again with --resume to finish it "
+               "(tar shards continue from the last complete shard, LMDB from its last durable point; "
+               "other formats start over), or with --overwrite to start afresh\n",
+               io::RedactText(st.message()).c_str());
+  return 128 + StopRequested();
 }
 
 int UsageError(const std::string& message) {
@@ -127,6 +165,7 @@ void PrintSummary(const char* command, const ConvertSummary& s, bool json) {
     }
     if (s.already_complete) j["already_complete"] = true;
     j["source_checksums_checked"] = s.source_checksums_checked;
+    j["notes"] = s.notes;
     j["shards"] = nlohmann::json::array();
     for (const auto& sh : s.shards)
       j["shards"].push_back(
@@ -141,13 +180,19 @@ void PrintSummary(const char* command, const ConvertSummary& s, bool json) {
                 static_cast<unsigned long long>(s.samples), HumanBytes(s.bytes).c_str());
     return;
   }
+  for (const auto& n : s.notes) std::fprintf(stderr, "shardkit: note: %s\n", io::RedactText(n).c_str());
   if (s.part.count > 0)
     std::printf("part %llu/%llu: ", static_cast<unsigned long long>(s.part.index),
                 static_cast<unsigned long long>(s.part.count));
-  std::printf("%s: %llu samples (%s) %s -> %s in %.2f s (%.1f MB/s), %zu output file%s, %s %s%s\n",
+  // Shards for the formats that cut them (their index and checksum files are not counted);
+  // an LMDB, an HDF5 file or a folder is one output.
+  const bool sharded = s.destination_format == "wds" || s.destination_format == "tfrecord" ||
+                       s.destination_format == "mds" || s.destination_format == "recordio";
+  std::string count = sharded ? fmt::format("{} shard{}, ", s.shards.size(), s.shards.size() == 1 ? "" : "s") : "";
+  std::printf("%s: %llu samples (%s) %s -> %s in %.2f s (%.1f MB/s), %s%s %s%s\n",
               command, static_cast<unsigned long long>(s.samples), HumanBytes(s.payload_bytes).c_str(),
-              io::RedactText(s.source).c_str(), io::RedactText(s.destination).c_str(), s.seconds, mbs, s.shards.size(),
-              s.shards.size() == 1 ? "" : "s", HumanBytes(s.bytes).c_str(),
+              io::RedactText(s.source).c_str(), io::RedactText(s.destination).c_str(), s.seconds, mbs, count.c_str(),
+              HumanBytes(s.bytes).c_str(),
               io::IsRemoteOutput(s.destination) ? "uploaded" : "on disk",
               s.source_checksums_checked ? "; every sample matched its source checksum" : "");
 }

@@ -29,6 +29,7 @@ struct CopyFlags {
   bool json = false;
   bool no_index = false;
   bool no_verify_source = false;
+  bool allow_empty = false;
   std::string part;
   std::vector<std::string> source_options;  // KEY=VALUE -> OpenOptions::format_options
   OpenOptions cache;  // --cache-dir / --cache-bytes (cache_dir, cache_bytes only)
@@ -63,15 +64,18 @@ void AddCopyFlags(CLI::App* sub, CopyFlags* f) {
   sub->add_option("--seed", f->seed, "Seed of --shuffle (default 0): same seed, same order")
       ->needs(shuffle);
   sub->add_option("--threads", f->threads,
-                  "Threads reading ahead of the writer (default: the cores this process may run on (its CPU affinity), 2 to 8); the "
-                  "output is the same for any N")
-      ->check(CLI::Range(1, 1024));
+                  "Threads reading ahead of the writer (default, or 0: the cores this process may run on (its CPU "
+                  "affinity), 2 to 8); the output is the same for any N")
+      ->check(CLI::Range(0, 1024));
   sub->add_option("--key-dots", f->key_dots,
                   "What to do with a key whose last path component holds a dot (it would split "
                   "wrongly in a tar shard): 'error' (default) refuses it, 'replace' writes '_' for "
                   "each such '.'")
       ->check(CLI::IsMember({"error", "replace"}));
   sub->add_flag("--overwrite", f->overwrite, "Replace an existing output");
+  sub->add_flag("--allow-empty", f->allow_empty,
+                "Write an empty dataset when the source holds no samples (by default that is an error: an "
+                "empty source is usually a wrong path or filter)");
   sub->add_flag("--no-verify-source", f->no_verify_source,
                 "Do not check the samples against the checksums the source records (by default a sample "
                 "that does not match stops the conversion, naming it, so that damaged bytes are not written "
@@ -178,10 +182,12 @@ RunFn SetupConvert(CLI::App* sub) {
                   "TFRecord output files: 'none' (default), 'gzip' or 'zlib' (DALI reads uncompressed only)")
       ->check(CLI::IsMember({"none", "gzip", "zlib"}));
   sub->add_option("--shard-size", f->shard_size,
-                  "Tar shards: start a new shard at this many bytes (default 1GiB)");
+                  "Sharded outputs (tar shards, TFRecord and RecordIO patterns, MDS): start a new shard at this "
+                  "many bytes (default 1GiB for every format; MosaicML Streaming's own writer defaults to 64MiB "
+                  "for MDS; the least is 1KiB for tar shards)");
   sub->add_option("--samples-per-shard", f->samples_per_shard,
-                  "Tar shards: start a new shard every N samples (default: no limit)")
-      ->check(CLI::PositiveNumber);
+                  "Sharded outputs: start a new shard every N samples (default: no limit)")
+      ->check(AtLeastOne());
   sub->add_option("--encode", f->encode,
                   "Write decoded arrays (field npy, uint8 [H,W(,C)], RGB) as images: 'png' (lossless) or "
                   "'jpeg:Q' (quality 1-100); default: keep them as .npy");
@@ -222,6 +228,7 @@ RunFn SetupConvert(CLI::App* sub) {
     o.write.overwrite = f->overwrite;
     o.write.resume = f->resume;
     o.verify_source = !f->no_verify_source;
+    o.allow_empty = f->allow_empty;
     o.write.key_dots = ToKeyDots(f->key_dots);
     o.write.wds.write_index = !f->no_index;
     o.write.lmdb.layout = f->lmdb_layout;
@@ -247,10 +254,11 @@ RunFn SetupConvert(CLI::App* sub) {
     o.encode = f->encode;
     o.shuffle = f->shuffle;
     o.seed = f->seed;
-    o.threads = f->threads;
+    o.threads = f->threads == 0 ? DefaultCopyThreads() : f->threads;
     if (!TakePart(*f, &o.part, &rc)) return rc;
     Result<ConvertSummary> r = [&] {
       ProgressPrinter progress;
+      StopOnSignals();
       return Convert(f->src, f->dst, o, progress.fn());
     }();
     return FinishCopy("convert", r, f->dst, f->json, o.part);
@@ -269,10 +277,10 @@ RunFn SetupShard(CLI::App* sub) {
   auto* n = sub->add_option("--num-shards", f->num_shards,
                             "Write exactly N shards whose sample counts differ by at most one "
                             "(they divide evenly across ranks and loader workers)")
-                ->check(CLI::PositiveNumber);
+                ->check(AtLeastOne());
   auto* sps = sub->add_option("--samples-per-shard", f->samples_per_shard,
                               "Start a new shard every N samples")
-                  ->check(CLI::PositiveNumber);
+                  ->check(AtLeastOne());
   auto* size = sub->add_option("--shard-size", f->shard_size,
                                "Start a new shard at this many bytes (the default, 1GiB, when no "
                                "other cut is given)");
@@ -294,10 +302,11 @@ RunFn SetupShard(CLI::App* sub) {
     o.samples_per_shard = f->samples_per_shard;
     o.shuffle = f->shuffle;
     o.seed = f->seed;
-    o.threads = f->threads;
+    o.threads = f->threads == 0 ? DefaultCopyThreads() : f->threads;
     o.overwrite = f->overwrite;
     o.resume = f->resume;
     o.verify_source = !f->no_verify_source;
+    o.allow_empty = f->allow_empty;
     o.key_dots = ToKeyDots(f->key_dots);
     o.write_index = !f->no_index;
     int rc = kExitOk;
@@ -307,6 +316,7 @@ RunFn SetupShard(CLI::App* sub) {
     o.staging_dir = StagingDirFromEnvironment();
     Result<ConvertSummary> r = [&] {
       ProgressPrinter progress;
+      StopOnSignals();
       return Shard(f->src, f->dst, o, progress.fn());
     }();
     return FinishCopy("shard", r, f->dst, f->json, o.part);

@@ -76,6 +76,7 @@ RunFn SetupInfo(CLI::App* sub) {
     std::printf("format:  %s\n", info.format.c_str());
     std::printf("samples: %s\n", info.num_samples ? std::to_string(*info.num_samples).c_str()
                                                   : "unknown (use --count)");
+    if (info.class_names.empty()) classes = "not recorded (labels, where there are any, are plain numbers)";
     std::printf("classes: %s\n", classes.c_str());
     std::printf("fields:  %s\n", fields.empty() ? "-" : fields.c_str());
     std::printf("shards:  %zu\n", info.shards.size());

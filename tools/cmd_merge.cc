@@ -67,6 +67,7 @@ namespace {
 
 // Prints a copy's outcome; the exit code.
 int Report(const char* command, const Result<ConvertSummary>& r, bool json) {
+  if (!r.ok() && r.status().code() == Code::kCancelled && StopRequested() > 0) return Interrupted(r.status());
   if (!r.ok()) return Fail(r.status(), /*overwrite_flag=*/true);
   PrintSummary(command, *r, json);
   return kExitOk;

@@ -82,6 +82,10 @@ struct ConvertOptions {
   // Detail::kSampleChecksum naming the sample, before its bytes are written under
   // fresh checksums. false (`--no-verify-source`) converts damaged data as it is.
   bool verify_source = true;
+  // A source without samples is an error (kInvalidArgument naming it, nothing written)
+  // unless this is set (`--allow-empty`): then an empty output is written. A part
+  // (ConvertOptions::part) of a non-empty source may hold no samples either way.
+  bool allow_empty = false;
 };
 
 // SHARDKIT_STAGING_DIR, else TMPDIR, else "": ConvertOptions::staging_dir as the CLI and
@@ -112,6 +116,8 @@ struct ConvertSummary {
   bool already_complete = false;
   PartSpec part;                   // the part written (count 0: the whole output)
   uint64_t source_checksums_checked = 0;  // samples checked against the source's checksums
+  // What the source left out, in words (an image folder's files that are not images).
+  std::vector<std::string> notes;
 };
 
 // Opens `src`, creates `dst` and copies every sample.
@@ -142,6 +148,7 @@ struct ShardOptions {
   PartSpec part;  // ConvertOptions::part
   std::string staging_dir;  // ConvertOptions::staging_dir (a remote destination)
   bool verify_source = true;  // ConvertOptions::verify_source
+  bool allow_empty = false;   // ConvertOptions::allow_empty
 };
 
 // Re-shards any dataset into WebDataset tar shards. `dst` is a printf pattern
@@ -175,6 +182,18 @@ struct MergeSummary {
 // and that each exists with its recorded size, then writes the final metadata (wds: the
 // manifest) last. Idempotent: run again, it checks again and rewrites nothing.
 SHARDKIT_API Result<MergeSummary> Merge(std::string_view dst, const MergeOptions& opts = {});
+
+// Stopping long work from a signal handler (the shardkit command's SIGINT and SIGTERM).
+// RequestStop(sig) is async-signal-safe. After it, Convert and Shard stop before
+// the next sample and return Code::kCancelled, nothing is published, and a writer
+// destroyed without Finish() keeps what WriteOptions::resume continues from (tar shards:
+// the complete shards and the journal; LMDB: the last durable point) and removes the
+// rest (HDF5, MDS, TFRecord, RecordIO and folder outputs start over on resume).
+// StopRequested() is the signal number given, 0 when none; the request stays until
+// ClearStopRequest(). Thread safety: all three may be called from any thread.
+SHARDKIT_API void RequestStop(int signal_number) noexcept;
+SHARDKIT_API int StopRequested() noexcept;
+SHARDKIT_API void ClearStopRequest() noexcept;
 
 // Per-shard sample counts for `total` samples in `num_shards` shards: the first
 // total % num_shards shards hold one more. num_shards must be > 0; shards may be

@@ -50,6 +50,8 @@ enum class Detail : int {
                     // outside the dataset's own location (docs/reliability.md, "Confinement");
                     // OpenOptions::trust_manifest allows it
   kAccessDenied,    // kIOError: a store answered 401 or 403 (credentials or permissions refused)
+  kUnknownScheme,   // kInvalidArgument: an address's "scheme:" is none shardkit knows (the CLI
+                    // treats it as a usage error: exit 2)
 };
 
 // Where a problem is. Unset members are empty / -1 and are not printed.

@@ -1,6 +1,7 @@
 #include "core/file.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -35,6 +36,37 @@ bool Exists(const std::string& path) {
 bool IsDir(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+namespace {
+// The PID in "...PID" or "...PID-XXXXXX" at `at` of `name`; 0 when there is none.
+pid_t PidAt(std::string_view name, size_t at) {
+  pid_t pid = 0;
+  size_t i = at;
+  for (; i < name.size() && name[i] >= '0' && name[i] <= '9' && i - at < 9; ++i) pid = pid * 10 + (name[i] - '0');
+  if (i == at || (i < name.size() && name[i] != '-')) return 0;
+  return pid;
+}
+bool Dead(pid_t pid) { return pid > 0 && pid != ::getpid() && ::kill(pid, 0) != 0 && errno == ESRCH; }
+}  // namespace
+
+size_t RemoveDebris(const std::string& dir, const std::function<bool(std::string_view name)>& owns) {
+  size_t removed = 0;
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator(dir.empty() ? "." : dir, ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    const std::string entry = it->path().filename().string();
+    std::string_view e = entry;
+    bool debris = false;
+    if (size_t t = e.rfind(".tmp-"); e.size() > 1 && e[0] == '.' && t != std::string_view::npos && t > 1)
+      debris = owns(e.substr(1, t - 1)) && Dead(PidAt(e, t + 5));
+    else if (size_t p = e.rfind(".partial-"); p != std::string_view::npos && p > 0 && e.size() - p > 16)
+      debris = owns(e.substr(0, p)) && Dead(PidAt(e, p + 9));
+    if (!debris) continue;
+    std::error_code rm;
+    if (std::filesystem::remove_all(it->path(), rm) > 0 && !rm) ++removed;
+  }
+  return removed;
 }
 
 Status FsyncDir(const std::string& dir, const std::shared_ptr<FileSystem>& fs) {

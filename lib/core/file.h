@@ -99,5 +99,10 @@ Status MakeDirs(const std::string& dir);
 std::string DirName(const std::string& path);
 bool Exists(const std::string& path);
 bool IsDir(const std::string& path);
+// What killed writers of an output left in the local directory `dir`: temporary files
+// ".NAME.tmp-PID" (AtomicFile, HDF5) and staging directories "NAME.partial-PID-XXXXXX"
+// (directory outputs) whose NAME `owns` accepts and whose PID is no live process of
+// this host (never this process's own). Removes them and returns how many it removed.
+size_t RemoveDebris(const std::string& dir, const std::function<bool(std::string_view name)>& owns);
 
 }  // namespace shardkit::io

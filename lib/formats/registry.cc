@@ -8,6 +8,9 @@
 #include <fmt/format.h>
 
 #include <cctype>
+#include <filesystem>
+
+#include "core/paths.h"
 
 namespace shardkit::formats {
 
@@ -89,8 +92,65 @@ Status CheckScheme(std::string_view address) {
   return Status::Invalid(fmt::format("unknown scheme '{}:' in '{}'; prefix it with a scheme ({}), or write "
                                      "'./{}' for a path that holds a colon",
                                      s, address, KnownSchemes(), address),
-                         Location{.file = std::string(address.substr(s.size() + 1))});
+                         Location{.file = std::string(address.substr(s.size() + 1))})
+      .With(Detail::kUnknownScheme);
 }
+
+namespace {
+
+// A directory detected as an image folder that holds datasets of other formats at its
+// top (an output folder: tar shards and their manifest, TFRecords, a .rec, an .h5):
+// kInvalidArgument naming the address to open instead. Only names with such a suffix
+// are looked at, so an image folder of any size costs one listing of its top.
+Status RefuseDatasetFolder(const std::string& dir) {
+  static const char* const kSuffixes[] = {".manifest.json", ".tfrecord.json", ".tar", ".tfrecord", ".tfrecords",
+                                          ".rec", ".h5", ".hdf5"};
+  std::vector<std::string> found;  // "address (format)"
+  bool manifest = false;
+  size_t tars = 0;
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator(dir, ec); !ec && it != std::filesystem::directory_iterator();
+       it.increment(ec)) {
+    std::string name = it->path().filename().string(), lower = paths::Lower(name);
+    const char* suffix = nullptr;
+    for (const char* s : kSuffixes)
+      if (paths::EndsWith(lower, s)) {
+        suffix = s;
+        break;
+      }
+    if (!suffix || !it->is_regular_file(ec)) continue;
+    std::string path = it->path().string();
+    const Format* best = nullptr;
+    int best_bid = 0;
+    for (const auto& f : All()) {
+      if (std::string_view(f.name) == "folder") continue;
+      int b = f.bid_read(path);
+      if (b > best_bid) best_bid = b, best = &f;
+    }
+    if (!best) continue;
+    if (std::string_view(suffix) == ".tar") {
+      ++tars;
+      continue;  // named through their manifest, or counted
+    }
+    manifest = manifest || std::string_view(suffix) == ".manifest.json";
+    std::string address = std::string_view(suffix) == ".manifest.json" || std::string_view(suffix) == ".h5" ||
+                                  std::string_view(suffix) == ".hdf5"
+                              ? path
+                              : fmt::format("{}:{}", best->name, path);
+    if (found.size() < 3) found.push_back(address);
+  }
+  if (found.empty() && tars == 0) return Status::OK();
+  std::string text;
+  for (const auto& a : found) text += fmt::format("{}'{}'", text.empty() ? "" : ", ", a);
+  if (tars > 0 && !manifest)
+    text += fmt::format("{}its {} tar shard(s) as a brace range or a '::' list", text.empty() ? "" : ", or ", tars);
+  return Status::Invalid(fmt::format("'{}' holds datasets, not an image folder: open {} (or give 'folder:{}' to read "
+                                     "its files as an image folder anyway)",
+                                     dir, text, dir),
+                         Location{.file = dir});
+}
+
+}  // namespace
 
 Result<const Format*> Resolve(std::string_view address, bool for_write, std::string* path) {
   auto [scheme, rest] = SplitScheme(address);
@@ -110,6 +170,8 @@ Result<const Format*> Resolve(std::string_view address, bool for_write, std::str
                                        "format (e.g. wds:)",
                                        address),
                            Location{.file = rest});
+  if (best && !for_write && std::string_view(best->name) == "folder")
+    SK_RETURN_IF_ERROR(RefuseDatasetFolder(paths::StripTrailingSlashes(std::string(rest))));
   if (!best) {
     std::string names;
     for (const auto& f : All()) names += fmt::format("{}{}:", names.empty() ? "" : ", ", f.name);

@@ -72,6 +72,9 @@ struct Format {
   // Its writer cuts the output into shards and follows a shard plan
   // (WdsWriteOptions::shard_plan): what `Shard()` writes.
   bool writes_shards = false;
+  // Its writer continues an interrupted write (WriteOptions::resume) from what it
+  // committed; an interrupted write of the others is started over by --resume.
+  bool resumes = false;
   // Its reader goes through the storage seam (FileSystemFor), so it opens
   // http(s):// and s3:// addresses; the others need a local copy (docs/remote.md).
   bool reads_remote = false;

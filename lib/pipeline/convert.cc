@@ -11,6 +11,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <chrono>
 #include <future>
 #include <limits>
@@ -212,6 +215,40 @@ class Fetcher {
   bool eof_ = false;
 };
 
+// A source that yielded no samples (ConvertOptions::allow_empty is not set).
+Status EmptySource(const Dataset& src) {
+  std::string what = src.info().format;
+  return Status::Invalid(fmt::format("the {} source holds no samples: nothing to convert (pass --allow-empty, "
+                                     "allow_empty=True in Python, to write an empty dataset)",
+                                     what.empty() ? "dataset" : what),
+                         Location{.file = src.info().address});
+}
+
+// The Code::kCancelled of a copy stopped by RequestStop() (a signal) after `written` samples.
+Status Interrupted(int sig, uint64_t written, std::optional<uint64_t> total) {
+  std::string name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP"
+                     : sig > 0     ? fmt::format("signal {}", sig)
+                                   : "a stop request";
+  return Status::Cancelled(total ? fmt::format("interrupted by {} after {} of {} samples", name, written, *total)
+                                 : fmt::format("interrupted by {} after {} samples", name, written));
+}
+
+// A testing aid: SHARDKIT_TEST_RAISE=SIG@N makes the copy loop raise signal SIG (a number)
+// just before sample N is written (N = the sample count: just before Finish()), so that
+// the interruption tests stop a conversion at a chosen point with a real signal.
+struct StopHook {
+  uint64_t at = UINT64_MAX;
+  int signal = 0;
+};
+StopHook StopHookFromEnvironment() {
+  StopHook h;
+  const char* v = std::getenv("SHARDKIT_TEST_RAISE");
+  unsigned long long at = 0;
+  int sig = 0;
+  if (v && std::sscanf(v, "%d@%llu", &sig, &at) == 2 && sig > 0) h = StopHook{at, sig};
+  return h;
+}
+
 // The copy loop: windows from `fetch` into `dst`, then Finish().
 Result<ConvertSummary> ConvertFetched(Fetcher* fetcher, const Dataset& src, SampleWriter* dst,
                                       const ConvertOptions& opts, const ProgressFn& progress) {
@@ -248,6 +285,7 @@ Result<ConvertSummary> ConvertFetched(Fetcher* fetcher, const Dataset& src, Samp
     progress(prog);
   };
 
+  const StopHook stop_hook = StopHookFromEnvironment();
   std::vector<Sample> cur, nxt;
   SK_RETURN_IF_ERROR(fetch.Next(&cur));
   while (!cur.empty()) {
@@ -257,6 +295,11 @@ Result<ConvertSummary> ConvertFetched(Fetcher* fetcher, const Dataset& src, Samp
     if (more && opts.threads > 1)
       ahead = std::async(std::launch::async, [&] { return fetch.Next(&nxt); });
     for (const Sample& s : cur) {
+      if (stop_hook.at == sum.samples) std::raise(stop_hook.signal);
+      if (int sig = StopRequested()) {
+        if (ahead.valid()) (void)ahead.get();
+        return Interrupted(sig, sum.samples, prog.total);
+      }
       Status st = dst->Write(s);
       if (!st.ok()) {
         if (ahead.valid()) (void)ahead.get();
@@ -275,6 +318,9 @@ Result<ConvertSummary> ConvertFetched(Fetcher* fetcher, const Dataset& src, Samp
     }
     std::swap(cur, nxt);
   }
+  if (stop_hook.at == sum.samples) std::raise(stop_hook.signal);
+  if (int sig = StopRequested()) return Interrupted(sig, sum.samples, prog.total);
+  if (sum.samples == 0 && !opts.allow_empty && opts.part.count == 0) return EmptySource(src);
   auto fin = dst->Finish();
   if (!fin.ok()) return std::move(fin).take_status();
   sum.bytes = fin->bytes;
@@ -283,6 +329,13 @@ Result<ConvertSummary> ConvertFetched(Fetcher* fetcher, const Dataset& src, Samp
     return Status::Internal(fmt::format("the writer reports {} samples, {} were written",
                                         fin->samples, sum.samples));
   sum.source_checksums_checked = fetch.checked();
+  const auto& extra = src.info().extra;
+  if (auto n = extra.find("non_image_files"); n != extra.end()) {
+    auto ex = extra.find("non_image_examples");
+    sum.notes.push_back(fmt::format("left out {} file(s) of the source that are not images and share no image's "
+                                    "name ({}{}); --source-option folder.files=all takes them as samples",
+                                    n->second, ex != extra.end() ? ex->second : "", n->second == "1" ? "" : ", ..."));
+  }
   sum.seconds = Since(t0);
   report(true);
   return sum;
@@ -438,6 +491,12 @@ Result<ConvertSummary> CopyInto(const Dataset& in, std::string_view src, const s
       return sum;
     }
   }
+  // An empty source fails before anything is created (a part of a known-empty source too).
+  if (in.info().num_samples == 0 && !c.allow_empty) return EmptySource(in);
+  // --resume of an unfinished output of a format that cannot continue one: start over,
+  // replacing what the interrupted write left under final names (a killed TFRecord or
+  // RecordIO write's complete shards).
+  if (c.write.resume && !fmt->resumes) c.write.overwrite = true;
   SK_ASSIGN_OR_RETURN(std::unique_ptr<SampleWriter> out, Create(out_address, c.write));
   if (!plan) return ConvertDataset(in, out.get(), c, progress);
   // The part's slice of the write order, through the same copy loop.
@@ -613,7 +672,7 @@ Result<ConvertSummary> WriteTo(const Dataset& in, std::string_view src, const st
                              staged));
   SK_RETURN_IF_ERROR(staged.Finish());
   for (auto& si : sum.shards) si.path = staged.RemoteOf(si.path);
-  if (c.write.overwrite && c.part.count == 0 && !sum.already_complete)
+  if ((c.write.overwrite || c.write.resume) && c.part.count == 0 && !sum.already_complete)
     SK_RETURN_IF_ERROR(RemoveStaleOutputs(address, sum.shards, local_fs));
   return sum;
 }
@@ -675,6 +734,7 @@ Result<ConvertSummary> Shard(std::string_view src, std::string_view dst, const S
   c.part = opts.part;
   c.staging_dir = opts.staging_dir;
   c.verify_source = opts.verify_source;
+  c.allow_empty = opts.allow_empty;
   if (opts.samples_per_shard > 0) {
     c.write.samples_per_shard = opts.samples_per_shard;
     c.write.shard_size = std::numeric_limits<uint64_t>::max();

@@ -95,8 +95,9 @@ class Verifier {
     if (!fatal_.ok()) return fatal_;
     Progress(true);
     if (shards_without_sums_)
-      rep_.notes.push_back(fmt::format("{} of {} record no per-sample checksums (the first: '{}')",
-                                       shards_without_sums_, Plural(units_.size(), "shard"), first_without_sums_));
+      rep_.notes.push_back(fmt::format("{} of {} {} no per-sample checksums (the first: '{}')",
+                                       shards_without_sums_, Plural(units_.size(), "shard"),
+                                       shards_without_sums_ == 1 ? "records" : "record", first_without_sums_));
     CheckFields();
     if (!opts_.against.empty()) ReportMissing();
     rep_.seconds = Elapsed();

@@ -60,9 +60,28 @@ def _build(config_settings):
     configure = ["cmake", "-S", ROOT, "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release",
                  "-DSHARDKIT_BUILD_TESTS=OFF", "-DSHARDKIT_BUILD_TOOLS=OFF", "-DSHARDKIT_BUILD_PYTHON=ON",
                  "-DPython3_EXECUTABLE=" + sys.executable] + extra
-    for cmd in (configure, ["cmake", "--build", build_dir, "--target", "_shardkit", "--parallel", jobs]):
-        print("shardkit build:", " ".join(shlex.quote(c) for c in cmd), file=sys.stderr, flush=True)
-        subprocess.run(cmd, check=True, stdout=sys.stderr)
+    # pip shows a build backend's output only with -v: CMake's "[ 42%]" lines also go to the
+    # terminal, when there is one, so that a build of some minutes is not silent.
+    try:
+        tty = open("/dev/tty", "w")
+    except OSError:
+        tty = None
+    try:
+        for cmd in (configure, ["cmake", "--build", build_dir, "--target", "_shardkit", "--parallel", jobs]):
+            print("shardkit build:", " ".join(shlex.quote(c) for c in cmd), file=sys.stderr, flush=True)
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for line in proc.stdout:
+                sys.stderr.write(line)
+                if tty and line.startswith("["):
+                    tty.write("\rshardkit build: " + line.strip()[:100].ljust(100))
+                    tty.flush()
+            if proc.wait() != 0:
+                raise subprocess.CalledProcessError(proc.returncode, cmd)
+        if tty:
+            tty.write("\n")
+    finally:
+        if tty:
+            tty.close()
     return os.path.join(build_dir, "python", "shardkit")
 
 

@@ -32,6 +32,7 @@ py::dict SummaryToDict(const ConvertSummary& s) {
   }
   d["already_complete"] = s.already_complete;
   d["source_checksums_checked"] = s.source_checksums_checked;
+  d["notes"] = s.notes;
   return d;
 }
 
@@ -104,16 +105,17 @@ void BindConvert(py::module_& m) {
            const py::object& part, bool resume,
            const std::map<std::string, std::string>& source_options, const std::string& encode,
            const std::string& staging_dir, const std::string& lmdb_arrays, const std::string& hdf5_arrays,
-           bool trust_manifest, bool verify_source) {
+           bool trust_manifest, bool verify_source, bool allow_empty) {
           ConvertOptions o;
           o.verify_source = verify_source;
+          o.allow_empty = allow_empty;
           o.write.mds.compression = mds_compression;
           if (mds_hashes) o.write.mds.hashes = *mds_hashes;
           o.part = ParsePartArg(part);
           o.write.resume = resume;
           o.shuffle = shuffle;
           o.seed = seed;
-          o.threads = threads.value_or(DefaultCopyThreads());
+          o.threads = threads.value_or(0) == 0 ? DefaultCopyThreads() : *threads;
           o.window = window;
           if (uint64_t b = ByteSize(shard_size)) o.write.shard_size = b;
           o.write.samples_per_shard = samples_per_shard;
@@ -150,6 +152,7 @@ void BindConvert(py::module_& m) {
         py::arg("source_options") = std::map<std::string, std::string>{},
         py::arg("encode") = "", py::arg("staging_dir") = "", py::arg("lmdb_arrays") = "pickle",
         py::arg("hdf5_arrays") = "native", py::arg("trust_manifest") = false, py::arg("verify_source") = true,
+        py::arg("allow_empty") = false,
         R"doc(Copies every sample of the dataset `src` into a new dataset `dst` (any formats).
 
 Keeps dataset order, or with shuffle=True writes a seeded global permutation (needs random
@@ -157,8 +160,9 @@ access). wds outputs: shard_size (bytes, or a string such as "1GiB"), samples_pe
 write_index (DALI .idx files). key_dots: "error" or "replace" (keys with a dot in their
 last component). lmdb_layout: "shardkit" or "caffe". mds outputs: mds_compression ("" or
 "zstd[:LEVEL]"), mds_hashes (list of hash names for index.json; default ["xxh3_64"]). class_names: default the source's.
-threads: reader threads, default (None) what the `shardkit convert` command uses: the
-cores, 2 to 8 (the output is the same for any number). field_map: HDF5 source dataset
+threads: reader threads, default (None or 0) what the `shardkit convert` command uses: the
+cores, 2 to 8 (the output is the same for any number). allow_empty: write an empty dataset
+when the source holds no samples (otherwise an error). field_map: HDF5 source dataset
 names to fields; TFRecord source feature names to fields ("__key__", "cls", "cls-1" or an
 extension). tfrecord_preset ("imagenet" or "tfds"), tfrecord_compression ("none", "gzip",
 "zlib"), tfrecord_field_map (feature -> field, instead of the preset): TFRecord outputs
@@ -184,9 +188,10 @@ succeeds.)doc");
            const py::object& shard_size, bool shuffle, uint64_t seed, std::optional<int> threads, bool overwrite,
            const std::string& key_dots, const std::map<std::string, std::string>& field_map,
            const py::object& progress, const py::object& part, bool resume, const std::string& staging_dir,
-           bool verify_source) {
+           bool verify_source, bool allow_empty) {
           ShardOptions o;
           o.verify_source = verify_source;
+          o.allow_empty = allow_empty;
           o.part = ParsePartArg(part);
           o.resume = resume;
           o.num_shards = num_shards;
@@ -194,7 +199,7 @@ succeeds.)doc");
           o.shard_size = ByteSize(shard_size);
           o.shuffle = shuffle;
           o.seed = seed;
-          o.threads = threads.value_or(DefaultCopyThreads());
+          o.threads = threads.value_or(0) == 0 ? DefaultCopyThreads() : *threads;
           o.overwrite = overwrite;
           o.key_dots = ParseKeyDots(key_dots);
           o.open.field_map = field_map;
@@ -209,7 +214,7 @@ succeeds.)doc");
         py::arg("seed") = 0, py::arg("threads") = py::none(), py::arg("overwrite") = false,
         py::arg("key_dots") = "error", py::arg("field_map") = std::map<std::string, std::string>{},
         py::arg("progress") = py::none(), py::arg("part") = py::none(), py::arg("resume") = false,
-        py::arg("staging_dir") = "", py::arg("verify_source") = true,
+        py::arg("staging_dir") = "", py::arg("verify_source") = true, py::arg("allow_empty") = false,
         R"doc(Re-shards any dataset into WebDataset tar shards named by the printf pattern `dst`
 (e.g. "out/train-%06d.tar"). Cut by exactly one of num_shards (counts differ by at most
 one), samples_per_shard, shard_size (bytes or "1GiB"); none given: 1 GiB shards.

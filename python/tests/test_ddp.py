@@ -68,6 +68,26 @@ dist.destroy_process_group()
 '''
 
 
+def run_group(cmd, env, timeout):
+    """subprocess.run in a process group of its own: on a timeout the whole group (the
+    launcher and the workers it started) is killed, not only the launcher."""
+    import signal
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # any worker left behind by a launcher that exited
+        except ProcessLookupError:
+            pass
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 def torchrun(tmp_path, address, phase, world=2):
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
@@ -82,7 +102,7 @@ def torchrun(tmp_path, address, phase, world=2):
     # on a loaded machine before the worker runs a line of ours ("Broken pipe", "Connection
     # reset"): such a launch is retried, at most twice. A failure in the worker is not.
     for attempt in range(3):
-        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+        p = run_group(cmd, env, timeout=240)
         text = p.stdout + p.stderr
         launch_failed = any(w in text for w in ("Broken pipe", "Connection reset", "DistNetworkError",
                                                 "address already in use"))

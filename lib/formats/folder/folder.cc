@@ -90,6 +90,7 @@ struct Entry {  // one sample
 struct Index {
   std::string root;
   bool classes = false;
+  bool check_images = false;  // classes layout with folder.files=images: image files must be images
   std::vector<std::string> class_names;
   std::vector<std::string> dirs;  // relative to root, "" for the root itself
   std::string names;
@@ -235,6 +236,23 @@ class Walker {
       }
       loc.push_back({&it, dot, paths::Lower(std::string_view(it.name).substr(dot + 1))});
     }
+    if (images_only_ && classes_) {
+      // A sample is an image file with what shares its stem (a .cls, a caption): the
+      // rest are not samples, as torchvision's ImageFolder does not take them.
+      std::set<std::string_view> with_image;
+      for (const Local& l : loc)
+        if (IsImageExt(l.ext)) with_image.insert(std::string_view(l.item->name).substr(0, l.dot));
+      std::vector<Local> kept;
+      for (Local& l : loc) {
+        if (with_image.count(std::string_view(l.item->name).substr(0, l.dot))) {
+          kept.push_back(std::move(l));
+          continue;
+        }
+        ++non_image_;
+        NoteNonImage(Join(root_, rel.empty() ? l.item->name : rel + "/" + l.item->name));
+      }
+      loc = std::move(kept);
+    }
     if (loc.empty()) return Status::OK();
     std::sort(loc.begin(), loc.end(), [](const Local& a, const Local& b) {
       std::string_view sa = std::string_view(a.item->name).substr(0, a.dot);
@@ -274,8 +292,17 @@ class Walker {
     return Status::OK();
   }
 
+  static constexpr size_t kExamples = 3;
+  void NoteNonImage(std::string path) {
+    non_image_examples_.push_back(std::move(path));
+    std::sort(non_image_examples_.begin(), non_image_examples_.end());
+    if (non_image_examples_.size() > kExamples) non_image_examples_.pop_back();
+  }
+
   // Appends another walker's fragment (for the parallel class walk).
   void Merge(Walker&& o) {
+    non_image_ += o.non_image_;
+    for (auto& p : o.non_image_examples_) NoteNonImage(std::move(p));
     uint64_t name_base = idx_.names.size(), file_base = idx_.files.size();
     uint32_t dir_base = uint32_t(idx_.dirs.size());
     idx_.names += o.idx_.names;
@@ -304,6 +331,11 @@ class Walker {
   std::set<std::string> fields_;
   uint64_t skipped_ = 0;
   std::string skipped_example_;
+  // Classes layout, images only (folder.files=images, the default): files of a sample
+  // without an image file (Thumbs.db, notes.txt) are left out and counted here.
+  bool images_only_ = false;
+  uint64_t non_image_ = 0;
+  std::vector<std::string> non_image_examples_;  // the first few, sorted
 };
 
 // Byte-order comparison of two keys given as (dir, stem) without building them.
@@ -409,6 +441,34 @@ Status ReadWhole(const std::string& path, Bytes* out) {
   return Status::OK();
 }
 
+// Whether `b` starts as an image file of a kind IsImageExt names does: JPEG, PNG, GIF,
+// BMP, WebP, TIFF or PNM (P1..P7). The name's extension may name another of them (a
+// PNG named .JPEG is an image).
+bool LooksLikeImage(const Bytes& b) {
+  const auto* p = b.data();
+  const size_t n = b.size();
+  auto starts = [&](std::string_view m) { return n >= m.size() && std::memcmp(p, m.data(), m.size()) == 0; };
+  if (starts("\xFF\xD8\xFF") || starts("\x89PNG") || starts("GIF8") || starts("BM") || starts("II*") ||
+      starts(std::string_view("MM\0*", 4)))
+    return true;
+  if (n >= 12 && std::memcmp(p, "RIFF", 4) == 0 && std::memcmp(p + 8, "WEBP", 4) == 0) return true;
+  return n >= 2 && p[0] == 'P' && p[1] >= '1' && p[1] <= '7';
+}
+
+// An image file of a class folder that is empty or holds no image: kCorrupt naming it.
+Status CheckImageBytes(const Bytes& b, const std::string& path, const std::string& key, uint64_t i) {
+  Location at{.file = path, .key = key, .index = int64_t(i)};
+  if (b.size() == 0) return Status::Corrupt("empty image file (0 bytes)", at);
+  if (LooksLikeImage(b)) return Status::OK();
+  std::string head;
+  for (size_t k = 0; k < std::min<size_t>(8, b.size()); ++k) head += fmt::format("{}{:02x}", k ? " " : "", b.data()[k]);
+  return Status::Corrupt(fmt::format("not an image file: its bytes start {} (no JPEG, PNG, GIF, BMP, WebP, TIFF or "
+                                     "PNM signature); remove it, or read the folder with --source-option "
+                                     "folder.files=all to take every file as it is",
+                                     head),
+                         at);
+}
+
 Status GetSample(const Index& idx, uint64_t i, Sample* out) {
   if (i >= idx.entries.size())
     return Status::Invalid(fmt::format("sample index {} out of range [0, {})", i, idx.entries.size()),
@@ -425,6 +485,7 @@ Status GetSample(const Index& idx, uint64_t i, Sample* out) {
     Bytes b;
     Status st = ReadWhole(idx.Path(e, f), &b);
     if (!st.ok()) return st.At(Location{.key = out->key, .index = int64_t(i)});
+    if (idx.check_images && IsImageExt(ext)) SK_RETURN_IF_ERROR(CheckImageBytes(b, idx.Path(e, f), out->key, i));
     std::string source_ext = suffix == ext ? std::string() : std::string(suffix);
     out->fields.push_back(Field{std::move(ext), std::move(b), std::move(source_ext)});  // files are sorted by ext
   }
@@ -493,6 +554,15 @@ Result<std::unique_ptr<Dataset>> OpenFolder(const std::string& path_in, const Op
     layout = (any_dir && !any_image) ? Layout::kClasses : Layout::kFlat;
   }
   bool classes = layout == Layout::kClasses;
+  // folder.files: "images" (default) takes, in the classes layout, samples with an image
+  // file only, and checks each image file's first bytes when read; "all" takes every file.
+  bool images_only = true;
+  if (auto it = opts.format_options.find("folder.files"); it != opts.format_options.end()) {
+    if (it->second != "images" && it->second != "all")
+      return Status::Invalid(fmt::format("folder.files: '{}' is not 'images' or 'all'", it->second),
+                             Location{.file = root});
+    images_only = it->second == "images";
+  }
 
   std::vector<std::string> class_names;
   uint64_t ignored_root = 0;
@@ -516,6 +586,7 @@ Result<std::unique_ptr<Dataset>> OpenFolder(const std::string& path_in, const Op
     // 1.28M stat calls); fragments and the first error are taken in class order.
     size_t nc = class_names.size();
     std::vector<Walker> ws(nc, Walker(root, true));
+    for (auto& cw : ws) cw.images_only_ = images_only;
     std::vector<Status> errs(nc);
     tbb::parallel_for(tbb::blocked_range<size_t>(0, nc, 1), [&](const tbb::blocked_range<size_t>& r) {
       for (size_t c = r.begin(); c < r.end(); ++c) {
@@ -539,6 +610,7 @@ Result<std::unique_ptr<Dataset>> OpenFolder(const std::string& path_in, const Op
   auto idx = std::make_shared<Index>(std::move(w.idx_));
   idx->root = root;
   idx->classes = classes;
+  idx->check_images = classes && images_only;
   idx->class_names = class_names;
   // Order: samples sorted by key in byte order.
   {
@@ -593,6 +665,12 @@ Result<std::unique_ptr<Dataset>> OpenFolder(const std::string& path_in, const Op
   if (w.skipped_ > 0) {
     info.extra["skipped_files"] = std::to_string(w.skipped_);
     info.extra["skipped_example"] = w.skipped_example_;
+  }
+  if (w.non_image_ > 0) {
+    std::string ex;
+    for (const auto& p : w.non_image_examples_) ex += (ex.empty() ? "" : ", ") + p;
+    info.extra["non_image_files"] = std::to_string(w.non_image_);
+    info.extra["non_image_examples"] = ex;
   }
   if (ignored_root > 0) {
     info.extra["ignored_root_files"] = std::to_string(ignored_root);
@@ -726,6 +804,9 @@ class FolderWriter : public SampleWriter {
     // Publish: any old output moves aside, the staging directory takes its name.
     SK_RETURN_IF_ERROR(io::CheckDirectoryOutput(*fs_, root_, opts_.overwrite));
     SK_RETURN_IF_ERROR(fs_->Publish(partial_, root_, PublishOptions{.replace = true, .published = &finished_}));
+    // Staging directories of killed writes of the same output ("NAME.partial-PID-XXXXXX").
+    const std::string base(paths::BaseName(root_));
+    io::RemoveDebris(io::DirName(root_), [&](std::string_view name) { return name == base; });
     WriteSummary sum;
     sum.samples = samples_;
     sum.bytes = bytes_;

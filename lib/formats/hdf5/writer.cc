@@ -348,6 +348,8 @@ class Hdf5Writer : public SampleWriter {
     if (finished_) temp_.clear();
     SK_RETURN_IF_ERROR(published);
     spills_.clear();  // closes the spill files, freeing their blocks
+    // What killed writes of this file left (a ".NAME.tmp-PID" where O_TMPFILE is not had).
+    io::RemoveDebris(dir, [&](std::string_view name) { return name == base; });
 
     WriteSummary sum;
     sum.samples = n();

@@ -73,6 +73,7 @@ Format LmdbFormat() {
       .open = [](const std::string& path, const OpenOptions& opts) { return lmdb::OpenDataset(path, opts); },
       .create = [](const std::string& path, const WriteOptions& opts) { return lmdb::CreateWriter(path, opts); },
       .extensions = {"mdb", "lmdb"},
+      .resumes = true,
   };
 }
 

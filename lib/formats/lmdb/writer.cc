@@ -20,6 +20,7 @@
 
 #include "core/per_thread.h"
 #include "core/resume.h"
+#include "shardkit/convert.h"
 #include "formats/array_sample.h"
 
 namespace shardkit::formats::lmdb {
@@ -142,7 +143,8 @@ class LmdbWriter : public SampleWriter {
     if (env_) mdb_env_close(env_);
     if (tj_) tjDestroy(tj_);
     if (digest_) XXH3_freeState(digest_);
-    if (created_ && !finished_ && !keep_state_) (void)fs_->RemoveAll(temp_);
+    // A write stopped by a signal (RequestStop) stays resumable, as one killed outright.
+    if (created_ && !finished_ && !keep_state_ && StopRequested() == 0) (void)fs_->RemoveAll(temp_);
     if (lock_fd_ >= 0) ::close(lock_fd_);
   }
 

@@ -155,6 +155,12 @@ class RecWriter : public SampleWriter {
     SK_RETURN_IF_ERROR(Keep(FinishShard()));
     summary_.samples = total_;
     finished_ = true;
+    // Temporary files of killed writes of this output: its .rec, .idx and sidecar files.
+    const std::string base(paths::BaseName(path_)), idx(paths::BaseName(IdxPathFor(path_))),
+        meta(paths::BaseName(MetaPathFor(path_)));
+    io::RemoveDebris(io::DirName(path_), [&](std::string_view name) {
+      return sharded_ ? paths::ShardNumberIn(base, name).has_value() : name == base || name == idx || name == meta;
+    });
     return summary_;
   }
 
@@ -255,7 +261,8 @@ Result<std::unique_ptr<SampleWriter>> MakeWriter(const std::string& path, const 
     if (slash != std::string::npos && path.substr(0, slash).find('%') != std::string::npos)
       return Status::Invalid("the %d conversion of a shard pattern must be in the file name, not in a directory",
                              Location{.file = path});
-    if (opts.shard_size < 64) return Status::Invalid(fmt::format("shard size {} is too small", opts.shard_size));
+    if (opts.shard_size < 64)
+      return Status::Invalid(fmt::format("shard size {} bytes is too small: the least is 64 bytes", opts.shard_size));
   }
   auto w = std::make_unique<RecWriter>(path, sharded, opts);
   SK_RETURN_IF_ERROR(w->Prepare());

@@ -78,6 +78,14 @@ class TfWriter : public SampleWriter {
     }
     std::string text = j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     SK_RETURN_IF_ERROR(Keep(io::WriteFileAtomic(manifest_, text, opts_.overwrite, opts_.filesystem)));
+    // Temporary files of killed writes of this output: its shards, their .idx, its manifest.
+    const std::string pattern_base(paths::BaseName(pattern_)), manifest_base(paths::BaseName(manifest_));
+    const std::string idx_base(paths::BaseName(IdxPathFor(pattern_)));
+    io::RemoveDebris(dir, [&](std::string_view name) {
+      if (name == manifest_base) return true;
+      return sharded_ ? paths::ShardNumberIn(pattern_base, name).has_value()
+                      : name == pattern_base || name == idx_base;
+    });
     summary_.samples = total_;
     summary_.bytes += text.size();
     finished_ = true;

@@ -28,6 +28,7 @@ Format WdsFormat() {
       .extensions = {"tar", "tgz", "gz", "json", "idx"},
       .prefixes = {"pipe"},
       .writes_shards = true,
+      .resumes = true,
       .reads_remote = true,
       .list_shards = wds::ListShards,
       .locate_samples = wds::LocateSamples,

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "core/resume.h"
+#include "shardkit/convert.h"
 #include "core/paths.h"
 #include "formats/tar/tar.h"
 #include "formats/wds/manifest.h"
@@ -84,7 +85,7 @@ WdsWriter::WdsWriter(std::string pattern, WriteOptions opts)
 WdsWriter::~WdsWriter() {
   if (!finished_) {
     AbortShard();
-    if (!keep_state_) {
+    if (!keep_state_ && StopRequested() == 0) {  // a stopped write stays resumable
       for (const auto& p : committed_) ::unlink(p.c_str());
       if (owns_journal_) ::unlink(journal_.c_str());
     }
@@ -108,7 +109,9 @@ Result<std::unique_ptr<SampleWriter>> WdsWriter::Make(const std::string& pattern
                                        "dot in the file name or turn index writing off",
                                        pattern));
   if (opts.shard_size < 2 * tar::kBlock)
-    return Status::Invalid(fmt::format("shard size {} is too small", opts.shard_size));
+    return Status::Invalid(fmt::format("shard size {} bytes is too small: a tar shard needs at least {} bytes (its "
+                                       "end-of-archive blocks); give --shard-size 1KiB or more",
+                                       opts.shard_size, 2 * tar::kBlock));
   auto w = std::make_unique<WdsWriter>(pattern, opts);
   if (w->part()) first = paths::FormatShardPattern(pattern, w->ShardNumber(0));
   bool resuming = opts.resume && io::Exists(w->journal_);
@@ -267,6 +270,15 @@ Result<WriteSummary> WdsWriter::Finish() {
   // Complete: the journal goes (a crash before this leaves a journal that lists
   // every shard, and a resume then only rewrites the manifest).
   if (::unlink(journal_.c_str()) == 0) (void)io::FsyncDir(io::DirName(journal_), opts_.filesystem);
+  if (!part()) {
+    // Temporary files that killed writes of this output left beside any of its shards
+    // (a part leaves the others' alone: they may be live on another host).
+    const std::string pattern_base(paths::BaseName(pattern_)), manifest_base(paths::BaseName(manifest_)),
+        journal_base(paths::BaseName(journal_));
+    io::RemoveDebris(io::DirName(manifest_), [&](std::string_view name) {
+      return name == manifest_base || name == journal_base || paths::ShardNumberIn(pattern_base, name).has_value();
+    });
+  }
   if (lock_fd_ >= 0) {
     ::unlink((record_ + ".lock").c_str());
     ::close(lock_fd_);
