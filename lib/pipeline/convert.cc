@@ -333,7 +333,7 @@ Result<ConvertSummary> ConvertFetched(Fetcher* fetcher, const Dataset& src, Samp
   if (auto n = extra.find("non_image_files"); n != extra.end()) {
     auto ex = extra.find("non_image_examples");
     sum.notes.push_back(fmt::format("left out {} file(s) of the source that are not images and share no image's "
-                                    "name ({}{}); --source-option folder.files=all takes them as samples",
+                                    "name ({}{}); without --source-option folder.files=images they are samples",
                                     n->second, ex != extra.end() ? ex->second : "", n->second == "1" ? "" : ", ..."));
   }
   sum.seconds = Since(t0);

@@ -463,8 +463,8 @@ Status CheckImageBytes(const Bytes& b, const std::string& path, const std::strin
   std::string head;
   for (size_t k = 0; k < std::min<size_t>(8, b.size()); ++k) head += fmt::format("{}{:02x}", k ? " " : "", b.data()[k]);
   return Status::Corrupt(fmt::format("not an image file: its bytes start {} (no JPEG, PNG, GIF, BMP, WebP, TIFF or "
-                                     "PNM signature); remove it, or read the folder with --source-option "
-                                     "folder.files=all to take every file as it is",
+                                     "PNM signature); remove it, or read the folder without --source-option "
+                                     "folder.files=images to take every file as it is",
                                      head),
                          at);
 }
@@ -554,9 +554,9 @@ Result<std::unique_ptr<Dataset>> OpenFolder(const std::string& path_in, const Op
     layout = (any_dir && !any_image) ? Layout::kClasses : Layout::kFlat;
   }
   bool classes = layout == Layout::kClasses;
-  // folder.files: "images" (default) takes, in the classes layout, samples with an image
-  // file only, and checks each image file's first bytes when read; "all" takes every file.
-  bool images_only = true;
+  // folder.files: "images" takes, in the classes layout, samples with an image file only,
+  // and checks each image file's first bytes when read; "all" (the default) takes every file.
+  bool images_only = false;
   if (auto it = opts.format_options.find("folder.files"); it != opts.format_options.end()) {
     if (it->second != "images" && it->second != "all")
       return Status::Invalid(fmt::format("folder.files: '{}' is not 'images' or 'all'", it->second),
