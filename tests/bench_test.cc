@@ -163,6 +163,15 @@ TEST_CASE("bench plot: title, human units, one colour per dataset in both panels
   CHECK(svg.find(">10 us</text>") != std::string::npos);
   CHECK(svg.find("10971529") == std::string::npos);
   CHECK(svg.find("5485764") == std::string::npos);
+  // The throughput panel: a log rate axis with decade labels (a linear one would step by
+  // 2.5M/s and squeeze the 0.9M/s series against zero) and both axes named.
+  CHECK(svg.find(">samples per second (log scale)</text>") != std::string::npos);
+  CHECK(svg.find(">100k/s</text>") != std::string::npos);
+  CHECK(svg.find(">1M/s</text>") != std::string::npos);
+  CHECK(svg.find(">10M/s</text>") != std::string::npos);
+  CHECK(svg.find(">2.5M/s</text>") == std::string::npos);
+  CHECK(svg.find(">threads (worker threads reading)</text>") != std::string::npos);
+  CHECK(svg.find(">time per sample (log scale)</text>") != std::string::npos);
   // Every line of a dataset, in either panel, has the dataset's colour; datasets differ.
   std::map<std::string, std::set<std::string>> colours;
   std::vector<std::string> order;
@@ -191,6 +200,28 @@ TEST_CASE("bench plot: title, human units, one colour per dataset in both panels
     ++entries;
   }
   CHECK(entries == 3);
+}
+
+TEST_CASE("bench table: a zero-copy view has no MB/s", "[bench]") {
+  BenchReport r;
+  for (const char* mode : {"random-view", "random-copy"}) {
+    BenchRow row;
+    row.dataset = "lmdb:b.lmdb";
+    row.format = "lmdb";
+    row.mode = mode;
+    row.latency.count = 100;
+    row.samples_per_s = 1000;
+    row.mb_per_s = std::string(mode) == "random-view" ? 226661.0 : 812.5;
+    r.rows.push_back(row);
+  }
+  std::string t = BenchTable(r);
+  CHECK(t.find("226661") == std::string::npos);
+  CHECK(t.find(" view ") != std::string::npos);
+  CHECK(t.find("812.5") != std::string::npos);
+  CHECK(t.find("copies no bytes") != std::string::npos);
+  auto j = nlohmann::json::parse(BenchJson(r));
+  CHECK(j["rows"][0]["zero_copy"] == true);
+  CHECK(j["rows"][1]["zero_copy"] == false);
 }
 
 TEST_CASE("cold bench drops the page cache and says so", "[bench]") {
@@ -243,6 +274,18 @@ TEST_CASE("shardkit bench on the command line: table, JSON, plot, loader mode, e
   double stall = l["rows"][0]["stall_share"].get<double>();
   CHECK(stall >= 0);
   CHECK(stall <= 1);
+  // Without a model step there is no stall to measure: the feed rate, "-" and how to
+  // measure it, never "stall 100.0%".
+  r = sk_test::Cli("bench " + sk_test::Q(d / "s.manifest.json") + " --loader --batch-size 4 --batches 3 --threads 1");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("%") == std::string::npos);
+  CHECK(r.out.find("pass --step-ms") != std::string::npos);
+  CHECK(r.out.find("images/s: the feed rate") != std::string::npos);
+  r = sk_test::Cli("bench " + sk_test::Q(d / "s.manifest.json") +
+                   " --loader --batch-size 4 --batches 3 --threads 1 --json");
+  REQUIRE(r.exit_code == 0);
+  CHECK(nlohmann::json::parse(r.out)["rows"][0]["stall_share"].is_null());
   r = sk_test::Cli("bench " + sk_test::Q(d / "missing"));
   CHECK(r.exit_code == 1);
   CHECK(r.err.find(d / "missing") != std::string::npos);

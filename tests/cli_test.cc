@@ -388,34 +388,35 @@ TEST_CASE("cli: an empty source is an error unless --allow-empty") {
   CHECK(fs::exists(t / "o/x.manifest.json"));
 }
 
-TEST_CASE("cli: folder.files=images leaves non-image files of class folders out, reports them, names bad images") {
+TEST_CASE("cli: class folders take image files only, report the rest, name bad images; folder.files=all keeps all") {
   TempDir t;
   MakeImageFolder(t / "in", 2, 3);  // 6 samples in class folders
   const std::string cls = fs::path(*fs::directory_iterator(t / "in")).string();
   WriteFile(cls + "/Thumbs.db", "not an image");
   WriteFile(cls + "/notes.txt", "words");
-  const std::string images = "--source-option folder.files=images";
-  auto r = Cli(fmt::format("convert {} {} --json {}", Q(t / "in"), Q(t / "o.lmdb"), images));
+  // The default: torchvision's ImageFolder's choice, reported.
+  auto r = Cli(fmt::format("convert {} {} --json", Q(t / "in"), Q(t / "o.lmdb")));
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
   auto j = nlohmann::json::parse(r.out);
   CHECK(j["samples"] == 6);
   REQUIRE(j["notes"].size() == 1);
   CHECK_THAT(j["notes"][0].get<std::string>(), Catch::Contains("left out 2 file(s)") && Catch::Contains("Thumbs.db") &&
-                                                   Catch::Contains("folder.files=images"));
-  // folder.files=all, the default, keeps them as samples.
-  auto all = Cli(fmt::format("convert {} {} --json", Q(t / "in"), Q(t / "all.lmdb")));
+                                                   Catch::Contains("folder.files=all"));
+  // folder.files=all keeps them as samples (folders of mixed samples).
+  auto all = Cli(fmt::format("convert {} {} --json --source-option folder.files=all", Q(t / "in"), Q(t / "all.lmdb")));
   INFO(all.err);
   REQUIRE(all.exit_code == 0);
   CHECK(nlohmann::json::parse(all.out)["samples"] == 8);
   // A zero-byte .jpg and a text file named .jpg fail the conversion, naming the file.
   for (const char* bad : {"", "hello, not a JPEG"}) {
     WriteFile(cls + "/zz.jpg", bad);
-    auto b = Cli(fmt::format("convert {} {} --overwrite {}", Q(t / "in"), Q(t / "b.lmdb"), images));
+    auto b = Cli(fmt::format("convert {} {} --overwrite", Q(t / "in"), Q(t / "b.lmdb")));
     INFO(b.err);
     CHECK(b.exit_code == 1);
     CHECK_THAT(b.err, Catch::Contains("zz.jpg") &&
-                          Catch::Contains(std::string(bad).empty() ? "empty image file" : "not an image file"));
+                          Catch::Contains(std::string(bad).empty() ? "empty image file" : "not an image file") &&
+                          Catch::Contains("folder.files=all"));
     CHECK_FALSE(fs::exists(t / "b.lmdb"));
   }
 }

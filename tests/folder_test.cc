@@ -24,8 +24,13 @@ using sk_test::TempDir;
 
 namespace {
 
+// These tests use placeholder bytes ("1", "LATIN1") for image files and lone sidecars:
+// they read every file as it is (folder.files=all). The default, image files only, is
+// tested in cli_test.cc and verify_test.cc.
 std::unique_ptr<Dataset> MustOpen(const std::string& addr) {
-  auto r = Open(addr);
+  OpenOptions all;
+  all.format_options["folder.files"] = "all";
+  auto r = Open(addr, all);
   INFO(r.status().ToString());
   REQUIRE(r.ok());
   return std::move(r).value();

@@ -368,13 +368,17 @@ TEST_CASE("hostile images for the decoder: zero bytes, 12-bit, PNG named .JPEG, 
     CHECK_THAT(st.message(), Catch::Contains("scans") || Catch::Contains("progression"));
     CHECK(secs < 5.0);
   }
-  SECTION("PNG named .JPEG and a zero-byte .jpg pass through convert byte-exact (convert does not decode)") {
+  SECTION("PNG named .JPEG is an image; a zero-byte .jpg fails convert, or passes byte-exact with folder.files=all") {
     TempDir t;
     std::string png = sk_test::MakePng(20, 10, 2);
     fs::create_directories(t / "run/in/c");
     sk_test::WriteFile(t / "run/in/c/p.JPEG", png);
     sk_test::WriteFile(t / "run/in/c/z.jpg", "");
-    RunResult r = Cli(t / "run", "convert folder:in wds:out/y-%06d.tar");
+    RunResult bad = Cli(t / "run", "convert folder:in wds:bad/y-%06d.tar");
+    CHECK(bad.exit_code == 1);
+    CHECK_THAT(bad.err, Catch::Contains("z.jpg") && Catch::Contains("empty image file"));
+    CHECK_FALSE(fs::exists(t / "run/bad/y.manifest.json"));
+    RunResult r = Cli(t / "run", "convert folder:in wds:out/y-%06d.tar --source-option folder.files=all");
     INFO(r.err);
     REQUIRE(r.exit_code == 0);
     auto ds = Open(t / "run/out/y.manifest.json");

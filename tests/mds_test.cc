@@ -268,6 +268,11 @@ TEST_CASE("mds: shard size and count limits cut shards as MDSWriter does, each s
   auto sum2 = WriteAll("mds:" + (t / "b"), want, wo2);
   REQUIRE(sum2.shards.size() == 4);
   CHECK(sum2.shards[3].samples == 2);
+
+  // No size given: Streaming's own default, 64 MiB (tar shards keep 1 GiB).
+  auto sum3 = WriteAll("mds:" + (t / "c"), want, WriteOptions{});
+  CHECK(sum3.shards.size() == 1);
+  CHECK(ReadJson(t / "c/index.json")["shards"][0]["size_limit"] == (uint64_t(1) << 26));
 }
 
 TEST_CASE("mds: zstd shards as streaming names them, read back and verified") {

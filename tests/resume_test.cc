@@ -402,6 +402,7 @@ void MakeBigFolder(const std::string& root, int n, size_t size) {
       x ^= x << 13, x ^= x >> 7, x ^= x << 17;
       c = char(x);
     }
+    bytes.replace(0, 4, "\xFF\xD8\xFF\xE0");  // a JPEG's signature: a class folder takes image files only
     fs::create_directories(root + fmt::format("/c{}", i % 4));
     sk_test::WriteFile(root + fmt::format("/c{}/img{:05d}.jpg", i % 4, i), bytes);
   }
@@ -517,21 +518,27 @@ namespace {
 
 // An output of each writing format: its address, what appears when it is published,
 // the names an interrupted write may keep for --resume (prefixes), and its flags.
+// `opened`: the address that reads it back; `temp_name`: a name its killed writes' temporary
+// files and staging directories carry ("" for LMDB, which stages in its resumable
+// "<dir>.partial"); `stages`: a directory output, staged in "NAME.partial-PID-XXXXXX".
 struct Output {
   const char* format;
   std::string address, published;
   std::vector<std::string> resumable;
-  std::string flags;
+  std::string flags, opened, temp_name;
+  bool stages = false;
 };
 std::vector<Output> EveryOutput(const std::string& d) {
   return {
-      {"wds", "wds:" + d + "/x-%06d.tar", d + "/x.manifest.json", {"x-", "x.manifest.json.partial"}, "--samples-per-shard 5"},
-      {"tfrecord", "tfrecord:" + d + "/x-%05d.tfrecord", d + "/x.tfrecord.json", {}, "--samples-per-shard 5"},
-      {"mds", "mds:" + d + "/x", d + "/x/index.json", {}, ""},
-      {"lmdb", d + "/x.lmdb", d + "/x.lmdb", {"x.lmdb.partial"}, ""},
-      {"hdf5", d + "/x.h5", d + "/x.h5", {}, ""},
-      {"recordio", "recordio:" + d + "/x.rec", d + "/x.rec", {}, ""},
-      {"folder", "folder:" + d + "/x", d + "/x/.shardkit-folder.json", {}, ""},
+      {"wds", "wds:" + d + "/x-%06d.tar", d + "/x.manifest.json", {"x-", "x.manifest.json.partial"},
+       "--samples-per-shard 5", d + "/x.manifest.json", "x-000001.tar"},
+      {"tfrecord", "tfrecord:" + d + "/x-%05d.tfrecord", d + "/x.tfrecord.json", {}, "--samples-per-shard 5",
+       d + "/x.tfrecord.json", "x-00002.tfrecord"},
+      {"mds", "mds:" + d + "/x", d + "/x/index.json", {}, "", "mds:" + d + "/x", "x", true},
+      {"lmdb", d + "/x.lmdb", d + "/x.lmdb", {"x.lmdb.partial"}, "", d + "/x.lmdb", ""},
+      {"hdf5", d + "/x.h5", d + "/x.h5", {}, "", d + "/x.h5", "x.h5"},
+      {"recordio", "recordio:" + d + "/x.rec", d + "/x.rec", {}, "", "recordio:" + d + "/x.rec", "x.rec"},
+      {"folder", "folder:" + d + "/x", d + "/x/.shardkit-folder.json", {}, "", "folder:" + d + "/x", "x", true},
   };
 }
 
@@ -587,15 +594,10 @@ TEST_CASE("interrupt: SIGINT or SIGTERM stops every format cleanly, says how to 
       INFO(res.err);
       REQUIRE(res.exit_code == 0);
       CHECK(fs::exists(o.published));
-      std::string published = o.format == std::string("folder") ? "folder:" + d + "/x" : o.published;
-      if (o.format == std::string("mds")) published = "mds:" + d + "/x";
-      if (o.format == std::string("recordio")) published = "recordio:" + d + "/x.rec";
-      auto v = sk_test::Cli(fmt::format("verify {} --against {}", sk_test::Q(published), in));
+      auto v = sk_test::Cli(fmt::format("verify {} --against {}", sk_test::Q(o.opened), in));
       INFO(v.out << v.err);
       CHECK(v.exit_code == 0);
-      std::vector<std::string> left;
-      for (const auto& n : Debris(d, {"x"})) left.push_back(n);
-      CHECK(left.empty());
+      CHECK(Debris(d, {"x"}).empty());
       for (const auto& e : fs::directory_iterator(d)) {
         CHECK(e.path().filename().string().find(".tmp-") == std::string::npos);
         CHECK(e.path().filename().string().find(".partial") == std::string::npos);
@@ -635,13 +637,10 @@ TEST_CASE("interrupt: after kill -9 no output looks finished, and --resume or a 
   // successful write; a live process's stays.
   for (const Output& o : EveryOutput(t / "stale")) {
     INFO(o.format);
-    if (o.format == std::string("lmdb")) continue;  // it stages in "<dir>.partial", its resumable state
+    if (o.temp_name.empty()) continue;
     std::string d = t / "stale";
     fs::create_directories(d);
-    std::string base = fs::path(o.published).filename().string();
-    if (o.format == std::string("mds") || o.format == std::string("folder")) base = "x";
-    if (o.format == std::string("wds")) base = "x-000001.tar";
-    if (o.format == std::string("tfrecord")) base = "x-00002.tfrecord";
+    const std::string& base = o.temp_name;
     const pid_t dead = DeadPid();
     const std::string stale = fmt::format("{}/.{}.tmp-{}", d, base, dead);
     const std::string live = fmt::format("{}/.{}.tmp-{}", d, base, ::getpid());
@@ -655,9 +654,7 @@ TEST_CASE("interrupt: after kill -9 no output looks finished, and --resume or a 
     REQUIRE(r.exit_code == 0);
     CHECK_FALSE(fs::exists(stale));
     CHECK(fs::exists(live));
-    if (o.format == std::string("mds") || o.format == std::string("folder")) {
-      CHECK_FALSE(fs::exists(stage));
-    }
+    if (o.stages) CHECK_FALSE(fs::exists(stage));
     fs::remove_all(d);
   }
 }

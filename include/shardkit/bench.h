@@ -50,7 +50,8 @@ struct BenchRow {
   int threads = 1;
   LatencyStats latency;
   double samples_per_s = 0;
-  double mb_per_s = 0;            // payload MB (1e6 bytes) per second
+  double mb_per_s = 0;            // payload MB (1e6 bytes) per second (random-view: bytes handed out,
+                                  // not moved; the table prints "view")
   double cpu_us_per_sample = 0;   // process CPU time / samples
   bool cold = false;
   double cache_kept = 0;          // with cold: share of file pages the kernel kept resident (0..1)
@@ -101,7 +102,8 @@ struct LoaderBenchResult {
   double seconds = 0;
   double batches_per_s = 0, images_per_s = 0;
   LatencyStats wait_ms;      // the consumer's wait in Next(), per batch, in milliseconds
-  double stall_share = 0;    // waiting / wall time
+  double stall_share = 0;    // waiting / wall time; meaningful only with step_ms > 0 (the
+                             // table prints "-" and the JSON null without a step)
   double step_ms = 0;
 };
 

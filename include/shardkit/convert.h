@@ -132,7 +132,7 @@ SHARDKIT_API Result<ConvertSummary> ConvertDataset(const Dataset& src, SampleWri
                                       const ProgressFn& progress = {});
 
 struct ShardOptions {
-  // Exactly one way to cut (all zero: shard_size of 1 GiB).
+  // Exactly one way to cut (all zero: the format's default shard size, 1 GiB).
   uint64_t num_shards = 0;         // N shards, counts differ by at most one
   uint64_t samples_per_shard = 0;  // a new shard every N samples
   uint64_t shard_size = 0;         // a new shard at this many bytes

@@ -216,7 +216,9 @@ struct TfrecordWriteOptions {
 };
 
 struct WriteOptions {
-  uint64_t shard_size = 1ull << 30;  // sharded formats (wds): start a new shard at this many bytes
+  // Sharded formats: start a new shard at this many bytes. 0: the format's own default
+  // (1 GiB for tar shards, TFRecord and RecordIO; 64 MiB for MDS, as MosaicML Streaming).
+  uint64_t shard_size = 0;
   uint64_t samples_per_shard = 0;    // and/or at this many samples (0 = no limit)
   std::vector<std::string> class_names;
   bool overwrite = false;            // replace an existing output

@@ -69,6 +69,11 @@ size_t RemoveDebris(const std::string& dir, const std::function<bool(std::string
   return removed;
 }
 
+size_t RemoveDebrisOf(const std::string& output) {
+  const std::string base = std::filesystem::path(output).filename().string();
+  return RemoveDebris(DirName(output), [&](std::string_view name) { return name == base; });
+}
+
 Status FsyncDir(const std::string& dir, const std::shared_ptr<FileSystem>& fs) {
   return FileSystem::OrLocal(fs)->SyncDir(dir);
 }

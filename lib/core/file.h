@@ -104,5 +104,8 @@ bool IsDir(const std::string& path);
 // (directory outputs) whose NAME `owns` accepts and whose PID is no live process of
 // this host (never this process's own). Removes them and returns how many it removed.
 size_t RemoveDebris(const std::string& dir, const std::function<bool(std::string_view name)>& owns);
+// RemoveDebris for an output of one name (an .h5 file, an MDS or folder directory):
+// what killed writes of `output` left beside it.
+size_t RemoveDebrisOf(const std::string& output);
 
 }  // namespace shardkit::io

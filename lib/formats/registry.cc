@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <filesystem>
 
@@ -103,23 +104,26 @@ namespace {
 // kInvalidArgument naming the address to open instead. Only names with such a suffix
 // are looked at, so an image folder of any size costs one listing of its top.
 Status RefuseDatasetFolder(const std::string& dir) {
-  static const char* const kSuffixes[] = {".manifest.json", ".tfrecord.json", ".tar", ".tfrecord", ".tfrecords",
-                                          ".rec", ".h5", ".hdf5"};
-  std::vector<std::string> found;  // "address (format)"
+  static constexpr std::string_view kSuffixes[] = {".manifest.json", ".tfrecord.json", ".tar", ".tfrecord",
+                                                   ".tfrecords", ".rec", ".h5", ".hdf5"};
+  std::vector<std::string> found;  // addresses to open, the first three
   bool manifest = false;
   size_t tars = 0;
   std::error_code ec;
   for (auto it = std::filesystem::directory_iterator(dir, ec); !ec && it != std::filesystem::directory_iterator();
        it.increment(ec)) {
-    std::string name = it->path().filename().string(), lower = paths::Lower(name);
-    const char* suffix = nullptr;
-    for (const char* s : kSuffixes)
-      if (paths::EndsWith(lower, s)) {
-        suffix = s;
-        break;
-      }
-    if (!suffix || !it->is_regular_file(ec)) continue;
-    std::string path = it->path().string();
+    const std::string lower = paths::Lower(it->path().filename().string());
+    auto suffix = std::find_if(std::begin(kSuffixes), std::end(kSuffixes),
+                               [&](std::string_view s) { return paths::EndsWith(lower, s); });
+    if (suffix == std::end(kSuffixes) || !it->is_regular_file(ec)) continue;
+    if (*suffix == ".tar") {  // counted by name: named through their manifest, or as a range
+      ++tars;
+      continue;
+    }
+    manifest = manifest || *suffix == ".manifest.json";  // wds bids on every such name
+    if (found.size() == 3) continue;
+    // Only the other formats' bids say it is a dataset (and which one) rather than a file of that name.
+    const std::string path = it->path().string();
     const Format* best = nullptr;
     int best_bid = 0;
     for (const auto& f : All()) {
@@ -128,16 +132,9 @@ Status RefuseDatasetFolder(const std::string& dir) {
       if (b > best_bid) best_bid = b, best = &f;
     }
     if (!best) continue;
-    if (std::string_view(suffix) == ".tar") {
-      ++tars;
-      continue;  // named through their manifest, or counted
-    }
-    manifest = manifest || std::string_view(suffix) == ".manifest.json";
-    std::string address = std::string_view(suffix) == ".manifest.json" || std::string_view(suffix) == ".h5" ||
-                                  std::string_view(suffix) == ".hdf5"
-                              ? path
-                              : fmt::format("{}:{}", best->name, path);
-    if (found.size() < 3) found.push_back(address);
+    // Manifests and HDF5 files are detected by name; the others need their scheme.
+    const bool by_name = *suffix == ".manifest.json" || *suffix == ".h5" || *suffix == ".hdf5";
+    found.push_back(by_name ? path : fmt::format("{}:{}", best->name, path));
   }
   if (found.empty() && tars == 0) return Status::OK();
   std::string text;
@@ -193,6 +190,11 @@ Status CheckReadsRemote(const Format& f, const std::string& path) {
       Location{.file = path});
 }
 
+WriteOptions ApplyFormatDefaults(const Format& f, WriteOptions opts) {
+  if (opts.shard_size == 0) opts.shard_size = f.default_shard_size;
+  return opts;
+}
+
 }  // namespace shardkit::formats
 
 namespace shardkit {
@@ -207,7 +209,7 @@ Result<std::unique_ptr<Dataset>> Open(std::string_view address, const OpenOption
 Result<std::unique_ptr<SampleWriter>> Create(std::string_view address, const WriteOptions& opts) {
   std::string path;
   SK_ASSIGN_OR_RETURN(const formats::Format* f, formats::Resolve(address, true, &path));
-  return f->create(path, opts);
+  return f->create(path, formats::ApplyFormatDefaults(*f, opts));
 }
 
 std::vector<std::string> FormatNames() {

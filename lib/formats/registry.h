@@ -115,7 +115,13 @@ struct Format {
   // partial writes of `pattern` (wds: the part records, their journals and locks); a
   // finished whole write with overwrite removes them too.
   std::vector<std::string> (*part_files)(const std::string& pattern, const std::vector<std::string>& names) = nullptr;
+  // The shard size a write with WriteOptions::shard_size 0 gets (ApplyFormatDefaults).
+  uint64_t default_shard_size = 1ull << 30;
 };
+
+// `opts` with what it leaves to the format filled in from `f` (shard_size 0: the
+// format's default), so that journals, part plans and writers see one figure.
+WriteOptions ApplyFormatDefaults(const Format& f, WriteOptions opts);
 
 // Every format, in registry order.
 const std::vector<Format>& All();

@@ -712,14 +712,21 @@ std::string LoaderBenchTable(const std::vector<LoaderBenchResult>& rs) {
   std::string out = fmt::format("{:<40} {:>4} {:>6} {:>8} {:>10} {:>10} {:>9} {:>9} {:>9} {:>8}\n", "dataset", "thr",
                                 "batch", "step ms", "batches/s", "images/s", "wait p50", "wait p99", "wait max",
                                 "stall");
+  bool unmeasured = false;
   for (const auto& r : rs) {
     std::string name = r.dataset.size() > 40 ? "..." + r.dataset.substr(r.dataset.size() - 37) : r.dataset;
-    out += fmt::format("{:<40} {:>4} {:>6} {:>8.1f} {:>10.2f} {:>10.0f} {:>9.2f} {:>9.2f} {:>9.2f} {:>7.1f}%\n", name,
+    // Without a model step the consumer only waits: "stall" would read ~100% and mean nothing.
+    std::string stall = r.step_ms > 0 ? fmt::format("{:.1f}%", r.stall_share * 100) : "-";
+    unmeasured = unmeasured || r.step_ms <= 0;
+    out += fmt::format("{:<40} {:>4} {:>6} {:>8.1f} {:>10.2f} {:>10.0f} {:>9.2f} {:>9.2f} {:>9.2f} {:>8}\n", name,
                        r.threads, r.batch_size, r.step_ms, r.batches_per_s, r.images_per_s, r.wait_ms.p50,
-                       r.wait_ms.p99, r.wait_ms.max, r.stall_share * 100);
+                       r.wait_ms.p99, r.wait_ms.max, stall);
   }
-  out += "wait: the consumer's time in Next() per batch (ms); stall: waiting / wall time, the share of a training "
-         "step lost to input\n";
+  out += "images/s: the feed rate with nothing else to do; wait: the consumer's time in Next() per batch (ms); "
+         "stall: waiting / wall time, the share of a training step lost to input\n";
+  if (unmeasured)
+    out += "stall is measured only with a model step: pass --step-ms MS, the model's time per batch on its GPU "
+           "(e.g. 50), and the consumer works that long between batches\n";
   return out;
 }
 
@@ -739,7 +746,7 @@ std::string LoaderBenchJson(const std::vector<LoaderBenchResult>& rs) {
                          {"images_per_s", r.images_per_s},
                          {"wait_ms", {{"p50", r.wait_ms.p50}, {"p90", r.wait_ms.p90}, {"p99", r.wait_ms.p99},
                                       {"max", r.wait_ms.max}, {"mean", r.wait_ms.mean}}},
-                         {"stall_share", r.stall_share}});
+                         {"stall_share", r.step_ms > 0 ? nlohmann::json(r.stall_share) : nlohmann::json()}});
   return j.dump(2) + "\n";
 }
 
@@ -747,18 +754,27 @@ std::string BenchTable(const BenchReport& r) {
   std::string out = fmt::format("{:<40} {:<11} {:>3} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>8} {:>9} {:>9}\n",
                                 "dataset", "mode", "thr", "p50 us", "p90 us", "p99 us", "p99.9 us", "max us",
                                 "samples/s", "MB/s", "cpu us", "vs folder", "vs floor");
+  bool views = false;
   for (const auto& row : r.rows) {
     std::string name = row.dataset.size() > 40 ? "..." + row.dataset.substr(row.dataset.size() - 37) : row.dataset;
+    // A zero-copy view moves no bytes: a "MB/s" of it would be the mapped bytes over the
+    // time to hand out pointers, a figure no disk or network reaches.
+    const bool view = row.mode == "random-view";
+    views = views || view;
+    std::string mbs = view ? std::string("view") : fmt::format("{:.1f}", row.mb_per_s);
     const BenchRow* b = Baseline(r, row);
     const BenchRow* f = row.mode == "random-copy" ? Floor(r, row.threads) : nullptr;
     std::string vs_b = b && row.latency.p50 > 0 && b != &row ? fmt::format("{:.1f}x", b->latency.p50 / row.latency.p50) : "";
     std::string vs_f = f && f->latency.p50 > 0 && f != &row ? fmt::format("{:.2f}x", row.latency.p50 / f->latency.p50) : "";
-    out += fmt::format("{:<40} {:<11} {:>3} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.1f} {:>10.0f} {:>9.1f} {:>8.2f} {:>9} {:>9}\n",
+    out += fmt::format("{:<40} {:<11} {:>3} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.1f} {:>10.0f} {:>9} {:>8.2f} {:>9} {:>9}\n",
                        name, row.mode, row.threads, row.latency.p50, row.latency.p90, row.latency.p99,
-                       row.latency.p999, row.latency.max, row.samples_per_s, row.mb_per_s, row.cpu_us_per_sample,
+                       row.latency.p999, row.latency.max, row.samples_per_s, mbs, row.cpu_us_per_sample,
                        vs_b, vs_f);
   }
   for (const auto& n : r.notes) out += "note: " + n + "\n";
+  if (views)
+    out += "MB/s \"view\": random-view hands out pointers into mapped or cached data and copies no bytes; "
+           "compare views in samples/s, and bytes moved in the random-copy rows\n";
   out += "vs folder: the folder's p50 / this p50 (higher is better); vs floor: this copy p50 / memcpy p50 of the same sizes\n";
   return out;
 }
@@ -785,6 +801,7 @@ std::string BenchJson(const BenchReport& r) {
                            {"mean", row.latency.mean}}},
                          {"samples_per_s", row.samples_per_s},
                          {"mb_per_s", row.mb_per_s},
+                         {"zero_copy", row.mode == "random-view"},
                          {"cpu_us_per_sample", row.cpu_us_per_sample}});
   }
   j["notes"] = r.notes;
@@ -810,14 +827,6 @@ std::string XmlEscape(const std::string& s) {
 }
 const char* kColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
                          "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
-
-// A value on a 1-2-5 grid at or above `v` (axis steps).
-double NiceStep(double v) {
-  double p = std::pow(10.0, std::floor(std::log10(v)));
-  for (double m : {1.0, 2.0, 2.5, 5.0, 10.0})
-    if (m * p >= v * (1 - 1e-9)) return m * p;
-  return 10 * p;
-}
 
 // "0", "950/s", "12.5k/s", "10.97M/s".
 std::string HumanRate(double v) {
@@ -951,8 +960,10 @@ std::string BenchSvg(const BenchReport& r) {
   }
   s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#333\"/>\n", ox1, oy, pw, ph);
 
-  // Panel 2: throughput versus threads, one line per dataset and mode.
-  double maxr = 0;
+  // Panel 2: throughput versus threads, one line per dataset and mode, on a log10 rate
+  // axis: the rows span from a remote reader's hundreds of samples/s to a view's
+  // millions, and a linear axis squeezes all but the fastest against zero.
+  double minr = 1e300, maxr = 0;
   std::vector<std::pair<const BenchRow*, std::vector<std::pair<int, double>>>> series;  // first row, points
   for (const auto& row : r.rows) {
     auto it = std::find_if(series.begin(), series.end(), [&](const auto& x) {
@@ -961,25 +972,38 @@ std::string BenchSvg(const BenchReport& r) {
     if (it == series.end()) it = series.insert(series.end(), {&row, {}});
     it->second.emplace_back(row.threads, row.samples_per_s);
     maxr = std::max(maxr, row.samples_per_s);
+    if (row.samples_per_s > 0) minr = std::min(minr, row.samples_per_s);
   }
-  if (maxr <= 0) maxr = 1;
-  double ystep = NiceStep(maxr / 5), ytop = std::ceil(maxr / ystep - 1e-9) * ystep;
+  if (maxr <= 0) minr = 1, maxr = 10;
+  const double d0 = std::floor(std::log10(minr)), d1 = std::max(d0 + 1, std::ceil(std::log10(maxr)));
   auto xt = [&](int t) {
     size_t i = size_t(std::find(th.begin(), th.end(), t) - th.begin());
     return th.size() == 1 ? ox2 + pw / 2.0 : ox2 + 20 + double(i) / double(th.size() - 1) * (pw - 40);
   };
-  auto yr = [&](double v) { return oy + ph - v / ytop * ph; };
+  // A rate of 0 (a pass that read nothing) sits on the bottom edge.
+  auto yr = [&](double v) {
+    double l = v > 0 ? std::log10(v) : d0;
+    return oy + ph - (std::max(l, d0) - d0) / (d1 - d0) * ph;
+  };
   s += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"14\">Throughput versus threads</text>\n", ox2, oy - 12);
   for (int t : th) {
     s += fmt::format("<line x1=\"{:.1f}\" y1=\"{}\" x2=\"{:.1f}\" y2=\"{}\" stroke=\"#eee\"/>\n", xt(t), oy, xt(t), oy + ph);
     s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", xt(t), oy + ph + 16, t);
   }
-  for (double v = 0; v <= ytop * (1 + 1e-9); v += ystep) {
-    double y = yr(v);
-    if (v > 0) s += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" stroke=\"#ddd\"/>\n", ox2, y, ox2 + pw, y);
+  for (double d = d0; d <= d1; d += 1) {
+    double v = std::pow(10.0, d), y = yr(v);
+    if (d > d0) s += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" stroke=\"#ddd\"/>\n", ox2, y, ox2 + pw, y);
     s += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>\n", ox2 - 6, y + 4, HumanRate(v));
+    for (int m : {2, 5})  // unlabelled minor lines at 2x and 5x of each decade
+      if (d < d1)
+        s += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" stroke=\"#f2f2f2\"/>\n", ox2,
+                         yr(m * v), ox2 + pw, yr(m * v));
   }
-  s += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">threads</text>\n", ox2 + pw / 2, oy + ph + 34);
+  s += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">threads (worker threads reading)</text>\n",
+                   ox2 + pw / 2, oy + ph + 34);
+  s += fmt::format("<text transform=\"translate({},{}) rotate(-90)\" text-anchor=\"middle\">samples per second "
+                   "(log scale)</text>\n",
+                   ox2 - 60, oy + ph / 2);
   for (auto& [first, pts] : series) {
     std::sort(pts.begin(), pts.end());
     std::string p;

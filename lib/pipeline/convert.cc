@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cctype>
 #include <csignal>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <chrono>
@@ -226,9 +227,8 @@ Status EmptySource(const Dataset& src) {
 
 // The Code::kCancelled of a copy stopped by RequestStop() (a signal) after `written` samples.
 Status Interrupted(int sig, uint64_t written, std::optional<uint64_t> total) {
-  std::string name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP"
-                     : sig > 0     ? fmt::format("signal {}", sig)
-                                   : "a stop request";
+  const char* abbrev = sig > 0 ? sigabbrev_np(sig) : nullptr;
+  std::string name = abbrev ? fmt::format("SIG{}", abbrev) : sig > 0 ? fmt::format("signal {}", sig) : "a stop request";
   return Status::Cancelled(total ? fmt::format("interrupted by {} after {} of {} samples", name, written, *total)
                                  : fmt::format("interrupted by {} after {} samples", name, written));
 }
@@ -333,7 +333,7 @@ Result<ConvertSummary> ConvertFetched(Fetcher* fetcher, const Dataset& src, Samp
   if (auto n = extra.find("non_image_files"); n != extra.end()) {
     auto ex = extra.find("non_image_examples");
     sum.notes.push_back(fmt::format("left out {} file(s) of the source that are not images and share no image's "
-                                    "name ({}{}); without --source-option folder.files=images they are samples",
+                                    "name ({}{}); --source-option folder.files=all keeps them as samples",
                                     n->second, ex != extra.end() ? ex->second : "", n->second == "1" ? "" : ", ..."));
   }
   sum.seconds = Since(t0);
@@ -660,6 +660,10 @@ OpenOptions SourceOpenOptions(OpenOptions o, bool verify_source) {
 Result<ConvertSummary> WriteTo(const Dataset& in, std::string_view src, const std::string& address, ConvertOptions c,
                                const ProgressFn& progress) {
   std::string target = address;
+  {  // the format's defaults, before a part plan or a journal records the options
+    std::string path;
+    if (auto f = formats::Resolve(address, true, &path); f.ok()) c.write = formats::ApplyFormatDefaults(**f, c.write);
+  }
   const std::shared_ptr<FileSystem> local_fs = c.write.filesystem;
   io::StagedOutput staged;  // a remote output: written locally, each finished file uploaded (upload_staging.h)
   if (io::IsRemoteOutput(address)) {

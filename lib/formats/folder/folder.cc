@@ -90,7 +90,7 @@ struct Entry {  // one sample
 struct Index {
   std::string root;
   bool classes = false;
-  bool check_images = false;  // classes layout with folder.files=images: image files must be images
+  bool check_images = false;  // classes layout, folder.files=images (default): image files must be images
   std::vector<std::string> class_names;
   std::vector<std::string> dirs;  // relative to root, "" for the root itself
   std::string names;
@@ -333,7 +333,7 @@ class Walker {
   std::string skipped_example_;
   // Classes layout, images only (folder.files=images, the default): files of a sample
   // without an image file (Thumbs.db, notes.txt) are left out and counted here.
-  bool images_only_ = false;
+  bool images_only_ = true;
   uint64_t non_image_ = 0;
   std::vector<std::string> non_image_examples_;  // the first few, sorted
 };
@@ -463,8 +463,8 @@ Status CheckImageBytes(const Bytes& b, const std::string& path, const std::strin
   std::string head;
   for (size_t k = 0; k < std::min<size_t>(8, b.size()); ++k) head += fmt::format("{}{:02x}", k ? " " : "", b.data()[k]);
   return Status::Corrupt(fmt::format("not an image file: its bytes start {} (no JPEG, PNG, GIF, BMP, WebP, TIFF or "
-                                     "PNM signature); remove it, or read the folder without --source-option "
-                                     "folder.files=images to take every file as it is",
+                                     "PNM signature); remove it, or read the folder with --source-option "
+                                     "folder.files=all to take every file as it is",
                                      head),
                          at);
 }
@@ -554,9 +554,11 @@ Result<std::unique_ptr<Dataset>> OpenFolder(const std::string& path_in, const Op
     layout = (any_dir && !any_image) ? Layout::kClasses : Layout::kFlat;
   }
   bool classes = layout == Layout::kClasses;
-  // folder.files: "images" takes, in the classes layout, samples with an image file only,
-  // and checks each image file's first bytes when read; "all" (the default) takes every file.
-  bool images_only = false;
+  // folder.files: "images" (the default) takes, in the classes layout, samples with an
+  // image file only, and checks each image file's first bytes when read (a zero-byte or
+  // non-image .jpg is an error naming it); "all" takes every file as it is (folders of
+  // mixed samples). The flat layout always takes every file.
+  bool images_only = true;
   if (auto it = opts.format_options.find("folder.files"); it != opts.format_options.end()) {
     if (it->second != "images" && it->second != "all")
       return Status::Invalid(fmt::format("folder.files: '{}' is not 'images' or 'all'", it->second),
@@ -804,9 +806,7 @@ class FolderWriter : public SampleWriter {
     // Publish: any old output moves aside, the staging directory takes its name.
     SK_RETURN_IF_ERROR(io::CheckDirectoryOutput(*fs_, root_, opts_.overwrite));
     SK_RETURN_IF_ERROR(fs_->Publish(partial_, root_, PublishOptions{.replace = true, .published = &finished_}));
-    // Staging directories of killed writes of the same output ("NAME.partial-PID-XXXXXX").
-    const std::string base(paths::BaseName(root_));
-    io::RemoveDebris(io::DirName(root_), [&](std::string_view name) { return name == base; });
+    io::RemoveDebrisOf(root_);  // staging directories of killed writes ("NAME.partial-PID-XXXXXX")
     WriteSummary sum;
     sum.samples = samples_;
     sum.bytes = bytes_;

@@ -349,7 +349,7 @@ class Hdf5Writer : public SampleWriter {
     SK_RETURN_IF_ERROR(published);
     spills_.clear();  // closes the spill files, freeing their blocks
     // What killed writes of this file left (a ".NAME.tmp-PID" where O_TMPFILE is not had).
-    io::RemoveDebris(dir, [&](std::string_view name) { return name == base; });
+    io::RemoveDebrisOf(path_);
 
     WriteSummary sum;
     sum.samples = n();

@@ -409,9 +409,7 @@ class MdsWriter : public SampleWriter {
     SK_RETURN_IF_ERROR(io::CheckDirectoryOutput(*fs_, root_, opts_.overwrite));
     SK_RETURN_IF_ERROR(fs_->Publish(partial_, root_, PublishOptions{.replace = true, .published = &finished_}));
     finished_ = true;
-    // Staging directories of killed writes of the same output ("NAME.partial-PID-XXXXXX").
-    const std::string base(paths::BaseName(root_));
-    io::RemoveDebris(io::DirName(root_), [&](std::string_view name) { return name == base; });
+    io::RemoveDebrisOf(root_);  // staging directories of killed writes ("NAME.partial-PID-XXXXXX")
     WriteSummary sum;
     sum.samples = samples_;
     sum.bytes = bytes_ + text.size() + side_text.size();
