@@ -30,6 +30,9 @@ PKGS=(
   zlib1g-dev libzstd-dev python3-zstandard
   # Conversion over several processes (issue 15): OpenMPI, optional at build time
   libopenmpi-dev openmpi-bin
+  # Packages: the self-contained wheel (patchelf bundles libraries; the test installs it
+  # into a fresh venv) and the .deb (dpkg-shlibdeps fills its Depends)
+  patchelf python3-venv python3-pip python3-build dpkg-dev binutils
 )
 # npm: Debian's package, unless a node install that brings its own npm is there.
 command -v npm >/dev/null 2>&1 || PKGS+=(npm)

@@ -1,5 +1,6 @@
 #include "shardkit/version.h"
 
 namespace shardkit {
-const char* Version() { return "0.1.0"; }
+// SHARDKIT_VERSION comes from CMake's project(VERSION) (lib/CMakeLists.txt).
+const char* Version() { return SHARDKIT_VERSION; }
 }  // namespace shardkit

@@ -27,10 +27,7 @@ def _preload_pip_cuda_libraries():
     with, and crashes (issue 13: `import shardkit; import torch` with pip's torch).
     Loading the wheels' copies first makes every library in the process share them.
     A no-op without the wheels (CPU builds, Debian's torch, no torch)."""
-    import ctypes
-    import glob
     import importlib.util
-    import os
 
     try:
         spec = importlib.util.find_spec("nvidia")
@@ -38,6 +35,10 @@ def _preload_pip_cuda_libraries():
         return
     if spec is None or not spec.submodule_search_locations:
         return
+    import ctypes  # only now: ctypes loads the system's libffi, which a CPU install need not
+    import glob
+    import os
+
     for pattern in ("libcudart.so.[0-9]*", "libnvjpeg.so.[0-9]*"):
         for root in spec.submodule_search_locations:
             # nvidia/<pkg>/lib (cu12 wheels) or nvidia/cu13/lib: two levels, no tree walk

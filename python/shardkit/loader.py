@@ -161,8 +161,9 @@ class Loader:
             raise ValueError(f'decoder must be "auto", "cpu" or "gpu", not {decoder!r}')
         if decoder == "gpu" and not (_shardkit.CUDA_COMPILED and _shardkit.NVJPEG_COMPILED):
             why = "CUDA" if not _shardkit.CUDA_COMPILED else "nvJPEG"
-            raise NotImplementedError(f'decoder="gpu" needs a build of shardkit with {why}; '
-                                      'this one has none: use decoder="cpu" or "auto"')
+            raise NotImplementedError(f'decoder="gpu" needs the CUDA build of shardkit (built with {why}: a '
+                                      'wheel built where the CUDA toolkit is found); this one has none: use '
+                                      'decoder="cpu" or "auto"')
         if dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(_DTYPES)}, not {dtype!r}")
         if layout not in _LAYOUTS:

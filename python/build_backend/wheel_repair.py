@@ -1,0 +1,193 @@
+"""Makes a built package directory self-contained, as auditwheel's repair does, with
+Debian's patchelf and binutils only.
+
+    python3 wheel_repair.py PKG_ROOT [--external SONAME ...]
+
+PKG_ROOT holds the wheel's top level: shardkit/ (the package with its ELF files: the
+extension, libshardkit.so.N, _bin/shardkit). Every shared library those files need that
+is not on the allow-list (glibc's libraries, libgcc_s, libstdc++, the CUDA driver) and
+not named with --external is copied into PKG_ROOT/shardkit.libs/ under a unique name
+(the soname with a hash of the file's bytes: libpng16-1a2b3c4d.so.16, as auditwheel
+names them), its soname set to that name, and every DT_NEEDED entry that named it
+rewritten. RUNPATHs become $ORIGIN-relative. Then every ELF file is checked again: a
+DT_NEEDED entry outside the allow-list, the bundled names and --external fails the
+repair (a wheel that misses a library fails here, not on a user's machine).
+
+Returns (from repair()) the platform tag the files allow: manylinux_2_X_<arch>, X being
+the newest GLIBC symbol version any of them needs.
+"""
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+# glibc's libraries, the compiler's runtime and the CUDA driver (which comes with the
+# driver, never with a wheel): what a manylinux wheel may need from the system.
+ALLOWED = {
+    "libc.so.6", "libm.so.6", "libdl.so.2", "librt.so.1", "libpthread.so.0", "libutil.so.1",
+    "libresolv.so.2", "libnsl.so.1", "libanl.so.1", "libmvec.so.1",
+    "ld-linux-x86-64.so.2", "ld-linux-aarch64.so.1",
+    "libgcc_s.so.1", "libstdc++.so.6",
+    "libcuda.so.1",
+}
+LIBS_DIR = "shardkit.libs"
+
+
+def _run(cmd):
+    return subprocess.run(cmd, check=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True).stdout
+
+
+def is_elf(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"\x7fELF"
+    except OSError:
+        return False
+
+
+def needed(path):
+    """The DT_NEEDED entries of an ELF file, in order."""
+    out = _run(["readelf", "-d", "-W", path])
+    return re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", out)
+
+
+def soname(path):
+    m = re.search(r"\(SONAME\)\s+Library soname: \[([^\]]+)\]", _run(["readelf", "-d", "-W", path]))
+    return m.group(1) if m else None
+
+
+def resolve_all(path, env):
+    """soname -> absolute path of every library `path` loads, as the dynamic loader finds
+    them (ldd), with LD_LIBRARY_PATH as in `env`."""
+    out = subprocess.run(["ldd", path], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env).stdout
+    found, missing = {}, []
+    for line in out.splitlines():
+        m = re.match(r"\s*(\S+)\s+=>\s+(not found|\S+)", line)
+        if not m:
+            continue
+        if m.group(2) == "not found":
+            missing.append(m.group(1))
+        else:
+            found[m.group(1)] = m.group(2)
+    return found, missing
+
+
+def glibc_versions(path):
+    out = _run(["objdump", "-T", path])
+    return {tuple(int(x) for x in v.split(".")) for v in re.findall(r"GLIBC_(\d+\.\d+(?:\.\d+)?)", out)}
+
+
+def _unique_name(name, data):
+    digest = hashlib.sha256(data).hexdigest()[:8]
+    base, sep, rest = name.partition(".so")
+    return "%s-%s%s%s" % (base, digest, sep, rest)
+
+
+def _patchelf(*args):
+    _run(["patchelf"] + list(args))
+
+
+def _elf_files(root):
+    for dirpath, _, files in os.walk(root):
+        for fn in sorted(files):
+            p = os.path.join(dirpath, fn)
+            if not os.path.islink(p) and is_elf(p):
+                yield p
+
+
+def repair(pkg_root, external=(), log=lambda m: None):
+    if not shutil.which("patchelf"):
+        raise RuntimeError("wheel repair needs patchelf (Debian: apt-get install patchelf)")
+    external = set(external)
+    pkg = os.path.join(pkg_root, "shardkit")
+    libs = os.path.join(pkg_root, LIBS_DIR)
+    own = list(_elf_files(pkg))
+    own_names = {os.path.basename(p) for p in own} | {soname(p) for p in own if soname(p)}
+    env = dict(os.environ)
+    env.pop("LD_LIBRARY_PATH", None)
+    # What each of our files loads, resolved as on this machine (the package's own
+    # directory first: the extension finds libshardkit there through its RPATH).
+    where = {}
+    for p in own:
+        found, missing = resolve_all(p, dict(env, LD_LIBRARY_PATH=pkg))
+        missing = [m for m in missing if m not in external]
+        if missing:
+            raise RuntimeError("%s needs %s, which this machine does not have" % (p, ", ".join(missing)))
+        where.update(found)
+    bundle = {n: path for n, path in where.items()
+              if n not in ALLOWED and n not in external and n not in own_names}
+    os.makedirs(libs, exist_ok=True)
+    renamed = {}
+    for name, path in sorted(bundle.items()):
+        with open(path, "rb") as f:
+            data = f.read()
+        new = _unique_name(name, data)
+        dst = os.path.join(libs, new)
+        with open(dst, "wb") as f:
+            f.write(data)
+        os.chmod(dst, 0o755)
+        renamed[name] = new
+        log("bundled %s (%s, %.1f MB) as %s/%s" % (name, path, len(data) / 1e6, LIBS_DIR, new))
+    for name, new in renamed.items():
+        dst = os.path.join(libs, new)
+        _patchelf("--set-soname", new, dst)
+        _patchelf("--set-rpath", "$ORIGIN", dst)
+    for p in list(_elf_files(libs)) + own:
+        args = []
+        for n in needed(p):
+            if n in renamed:
+                args += ["--replace-needed", n, renamed[n]]
+        if args:
+            _patchelf(*args, p)
+        if p in own:
+            rel = os.path.relpath(libs, os.path.dirname(p))
+            here = os.path.relpath(pkg, os.path.dirname(p))
+            paths = ["$ORIGIN" if here == "." else "$ORIGIN/" + here, "$ORIGIN/" + rel]
+            _patchelf("--set-rpath", ":".join(paths), p)
+    return check(pkg_root, external)
+
+
+def check(pkg_root, external=()):
+    """Fails unless every ELF file under pkg_root needs only the allow-list, files of the
+    wheel and `external`, and the loader finds each of those inside the wheel. Returns the
+    manylinux platform tag."""
+    external = set(external)
+    files = list(_elf_files(pkg_root))
+    names = {os.path.basename(p) for p in files} | {soname(p) for p in files if soname(p)}
+    env = dict(os.environ)
+    env.pop("LD_LIBRARY_PATH", None)
+    newest = (2, 17)
+    problems = []
+    root = os.path.realpath(pkg_root)
+    for p in files:
+        for n in needed(p):
+            if n not in ALLOWED and n not in names and n not in external:
+                problems.append("%s needs %s: neither bundled nor on the allow-list" % (p, n))
+        found, _ = resolve_all(p, env)
+        for n, path in found.items():
+            if n in ALLOWED or n in external:
+                continue
+            if not os.path.realpath(path).startswith(root + os.sep):
+                problems.append("%s loads %s from %s, outside the wheel" % (p, n, path))
+        for v in glibc_versions(p):
+            newest = max(newest, v[:2])
+    if problems:
+        raise RuntimeError("wheel repair check failed:\n  " + "\n  ".join(problems))
+    arch = os.uname().machine
+    return "manylinux_%d_%d_%s" % (newest[0], newest[1], arch)
+
+
+if __name__ == "__main__":
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("pkg_root")
+    ap.add_argument("--external", action="append", default=[])
+    ap.add_argument("--check-only", action="store_true")
+    a = ap.parse_args()
+    if a.check_only:
+        print(check(a.pkg_root, a.external))
+    else:
+        print(repair(a.pkg_root, a.external, log=lambda m: print(m, file=sys.stderr)))
