@@ -11,7 +11,7 @@ bash ../shared/device/carry-debs.sh \
   libmsgpack-cxx-dev libdlpack-dev catch2 pybind11-dev \
   libprotobuf-dev libprotobuf32 libprotoc32 protobuf-compiler \
   libcurl4-openssl-dev libssl-dev libexpat1-dev libexpat1 \
-  zlib1g-dev libzstd-dev nginx
+  zlib1g-dev libzstd-dev nginx patchelf
 # libcurl: link against the GPU machine's own libcurl.so.4 (Debian's runtime would need
 # Debian's libssh2 and OpenLDAP too); the carried package brings headers and the .so link.
 # zlib and zstd (the TFRecord and MDS formats), and libcrypto (MD5) likewise: headers from Debian, the machine's

@@ -106,12 +106,13 @@ def repair(pkg_root, external=(), log=lambda m: None):
     own = list(_elf_files(pkg))
     own_names = {os.path.basename(p) for p in own} | {soname(p) for p in own if soname(p)}
     env = dict(os.environ)
-    env.pop("LD_LIBRARY_PATH", None)
-    # What each of our files loads, resolved as on this machine (the package's own
-    # directory first: the extension finds libshardkit there through its RPATH).
+    # What each of our files loads, resolved as the build found them (the package's own
+    # directory first, then the caller's LD_LIBRARY_PATH: a toolchain's libraries
+    # unpacked off the system paths); check() below then resolves without it.
     where = {}
     for p in own:
-        found, missing = resolve_all(p, dict(env, LD_LIBRARY_PATH=pkg))
+        lib_path = ":".join(x for x in (pkg, env.get("LD_LIBRARY_PATH", "")) if x)
+        found, missing = resolve_all(p, dict(env, LD_LIBRARY_PATH=lib_path))
         missing = [m for m in missing if m not in external]
         if missing:
             raise RuntimeError("%s needs %s, which this machine does not have" % (p, ", ".join(missing)))
