@@ -123,7 +123,7 @@ def test_stream_minus_one_and_explicit_sync(tar):
 def test_decoder_gpu_and_auto(tar):
     address, _ = tar
     if not _shardkit.NVJPEG_COMPILED:
-        with pytest.raises(NotImplementedError, match="nvJPEG"):
+        with pytest.raises(NotImplementedError, match="needs the CUDA build of shardkit .built with nvJPEG"):
             loader(address, device="cuda:0", decoder="gpu")
         assert loader(address, device="cuda:0", decoder="auto").decoder == "cpu"
         return

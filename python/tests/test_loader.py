@@ -444,3 +444,15 @@ def test_every_default_in_a_fresh_interpreter(data):
     """)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "defaults-ok" in r.stdout, r.stderr[-2000:]
+
+
+def test_decoder_gpu_on_a_build_without_cuda_says_which_build(data):
+    """A wheel built without CUDA imports anywhere, a GPU machine included, and
+    decoder="gpu" says that it needs the CUDA build; "auto" falls back to the host."""
+    from shardkit import _shardkit
+
+    if _shardkit.CUDA_COMPILED and _shardkit.NVJPEG_COMPILED:
+        pytest.skip("this build has CUDA and nvJPEG (tests/test_cuda.py covers it)")
+    address, _, _ = data
+    with pytest.raises(NotImplementedError, match="needs the CUDA build of shardkit"):
+        shardkit.Loader(address, batch_size=2, decoder="gpu")
