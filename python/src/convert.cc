@@ -4,6 +4,7 @@
 
 #include "shardkit/convert.h"
 
+#include <csignal>
 #include <map>
 #include <optional>
 #include <string>
@@ -57,9 +58,46 @@ KeyDots ParseKeyDots(const std::string& s) {
   throw py::value_error("key_dots must be \"error\" or \"replace\", not \"" + s + "\"");
 }
 
+// While a conversion runs on the main thread, SIGINT asks the library to stop
+// (RequestStop, async-signal-safe) instead of waiting for the interpreter, which runs
+// its handlers only between bytecodes: Ctrl-C then stops before the next sample, as the
+// command's does, and nothing is published. The interpreter's handler is put back
+// afterwards and given the signal (PyErr_SetInterruptEx): by default it raises
+// KeyboardInterrupt; a handler of the program's own runs as it would have.
+class SigintStopsConversion {
+ public:
+  SigintStopsConversion() {
+    py::module_ threading = py::module_::import("threading");
+    if (!threading.attr("current_thread")().is(threading.attr("main_thread")())) return;
+    struct sigaction sa {};
+    sa.sa_handler = [](int) { RequestStop(SIGINT); };
+    sigemptyset(&sa.sa_mask);
+    active_ = ::sigaction(SIGINT, &sa, &old_) == 0;
+  }
+  ~SigintStopsConversion() {
+    if (active_) ::sigaction(SIGINT, &old_, nullptr);
+  }
+  // After the work (GIL held): the handler restored, and the signal handed to Python if
+  // one stopped the work. True when Python raised (an exception is set).
+  bool Deliver() {
+    if (!active_) return false;
+    ::sigaction(SIGINT, &old_, nullptr);
+    active_ = false;
+    if (StopRequested() != SIGINT) return false;
+    ClearStopRequest();
+    PyErr_SetInterruptEx(SIGINT);
+    return PyErr_CheckSignals() != 0;
+  }
+
+ private:
+  bool active_ = false;
+  struct sigaction old_ {};
+};
+
 // Runs `work` without the GIL; `progress` (a Python callable or None) is called with a
 // dict from the calling thread, under the GIL. An exception raised by the callback
 // cannot stop the library's work: the first one is re-raised when the work is done.
+// Ctrl-C: see SigintStopsConversion.
 template <class Work>
 py::dict RunWithProgress(const py::object& progress, Work&& work) {
   std::optional<py::error_already_set> callback_error;
@@ -81,12 +119,14 @@ py::dict RunWithProgress(const py::object& progress, Work&& work) {
     };
   }
   Result<ConvertSummary> r = Status::Internal("unset");
+  SigintStopsConversion sigint;
   {
     py::gil_scoped_release nogil;
     r = work(fn);
   }
+  if (sigint.Deliver()) throw py::error_already_set();  // KeyboardInterrupt, by default
   if (callback_error) throw std::move(*callback_error);
-  return SummaryToDict(Unwrap(std::move(r)));
+  return SummaryToDict(Unwrap(std::move(r)));  // stopped, and Python's handler did not raise: the error says so
 }
 
 }  // namespace
