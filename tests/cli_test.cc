@@ -388,7 +388,7 @@ TEST_CASE("cli: an empty source is an error unless --allow-empty") {
   CHECK(fs::exists(t / "o/x.manifest.json"));
 }
 
-TEST_CASE("cli: class folders take image files only, report the rest, name bad images; folder.files=all keeps all") {
+TEST_CASE("cli: class folders take image files only, report the rest, name bad images, folder.files=all keeps all") {
   TempDir t;
   MakeImageFolder(t / "in", 2, 3);  // 6 samples in class folders
   const std::string cls = fs::path(*fs::directory_iterator(t / "in")).string();

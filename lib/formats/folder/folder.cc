@@ -458,7 +458,10 @@ bool LooksLikeImage(const Bytes& b) {
 // An image file of a class folder that is empty or holds no image: kCorrupt naming it.
 Status CheckImageBytes(const Bytes& b, const std::string& path, const std::string& key, uint64_t i) {
   Location at{.file = path, .key = key, .index = int64_t(i)};
-  if (b.size() == 0) return Status::Corrupt("empty image file (0 bytes)", at);
+  if (b.size() == 0)
+    return Status::Corrupt("empty image file (0 bytes); remove it, or read the folder with --source-option "
+                           "folder.files=all to take every file as it is",
+                           at);
   if (LooksLikeImage(b)) return Status::OK();
   std::string head;
   for (size_t k = 0; k < std::min<size_t>(8, b.size()); ++k) head += fmt::format("{}{:02x}", k ? " " : "", b.data()[k]);
