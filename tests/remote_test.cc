@@ -24,7 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/file.h"
-#include "io/redact.h"
+#include "core/redact.h"
 #include "io/remote/credentials.h"
 #include "io/remote/http_client.h"
 #include "io/remote/object_store.h"
@@ -1327,7 +1327,7 @@ TEST_CASE("remote cache: bounded LRU, one download for many threads", "[remote]"
 // Issue 14: "Secrets never appear in an error, a log line, `--json`, `info` or a manifest".
 TEST_CASE("remote: a password or a presigned query in an address is shown nowhere", "[remote]") {
   const std::string pw = "pw-SeCrEt-9f3";
-  // The one redaction function (io/redact.h), on addresses inside text.
+  // The one redaction function (core/redact.h), on addresses inside text.
   CHECK(io::RedactAddress("http://u:" + pw + "@h:1/a.tar") == "http://h:1/a.tar");
   CHECK(io::RedactText("file 'http://u:" + pw + "@h/x.tar', offset 3: GET https://b.s3.x/k?X-Amz-Credential=AK&"
                        "X-Amz-Signature=" + pw + " failed") ==

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "shardkit/shardkit.h"
-#include "io/redact.h"
+#include "core/redact.h"
 
 namespace shardkit::cli {
 

@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "io/redact.h"
+#include "core/redact.h"
 
 namespace shardkit {
 

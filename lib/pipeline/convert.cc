@@ -29,7 +29,7 @@
 #include "core/paths.h"
 #include "decode/encode.h"
 #include "formats/registry.h"
-#include "io/redact.h"
+#include "core/redact.h"
 #include "io/upload_staging.h"
 #include "pipeline/plan.h"
 
@@ -408,7 +408,7 @@ Result<PartPlan> MakePartPlan(const Dataset& in, const formats::Format& fmt, Con
   }
   // What every part must agree on; merge names the first member that differs.
   nlohmann::json plan;
-  plan["source"] = io::RedactAddress(src);  // written into part records: never a secret (io/redact.h)
+  plan["source"] = io::RedactAddress(src);  // written into part records: never a secret (core/redact.h)
   plan["source_format"] = in.info().format;
   plan["source_samples"] = n;
   plan["shuffle"] = c->shuffle;

@@ -1,6 +1,6 @@
 #include "io/remote/http_client.h"
 
-#include "io/redact.h"
+#include "core/redact.h"
 
 #include <algorithm>
 #include <atomic>

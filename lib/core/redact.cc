@@ -1,6 +1,6 @@
-// Addresses made safe to show (redact.h).
-#include "io/redact.h"
-#include "shardkit/filesystem.h"
+// Addresses made safe to show (redact.h). In core: Status redacts what it holds, and
+// nothing in core reaches up to io.
+#include "core/redact.h"
 
 #include <cctype>
 
