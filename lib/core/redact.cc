@@ -1,6 +1,7 @@
 // Addresses made safe to show (redact.h). In core: Status redacts what it holds, and
 // nothing in core reaches up to io.
 #include "core/redact.h"
+#include "shardkit/filesystem.h"  // the public shardkit::RedactAddress below: its SHARDKIT_API export
 
 #include <cctype>
 
