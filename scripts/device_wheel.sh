@@ -59,15 +59,8 @@ print('[$order] ok', shardkit.__version__, torch.__version__, shardkit.__file__)
 import os, sys, torch
 from PIL import Image  # the probe's own tools, loaded before the snapshot
 sys.path.insert(0, "python/build_backend")
-from wheel_repair import ALLOWED
+from wheel_repair import mapped_libraries as maps, outside_wheel
 torch.cuda.init()
-def maps():
-    s = set()
-    for line in open("/proc/self/maps"):
-        p = line.split(None, 5)
-        if len(p) == 6 and p[5].strip().startswith("/") and ".so" in p[5]:
-            s.add(os.path.realpath(p[5].strip()))
-    return s
 before = maps()
 import shardkit
 root = sys.argv[1]
@@ -84,14 +77,7 @@ for dec in ("cpu", "gpu"):
         assert images.is_cuda and images.shape[0] == 16, images.shape
         n += images.shape[0]
     out[dec] = (ld.decoder, n, tuple(images.shape))
-here = os.path.dirname(shardkit.__file__)
-ok_dirs = (here + os.sep, here + ".libs" + os.sep)
-# The driver's own libraries (libcuda and what it loads for the JPEG engines:
-# libnvidia-*, libnvcuvid) come with the driver, never with a wheel.
-allowed = {a.split(".so")[0] for a in ALLOWED} | {"libcuda", "libnvcuvid"}
-bad = [p for p in sorted(maps() - before)
-       if not p.startswith(ok_dirs) and os.path.basename(p).split(".so")[0] not in allowed
-       and not os.path.basename(p).startswith("libnvidia-")]
+bad = outside_wheel(maps() - before, os.path.dirname(os.path.dirname(shardkit.__file__)), driver=True)
 print("loaders:", out)
 print("libraries mapped since import shardkit from outside the wheel:", bad or "none")
 sys.exit(1 if bad or out["gpu"][0] != "gpu" else 0)

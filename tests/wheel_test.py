@@ -35,13 +35,8 @@ import wheel_repair  # noqa: E402
 
 PROBE = r'''
 import json, os, random, sys
-def maps():
-    out = set()
-    for line in open("/proc/self/maps"):
-        parts = line.split(None, 5)
-        if len(parts) == 6 and parts[5].strip().startswith("/") and ".so" in parts[5]:
-            out.add(os.path.realpath(parts[5].strip()))
-    return out
+sys.path.insert(0, sys.argv[3])  # the checkout's python/build_backend (plain Python, stdlib only)
+from wheel_repair import mapped_libraries as maps
 before = maps()
 import shardkit
 src, out = sys.argv[1], sys.argv[2]
@@ -140,7 +135,7 @@ def main():
         bare = time.perf_counter() - t0
         if r.returncode:
             fail("import shardkit in the venv failed:\n" + r.stderr)
-        r = run([py, "-c", PROBE, src, out], env=env, cwd=work)
+        r = run([py, "-c", PROBE, src, out, os.path.join(ROOT, "python", "build_backend")], env=env, cwd=work)
         if r.returncode:
             fail("the venv's conversion and read-back failed:\n" + r.stderr)
         res = json.loads(r.stdout.strip().splitlines()[-1])
@@ -148,19 +143,11 @@ def main():
             fail("shardkit was imported from %s, not the venv" % res["file"])
         if res["version"] != version or res["samples"] != n or res["checked"] == 0:
             fail("unexpected probe result: %r" % {k: res[k] for k in ("version", "samples", "checked")})
-        allowed_dirs = [os.path.realpath(os.path.join(site, d)) + os.sep for d in ("shardkit", "shardkit.libs")]
-        nvidia = os.path.realpath(os.path.join(site, "nvidia")) + os.sep
-        outside = []
-        for path in sorted(set(res["after"]) - set(res["before"])):
-            base = os.path.basename(path)
-            if any(path.startswith(d) for d in allowed_dirs) or path.startswith(nvidia):
-                continue
-            if base in wheel_repair.ALLOWED or base.split(".so")[0] + ".so" in {x.split(".so")[0] + ".so" for x in wheel_repair.ALLOWED}:
-                continue
-            outside.append(path)
+        loaded = set(res["after"]) - set(res["before"])
+        outside = wheel_repair.outside_wheel(loaded, site)
         if outside:
             fail("libraries loaded from outside the wheel after import shardkit:\n  " + "\n  ".join(outside))
-        ours = [p for p in set(res["after"]) - set(res["before"]) if any(p.startswith(d) for d in allowed_dirs)]
+        ours = [p for p in loaded if os.path.realpath(site) + os.sep + "shardkit" in p]
         if not any("/shardkit.libs/liblmdb-" in p for p in ours):
             fail("the bundled liblmdb was not loaded (the maps show %d of the wheel's files)" % len(ours))
         # The command of the wheel.

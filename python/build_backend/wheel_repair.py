@@ -97,6 +97,44 @@ def _elf_files(root):
                 yield p
 
 
+def _names(files):
+    """The file names and sonames of `files` (one readelf each)."""
+    out = set()
+    for p in files:
+        out.add(os.path.basename(p))
+        n = soname(p)
+        if n:
+            out.add(n)
+    return out
+
+
+def mapped_libraries():
+    """The shared objects mapped into this process (/proc/self/maps), as real paths."""
+    out = set()
+    with open("/proc/self/maps") as f:
+        for line in f:
+            parts = line.split(None, 5)
+            if len(parts) == 6 and parts[5].startswith("/") and ".so" in parts[5]:
+                out.add(os.path.realpath(parts[5].strip()))
+    return out
+
+
+# The NVIDIA driver's own libraries: libcuda and what it loads (libnvidia-*, libnvcuvid
+# for the JPEG engines) come with the driver, never with a wheel.
+DRIVER_PREFIXES = ("libcuda.so", "libnvidia-", "libnvcuvid.so")
+
+
+def outside_wheel(paths, site, driver=False):
+    """Of `paths` (mapped libraries), those loaded from neither the wheel installed under
+    `site` (site-packages: shardkit/, shardkit.libs/), pip's nvidia-* packages, the
+    allow-list, nor, with `driver`, the NVIDIA driver."""
+    inside = tuple(os.path.realpath(os.path.join(site, d)) + os.sep for d in ("shardkit", "shardkit.libs", "nvidia"))
+    allowed = {a.split(".so")[0] for a in ALLOWED}
+    return sorted(p for p in paths
+                  if not p.startswith(inside) and os.path.basename(p).split(".so")[0] not in allowed
+                  and not (driver and os.path.basename(p).startswith(DRIVER_PREFIXES)))
+
+
 def repair(pkg_root, external=(), log=lambda m: None):
     if not shutil.which("patchelf"):
         raise RuntimeError("wheel repair needs patchelf (Debian: apt-get install patchelf)")
@@ -104,7 +142,7 @@ def repair(pkg_root, external=(), log=lambda m: None):
     pkg = os.path.join(pkg_root, "shardkit")
     libs = os.path.join(pkg_root, LIBS_DIR)
     own = list(_elf_files(pkg))
-    own_names = {os.path.basename(p) for p in own} | {soname(p) for p in own if soname(p)}
+    own_names = _names(own)
     env = dict(os.environ)
     # What each of our files loads, resolved as the build found them (the package's own
     # directory first, then the caller's LD_LIBRARY_PATH: a toolchain's libraries
@@ -156,7 +194,7 @@ def check(pkg_root, external=()):
     manylinux platform tag."""
     external = set(external)
     files = list(_elf_files(pkg_root))
-    names = {os.path.basename(p) for p in files} | {soname(p) for p in files if soname(p)}
+    names = _names(files)
     env = dict(os.environ)
     env.pop("LD_LIBRARY_PATH", None)
     newest = (2, 17)
