@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "bench_memory.h"
-#include "core/file.h"
+#include "io/file.h"
 #include "formats/wds/parts.h"
 #include "pipeline/plan.h"
 #include "shardkit/convert.h"

@@ -6,7 +6,7 @@
 #include <thread>
 
 #include "core/cores.h"
-#include "core/file.h"
+#include "io/file.h"
 #include "core/paths.h"
 #include "core/per_thread.h"
 #include "shardkit/shardkit.h"

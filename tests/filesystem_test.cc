@@ -9,7 +9,7 @@
 
 #include <fmt/format.h>
 
-#include "core/file.h"
+#include "io/file.h"
 #include "fault_fs.h"
 #include "shardkit/shardkit.h"
 #include "support.h"

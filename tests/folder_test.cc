@@ -11,7 +11,7 @@
 #include <set>
 #include <thread>
 
-#include "core/file.h"
+#include "io/file.h"
 #include "core/paths.h"
 #include "shardkit/shardkit.h"
 #include "fault_fs.h"

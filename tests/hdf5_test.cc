@@ -14,7 +14,7 @@
 
 #include <fmt/format.h>
 
-#include "core/file.h"
+#include "io/file.h"
 #include "shardkit/shardkit.h"
 #include "fault_fs.h"
 #include "support.h"

@@ -28,5 +28,13 @@ check lib/pipeline core io decode formats pipeline
 check lib/gpu core io decode formats pipeline gpu
 check tools core io pipeline
 check python/src core io pipeline
-[ $fail -eq 0 ] && echo "layering: lib/ includes only downwards; tools/ and python/src/ use no format internals"
+# lib/io is the only floor that touches files: the formats go through the storage seam
+# (io/any_file.h, io/file.h, shardkit/filesystem.h). The exceptions are the LMDB and HDF5
+# folders, whose libraries open a local path (which they get from the seam).
+posix='::(open|openat|access|flock|unlink|unlinkat|mkdir|rmdir|rename|stat|lstat|fstat|fstatat|opendir|readdir|pread|pwrite|ftruncate|fsync|fdatasync|truncate)\(|std::filesystem::|<dirent\.h>|<sys/stat\.h>'
+while IFS= read -r hit; do
+  echo "layering: a file call outside lib/io (use the storage seam): $hit"
+  fail=1
+done < <(grep -rnE "$posix" lib/formats lib/pipeline --include='*.h' --include='*.cc' | grep -vE '^lib/formats/(lmdb|hdf5)/' || true)
+[ $fail -eq 0 ] && echo "layering: lib/ includes only downwards; tools/ and python/src/ use no format internals; only lib/io (and the LMDB/HDF5 adapters) call the file system"
 exit $fail

@@ -16,7 +16,7 @@
 
 #include <fmt/format.h>
 
-#include "core/file.h"
+#include "io/file.h"
 #include "core/paths.h"
 #include "formats/lmdb/lmdb.h"
 #include "formats/registry.h"

@@ -12,7 +12,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "core/file.h"
+#include "io/file.h"
 #include "formats/mds/mds.h"
 #include "formats/registry.h"
 #include "shardkit/shardkit.h"

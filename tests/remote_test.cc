@@ -23,7 +23,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "core/file.h"
+#include "io/file.h"
 #include "core/redact.h"
 #include "io/remote/credentials.h"
 #include "io/remote/http_client.h"
@@ -1184,34 +1184,85 @@ TEST_CASE("remote wds: against a slow store the read-ahead adds threads and stil
   CHECK(stats["max_in_flight"].get<int>() > 8);  // more than the first eight readers
 }
 
-TEST_CASE("remote: a format read from local files only says so, the same way in open, verify and index",
-          "[remote]") {
-  // The files are there (the server would serve them); the formats whose libraries map
-  // or open files themselves refuse the address before looking for a local file, so no
-  // command says "no such file" of an object that exists.
+// Every format through the storage seam: written to s3:// (staged, uploaded) and read
+// back from s3:// and from http:// (served from a local copy) with the same samples as
+// the same format read from local disk, in order and by random access, and verified.
+TEST_CASE("remote formats: every format round-trips through s3rver and reads over http", "[remote]") {
+  S3rverServer srv;
+  UseS3rver(srv);
   HttpServer http;
   sk_test::TempDir tmp;
-  sk_test::MakeImageFolder(tmp / "src", 2, 3, 4);
-  for (const char* out : {"tfrecord:{}/tf/train-%05d.tfrecord", "recordio:{}/rec/train.rec", "mds:{}/mds"})
-    REQUIRE(Convert(tmp / "src", fmt::format(fmt::runtime(out), http.root)).ok());
+  sk_test::MakeImageFolder(tmp / "src", 3, 4, 5);
   const std::string base = http.proc->base();
-  for (const std::string& address :
-       {"tfrecord:" + base + "/tf/train-00000.tfrecord", base + "/tf/train-00000.tfrecord",
-        "recordio:" + base + "/rec/train.rec", base + "/rec/train.rec", "mds:" + base + "/mds"}) {
-    INFO(address);
-    auto is_refusal = [&](const Status& st) {
-      INFO(st.ToString());
-      CHECK(st.code() == Code::kUnsupported);
-      CHECK(st.ToString().find("read from local files only") != std::string::npos);
-      CHECK(st.ToString().find(base) != std::string::npos);  // names the address
-    };
-    is_refusal(Open(address).status());
-    is_refusal(Verify(address).status());
-    // (a plain http://.../x.tfrecord resolves by its name; index falls back to DALI's)
-    is_refusal(WriteFormatIndex(address, tmp / "o.idx").status());
-    is_refusal(WriteDaliIndex(address, tmp / "o.idx").status());
+  struct Case {
+    std::string name, write, read;  // {} = the root: tmp/local, s3://test/rt or the http server's
+  };
+  const std::vector<Case> cases = {
+      {"folder", "folder:{}/folder", "folder:{}/folder"},
+      {"lmdb", "{}/x.lmdb", "{}/x.lmdb"},
+      {"hdf5", "{}/x.h5", "{}/x.h5"},
+      {"mds", "mds:{}/mds", "mds:{}/mds"},
+      {"recordio", "{}/rec/train-%05d.rec", "{}/rec/train-{{00000..00002}}.rec"},
+      {"tfrecord", "{}/tf/train-%05d.tfrecord", "{}/tf/train-{{00000..00002}}.tfrecord"},
+      {"wds", "{}/tar/train-%05d.tar", "{}/tar/train.manifest.json"},
+  };
+  ConvertOptions co;
+  co.staging_dir = tmp / "staging";
+  co.write.samples_per_shard = 5;  // 12 samples: 3 shards for the shard writers
+  for (const auto& c : cases) {
+    DYNAMIC_SECTION(c.name) {
+      auto at = [&](const std::string& pattern, const std::string& root) {
+        return fmt::format(fmt::runtime(pattern), root);
+      };
+      // The same format on local disk is what every remote read must give.
+      auto local = Convert(tmp / "src", at(c.write, tmp / "local"), co);
+      INFO(local.status().ToString());
+      REQUIRE(local.ok());
+      const auto want = AllByKey(at(c.read, tmp / "local"));
+      REQUIRE(want.size() == 12);
+
+      auto up = Convert(tmp / "src", at(c.write, "s3://test/rt"), co);
+      INFO(up.status().ToString());
+      REQUIRE(up.ok());
+      const std::string s3 = at(c.read, "s3://test/rt");
+      CHECK(AllByKey(s3) == want);
+      CHECK(AllByKey(s3, {}, /*random=*/true) == want);
+      auto info = Open(s3);
+      REQUIRE(info.ok());
+      CHECK((*info)->info().num_samples == 12u);
+      auto v = Verify(s3);
+      INFO(v.status().ToString());
+      REQUIRE(v.ok());
+      CHECK(v->ok());
+      // Through the shard cache: the files land in it once, and a second open reads them there.
+      OpenOptions cached;
+      cached.cache_dir = tmp / ("cache-" + c.name);
+      CHECK(AllByKey(s3, cached, true) == want);
+      if (c.name != "mds" && c.name != "folder" && c.name != "wds") {  // (read per sample or per shard into memory)
+        const uint64_t bytes = io::CacheBytes(cached.cache_dir);
+        CHECK(bytes > 0);
+        CHECK(AllByKey(s3, cached) == want);
+        CHECK(io::CacheBytes(cached.cache_dir) == bytes);
+      }
+      // And back: the remote dataset converts to a local one with the same samples.
+      auto back = Convert(s3, "folder:" + (tmp / ("back-" + c.name)), co);
+      INFO(back.status().ToString());
+      REQUIRE(back.ok());
+      CHECK(back->samples == 12u);
+
+      // Over http: the server serves the local copy. A folder has no listing there.
+      REQUIRE(Convert(tmp / "src", at(c.write, http.root), co).ok());
+      const std::string url = at(c.read, base);
+      if (c.name == "folder") {
+        auto r = Open(url);
+        INFO(r.status().ToString());
+        REQUIRE_FALSE(r.ok());
+        CHECK(r.status().ToString().find(base) != std::string::npos);
+      } else {
+        CHECK(AllByKey(url, {}, true) == want);
+      }
+    }
   }
-  CHECK(!std::filesystem::exists(tmp / "o.idx"));
 }
 
 TEST_CASE("remote wds: a failed upload leaves no manifest", "[remote]") {

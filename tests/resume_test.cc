@@ -12,7 +12,7 @@
 #include <filesystem>
 #include <map>
 
-#include "core/file.h"
+#include "io/file.h"
 #include "formats/lmdb/lmdb.h"
 #include "shardkit/shardkit.h"
 #include "fault_fs.h"

@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "core/file.h"
+#include "io/file.h"
 #include "formats/registry.h"
 #include "shardkit/shardkit.h"
 #include "support.h"

@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "core/file.h"
+#include "io/file.h"
 #include "shardkit/bench.h"
 
 namespace shardkit::cli {

@@ -67,6 +67,9 @@ struct FileInfo {
   FileType type = FileType::kNotFound;
   uint64_t size = 0;     // bytes, for files
   bool symlink = false;  // the path itself is a symbolic link (type is its target's)
+  // What the path resolves to, on a local file system (device and inode; 0 and 0 on a store
+  // without links): how a walk that follows links tells a directory it has been in before.
+  uint64_t device = 0, inode = 0;
 };
 
 // A file opened for reading.
@@ -137,7 +140,8 @@ class SHARDKIT_API FileSystem {
   static const std::shared_ptr<FileSystem>& OrLocal(const std::shared_ptr<FileSystem>& fs);
 
   // --- reading
-  // kNotFound when the file does not exist.
+  // kNotFound when the file does not exist; kIOError for what is not a regular file (a
+  // FIFO is refused, never waited on).
   virtual Result<std::unique_ptr<ReadableFile>> OpenForRead(const std::string& path) = 0;
   // The whole file (a convenience over OpenForRead + ReadAt).
   virtual Result<std::string> ReadFile(const std::string& path);

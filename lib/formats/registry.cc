@@ -3,7 +3,7 @@
 #include "formats/registry.h"
 #include "shardkit/index.h"
 
-#include "io/shard_cache.h"
+#include "io/any_file.h"
 
 #include <fmt/format.h>
 
@@ -109,13 +109,13 @@ Status RefuseDatasetFolder(const std::string& dir) {
   std::vector<std::string> found;  // addresses to open, the first three
   bool manifest = false;
   size_t tars = 0;
-  std::error_code ec;
-  for (auto it = std::filesystem::directory_iterator(dir, ec); !ec && it != std::filesystem::directory_iterator();
-       it.increment(ec)) {
-    const std::string lower = paths::Lower(it->path().filename().string());
+  auto entries = io::ListAny(dir);
+  if (!entries.ok()) return Status::OK();  // (opening the folder says what is wrong with it)
+  for (const FileInfo& entry : *entries) {
+    const std::string lower = paths::Lower(entry.name);
     auto suffix = std::find_if(std::begin(kSuffixes), std::end(kSuffixes),
                                [&](std::string_view s) { return paths::EndsWith(lower, s); });
-    if (suffix == std::end(kSuffixes) || !it->is_regular_file(ec)) continue;
+    if (suffix == std::end(kSuffixes) || entry.type != FileType::kFile) continue;
     if (*suffix == ".tar") {  // counted by name: named through their manifest, or as a range
       ++tars;
       continue;
@@ -123,7 +123,7 @@ Status RefuseDatasetFolder(const std::string& dir) {
     manifest = manifest || *suffix == ".manifest.json";  // wds bids on every such name
     if (found.size() == 3) continue;
     // Only the other formats' bids say it is a dataset (and which one) rather than a file of that name.
-    const std::string path = it->path().string();
+    const std::string path = entry.path;
     const Format* best = nullptr;
     int best_bid = 0;
     for (const auto& f : All()) {
@@ -180,16 +180,6 @@ Result<const Format*> Resolve(std::string_view address, bool for_write, std::str
   return best;
 }
 
-Status CheckReadsRemote(const Format& f, const std::string& path) {
-  if (f.reads_remote || !io::IsUrl(path)) return Status::OK();
-  return Status::Unsupported(
-      fmt::format("the {} format is read from local files only (its library opens or maps the file itself, so "
-                  "range requests make no sense): copy it to local disk first (e.g. `aws s3 cp --recursive`); "
-                  "tar shards (wds) and their manifests are read remotely",
-                  f.name),
-      Location{.file = path});
-}
-
 WriteOptions ApplyFormatDefaults(const Format& f, WriteOptions opts) {
   if (opts.shard_size == 0) opts.shard_size = f.default_shard_size;
   return opts;
@@ -202,7 +192,6 @@ namespace shardkit {
 Result<std::unique_ptr<Dataset>> Open(std::string_view address, const OpenOptions& opts) {
   std::string path;
   SK_ASSIGN_OR_RETURN(const formats::Format* f, formats::Resolve(address, false, &path));
-  SK_RETURN_IF_ERROR(formats::CheckReadsRemote(*f, path));
   return f->open(path, opts);
 }
 
@@ -221,7 +210,6 @@ std::vector<std::string> FormatNames() {
 Result<uint64_t> WriteFormatIndex(std::string_view address, const std::string& output, std::string* written) {
   std::string path;
   SK_ASSIGN_OR_RETURN(const formats::Format* f, formats::Resolve(address, false, &path));
-  SK_RETURN_IF_ERROR(formats::CheckReadsRemote(*f, path));
   if (!f->write_index)
     return Status::Unsupported(fmt::format("the {} format defines no index of its own", f->name),
                                Location{.file = path});

@@ -75,9 +75,6 @@ struct Format {
   // Its writer continues an interrupted write (WriteOptions::resume) from what it
   // committed; an interrupted write of the others is started over by --resume.
   bool resumes = false;
-  // Its reader goes through the storage seam (FileSystemFor), so it opens
-  // http(s):// and s3:// addresses; the others need a local copy (docs/remote.md).
-  bool reads_remote = false;
   // Optional (null: the dataset is one unit): the shards of an address (see
   // ShardListing). Errors: the address names no dataset of this format at all; a file
   // the metadata names lies outside the dataset (Detail::kOutsideDataset, unless
@@ -154,9 +151,5 @@ Status CheckScheme(std::string_view address);
 // path without the scheme. kInvalidArgument for an empty address, an unknown
 // scheme (`parquet:x`; `./odd:name` is a path) and an address no format bids on.
 Result<const Format*> Resolve(std::string_view address, bool for_write, std::string* path);
-
-// kUnsupported, naming the address, when `path` is remote (http(s)://, s3://) and `f`
-// reads local files only (Format::reads_remote): the one message every command gives.
-Status CheckReadsRemote(const Format& f, const std::string& path);
 
 }  // namespace shardkit::formats

@@ -159,13 +159,19 @@ std::string LastComponent(const std::string& path) {
 class LocalFileSystem : public FileSystem {
  public:
   Result<std::unique_ptr<ReadableFile>> OpenForRead(const std::string& path) override {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: a FIFO put where a file was must not block the open.
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) return OpenError(errno, path);
     struct stat st;
     if (::fstat(fd, &st) != 0) {
       int e = errno;
       ::close(fd);
       return Status::FromErrno(e, "cannot stat", Location{.file = path});
+    }
+    if (!S_ISREG(st.st_mode)) {
+      ::close(fd);
+      return Status::IOError("cannot read: not a regular file (a directory, FIFO, socket or device)",
+                             Location{.file = path});
     }
     return std::unique_ptr<ReadableFile>(new LocalReadable(path, fd, uint64_t(st.st_size)));
   }
@@ -236,10 +242,12 @@ class LocalFileSystem : public FileSystem {
       struct stat target;
       fi.type = ::stat(path.c_str(), &target) == 0 ? TypeOf(target.st_mode) : FileType::kOther;
       if (fi.type == FileType::kFile) fi.size = uint64_t(target.st_size);
+      if (fi.type != FileType::kOther) fi.device = uint64_t(target.st_dev), fi.inode = uint64_t(target.st_ino);
       return fi;
     }
     fi.type = TypeOf(st.st_mode);
     if (fi.type == FileType::kFile) fi.size = uint64_t(st.st_size);
+    fi.device = uint64_t(st.st_dev), fi.inode = uint64_t(st.st_ino);
     return fi;
   }
 

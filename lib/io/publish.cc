@@ -6,7 +6,7 @@
 
 #include <random>
 
-#include "core/file.h"
+#include "io/file.h"
 #include "shardkit/filesystem.h"
 
 namespace shardkit {

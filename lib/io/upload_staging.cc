@@ -20,7 +20,7 @@
 #include <fmt/format.h>
 #include <xxhash.h>
 
-#include "core/file.h"
+#include "io/file.h"
 #include "io/shard_cache.h"
 
 namespace shardkit::io {

@@ -1,9 +1,6 @@
 // shardkit bench: random-read latency and throughput, interleaved across datasets.
 #include "shardkit/bench.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -23,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/cores.h"
+#include "io/page_cache.h"
 #include "formats/registry.h"
 #include "shardkit/dataset.h"
 
@@ -96,45 +94,10 @@ Result<uint64_t> CountSamples(Target& t, uint64_t limit = UINT64_MAX) {
 std::vector<std::string> CollectFiles(const std::string& address, const DatasetInfo& info) {
   std::set<std::string> out;
   auto path = formats::SplitScheme(address).second;
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    for (auto it = std::filesystem::recursive_directory_iterator(path, ec);
-         it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
-      if (ec) break;
-      if (it->is_regular_file(ec)) out.insert(it->path().string());
-    }
-  } else if (std::filesystem::is_regular_file(path, ec)) {
-    out.insert(path);
-  }
+  for (auto& f : io::LocalFilesUnder(path)) out.insert(std::move(f));
   for (const auto& s : info.shards)
-    if (std::filesystem::is_regular_file(s.path, ec)) out.insert(s.path);
+    for (auto& f : io::LocalFilesUnder(s.path)) out.insert(std::move(f));
   return {out.begin(), out.end()};
-}
-
-// posix_fadvise(DONTNEED) over every file; returns the share of bytes still resident.
-double DropCache(const std::vector<std::string>& files) {
-  uint64_t total = 0, kept = 0;
-  long page = sysconf(_SC_PAGESIZE);
-  for (const auto& f : files) {
-    int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) continue;
-    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    struct stat st;
-    if (::fstat(fd, &st) == 0 && st.st_size > 0) {
-      size_t pages = size_t((st.st_size + page - 1) / page);
-      void* m = ::mmap(nullptr, size_t(st.st_size), PROT_READ, MAP_SHARED, fd, 0);
-      if (m != MAP_FAILED) {
-        std::vector<unsigned char> vec(pages);
-        if (::mincore(m, size_t(st.st_size), vec.data()) == 0) {
-          for (unsigned char v : vec) kept += (v & 1) ? uint64_t(page) : 0;
-        }
-        ::munmap(m, size_t(st.st_size));
-      }
-      total += uint64_t(pages) * uint64_t(page);
-    }
-    ::close(fd);
-  }
-  return total ? double(kept) / double(total) : 0.0;
 }
 
 struct Accum {
@@ -493,14 +456,7 @@ Result<BenchReport> RunBench(const std::vector<std::string>& addresses, const Be
         // Nothing on disk to touch (a stream): read the samples the first slices will read.
         if (!t.warm) SK_RETURN_IF_ERROR(CountSamples(t, n).status());
       } else {
-        std::vector<char> buf(1 << 20);
-        for (const auto& f : t.files) {
-          int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
-          if (fd < 0) continue;
-          while (::read(fd, buf.data(), buf.size()) > 0) {
-          }
-          ::close(fd);
-        }
+        io::ReadThrough(t.files);
       }
     }
   }
@@ -531,7 +487,7 @@ Result<BenchReport> RunBench(const std::vector<std::string>& addresses, const Be
             t.seq.reset();
             t.ra.reset();
             t.ds.reset();
-            acc[i].cache_kept_sum += DropCache(t.files);
+            acc[i].cache_kept_sum += io::DropFromPageCache(t.files);
             acc[i].cache_drops++;
             SK_RETURN_IF_ERROR(OpenTarget(t, opts.random, opts.open));
           }

@@ -25,7 +25,7 @@
 #include <xxhash.h>
 
 #include "core/cores.h"
-#include "core/file.h"
+#include "io/file.h"
 #include "core/paths.h"
 #include "decode/encode.h"
 #include "formats/registry.h"

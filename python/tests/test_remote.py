@@ -74,11 +74,25 @@ def test_open_convert_and_cache_over_http(folder, http_root, tmp_path):
     assert samples_of(shardkit.open(base + "/copy/out.manifest.json")) == local
 
 
-def test_remote_lmdb_says_it_needs_a_local_copy(http_root):
-    _, base = http_root
+def test_every_format_reads_over_http(folder, http_root, tmp_path):
+    """LMDB, HDF5, MDS, RecordIO and TFRecord at an http:// address read the same samples
+    as their local files (each through a local copy made by the library); a missing one
+    names its address."""
+    if not shardkit.HAVE_CONVERT:
+        pytest.skip("no convert in this build")
+    address, _ = folder
+    root, base = http_root
+    for out, read in (("x.lmdb", "x.lmdb"), ("x.h5", "x.h5"), ("mds:{}/mds", "mds:{}/mds"),
+                      ("rec/train.rec", "rec/train.rec"), ("tf/train-%05d.tfrecord", "tf/train-00000.tfrecord")):
+        local_out = out.format(root) if "{}" in out else str(root / out)
+        shardkit.convert(address, local_out)
+        local = samples_of(shardkit.open(read.format(root) if "{}" in read else str(root / read)))
+        assert len(local) == 24
+        remote = shardkit.open(read.format(base) if "{}" in read else base + "/" + read)
+        assert samples_of(remote, random=True) == local, read
     with pytest.raises(shardkit.Error) as e:
-        shardkit.open("lmdb:" + base + "/x.lmdb")
-    assert "local" in str(e.value)
+        shardkit.open("lmdb:" + base + "/missing.lmdb")
+    assert base + "/missing.lmdb" in str(e.value)
 
 
 def test_loader_over_http_with_a_cache(folder, http_root, tmp_path):

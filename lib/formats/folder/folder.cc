@@ -12,11 +12,6 @@
 // to `<root>`. Nothing is under `<root>`
 // before Finish() succeeds; a writer destroyed without Finish() removes the
 // partial directory.
-#include <dirent.h>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
@@ -31,7 +26,7 @@
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 
-#include "core/file.h"
+#include "io/any_file.h"
 #include "core/paths.h"
 #include "formats/channel_order.h"
 #include "formats/registry.h"
@@ -89,6 +84,7 @@ struct Entry {  // one sample
 
 struct Index {
   std::string root;
+  std::shared_ptr<FileSystem> fs;  // the root's (local, or a store's)
   bool classes = false;
   bool check_images = false;  // classes layout, folder.files=images (default): image files must be images
   std::vector<std::string> class_names;
@@ -127,87 +123,59 @@ struct DirItem {
   std::string name;
   bool is_dir = false;
   uint64_t size = 0;
+  uint64_t device = 0, inode = 0;  // a directory's identity (FileInfo's)
 };
 
 // Walks part of a tree (the whole tree, or one class folder) into its own
-// Index fragment; fragments are merged in a fixed order afterwards.
+// Index fragment; fragments are merged in a fixed order afterwards. The tree is
+// listed through its FileSystem (local, or an s3:// prefix).
 class Walker {
  public:
-  Walker(std::string root, bool classes) : root_(std::move(root)), classes_(classes) {}
+  Walker(std::string root, bool classes, std::shared_ptr<FileSystem> fs)
+      : root_(std::move(root)), classes_(classes), fs_(std::move(fs)) {}
 
   // Lists a directory: non-hidden entries, symlinks followed. Anything that is
   // not a regular file or a directory, or that cannot be stat'ed, is an error.
-  Status List(int dirfd, const std::string& rel, std::vector<DirItem>* out) {
-    int fd = ::dup(dirfd);
-    if (fd < 0) return Status::FromErrno(errno, "dup", Location{.file = Join(root_, rel)});
-    DIR* d = ::fdopendir(fd);
-    if (!d) {
-      int e = errno;
-      ::close(fd);
-      return Status::FromErrno(e, "cannot list directory", Location{.file = Join(root_, rel)});
-    }
-    ::rewinddir(d);
-    Status st;
-    for (;;) {
-      errno = 0;
-      struct dirent* de = ::readdir(d);
-      if (!de) {
-        if (errno != 0) st = Status::FromErrno(errno, "cannot list directory", Location{.file = Join(root_, rel)});
-        break;
-      }
-      std::string name = de->d_name;
-      if (name.empty() || name[0] == '.') continue;  // ".", "..", hidden
-      std::string relname = rel.empty() ? name : rel + "/" + name;
-      struct stat sb;
-      if (::fstatat(dirfd, name.c_str(), &sb, 0) != 0) {
-        int e = errno;
-        std::string why = e == ENOENT ? "cannot read: dangling symlink or vanished file"
-                          : e == ELOOP ? "cannot read: symlink loop"
-                                       : fmt::format("cannot stat: {}", std::strerror(e));
-        st = Status::IOError(why, Location{.file = Join(root_, relname)});
-        break;
-      }
-      if (S_ISDIR(sb.st_mode)) {
-        out->push_back({std::move(name), true, 0});
-      } else if (S_ISREG(sb.st_mode)) {
-        out->push_back({std::move(name), false, uint64_t(sb.st_size)});
+  Status List(const std::string& rel, std::vector<DirItem>* out) {
+    SK_ASSIGN_OR_RETURN(std::vector<FileInfo> entries, fs_->ListDir(Join(root_, rel)));
+    for (const FileInfo& fi : entries) {
+      const std::string& name = fi.name;
+      if (name.empty() || name[0] == '.') continue;  // hidden
+      if (fi.type == FileType::kDirectory) {
+        out->push_back({name, true, 0, fi.device, fi.inode});
+      } else if (fi.type == FileType::kFile) {
+        out->push_back({name, false, fi.size, 0, 0});
       } else {
-        st = Status::IOError("cannot read: not a regular file or directory (FIFO, socket or device)",
-                             Location{.file = Join(root_, relname)});
-        break;
+        std::string relname = rel.empty() ? name : rel + "/" + name;
+        return Status::IOError(fi.symlink ? "cannot read: dangling symlink, symlink loop or vanished file"
+                                          : "cannot read: not a regular file or directory (FIFO, socket or device)",
+                               Location{.file = Join(root_, relname)});
       }
     }
-    ::closedir(d);
-    return st;
+    return Status::OK();
   }
 
-  // Walks the directory `dirfd` (relative path `rel`): groups its files into
-  // samples and recurses into subdirectories. `label` is the class index or -1.
-  Status Walk(int dirfd, const std::string& rel, int32_t label, int depth) {
+  // Walks the directory `rel` (whose identity is `id`, FileInfo's device and inode;
+  // 0 on a store without links): groups its files into samples and recurses into
+  // subdirectories. `label` is the class index or -1.
+  Status Walk(const std::string& rel, std::pair<uint64_t, uint64_t> id, int32_t label, int depth) {
     if (depth > kMaxDepth)
       return Status::Invalid(fmt::format("directory tree deeper than {} levels", kMaxDepth),
                              Location{.file = Join(root_, rel)});
-    struct stat self;
-    if (::fstat(dirfd, &self) != 0) return Status::FromErrno(errno, "cannot stat", Location{.file = Join(root_, rel)});
-    for (const auto& a : ancestors_)
-      if (a.first == self.st_dev && a.second == self.st_ino)
-        return Status::Invalid("directory loop: this directory (reached through a symlink) is its own ancestor",
-                               Location{.file = Join(root_, rel)});
-    ancestors_.emplace_back(self.st_dev, self.st_ino);
+    if (id.second != 0) {
+      for (const auto& a : ancestors_)
+        if (a == id)
+          return Status::Invalid("directory loop: this directory (reached through a symlink) is its own ancestor",
+                                 Location{.file = Join(root_, rel)});
+    }
+    ancestors_.push_back(id);
     std::vector<DirItem> items;
-    Status st = List(dirfd, rel, &items);
+    Status st = List(rel, &items);
     if (st.ok()) st = AddFiles(rel, items, label);
     for (size_t i = 0; st.ok() && i < items.size(); ++i) {
       const DirItem& it = items[i];
       if (!it.is_dir) continue;
-      std::string relname = rel.empty() ? it.name : rel + "/" + it.name;
-      int sub = ::openat(dirfd, it.name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-      if (sub < 0) {
-        st = Status::FromErrno(errno, "cannot open directory", Location{.file = Join(root_, relname)});
-        break;
-      }
-      st = Walk(sub, relname, label, depth + 1);
-      ::close(sub);
+      st = Walk(rel.empty() ? it.name : rel + "/" + it.name, {it.device, it.inode}, label, depth + 1);
     }
     ancestors_.pop_back();
     return st;
@@ -325,7 +293,8 @@ class Walker {
 
   std::string root_;
   bool classes_;
-  std::vector<std::pair<dev_t, ino_t>> ancestors_;
+  std::shared_ptr<FileSystem> fs_;
+  std::vector<std::pair<uint64_t, uint64_t>> ancestors_;
   Index idx_;
   uint64_t total_bytes_ = 0;
   std::set<std::string> fields_;
@@ -366,8 +335,7 @@ struct Marker {
 Result<Marker> ReadMarker(const std::string& root) {
   Marker m;
   std::string path = Join(root, kMarker);
-  struct stat sb;
-  if (::lstat(path.c_str(), &sb) != 0) return m;
+  if (!io::Exists(path)) return m;
   m.path = path;
   SK_ASSIGN_OR_RETURN(std::string text, io::ReadFile(path));
   auto j = nlohmann::json::parse(text, nullptr, false);
@@ -398,44 +366,25 @@ class FolderDataset : public Dataset {
   DatasetInfo info_;
 };
 
-Status ReadWhole(const std::string& path, Bytes* out) {
-  // O_NONBLOCK: a file replaced by a FIFO since Open() must not block us.
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (fd < 0) return Status::FromErrno(errno, "cannot open", Location{.file = path});
-  struct stat sb;
-  if (::fstat(fd, &sb) != 0) {
-    int e = errno;
-    ::close(fd);
-    return Status::FromErrno(e, "cannot stat", Location{.file = path});
+Status ReadWhole(FileSystem& fs, const std::string& path, Bytes* out) {
+  auto opened = fs.OpenForRead(path);
+  if (!opened.ok()) {
+    // Listed when the folder was opened: gone since is an I/O error, not a missing sample.
+    if (opened.status().code() == Code::kNotFound)
+      return Status::IOError("cannot open: no such file (removed since the folder was opened?)", Location{.file = path});
+    return std::move(opened).take_status();
   }
-  if (!S_ISREG(sb.st_mode)) {
-    ::close(fd);
-    return Status::IOError("cannot read: no longer a regular file", Location{.file = path});
-  }
-  size_t n = size_t(sb.st_size);
+  const ReadableFile& f = **opened;
+  size_t n = size_t(f.size());
   if (n == 0) {
-    ::close(fd);
     *out = Bytes();
     return Status::OK();
   }
   std::shared_ptr<uint8_t[]> buf(new uint8_t[n]);
-  size_t got = 0;
-  while (got < n) {
-    ssize_t r = ::pread(fd, buf.get() + got, n - got, off_t(got));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      int e = errno;
-      ::close(fd);
-      return Status::FromErrno(e, "read failed", Location{.file = path, .offset = int64_t(got)});
-    }
-    if (r == 0) {
-      ::close(fd);
-      return Status::IOError(fmt::format("file shrank while being read ({} of {} bytes)", got, n),
-                             Location{.file = path, .offset = int64_t(got)});
-    }
-    got += size_t(r);
-  }
-  ::close(fd);
+  SK_ASSIGN_OR_RETURN(size_t got, f.ReadAt(0, n, buf.get()));
+  if (got != n)
+    return Status::IOError(fmt::format("file shrank while being read ({} of {} bytes)", got, n),
+                           Location{.file = path, .offset = int64_t(got)});
   const uint8_t* p = buf.get();
   *out = Bytes(std::shared_ptr<const void>(buf, p), p, n);
   return Status::OK();
@@ -486,7 +435,7 @@ Status GetSample(const Index& idx, uint64_t i, Sample* out) {
     std::string ext = paths::Lower(suffix);
     if (idx.classes && ext == "cls") continue;  // implied by the folder (checked at Open)
     Bytes b;
-    Status st = ReadWhole(idx.Path(e, f), &b);
+    Status st = ReadWhole(*idx.fs, idx.Path(e, f), &b);
     if (!st.ok()) return st.At(Location{.key = out->key, .index = int64_t(i)});
     if (idx.check_images && IsImageExt(ext)) SK_RETURN_IF_ERROR(CheckImageBytes(b, idx.Path(e, f), out->key, i));
     std::string source_ext = suffix == ext ? std::string() : std::string(suffix);
@@ -530,23 +479,17 @@ Result<std::shared_ptr<RandomAccess>> FolderDataset::NewRandomAccess() const {
 
 Result<std::unique_ptr<Dataset>> OpenFolder(const std::string& path_in, const OpenOptions& opts) {
   std::string root = paths::StripTrailingSlashes(path_in);
-  int rootfd = ::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (rootfd < 0) {
-    int e = errno;
-    if (e == ENOENT) return Status::NotFound("no such directory", Location{.file = root});
-    if (e == ENOTDIR) return Status::Invalid("not a directory (an image folder must be a directory)", Location{.file = root});
-    return Status::FromErrno(e, "cannot open directory", Location{.file = root});
-  }
-  struct FdCloser {
-    int fd;
-    ~FdCloser() { ::close(fd); }
-  } closer{rootfd};
+  SK_ASSIGN_OR_RETURN(std::shared_ptr<FileSystem> fs, io::FileSystemOf(root, opts.filesystem));
+  SK_ASSIGN_OR_RETURN(FileInfo root_info, fs->Stat(root));
+  if (root_info.type == FileType::kNotFound) return Status::NotFound("no such directory", Location{.file = root});
+  if (root_info.type != FileType::kDirectory)
+    return Status::Invalid("not a directory (an image folder must be a directory)", Location{.file = root});
 
   auto marker = ReadMarker(root);
   if (!marker.ok()) return std::move(marker).take_status();
-  Walker w(root, false);
+  Walker w(root, false, fs);
   std::vector<DirItem> top;
-  SK_RETURN_IF_ERROR(w.List(rootfd, "", &top));
+  SK_RETURN_IF_ERROR(w.List("", &top));
   Layout layout = marker->layout;
   if (layout == Layout::kUnknown) {
     bool any_dir = false, any_image = false;
@@ -573,47 +516,42 @@ Result<std::unique_ptr<Dataset>> OpenFolder(const std::string& path_in, const Op
   uint64_t ignored_root = 0;
   std::string ignored_example;
   if (classes) {
-    w = Walker(root, true);
+    w = Walker(root, true, fs);
+    std::vector<std::pair<std::string, std::pair<uint64_t, uint64_t>>> dirs;
     for (const auto& it : top) {
       if (it.is_dir) {
-        class_names.push_back(it.name);
+        dirs.push_back({it.name, {it.device, it.inode}});
       } else {  // files beside class folders are not samples (torchvision ignores them)
         if (ignored_example.empty() || it.name < ignored_example) ignored_example = it.name;
         ++ignored_root;
       }
     }
-    std::sort(class_names.begin(), class_names.end());
+    std::sort(dirs.begin(), dirs.end());
+    std::vector<std::pair<uint64_t, uint64_t>> class_ids;
+    for (auto& [name, id] : dirs) class_names.push_back(name), class_ids.push_back(id);
     if (class_names.size() > size_t(INT32_MAX))
       return Status::Unsupported("too many class folders", Location{.file = root});
-    struct stat self;
-    if (::fstat(rootfd, &self) != 0) return Status::FromErrno(errno, "cannot stat", Location{.file = root});
     // One walker per class folder, in parallel (a directory walk of ImageNet is
     // 1.28M stat calls); fragments and the first error are taken in class order.
     size_t nc = class_names.size();
-    std::vector<Walker> ws(nc, Walker(root, true));
+    std::vector<Walker> ws(nc, Walker(root, true, fs));
     for (auto& cw : ws) cw.images_only_ = images_only;
     std::vector<Status> errs(nc);
     tbb::parallel_for(tbb::blocked_range<size_t>(0, nc, 1), [&](const tbb::blocked_range<size_t>& r) {
       for (size_t c = r.begin(); c < r.end(); ++c) {
-        const std::string& name = class_names[c];
-        int sub = ::openat(rootfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (sub < 0) {
-          errs[c] = Status::FromErrno(errno, "cannot open class directory", Location{.file = Join(root, name)});
-          continue;
-        }
-        ws[c].ancestors_.emplace_back(self.st_dev, self.st_ino);
-        errs[c] = ws[c].Walk(sub, name, int32_t(c), 1);
-        ::close(sub);
+        ws[c].ancestors_.emplace_back(root_info.device, root_info.inode);
+        errs[c] = ws[c].Walk(class_names[c], class_ids[c], int32_t(c), 1);
       }
     });
     for (size_t c = 0; c < nc; ++c) SK_RETURN_IF_ERROR(errs[c]);
     for (size_t c = 0; c < nc; ++c) w.Merge(std::move(ws[c]));
   } else {
-    SK_RETURN_IF_ERROR(w.Walk(rootfd, "", -1, 0));
+    SK_RETURN_IF_ERROR(w.Walk("", {root_info.device, root_info.inode}, -1, 0));
   }
 
   auto idx = std::make_shared<Index>(std::move(w.idx_));
   idx->root = root;
+  idx->fs = fs;
   idx->classes = classes;
   idx->check_images = classes && images_only;
   idx->class_names = class_names;
@@ -893,6 +831,8 @@ class FolderWriter : public SampleWriter {
 };
 
 int BidRead(const std::string& path) {
+  // An address is bid on by its form (no request per bid): one ending in '/' names a folder.
+  if (io::IsUrl(path)) return path.ends_with("/") ? 50 : 0;
   std::string p = paths::StripTrailingSlashes(path);
   if (!io::IsDir(p)) return 0;
   return 50;  // any directory; a format that verifies its content in one (LMDB) bids higher

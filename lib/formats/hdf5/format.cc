@@ -30,9 +30,6 @@
 // whatever length a descriptor declares.
 #include "formats/hdf5/internal.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <cstring>
 
@@ -43,17 +40,15 @@ namespace {
 using hdf5::kSignature;
 
 int BidRead(const std::string& path) {
-  struct stat st{};
-  if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-      char sig[8] = {};
-      ssize_t r = ::pread(fd, sig, 8, 0);
-      ::close(fd);
-      if (r == 8 && std::memcmp(sig, kSignature, 8) == 0) return 100;  // the signature verified
+  // (A remote address is bid on by its name: no request per bid.)
+  if (!io::IsUrl(path)) {
+    auto st = io::StatAny(path);
+    if (st.ok() && st->type == FileType::kFile) {
+      auto head = io::ReadAnyHead(path, 8);
+      if (head.ok() && *head == std::string_view(kSignature, 8)) return 100;  // the signature verified
+    } else if (st.ok() && st->type != FileType::kNotFound) {
+      return 0;  // a directory is never an HDF5 file
     }
-  } else if (::stat(path.c_str(), &st) == 0) {
-    return 0;  // a directory is never an HDF5 file
   }
   return paths::HasExtension(path, {".h5", ".hdf5", ".hdf"}) ? 90 : 0;
 }

@@ -20,7 +20,7 @@
 
 #include <fmt/format.h>
 
-#include "core/file.h"
+#include "io/any_file.h"
 #include "core/paths.h"
 #include "formats/registry.h"
 #include "shardkit/dataset.h"

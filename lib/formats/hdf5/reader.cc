@@ -162,6 +162,7 @@ class Hdf5Data {
   std::vector<int64_t> labels_;
   std::vector<Payload> payloads_;
   std::shared_ptr<io::MappedFile> map_;
+  std::shared_ptr<void> local_copy_;  // a remote file's local copy (io::LocalCopy), while open
   std::unique_ptr<core::PerThreadViewOwner> view_owner_;  // owner of Get()'s views (core/per_thread.h)
   // Third-party layout (the HDF5 file stays open).
   Hid file_;
@@ -559,24 +560,25 @@ Result<std::vector<std::string>> Hdf5Data::ReadStrings(hid_t obj, bool is_attr, 
 
 Status Hdf5Data::Open(const std::string& path, const OpenOptions& opts) {
   path_ = path;
-  struct stat st{};
-  if (::stat(path.c_str(), &st) != 0)
-    return errno == ENOENT ? Status::NotFound("no such file", Location{.file = path})
-                           : Status::FromErrno(errno, "cannot stat", Location{.file = path});
-  if (!S_ISREG(st.st_mode)) return Status::Invalid("not a regular file", Location{.file = path});
+  SK_ASSIGN_OR_RETURN(uint64_t size, io::RegularFileSize(path));
   info.format = "hdf5";
   info.address = "hdf5:" + path;
-  info.total_bytes = uint64_t(st.st_size);
-  file_size_ = uint64_t(st.st_size);
+  info.total_bytes = size;
+  file_size_ = size;
+  // libhdf5 opens a local file: a remote one is read from a local copy (io/any_file.h),
+  // named by its address in every message.
+  SK_ASSIGN_OR_RETURN(io::LocalCopy copy, io::LocalCopyOf(path, io::CacheOptions{opts.cache_dir, opts.cache_bytes}));
+  local_copy_ = copy.keep;
+  const std::string& local = copy.path;
 
   // Mapped before libhdf5 reads anything: the vlen check reads heap
   // collections through it, and our layout's payloads are read from it.
-  SK_ASSIGN_OR_RETURN(map_, io::MappedFile::Open(path));
+  SK_ASSIGN_OR_RETURN(map_, io::MappedFile::Open(local, path));
   if (map_->size() < file_size_) file_size_ = map_->size();
   view_owner_ = std::make_unique<core::PerThreadViewOwner>(map_);
 
   H5Lock lock;
-  SK_RETURN_IF_ERROR(InstallVlenGuard(path));
+  SK_RETURN_IF_ERROR(InstallVlenGuard(local));
   Hid fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   H5Pset_elink_cb(fapl.get(), RefuseElink, nullptr);
   H5Pset_fclose_degree(fapl.get(), H5F_CLOSE_STRONG);
@@ -584,7 +586,7 @@ Status Hdf5Data::Open(const std::string& path, const OpenOptions& opts) {
   // skip flock: it fails on some network and read-only file systems.
   H5Pset_file_locking(fapl.get(), false, true);
   SK_RETURN_IF_ERROR(CheckRootHeader());
-  Hid file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
+  Hid file(H5Fopen(local.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
   if (!file.ok())
     return Status::Corrupt(fmt::format("cannot open as HDF5 (truncated or not HDF5?): {}", H5Message()),
                            Location{.file = path});
@@ -607,7 +609,7 @@ Status Hdf5Data::Open(const std::string& path, const OpenOptions& opts) {
   };
   Status s;
   if (opts.field_map.empty() && has("keys") && has("fields")) {
-    s = OpenShardkit(file.get(), uint64_t(st.st_size));
+    s = OpenShardkit(file.get(), size);
     // Everything is in memory or mapped: the HDF5 file closes here.
   } else {
     std::map<std::string, std::string> map = opts.field_map;
@@ -644,7 +646,7 @@ Status Hdf5Data::Open(const std::string& path, const OpenOptions& opts) {
   }
   if (!s.ok()) return s;
   info.num_samples = n;
-  info.shards.push_back(ShardInfo{.path = path, .samples = n, .bytes = uint64_t(st.st_size), .checksum = ""});
+  info.shards.push_back(ShardInfo{.path = path, .samples = n, .bytes = size, .checksum = ""});
   return Status::OK();
 }
 

@@ -48,6 +48,8 @@ bool HasMetaPage(const std::string& data_path) {
 
 int BidRead(const std::string& path) {
   std::string p = paths::StripTrailingSlashes(path);
+  // An address is bid on by its name (no request per bid).
+  if (io::IsUrl(p)) return p.ends_with(".lmdb") || fs::path(p).filename() == "data.mdb" ? 90 : 0;
   std::string data;
   if (io::IsDir(p)) data = p + "/data.mdb";
   else if (fs::path(p).filename() == "data.mdb") data = p;

@@ -30,7 +30,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "core/file.h"
+#include "io/any_file.h"
 #include "core/paths.h"
 #include "formats/caffe.pb.h"
 #include "formats/lmdb/lmdb.h"
@@ -113,7 +113,9 @@ class Env {
 
   // One Env per data file per process (LMDB forbids opening an environment twice
   // in one process): a second Open of the same directory shares the first.
-  static Result<std::shared_ptr<Env>> Open(const std::string& dir) {
+  // `shown` (when not empty) names the directory in dir(), data_path() and errors: the
+  // address of a remote LMDB whose local copy `dir` is.
+  static Result<std::shared_ptr<Env>> Open(const std::string& dir, const std::string& shown = "") {
     static std::mutex mu;
     static std::map<std::pair<uint64_t, uint64_t>, std::weak_ptr<Env>> open;
     struct stat st;
@@ -125,6 +127,7 @@ class Env {
     std::lock_guard<std::mutex> g(mu);
     if (auto e = open[id].lock()) return e;
     SK_ASSIGN_OR_RETURN(auto e, OpenNew(dir));
+    if (!shown.empty()) e->dir_ = shown, e->data_path_ = shown + "/data.mdb";
     open[id] = e;
     for (auto it = open.begin(); it != open.end();) it = it->second.expired() ? open.erase(it) : std::next(it);
     return e;

@@ -190,11 +190,18 @@ class LmdbDataset : public Dataset {
  public:
   static Result<std::unique_ptr<Dataset>> Open(const std::string& address, const OpenOptions& opts) {
     std::string dir = paths::StripTrailingSlashes(address);
-    if (!io::IsDir(dir) && fs::path(dir).filename() == "data.mdb") dir = io::DirName(dir);
-    if (!io::IsDir(dir)) return Status::NotFound("no such LMDB directory", Location{.file = dir});
+    const bool remote = io::IsUrl(dir);
+    if ((remote || !io::IsDir(dir)) && fs::path(dir).filename() == "data.mdb") dir = io::DirName(dir);
+    if (!remote && !io::IsDir(dir)) return Status::NotFound("no such LMDB directory", Location{.file = dir});
     std::unique_ptr<LmdbDataset> d(new LmdbDataset());
     d->check_records_ = opts.check_records;
-    SK_ASSIGN_OR_RETURN(d->env_, Env::Open(dir));
+    // liblmdb maps a local file: a remote data.mdb is read from a local copy (io/any_file.h).
+    if (remote && !io::Exists(dir + "/data.mdb"))
+      return Status::NotFound("no data.mdb in the LMDB directory", Location{.file = dir + "/data.mdb"});
+    SK_ASSIGN_OR_RETURN(io::LocalCopy local,
+                        io::LocalDirectoryOf(dir, {"data.mdb"}, io::CacheOptions{opts.cache_dir, opts.cache_bytes}));
+    d->local_copy_ = local.keep;
+    SK_ASSIGN_OR_RETURN(d->env_, Env::Open(local.path, remote ? dir : ""));
     const Env& env = *d->env_;
     DatasetInfo& info = d->info_;
     info.format = "lmdb";
@@ -515,6 +522,7 @@ class LmdbDataset : public Dataset {
 
   DatasetInfo info_;
   std::shared_ptr<Env> env_;
+  std::shared_ptr<void> local_copy_;  // a remote LMDB's local copy (io::LocalCopy), while open
   bool check_records_ = false;  // OpenOptions::check_records
   Layout layout_ = Layout::kShardkit;
   uint64_t count_ = 0;

@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "core/file.h"
+#include "io/any_file.h"
 #include "core/json_count.h"
 #include "core/paths.h"
 #include "formats/mds/mds.h"
@@ -307,6 +307,9 @@ Result<Index> ReadIndex(const std::string& dir, const std::shared_ptr<FileSystem
 
 Target Resolve(const std::string& path_in) {
   std::string p = paths::StripTrailingSlashes(path_in);
+  // An address names a directory by what it is not (a store may have no directories).
+  if (io::IsUrl(p) && paths::BaseName(p) != kIndexName && std::string(paths::BaseName(p)).find(".mds") == std::string::npos)
+    return Target{p, ""};
   if (io::IsDir(p)) return Target{p, ""};
   if (paths::BaseName(p) == kIndexName) return Target{io::DirName(p), ""};
   // A shard file (its name holds ".mds"): the nearest directory above it
@@ -327,6 +330,12 @@ Target Resolve(const std::string& path_in) {
 }
 
 int BidRead(const std::string& path) {
+  // An address is bid on by its name (no request per bid): its index.json or a shard; a
+  // directory address takes the mds: prefix.
+  if (io::IsUrl(path)) {
+    std::string base(paths::BaseName(paths::StripTrailingSlashes(path)));
+    return base == kIndexName || (base.find(".mds") != std::string::npos && base.find('{') == std::string::npos) ? 90 : 0;
+  }
   Target t = Resolve(path);
   if (t.dir.empty()) return 0;
   std::string ip = t.dir + "/" + kIndexName;
@@ -355,7 +364,8 @@ Result<ShardListing> ListShards(const std::string& path, const OpenOptions& /*op
   if (t.dir.empty()) return Status::NotFound("not an MDS directory, index.json or shard file", Location{.file = path});
   ShardListing out;
   out.metadata = t.dir + "/" + kIndexName;
-  auto idx = ReadIndex(t.dir, FileSystem::Local());
+  SK_ASSIGN_OR_RETURN(auto fs, io::FileSystemOf(t.dir));
+  auto idx = ReadIndex(t.dir, fs);
   if (!idx.ok()) {
     // A shard outside the directory is refused, not reported as damage.
     if (idx.status().code() == Code::kNotFound || idx.status().detail() == Detail::kOutsideDataset) return idx.status();

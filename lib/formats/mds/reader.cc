@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "io/any_file.h"
 #include "core/paths.h"
 #include "formats/channel_order.h"
 #include "formats/mds/mds.h"
@@ -185,7 +186,7 @@ class MdsDataset : public Dataset {
 }  // namespace
 
 Result<std::unique_ptr<Dataset>> OpenMds(const std::string& path, const OpenOptions& opts) {
-  std::shared_ptr<FileSystem> fs = FileSystem::OrLocal(opts.filesystem);
+  SK_ASSIGN_OR_RETURN(std::shared_ptr<FileSystem> fs, io::FileSystemOf(path, opts.filesystem));
   Target t = Resolve(path);
   if (t.dir.empty())
     return Status::NotFound("not an MDS dataset: expected a directory holding index.json, its index.json, or one "
@@ -215,18 +216,21 @@ Result<std::unique_ptr<Dataset>> OpenMds(const std::string& path, const OpenOpti
   info.fields = idx.fields;
   std::set<std::string> algos, unchecked, compressions;
   for (const auto& m : idx.shards) {
-    // Every shard is there with the size index.json records (cheap; hashes are
-    // checked when a shard is read in order).
-    SK_ASSIGN_OR_RETURN(FileInfo fi, fs->Stat(m.path));
+    // Every shard is there with the size index.json records (cheap locally; hashes are
+    // checked when a shard is read in order). A remote shard's size is checked when it is
+    // fetched: one request per shard at open would be slow for thousands of them.
     Location at{.file = m.path, .shard = m.index};
-    if (fi.type != FileType::kFile)
-      return Status::NotFound(fmt::format("shard file listed in index.json (shards[{}]) does not exist", m.index), at);
-    if (fi.size != m.file_bytes()) {
-      Status st = Status::Corrupt(fmt::format("file has {} bytes but index.json records {} (shards[{}].{}.bytes)",
-                                              fi.size, m.file_bytes(), m.index, m.zip ? "zip_data" : "raw_data"),
-                                  at);
-      st.With(Detail::kShardChecksum);
-      return st;
+    if (!io::IsUrl(m.path)) {
+      SK_ASSIGN_OR_RETURN(FileInfo fi, fs->Stat(m.path));
+      if (fi.type != FileType::kFile)
+        return Status::NotFound(fmt::format("shard file listed in index.json (shards[{}]) does not exist", m.index), at);
+      if (fi.size != m.file_bytes()) {
+        Status st = Status::Corrupt(fmt::format("file has {} bytes but index.json records {} (shards[{}].{}.bytes)",
+                                                fi.size, m.file_bytes(), m.index, m.zip ? "zip_data" : "raw_data"),
+                                    at);
+        st.With(Detail::kShardChecksum);
+        return st;
+      }
     }
     ShardInfo si;
     si.path = m.path;
@@ -274,10 +278,11 @@ Result<std::unique_ptr<Dataset>> OpenMds(const std::string& path, const OpenOpti
 Result<std::vector<SampleExtent>> LocateSamples(const std::string& shard_path, int64_t) {
   Target t = Resolve(shard_path);
   if (t.dir.empty()) return Status::NotFound("not an MDS shard", Location{.file = shard_path});
-  SK_ASSIGN_OR_RETURN(Index idx, ReadIndex(t.dir, FileSystem::Local()));
+  SK_ASSIGN_OR_RETURN(auto fs, io::FileSystemOf(t.dir));
+  SK_ASSIGN_OR_RETURN(Index idx, ReadIndex(t.dir, fs));
   for (const auto& m : idx.shards) {
     if (m.path != shard_path && m.path != t.dir + "/" + t.shard_file) continue;
-    SK_ASSIGN_OR_RETURN(auto d, LoadShard(m, FileSystem::Local(), LoadOptions{}));
+    SK_ASSIGN_OR_RETURN(auto d, LoadShard(m, fs, LoadOptions{}));
     std::vector<SampleExtent> out;
     Sample s;
     for (uint64_t i = 0; i < m.samples; ++i) {

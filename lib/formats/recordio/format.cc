@@ -1,13 +1,9 @@
 // The recordio format's registry row (MXNet RecordIO: FILE.rec + FILE.idx), its
 // bids and `shardkit index` for .rec files. Reading: reader.cc; writing:
 // writer.cc; the bytes: framing.h. Documented in docs/formats-recordio.md.
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <fmt/format.h>
 
-#include "core/file.h"
+#include "io/any_file.h"
 #include "core/paths.h"
 #include "formats/recordio/recordio.h"
 #include "formats/registry.h"
@@ -21,16 +17,13 @@ namespace {
 // 100 when the file starts with a record header (the magic, a cflag of 0 or 1
 // and a length that fits the file), 0 when it does not, -1 when unreadable.
 int Content(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return -1;
-  struct stat st{};
-  uint8_t h[8];
-  ssize_t r = -1;
-  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) r = ::pread(fd, h, sizeof h, 0);
-  ::close(fd);
-  if (r != ssize_t(sizeof h)) return -1;
+  if (io::IsUrl(path)) return -1;  // (a remote address is bid on by its name: no request per bid)
+  auto size = io::RegularFileSize(path);
+  auto head = size.ok() ? io::ReadAnyHead(path, 8) : Result<std::string>(size.status());
+  if (!head.ok() || head->size() != 8) return -1;
+  const auto* h = reinterpret_cast<const uint8_t*>(head->data());
   uint32_t lrec = Load32(h + 4);
-  bool ok = Load32(h) == kMagic && (lrec >> 29) <= 1 && uint64_t(lrec & kMaxPart) + 8 <= uint64_t(st.st_size);
+  bool ok = Load32(h) == kMagic && (lrec >> 29) <= 1 && uint64_t(lrec & kMaxPart) + 8 <= *size;
   return ok ? 100 : 0;
 }
 
@@ -52,10 +45,8 @@ int BidWrite(const std::string& path) { return paths::HasExtension(path, {".rec"
 }  // namespace
 
 Result<uint64_t> WriteIdx(const std::string& rec_path, const std::string& output, std::string* written) {
-  struct stat st;
-  if (::stat(rec_path.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
-    return Status::NotFound("no such RecordIO file", Location{.file = rec_path});
-  SK_ASSIGN_OR_RETURN(auto map, io::MappedFile::Open(rec_path));
+  if (!io::RegularFileSize(rec_path).ok()) return Status::NotFound("no such RecordIO file", Location{.file = rec_path});
+  SK_ASSIGN_OR_RETURN(auto map, io::MapAny(rec_path, {}));
   std::string text, scratch;
   uint64_t offset = 0, n = 0;
   while (offset < map->size()) {
@@ -69,7 +60,8 @@ Result<uint64_t> WriteIdx(const std::string& rec_path, const std::string& output
   }
   std::string path = output.empty() ? IdxPathFor(rec_path) : output;
   if (path == rec_path) return Status::Invalid("index path would overwrite the .rec", Location{.file = path});
-  SK_RETURN_IF_ERROR(io::WriteFileAtomic(path, text, true));
+  SK_ASSIGN_OR_RETURN(auto out_fs, io::FileSystemOf(path));
+  SK_RETURN_IF_ERROR(io::WriteFileAtomic(path, text, true, out_fs));
   if (written) *written = path;
   return n;
 }

@@ -5,7 +5,6 @@
 // from FILE.shardkit.json when shardkit wrote the file (with the channel order
 // of decoded arrays), else keys are the .idx keys or, without an .idx, each
 // record's header id.
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -15,7 +14,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "core/file.h"
+#include "io/any_file.h"
 #include "core/json_count.h"
 #include "core/paths.h"
 #include "core/per_thread.h"
@@ -79,8 +78,7 @@ struct Meta {
 Result<Meta> ReadMeta(const std::string& rec_path) {
   Meta m;
   std::string path = MetaPathFor(rec_path);
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return m;
+  if (!io::Exists(path)) return m;
   SK_ASSIGN_OR_RETURN(std::string text, io::ReadFile(path));
   json j = json::parse(text, nullptr, false);
   auto bad = [&](const std::string& why) {
@@ -122,16 +120,15 @@ struct Shard {
   std::optional<uint64_t> count;
 };
 
-Status OpenShard(Shard* sh) {
-  struct stat st;
-  if (::stat(sh->path.c_str(), &st) != 0)
-    return errno == ENOENT ? Status::NotFound("no such RecordIO file", Location{.file = sh->path, .shard = sh->number})
-                           : Status::FromErrno(errno, "cannot stat", Location{.file = sh->path, .shard = sh->number});
-  if (!S_ISREG(st.st_mode)) return Status::Invalid("not a regular file", Location{.file = sh->path, .shard = sh->number});
-  SK_ASSIGN_OR_RETURN(sh->map, io::MappedFile::Open(sh->path));
+Status OpenShard(Shard* sh, const io::CacheOptions& cache) {
+  Location at{.file = sh->path, .shard = sh->number};
+  auto size = io::RegularFileSize(sh->path);
+  if (!size.ok() && size.status().code() == Code::kNotFound) return Status::NotFound("no such RecordIO file", at);
+  if (!size.ok()) return Status(size.status()).At(at);
+  SK_ASSIGN_OR_RETURN(sh->map, io::MapAny(sh->path, cache));
   SK_ASSIGN_OR_RETURN(sh->meta, ReadMeta(sh->path));
   std::string idx_path = IdxPathFor(sh->path);
-  if (::stat(idx_path.c_str(), &st) == 0) {
+  if (io::Exists(idx_path)) {
     sh->idx_path = idx_path;
     SK_ASSIGN_OR_RETURN(std::string text, io::ReadFile(idx_path));
     SK_ASSIGN_OR_RETURN(sh->idx, ParseIdx(text, idx_path));
@@ -352,7 +349,7 @@ Result<std::unique_ptr<Dataset>> Open(const std::string& path, const OpenOptions
     Shard sh;
     sh.path = list[i];
     sh.number = list.size() > 1 ? int64_t(i) : -1;
-    SK_RETURN_IF_ERROR(OpenShard(&sh));
+    SK_RETURN_IF_ERROR(OpenShard(&sh, io::CacheOptions{opts.cache_dir, opts.cache_bytes}));
     sh.first = total;
     if (sh.count) total += *sh.count;
     else known = false;

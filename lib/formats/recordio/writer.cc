@@ -14,7 +14,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "core/file.h"
+#include "io/file.h"
 #include "core/paths.h"
 #include "formats/recordio/recordio.h"
 #include "shardkit/version.h"
@@ -61,7 +61,7 @@ class RecWriter : public SampleWriter {
   ~RecWriter() override {
     if (!finished_) {
       file_.reset();  // removes the temporary file
-      for (const auto& p : committed_) ::unlink(p.c_str());
+      for (const auto& p : committed_) (void)FileSystem::OrLocal(opts_.filesystem)->Remove(p);
     }
   }
 
@@ -171,9 +171,7 @@ class RecWriter : public SampleWriter {
         SK_ASSIGN_OR_RETURN(bool present, FileSystem::OrLocal(opts_.filesystem)->OutputPresent(p, OutputKind::kFile));
         if (present) return io::OutputExists(p);
       }
-    std::string dir = io::DirName(first);
-    if (!io::IsDir(dir)) SK_RETURN_IF_ERROR(io::MakeDirs(dir));
-    return Status::OK();
+    return FileSystem::OrLocal(opts_.filesystem)->MakeDirs(io::DirName(first));
   }
 
  private:

@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "core/file.h"
+#include "io/file.h"
 #include "core/json_count.h"
 #include "core/paths.h"
 #include "formats/channel_order.h"
@@ -160,7 +160,7 @@ Result<std::unique_ptr<Dataset>> TfDataset::Open(const std::string& path, const 
   bool any_idx = false;
   for (size_t i = 0; i < paths_list.size(); ++i) {
     TfFile f;
-    auto loaded = LoadFile(paths_list[i]);
+    auto loaded = LoadFile(paths_list[i], io::CacheOptions{opts.cache_dir, opts.cache_bytes});
     if (!loaded.ok()) return std::move(loaded).take_status().At(Location{.shard = int64_t(i)});
     f.data = std::move(*loaded);
     std::string idx = IdxPathFor(f.data.path);

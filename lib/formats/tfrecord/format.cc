@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "core/file.h"
+#include "io/any_file.h"
 #include "core/json_count.h"
 #include "core/paths.h"
 #include "formats/registry.h"
@@ -61,7 +61,8 @@ Result<uint64_t> WriteDaliIndex(const std::string& path, const std::string& outp
   if (frames.empty()) return Status::Invalid("file holds no records", Location{.file = path});
   std::string out = output.empty() ? tfrecord::IdxPathFor(path) : output;
   if (out == path) return Status::Invalid("index path would overwrite the file", Location{.file = out});
-  SK_RETURN_IF_ERROR(io::WriteFileAtomic(out, tfrecord::DaliIndexText(frames), true));
+  SK_ASSIGN_OR_RETURN(auto out_fs, io::FileSystemOf(out));
+  SK_RETURN_IF_ERROR(io::WriteFileAtomic(out, tfrecord::DaliIndexText(frames), true, out_fs));
   return uint64_t(frames.size());
 }
 

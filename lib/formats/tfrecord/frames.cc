@@ -1,9 +1,6 @@
 // TFRecord framing: see frames.h.
 #include "formats/tfrecord/frames.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <charconv>
@@ -11,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "core/file.h"
+#include "io/any_file.h"
 #include "formats/tfrecord/crc32c.h"
 
 namespace shardkit::formats::tfrecord {
@@ -104,15 +101,6 @@ Result<std::string> Inflate(const std::string& path, std::string_view in, Compre
   return out;
 }
 
-// A regular file's size, or an error naming it.
-Result<uint64_t> RegularSize(const std::string& path) {
-  struct stat st{};
-  if (::stat(path.c_str(), &st) != 0)
-    return errno == ENOENT ? Status::NotFound("no such file", Location{.file = path})
-                           : Status::FromErrno(errno, "cannot stat", Location{.file = path});
-  if (!S_ISREG(st.st_mode)) return Status::Invalid("not a regular file", Location{.file = path});
-  return uint64_t(st.st_size);
-}
 
 }  // namespace
 
@@ -133,24 +121,15 @@ Compression DetectCompression(const uint8_t* p, size_t n) {
   return Compression::kNone;
 }
 
-Result<FileData> LoadFile(const std::string& path) {
-  SK_ASSIGN_OR_RETURN(uint64_t size, RegularSize(path));
+Result<FileData> LoadFile(const std::string& path, const io::CacheOptions& cache) {
+  SK_ASSIGN_OR_RETURN(uint64_t size, io::RegularFileSize(path));
   FileData f;
   f.path = path;
   f.disk_bytes = size;
-  uint8_t head[kHeaderBytes] = {};
-  size_t got = 0;
-  {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return Status::FromErrno(errno, "cannot open", Location{.file = path});
-    ssize_t r = ::pread(fd, head, sizeof head, 0);
-    ::close(fd);
-    if (r < 0) return Status::FromErrno(errno, "cannot read", Location{.file = path});
-    got = size_t(r);
-  }
-  f.compression = DetectCompression(head, got);
+  SK_ASSIGN_OR_RETURN(std::string head, io::ReadAnyHead(path, kHeaderBytes));
+  f.compression = DetectCompression(reinterpret_cast<const uint8_t*>(head.data()), head.size());
   if (f.compression == Compression::kNone) {
-    SK_ASSIGN_OR_RETURN(std::shared_ptr<io::MappedFile> m, io::MappedFile::Open(path));
+    SK_ASSIGN_OR_RETURN(std::shared_ptr<io::MappedFile> m, io::MapAny(path, cache));
     f.data = m->data();
     f.size = m->size();
     f.owner = std::move(m);
@@ -167,15 +146,10 @@ Result<FileData> LoadFile(const std::string& path) {
 }
 
 int ContentBid(const std::string& path) {
-  auto size = RegularSize(path);
-  if (!size.ok()) return -1;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  std::string head(std::min<uint64_t>(*size, 4096), '\0');
-  ssize_t r = ::pread(fd, head.data(), head.size(), 0);
-  ::close(fd);
-  if (r < 0) return -1;
-  head.resize(size_t(r));
+  if (io::IsUrl(path)) return -1;  // (a remote address is bid on by its name: no request per bid)
+  auto read = io::ReadAnyHead(path, 4096);
+  if (!read.ok()) return -1;
+  const std::string& head = *read;
   auto* p = reinterpret_cast<const uint8_t*>(head.data());
   if (head.size() >= kHeaderBytes && HeaderOk(p)) return 100;
   Compression c = DetectCompression(p, head.size());

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "io/shard_cache.h"
 #include "shardkit/status.h"
 
 namespace shardkit::formats::tfrecord {
@@ -53,7 +54,7 @@ Compression DetectCompression(const uint8_t* p, size_t n);
 
 // Maps or inflates a file. Errors name the file and, for a damaged compressed
 // stream, the compressed offset.
-Result<FileData> LoadFile(const std::string& path);
+Result<FileData> LoadFile(const std::string& path, const io::CacheOptions& cache = {});
 
 // 100 when the file's first record header (after inflating, when compressed)
 // has a valid length CRC, 0 when the file is readable but not, -1 when it cannot

@@ -12,7 +12,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "core/file.h"
+#include "io/file.h"
 #include "core/paths.h"
 #include "formats/tfrecord/example.h"
 #include "formats/tfrecord/frames.h"

@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "core/file.h"
+#include "io/file.h"
 #include "formats/wds/index.h"
 #include "formats/wds/shard_index.h"
 

@@ -29,7 +29,6 @@ Format WdsFormat() {
       .prefixes = {"pipe"},
       .writes_shards = true,
       .resumes = true,
-      .reads_remote = true,
       .list_shards = wds::ListShards,
       .locate_samples = wds::LocateSamples,
       .plan_by_size = wds::WdsWriter::PlanBySize,

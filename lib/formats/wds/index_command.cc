@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "core/file.h"
+#include "io/file.h"
 #include "core/md5.h"
 #include "core/paths.h"
 #include "formats/registry.h"
@@ -29,8 +29,6 @@ std::string DaliIndexPathFor(const std::string& tar_path) {
 }
 
 Result<uint64_t> WriteDaliIndex(const std::string& tar_path, const std::string& output) {
-  std::string rest;
-  if (auto f = formats::Resolve(tar_path, false, &rest); f.ok()) SK_RETURN_IF_ERROR(formats::CheckReadsRemote(**f, rest));
   if (const formats::Format* f = OwnDaliIndex(tar_path)) return f->write_dali_index(tar_path, output);
   SK_ASSIGN_OR_RETURN(auto scan, formats::wds::ScanShardMembers(tar_path));
   if (scan.keys.empty())

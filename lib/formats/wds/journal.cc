@@ -1,12 +1,12 @@
 // The wds writer's journal: "<manifest>.partial", what an interrupted write
 // committed, and resuming from it (writer.h).
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
 
 #include <fmt/format.h>
 
+#include "io/any_file.h"
 #include "core/resume.h"
 #include "core/paths.h"
 #include "formats/wds/names.h"
@@ -108,15 +108,15 @@ Status WdsWriter::LoadJournal() {
       ShardInfo si{path, o.at("samples").get<uint64_t>(), o.at("bytes").get<uint64_t>(),
                    o.at("checksum").get<std::string>()};
       Location at{.file = path, .shard = int64_t(ShardNumber(i))};
-      struct stat st;
-      if (::stat(path.c_str(), &st) != 0)
+      auto size = io::RegularFileSize(path);
+      if (!size.ok())
         return Status::Corrupt("cannot resume: a shard the journal lists as complete is missing; start over "
                                "with --overwrite",
                                at);
-      if (uint64_t(st.st_size) != si.bytes)
+      if (*size != si.bytes)
         return Status::Corrupt(fmt::format("cannot resume: shard has {} bytes, the journal says {}; start over "
                                            "with --overwrite",
-                                           st.st_size, si.bytes),
+                                           *size, si.bytes),
                                at);
       SK_ASSIGN_OR_RETURN(uint64_t h, paths::HashFile(path));
       if (paths::ChecksumString(h) != si.checksum)
@@ -178,13 +178,12 @@ void WdsWriter::RemoveStaleTemps(size_t from) {
   std::vector<std::string> bases = {BaseOf(shard), BaseOf(journal_), BaseOf(part() ? record_ : manifest_)};
   if (opts_.wds.write_index) bases.push_back(BaseOf(IdxPathFor(shard)));
   bases.push_back(BaseOf(wds::SumsPath(shard)));
-  std::error_code ec;
-  for (auto it = std::filesystem::directory_iterator(dir, ec); !ec && it != std::filesystem::directory_iterator();
-       it.increment(ec)) {
-    std::string name = it->path().filename().string();
+  auto& fs = *FileSystem::OrLocal(opts_.filesystem);
+  auto entries = fs.ListDir(dir);
+  if (!entries.ok()) return;
+  for (const FileInfo& e : *entries)
     for (const auto& b : bases)
-      if (name.rfind("." + b + ".tmp-", 0) == 0) ::unlink(it->path().c_str());
-  }
+      if (e.name.rfind("." + b + ".tmp-", 0) == 0) (void)fs.Remove(e.path);
 }
 
 }  // namespace shardkit::formats::wds

@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-#include "core/file.h"
+#include "io/file.h"
 #include "core/json_count.h"
 #include "core/paths.h"
 #include "io/shard_cache.h"

@@ -3,7 +3,7 @@
 
 #include <fmt/format.h>
 
-#include "core/file.h"
+#include "io/file.h"
 #include "core/paths.h"
 
 namespace shardkit::formats::wds {

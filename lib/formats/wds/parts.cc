@@ -1,7 +1,6 @@
 // A wds write split into parts: records, the finished check, merge (parts.h).
 #include "formats/wds/parts.h"
 
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <atomic>
@@ -15,7 +14,7 @@
 #include <xxhash.h>
 
 #include "core/cores.h"
-#include "core/file.h"
+#include "io/any_file.h"
 #include "core/json_count.h"
 #include "core/paths.h"
 #include "formats/wds/index.h"
@@ -147,23 +146,18 @@ Status CheckShards(const std::vector<ShardInfo>& shards, uint64_t first, bool wr
   for (size_t i = 0; i < shards.size(); ++i) {
     const ShardInfo& s = shards[i];
     Location at{.file = s.path, .shard = int64_t(first + i)};
-    struct stat st;
-    if (remote) {
-      std::optional<uint64_t> size;
-      if (listing) {
-        if (auto it = listing->find(s.path); it != listing->end()) size = it->second;
-      } else {
-        SK_ASSIGN_OR_RETURN(FileInfo fi, remote->Stat(s.path));
-        if (fi.type == FileType::kFile) size = fi.size;
-      }
-      if (!size) return Status::NotFound(fmt::format("a shard that '{}' lists is missing", listed_in), at);
-      st.st_size = off_t(*size);
-    } else if (::stat(s.path.c_str(), &st) != 0)
-      return Status::NotFound(fmt::format("a shard that '{}' lists is missing", listed_in), at);
-    if (uint64_t(st.st_size) != s.bytes)
+    std::optional<uint64_t> size;
+    if (remote && listing) {
+      if (auto it = listing->find(s.path); it != listing->end()) size = it->second;
+    } else {
+      SK_ASSIGN_OR_RETURN(FileInfo fi, remote ? remote->Stat(s.path) : io::StatAny(s.path));
+      if (fi.type == FileType::kFile) size = fi.size;
+    }
+    if (!size) return Status::NotFound(fmt::format("a shard that '{}' lists is missing", listed_in), at);
+    if (*size != s.bytes)
       return Status::Corrupt(fmt::format("shard has {} bytes, '{}' records {}: it was changed or damaged after "
                                          "it was written; rerun its part with --overwrite",
-                                         st.st_size, listed_in, s.bytes),
+                                         *size, listed_in, s.bytes),
                              at);
     if (write_index && !exists(IdxPathFor(s.path)))
       return Status::NotFound("the shard's DALI index is missing", Location{.file = IdxPathFor(s.path), .shard = at.shard});
@@ -300,7 +294,6 @@ Result<MergeSummary> MergeParts(const std::string& pattern, const MergeOptions& 
   SK_ASSIGN_OR_RETURN(std::shared_ptr<FileSystem> fs, OutputFs(pattern));
   Listing listing;
   std::vector<std::string> names;
-  std::error_code ec;
   if (remote) {
     auto entries = fs->ListDir(dir);
     if (!entries.ok())
@@ -321,9 +314,8 @@ Result<MergeSummary> MergeParts(const std::string& pattern, const MergeOptions& 
                                           "first (convert or shard with --part I/N)",
                                           pattern),
                               Location{.file = dir});
-    for (auto it = std::filesystem::directory_iterator(dir, ec); !ec && it != std::filesystem::directory_iterator();
-         it.increment(ec))
-      names.push_back(it->path().filename().string());
+    SK_ASSIGN_OR_RETURN(std::vector<FileInfo> entries, io::ListAny(dir));
+    for (const FileInfo& e : entries) names.push_back(e.name);
   }
   const bool manifest_exists = remote ? listing.count(manifest) > 0 : io::Exists(manifest);
   for (const std::string& name : names) {
@@ -337,7 +329,6 @@ Result<MergeSummary> MergeParts(const std::string& pattern, const MergeOptions& 
     else if (std::string(tail) == ".json.partial")
       journals.insert(JoinDir(dir, name.substr(0, name.size() - 8)));
   }
-  if (ec) return Status::FromErrno(ec.value(), "cannot list the output directory", Location{.file = dir});
   if (found.empty())
     return Status::NotFound(fmt::format("no part records ('{}*.json') beside '{}': run the parts first (convert or "
                                         "shard with --part I/N){}",

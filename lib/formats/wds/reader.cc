@@ -15,7 +15,6 @@
 #include "formats/wds/reader.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -32,7 +31,7 @@
 
 #include <fmt/format.h>
 
-#include "core/file.h"
+#include "io/any_file.h"
 #include "core/paths.h"
 #include "core/per_thread.h"
 #include "formats/tar/tar.h"
@@ -580,25 +579,11 @@ class WdsDataset : public Dataset {
 };
 
 Result<uint64_t> FileSize(const std::string& path, int64_t shard) {
-  if (io::IsUrl(path)) {
-    SK_ASSIGN_OR_RETURN(auto fs, FileSystemFor(path));
-    auto st = fs->Stat(path);
-    if (!st.ok()) {
-      Status s = std::move(st).take_status();
-      s.At(Location{.file = path, .shard = shard});
-      return s;
-    }
-    if (st->type == FileType::kNotFound) return Status::NotFound("shard does not exist", Location{.file = path, .shard = shard});
-    if (st->type != FileType::kFile) return Status::Invalid("shard is not a file", Location{.file = path, .shard = shard});
-    return st->size;
-  }
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0)
-    return errno == ENOENT ? Status::NotFound("shard does not exist", Location{.file = path, .shard = shard})
-                           : Status::FromErrno(errno, "cannot stat shard", Location{.file = path, .shard = shard});
-  if (!S_ISREG(st.st_mode))
-    return Status::Invalid("shard is not a regular file", Location{.file = path, .shard = shard});
-  return uint64_t(st.st_size);
+  auto st = io::StatAny(path);
+  if (!st.ok()) return Status(st.status()).At(Location{.file = path, .shard = shard});
+  if (st->type == FileType::kNotFound) return Status::NotFound("shard does not exist", Location{.file = path, .shard = shard});
+  if (st->type != FileType::kFile) return Status::Invalid("shard is not a regular file", Location{.file = path, .shard = shard});
+  return st->size;
 }
 
 // A cheap look at a trusted index against its local shard at open, without
@@ -609,26 +594,28 @@ bool SpotCheck(const std::string& path, const ShardIndex& idx) {
   // An index without samples proves nothing about the shard (a damaged or foreign .idx
   // may parse to none, and trusting it would drop every sample): scan instead.
   if (idx.samples.empty()) return false;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
+  auto opened = FileSystem::Local()->OpenForRead(path);
+  if (!opened.ok()) return false;
+  const ReadableFile& file = **opened;
+  auto block_at = [&](uint64_t offset, uint8_t* b) {
+    auto got = file.ReadAt(offset, tar::kBlock, b);
+    return got.ok() && *got == tar::kBlock;
+  };
   auto header_ok = [&](const FieldRef& f) {
     uint8_t b[tar::kBlock];
     uint64_t size = 0;
     char type = 0;
     // What LoadIdx checks of a header (size and type; not its checksum).
-    bool ok = ::pread(fd, b, sizeof b, off_t(f.offset - tar::kBlock)) == ssize_t(sizeof b) &&
-              tar::ParseNumber(b + 124, 12, &size) && size == f.size;
+    bool ok = f.offset >= tar::kBlock && block_at(f.offset - tar::kBlock, b) && tar::ParseNumber(b + 124, 12, &size) &&
+              size == f.size;
     if (ok) type = char(b[156]);
     return ok && (type == '0' || type == '\0');
   };
   const FieldRef& last = idx.samples.back().fields.back();
   uint64_t end = last.offset + (last.size + tar::kBlock - 1) / tar::kBlock * tar::kBlock;
   uint8_t z[tar::kBlock];
-  bool ok = header_ok(idx.samples.front().fields.front()) && header_ok(last) &&
-            ::pread(fd, z, sizeof z, off_t(end)) == ssize_t(sizeof z) &&
-            std::all_of(z, z + sizeof z, [](uint8_t c) { return c == 0; });
-  ::close(fd);
-  return ok;
+  return header_ok(idx.samples.front().fields.front()) && header_ok(last) && block_at(end, z) &&
+         std::all_of(z, z + sizeof z, [](uint8_t c) { return c == 0; });
 }
 
 bool HasSums(const std::string& first_shard) {

@@ -14,7 +14,7 @@
 
 #include <fmt/format.h>
 
-#include "core/file.h"
+#include "io/file.h"
 #include "formats/tar/tar.h"
 #include "formats/wds/names.h"
 #include "shardkit/sample.h"

@@ -2,7 +2,6 @@
 #include "formats/wds/shards.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -10,7 +9,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "core/file.h"
+#include "io/any_file.h"
 #include "core/paths.h"
 #include "io/shard_cache.h"
 #include "formats/tar/tar.h"
@@ -37,22 +36,18 @@ bool IsTarHeader(const uint8_t* b) {
 // 100 when the file's first block is a tar header, 0 when it is not, -1 when
 // it cannot be read (missing, a directory, shorter than a block).
 int TarContent(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  struct stat st{};
-  uint8_t block[512];
-  ssize_t r = -1;
-  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) r = ::pread(fd, block, sizeof block, 0);
-  ::close(fd);
-  if (r != ssize_t(sizeof block)) return -1;
-  return IsTarHeader(block) ? 100 : 0;
+  if (io::IsUrl(path)) return -1;  // (a remote address is bid on by its name: no request per bid)
+  auto head = io::ReadAnyHead(path, 512);
+  if (!head.ok() || head->size() != 512) return -1;
+  return IsTarHeader(reinterpret_cast<const uint8_t*>(head->data())) ? 100 : 0;
 }
 
 // 100 when the file is JSON whose "format" is "wds", 0 when it is another JSON
 // object, -1 when it cannot be read or parsed.
 int ManifestContent(const std::string& path) {
-  struct stat st{};
-  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > (64 << 20)) return -1;
+  if (io::IsUrl(path)) return -1;
+  auto size = io::RegularFileSize(path);
+  if (!size.ok() || *size > (64 << 20)) return -1;
   auto text = io::ReadFile(path);
   if (!text.ok()) return -1;
   json j = json::parse(*text, nullptr, false);

@@ -3,7 +3,7 @@
 
 #include <fmt/format.h>
 
-#include "core/file.h"
+#include "io/file.h"
 #include "io/shard_cache.h"
 #include "formats/wds/index.h"
 

@@ -86,13 +86,13 @@ WdsWriter::~WdsWriter() {
   if (!finished_) {
     AbortShard();
     if (!keep_state_ && StopRequested() == 0) {  // a stopped write stays resumable
-      for (const auto& p : committed_) ::unlink(p.c_str());
-      if (owns_journal_) ::unlink(journal_.c_str());
+      auto& fs = *FileSystem::OrLocal(opts_.filesystem);
+      for (const auto& p : committed_) (void)fs.Remove(p);
+      if (owns_journal_) (void)fs.Remove(journal_);
     }
   }
   if (hash_) XXH3_freeState(hash_);
   if (digest_) XXH3_freeState(digest_);
-  if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
 Result<std::unique_ptr<SampleWriter>> WdsWriter::Make(const std::string& pattern, const WriteOptions& opts) {
@@ -132,23 +132,27 @@ Result<std::unique_ptr<SampleWriter>> WdsWriter::Make(const std::string& pattern
     }
   }
   std::string dir = io::DirName(first);
-  if (!io::IsDir(dir)) SK_RETURN_IF_ERROR(io::MakeDirs(dir));
-  if (::access(dir.c_str(), W_OK) != 0)
-    return Status::FromErrno(errno, "output directory is not writable", Location{.file = dir});
+  auto& fs = *FileSystem::OrLocal(opts.filesystem);
+  SK_RETURN_IF_ERROR(fs.MakeDirs(dir));
+  SK_RETURN_IF_ERROR(io::CheckWritableDir(dir));
   if (w->part()) {
     // One process per part: a second one given the same part fails at once instead
     // of racing the first over the same files.
     std::string lock = w->record_ + ".lock";
-    w->lock_fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (w->lock_fd_ < 0) return Status::FromErrno(errno, "cannot create the part's lock file", Location{.file = lock});
-    if (::flock(w->lock_fd_, LOCK_EX | LOCK_NB) != 0)
+    auto locked = io::FileLock::TryLock(lock);
+    if (!locked.ok() && locked.status().code() == Code::kAlreadyExists)
       return Status::Exists(fmt::format("part {}/{} is being written by another process right now (it holds the "
                                         "lock); two processes were given the same part",
                                         opts.part.index, opts.part.count),
                             Location{.file = lock});
+    if (!locked.ok()) return std::move(locked).take_status();
+    w->lock_ = std::move(locked).value();
     // A merged manifest from an earlier run would describe shards this part replaces.
-    if (opts.overwrite && io::Exists(w->manifest_) && ::unlink(w->manifest_.c_str()) != 0)
-      return Status::FromErrno(errno, "cannot remove the old manifest", Location{.file = w->manifest_});
+    if (opts.overwrite) {
+      Status removed = fs.Remove(w->manifest_);
+      if (!removed.ok()) return Status(removed.code(), "cannot remove the old manifest: " + removed.message(),
+                                       Location{.file = w->manifest_});
+    }
   }
   w->RemoveStaleTemps(0);
   if (resuming) {
@@ -269,7 +273,8 @@ Result<WriteSummary> WdsWriter::Finish() {
   }
   // Complete: the journal goes (a crash before this leaves a journal that lists
   // every shard, and a resume then only rewrites the manifest).
-  if (::unlink(journal_.c_str()) == 0) (void)io::FsyncDir(io::DirName(journal_), opts_.filesystem);
+  if (FileSystem::OrLocal(opts_.filesystem)->Remove(journal_).ok())
+    (void)io::FsyncDir(io::DirName(journal_), opts_.filesystem);
   if (!part()) {
     // Temporary files that killed writes of this output left beside any of its shards
     // (a part leaves the others' alone: they may be live on another host).
@@ -279,11 +284,7 @@ Result<WriteSummary> WdsWriter::Finish() {
       return name == manifest_base || name == journal_base || paths::ShardNumberIn(pattern_base, name).has_value();
     });
   }
-  if (lock_fd_ >= 0) {
-    ::unlink((record_ + ".lock").c_str());
-    ::close(lock_fd_);
-    lock_fd_ = -1;
-  }
+  if (lock_) lock_->RemoveAndUnlock();
   summary_.samples = total_samples_;
   summary_.bytes = total;
   finished_ = true;

@@ -18,7 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/file.h"
+#include "io/file.h"
 #include "formats/wds/index.h"
 #include "shardkit/dataset.h"
 
@@ -77,7 +77,7 @@ class WdsWriter : public SampleWriter {
   WriteOptions opts_;
   std::string manifest_;
   std::string record_;  // a part's record (parts.h); empty when not a part
-  int lock_fd_ = -1;    // a part's lock: one process per part
+  std::unique_ptr<io::FileLock> lock_;  // a part's lock: one process per part
   struct archive* ar_ = nullptr;
   std::unique_ptr<io::AtomicFile> file_;
   XXH3_state_t* hash_ = nullptr;

@@ -1,6 +1,8 @@
-#include "core/file.h"
+#include "io/file.h"
+#include "io/shard_cache.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -29,11 +31,16 @@ std::string DirName(const std::string& path) {
 }
 
 bool Exists(const std::string& path) {
+  if (IsUrl(path)) return AnyExists(path);
   struct stat st;
   return ::lstat(path.c_str(), &st) == 0;
 }
 
 bool IsDir(const std::string& path) {
+  if (IsUrl(path)) {
+    auto fs = FileSystemFor(path);
+    return fs.ok() && (*fs)->IsDir(path);
+  }
   struct stat st;
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
@@ -154,8 +161,10 @@ Status AtomicFile::Commit() {
   return fs_->Publish(temp_, final_, PublishOptions{.replace = true, .published = &committed_});
 }
 
-Result<std::shared_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+Result<std::shared_ptr<MappedFile>> MappedFile::Open(const std::string& path) { return Open(path, path); }
+
+Result<std::shared_ptr<MappedFile>> MappedFile::Open(const std::string& local, const std::string& path) {
+  int fd = ::open(local.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return errno == ENOENT ? Status::NotFound("no such file", Location{.file = path})
                                      : Status::FromErrno(errno, "cannot open", Location{.file = path});
   struct stat st;
@@ -185,13 +194,45 @@ MappedFile::~MappedFile() {
 }
 
 // The local file system's ReadFile: one implementation of the read loop.
-Result<std::string> ReadFile(const std::string& path) { return FileSystem::Local()->ReadFile(path); }
+Result<std::string> ReadFile(const std::string& path) {
+  if (IsUrl(path)) return ReadAnyFile(path);
+  return FileSystem::Local()->ReadFile(path);
+}
 
 Status WriteFileAtomic(const std::string& path, std::string_view contents, bool overwrite,
                        const std::shared_ptr<FileSystem>& fs) {
   SK_ASSIGN_OR_RETURN(auto f, AtomicFile::Create(path, overwrite, fs));
   SK_RETURN_IF_ERROR(f->Write(contents));
   return f->Commit();
+}
+
+Status CheckWritableDir(const std::string& dir) {
+  if (::access(dir.c_str(), W_OK) != 0)
+    return Status::FromErrno(errno, "output directory is not writable", Location{.file = dir});
+  return Status::OK();
+}
+
+Result<std::unique_ptr<FileLock>> FileLock::TryLock(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::FromErrno(errno, "cannot create the lock file", Location{.file = path});
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    int e = errno;
+    ::close(fd);
+    if (e == EWOULDBLOCK) return Status::Exists("another process holds the lock", Location{.file = path});
+    return Status::FromErrno(e, "cannot lock", Location{.file = path});
+  }
+  return std::unique_ptr<FileLock>(new FileLock(path, fd));
+}
+
+FileLock::~FileLock() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void FileLock::RemoveAndUnlock() {
+  if (fd_ < 0) return;
+  ::unlink(path_.c_str());
+  ::close(fd_);
+  fd_ = -1;
 }
 
 }  // namespace shardkit::io

@@ -70,6 +70,9 @@ class AtomicFile {
 class MappedFile {
  public:
   static Result<std::shared_ptr<MappedFile>> Open(const std::string& path);
+  // Maps the local file `local` and names it `shown` (a remote file's address, of which
+  // `local` is a copy) in path() and in errors.
+  static Result<std::shared_ptr<MappedFile>> Open(const std::string& local, const std::string& shown);
   ~MappedFile();
   const uint8_t* data() const { return data_; }
   uint64_t size() const { return size_; }
@@ -82,6 +85,7 @@ class MappedFile {
   uint64_t size_ = 0;
 };
 
+// The whole file at a local path or an address (http(s)://, s3://: through FileSystemFor).
 Result<std::string> ReadFile(const std::string& path);
 // Writes a whole small file atomically (temp, sync, publish) through `fs` (null = local).
 Status WriteFileAtomic(const std::string& path, std::string_view contents, bool overwrite = true,
@@ -97,8 +101,33 @@ Status FsyncDir(const std::string& dir, const std::shared_ptr<FileSystem>& fs = 
 Status MakeDirs(const std::string& dir);
 // The directory part of a path ("." when none).
 std::string DirName(const std::string& path);
+// Whether something is at a local path (a dangling symlink too) or an address; whether it
+// is a directory (on s3, a key prefix).
 bool Exists(const std::string& path);
 bool IsDir(const std::string& path);
+// A local directory that this process may create files in; else an error naming it
+// ("output directory is not writable"): the early, clear refusal a writer gives.
+Status CheckWritableDir(const std::string& dir);
+
+// An exclusive lock (flock) on a local lock file, held until Unlock() or destruction:
+// how one process claims an output part. One thread at a time.
+class FileLock {
+ public:
+  // Creates the file if needed and locks it without waiting: kAlreadyExists when another
+  // process holds it.
+  static Result<std::unique_ptr<FileLock>> TryLock(const std::string& path);
+  ~FileLock();
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+  // Removes the lock file, then releases the lock.
+  void RemoveAndUnlock();
+
+ private:
+  FileLock(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  std::string path_;
+  int fd_ = -1;
+};
+
 // What killed writers of an output left in the local directory `dir`: temporary files
 // ".NAME.tmp-PID" (AtomicFile, HDF5) and staging directories "NAME.partial-PID-XXXXXX"
 // (directory outputs) whose NAME `owns` accepts and whose PID is no live process of

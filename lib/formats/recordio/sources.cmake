@@ -1,0 +1,7 @@
+# The recordio format's sources, included by lib/CMakeLists.txt.
+target_sources(shardkit_objects PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/framing.cc
+  ${CMAKE_CURRENT_LIST_DIR}/reader.cc
+  ${CMAKE_CURRENT_LIST_DIR}/writer.cc
+  ${CMAKE_CURRENT_LIST_DIR}/format.cc
+)
