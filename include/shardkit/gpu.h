@@ -193,6 +193,7 @@ class SHARDKIT_API GpuLoader {
   uint64_t num_batches() const;
   uint64_t num_samples() const;
   DecoderKind decoder() const;  // what is in use: kCpu or kGpu (never kAuto)
+  int threads() const;          // host decoding threads in use (LoaderOptions::threads resolved)
   // The loader's cudaStream_t (copies, decode, kernels; the GPU decode path resizes into
   // the ring on a second stream of the same, lowest, priority): use a batch's ready event
   // (DeviceBatch), not this stream, to order work after a batch.

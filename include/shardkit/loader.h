@@ -105,7 +105,14 @@ struct LoaderOptions {
   // false: the epoch is padded by repeating its first samples so every rank gets
   // ceil(N / world); the last batch may be partial, equally on every rank.
   bool drop_last = false;
-  int threads = 0;          // decoding threads; 0 = all hardware threads
+  // Decoding threads; 0 = the default (docs/loader.md, "Threads"): the CPUs of this
+  // process's affinity mask, or this rank's share of them (local_world_size), less one
+  // core feeding a GPU and one more on the GPU decode path. Loader::options().threads and
+  // GpuLoader::threads() say what was used.
+  int threads = 0;
+  // Ranks of this job on this machine (torchrun's LOCAL_WORLD_SIZE; the library reads no
+  // environment for it: Python passes it). 0 or 1: this process alone.
+  int local_world_size = 0;
   int prefetch = 4;         // pool buffers = batches decoded ahead + held by the consumer
   // When the consumer holds every pool buffer, Next() waits this long for one to be
   // released (by another thread) before it fails with kInvalidArgument. 0 = fail at once:

@@ -545,7 +545,6 @@ struct Set {
 
 struct DecodeImpl final : ProducerImpl {
   DecoderKind kind_requested = DecoderKind::kGpu;  // GpuOptions::decoder as asked (auto or gpu)
-  bool threads_defaulted = false;                 // LoaderOptions::threads was 0
   std::unique_ptr<Dataset> dataset;
   std::shared_ptr<RandomAccess> data;
   pipeline::SourceFacts facts;  // of `dataset` (none when made from a RandomAccess)
@@ -678,9 +677,7 @@ struct DecodeImpl final : ProducerImpl {
     // scheduling spins while there are more cores than contexts); the producer only posts
     // rows to them. With all but one, the engines' batches waited for a core (issue 16's
     // third table: 14 threads fed ResNet-18 faster than 16).
-    int threads = g.host_threads > 0 ? g.host_threads
-                  : threads_defaulted ? std::max(1, int(tbb::info::default_concurrency()) - 2)
-                                      : o.threads;
+    int threads = g.host_threads > 0 ? g.host_threads : o.threads;
     pool = std::make_unique<RowPool>(threads, g.device);
     // The packer's parallel copies run in an arena of their own: on the host threads they
     // would queue behind phase-1 decodes of the next batches.
@@ -1426,10 +1423,13 @@ Result<std::unique_ptr<GpuLoader::Impl>> MakeImpl(std::shared_ptr<RandomAccess> 
   int count = CudaDeviceCount();
   if (gopts.device < 0 || gopts.device >= count)
     return Status::Invalid(fmt::format("CUDA device {} does not exist ({} found)", gopts.device, count));
-  LoaderOptions o = opts;
-  SK_RETURN_IF_ERROR(pipeline::ResolveOptions(&o, gopts));
+  // The decoder first: the thread default depends on it.
   DecoderKind kind = gopts.decoder;
   if (kind == DecoderKind::kAuto) kind = NvjpegCompiled() ? DecoderKind::kGpu : DecoderKind::kCpu;
+  GpuOptions resolved = gopts;
+  resolved.decoder = kind;
+  LoaderOptions o = opts;
+  SK_RETURN_IF_ERROR(pipeline::ResolveOptions(&o, resolved));
   if (kind == DecoderKind::kGpu && !NvjpegCompiled() && !gopts.force_cpu_decode)
     return Status::Unsupported("decoder=gpu: this build has no nvJPEG (nvjpeg.h or libnvjpeg was not found when "
                                "configuring); use decoder=cpu or auto");
@@ -1446,7 +1446,6 @@ Result<std::unique_ptr<GpuLoader::Impl>> MakeImpl(std::shared_ptr<RandomAccess> 
   impl->g = gopts;
   impl->kind = kind;
   impl->kind_requested = gopts.decoder;
-  impl->threads_defaulted = opts.threads == 0;
   if (data) {
     impl->data = std::move(data);
   } else {
@@ -1495,6 +1494,10 @@ uint64_t GpuLoader::epoch() const { return impl_->out.epoch; }
 uint64_t GpuLoader::num_batches() const { return impl_->NumBatches(); }
 uint64_t GpuLoader::num_samples() const { return impl_->NumSamples(); }
 DecoderKind GpuLoader::decoder() const { return impl_->kind; }
+int GpuLoader::threads() const {
+  // (GpuOptions::host_threads sizes the decode path's pool only.)
+  return impl_->kind == DecoderKind::kGpu && impl_->g.host_threads > 0 ? impl_->g.host_threads : impl_->o.threads;
+}
 void* GpuLoader::stream() const { return impl_->stream; }
 std::vector<Status> GpuLoader::skipped() const { return impl_->Skipped(); }
 

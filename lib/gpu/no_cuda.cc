@@ -59,6 +59,7 @@ uint64_t GpuLoader::epoch() const { return 0; }
 uint64_t GpuLoader::num_batches() const { return 0; }
 uint64_t GpuLoader::num_samples() const { return 0; }
 DecoderKind GpuLoader::decoder() const { return DecoderKind::kCpu; }
+int GpuLoader::threads() const { return 0; }
 void* GpuLoader::stream() const { return nullptr; }
 Result<DeviceBatch> GpuLoader::Next() { return No(); }
 std::vector<Status> GpuLoader::skipped() const { return {}; }

@@ -2,10 +2,12 @@
 #include "pipeline/engine.h"
 
 #include <cstdlib>
+#include <thread>
 
 #include <fmt/format.h>
 #include <tbb/info.h>
 
+#include "core/cores.h"
 #include "core/pickle.h"
 #include "shardkit/gpu.h"
 
@@ -84,10 +86,23 @@ Status Validate(const LoaderOptions& o, const GpuOptions& g) {
 
 namespace pipeline {
 
+int DefaultThreads(const LoaderOptions& o, FeedPath path) {
+  const int mask = core::UsableCores();
+  int cores = mask;
+  // G ranks on one machine that each may use all of it would start G x all-cores threads;
+  // a rank pinned by its launcher (taskset, numactl, srun --cpu-bind) keeps its mask.
+  if (o.local_world_size > 1 && mask >= int(std::thread::hardware_concurrency())) cores = mask / o.local_world_size;
+  // Feeding a GPU: one core is left to the thread that launches the model's kernels
+  // (starved of a core, it leaves the GPU idle between kernels: issue 16); the decode
+  // path leaves one more to its submitter, which spins in nvJPEG's batched call.
+  const int spare = path == FeedPath::kHost ? 0 : path == FeedPath::kGpuCopy ? 1 : 2;
+  return std::max(1, cores - spare);
+}
+
 Status ResolveOptions(LoaderOptions* o) {
   SK_RETURN_IF_ERROR(CheckOptions(*o, kMaxOutputSide));
   SK_RETURN_IF_ERROR(ResolveRank(o));
-  if (o->threads == 0) o->threads = tbb::info::default_concurrency();
+  if (o->threads == 0) o->threads = DefaultThreads(*o, FeedPath::kHost);
   return Status::OK();
 }
 
@@ -95,9 +110,8 @@ Status ResolveOptions(LoaderOptions* o, const GpuOptions& g) {
   SK_RETURN_IF_ERROR(CheckOptions(*o, kMaxGpuOutputSide));
   SK_RETURN_IF_ERROR(CheckGpuOptions(g));
   SK_RETURN_IF_ERROR(ResolveRank(o));
-  // Feeding a GPU: one core is left to the thread that launches the model's kernels
-  // (starved of a core, it leaves the GPU idle between kernels: issue 16).
-  if (o->threads == 0) o->threads = std::max(1, int(tbb::info::default_concurrency()) - 1);
+  if (o->threads == 0)
+    o->threads = DefaultThreads(*o, g.decoder == DecoderKind::kCpu ? FeedPath::kGpuCopy : FeedPath::kGpuDecode);
   return Status::OK();
 }
 

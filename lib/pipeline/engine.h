@@ -51,8 +51,21 @@ namespace shardkit::pipeline {
 
 // ---- options ----
 
+// What a loader feeds, for its thread default.
+enum class FeedPath {
+  kHost,       // host batches (Loader)
+  kGpuCopy,    // device batches decoded on the host (GpuLoader, decoder cpu)
+  kGpuDecode,  // device batches decoded by nvJPEG (GpuLoader, decoder gpu)
+};
+// The decoding threads a loader starts when LoaderOptions::threads is 0: the one
+// definition (docs/loader.md, "Threads"). The CPUs of this process's affinity mask; when
+// LoaderOptions::local_world_size ranks share this machine and none is pinned (its mask
+// is the whole machine), this rank's share of them; less one core feeding a GPU (the
+// training loop's thread) and one more on the GPU decode path (its submitter); at least 1.
+int DefaultThreads(const LoaderOptions& o, FeedPath path);
+
 // Validates `o` (shardkit::Validate) and fills in the defaults: rank and world size
-// from the RANK / WORLD_SIZE environment when < 0, threads = all hardware threads when 0.
+// from the RANK / WORLD_SIZE environment when < 0, threads (DefaultThreads) when 0.
 Status ResolveOptions(LoaderOptions* o);
 // The same, plus the GPU options' own checks (shardkit::Validate(o, g)).
 Status ResolveOptions(LoaderOptions* o, const GpuOptions& g);

@@ -39,22 +39,6 @@ def _range(v, name):
     return (lo, hi)
 
 
-def _rank_threads(gpu=False):
-    """threads=0: the CPUs this process may run on (its affinity mask); under a launcher that
-    starts several ranks on this host (torchrun's LOCAL_WORLD_SIZE) and left every rank the
-    whole machine, this rank's share of them, so that G ranks do not start G x all-cores
-    threads. A rank pinned by the launcher (taskset, numactl, srun --cpu-bind) keeps its mask."""
-    try:
-        mask = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return 0
-    local = _env_int("LOCAL_WORLD_SIZE") or 1
-    if local > 1 and mask >= (os.cpu_count() or mask):
-        # feeding a GPU: one core of the share stays with the training loop's thread
-        return max(1, mask // local - (1 if gpu else 0))
-    return 0  # the library's default: its pool follows the affinity mask
-
-
 def _env_int(name):
     v = os.environ.get(name)
     return int(v) if v not in (None, "") else None
@@ -205,7 +189,6 @@ class Loader:
         if decoder == "gpu" and str(device) == "cpu":
             raise NotImplementedError('decoder="gpu" needs device="cuda:N"')
         self._device = _parse_device(device)
-        self_gpu = self._device.type == "cuda"
         self._channels_last = layout == "channels_last"
         self._return_keys = bool(return_keys)
         self._fields = fields
@@ -214,7 +197,10 @@ class Loader:
         args = dict(
             batch_size=int(batch_size), shuffle=bool(shuffle), seed=int(seed),
             rank=-1 if rank is None else int(rank), world_size=-1 if world_size is None else int(world_size),
-            drop_last=bool(drop_last), threads=int(threads) or _rank_threads(self_gpu), prefetch=int(prefetch),
+            drop_last=bool(drop_last), threads=int(threads), prefetch=int(prefetch),
+            # threads=0: the library's default (docs/loader.md, "Threads"), a share of the
+            # machine when torchrun starts several ranks on it.
+            local_world_size=_env_int("LOCAL_WORLD_SIZE") or 0,
             output_height=height, output_width=width, train=train, scale=scale, ratio=ratio,
             flip_p=flip_p if train else 0.0, resize_size=int(resize_size), dct_scaling=bool(dct_scaling),
             mean=list(mean), std=list(std), dtype=dtype,
@@ -257,10 +243,7 @@ class Loader:
         self._host_wait = 0.0
         self._host_batches = 0
         self._host_images = 0
-        # The library's defaults: the CPUs minus one feeding a GPU (a core for the training
-        # loop's thread), minus two on the GPU decode path (also one for its submitter).
-        spare = (2 if self._loader.decoder == "gpu" else 1) if self._gpu else 0
-        self._threads = args["threads"] or max(1, len(os.sched_getaffinity(0)) - spare)
+        self._threads = self._loader.threads  # as the library decided (threads=0: its default)
         self.batch_size = int(batch_size)
         self.drop_last = bool(drop_last)
         self._epoch = 0

@@ -514,12 +514,13 @@ tensor made from it is freed.)doc")
                        int buffer_wait_ms, bool stream, uint32_t shuffle_buffer, bool prefetch_next_epoch,
                        std::vector<std::string> fields, const std::string& missing_fields,
                        std::map<std::string, std::string> source_options, const std::string& cache_dir,
-                       uint64_t cache_bytes, bool trust_manifest) {
+                       uint64_t cache_bytes, bool trust_manifest, int local_world_size) {
              LoaderOptions o = MakeOptions(batch_size, shuffle, seed, rank, world_size, drop_last, threads, prefetch,
                                            output_height, output_width, train, scale, ratio, flip_p, resize_size,
                                            dct_scaling, mean, std_, dtype, layout, on_error, image_field, stream,
                                            shuffle_buffer, prefetch_next_epoch, fields, missing_fields);
              o.buffer_wait_ms = buffer_wait_ms;
+             o.local_world_size = local_world_size;
              // How the address and, streamed, each shard are opened (LoaderOptions::open).
              o.open = SourceOptions(source_options, cache_dir, cache_bytes, trust_manifest);
              return std::make_unique<PyLoader>([&]() -> Result<std::unique_ptr<Loader>> {
@@ -535,7 +536,7 @@ tensor made from it is freed.)doc")
            py::arg("shuffle_buffer") = 8192, py::arg("prefetch_next_epoch") = true,
            py::arg("fields") = std::vector<std::string>{}, py::arg("missing_fields") = "raise",
            py::arg("source_options") = std::map<std::string, std::string>{}, py::arg("cache_dir") = "",
-           py::arg("cache_bytes") = 0, py::arg("trust_manifest") = false)
+           py::arg("cache_bytes") = 0, py::arg("trust_manifest") = false, py::arg("local_world_size") = 0)
       .def("next", &PyLoader::Next)
       .def("set_epoch", &PyLoader::SetEpoch, py::arg("epoch"))
       .def("save_state", &PyLoader::SaveState)
@@ -548,6 +549,8 @@ tensor made from it is freed.)doc")
       .def_property_readonly("num_samples",
                              [](PyLoader& l) { return l.With([](Loader& x) { return x.num_samples(); }); })
       .def_property_readonly("rank", [](PyLoader& l) { return l.With([](Loader& x) { return x.rank(); }); })
+      .def_property_readonly("threads",
+                             [](PyLoader& l) { return l.With([](Loader& x) { return x.options().threads; }); })
       .def_property_readonly("world_size",
                              [](PyLoader& l) { return l.With([](Loader& x) { return x.world_size(); }); })
       .def_property_readonly("class_names",
@@ -584,12 +587,13 @@ tensor made from it is freed.)doc")
                        uint32_t shuffle_buffer, bool prefetch_next_epoch, double hardware_load, bool profile,
                        std::vector<std::string> fields, const std::string& missing_fields,
                        std::map<std::string, std::string> source_options, const std::string& cache_dir,
-                       uint64_t cache_bytes, bool trust_manifest) {
+                       uint64_t cache_bytes, bool trust_manifest, int local_world_size) {
              LoaderOptions o = MakeOptions(batch_size, shuffle, seed, rank, world_size, drop_last, threads, prefetch,
                                            output_height, output_width, train, scale, ratio, flip_p, resize_size,
                                            dct_scaling, mean, std_, dtype, layout, on_error, image_field, stream,
                                            shuffle_buffer, prefetch_next_epoch, fields, missing_fields);
              o.buffer_wait_ms = buffer_wait_ms;
+             o.local_world_size = local_world_size;
              o.open = SourceOptions(source_options, cache_dir, cache_bytes, trust_manifest);
              GpuOptions g;
              g.device = device;
@@ -614,7 +618,7 @@ tensor made from it is freed.)doc")
            py::arg("prefetch_next_epoch") = true, py::arg("hardware_load") = -1.0, py::arg("profile") = false,
            py::arg("fields") = std::vector<std::string>{}, py::arg("missing_fields") = "raise",
            py::arg("source_options") = std::map<std::string, std::string>{}, py::arg("cache_dir") = "",
-           py::arg("cache_bytes") = 0, py::arg("trust_manifest") = false)
+           py::arg("cache_bytes") = 0, py::arg("trust_manifest") = false, py::arg("local_world_size") = 0)
       .def("next", &PyGpuLoader::Next)
       .def("set_epoch", &PyGpuLoader::SetEpoch, py::arg("epoch"))
       .def("save_state", &PyGpuLoader::SaveState)
@@ -626,6 +630,8 @@ tensor made from it is freed.)doc")
                              [](PyGpuLoader& l) { return l.With([](GpuLoader& x) { return x.num_batches(); }); })
       .def_property_readonly("num_samples",
                              [](PyGpuLoader& l) { return l.With([](GpuLoader& x) { return x.num_samples(); }); })
+      .def_property_readonly("threads",
+                             [](PyGpuLoader& l) { return l.With([](GpuLoader& x) { return x.threads(); }); })
       .def_property_readonly("decoder", [](PyGpuLoader& l) {
         return std::string(DecoderName(l.With([](GpuLoader& x) { return x.decoder(); })));
       })

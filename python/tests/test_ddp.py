@@ -140,15 +140,23 @@ def test_checkpoint_mid_epoch_resumes_on_the_same_world(data, tmp_path):
     assert len(resumed[0]["after"]) == len(resumed[1]["after"])
 
 
-def test_rank_threads_share_the_host_under_torchrun(monkeypatch):
+def test_rank_threads_share_the_host_under_torchrun(data, monkeypatch):
     # threads=0 under torchrun with G local ranks and no pinning: each rank takes mask / G.
-    from shardkit import loader as skl
+    # The library decides (one definition, LoaderOptions::local_world_size); Loader.threads
+    # reports it.
+    import shardkit
 
+    address = data[0]
     mask = len(os.sched_getaffinity(0))
+    pinned = mask < (os.cpu_count() or mask)
+
+    def threads():
+        return shardkit.Loader(address, batch_size=2, threads=0, rank=0, world_size=1).threads
+
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
-    if mask >= (os.cpu_count() or mask):
-        assert skl._rank_threads() == max(1, mask // 2)
+    assert threads() == (mask if pinned else max(1, mask // 2))
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
-    assert skl._rank_threads() == 0  # one rank: the library's default (the whole mask)
+    assert threads() == mask  # one rank: the whole mask
     monkeypatch.delenv("LOCAL_WORLD_SIZE")
-    assert skl._rank_threads() == 0
+    assert threads() == mask
+    assert shardkit.Loader(address, batch_size=2, threads=3, rank=0, world_size=1).threads == 3
