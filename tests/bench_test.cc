@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "pipeline/bench_render.h"
 #include "shardkit/bench.h"
 #include "support.h"
 

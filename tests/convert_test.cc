@@ -6,6 +6,7 @@
 #include <atomic>
 #include <set>
 
+#include "core/front_end.h"
 #include "shardkit/convert.h"
 
 using namespace shardkit;

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "core/front_end.h"
 #include "cli.h"
 #include "io/upload_staging.h"
 

@@ -5,6 +5,7 @@
 #include <memory>
 #include <unistd.h>
 
+#include "pipeline/bench_render.h"
 #include "cli.h"
 #include "io/file.h"
 #include "shardkit/bench.h"

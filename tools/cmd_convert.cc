@@ -6,6 +6,7 @@
 #include <memory>
 #include <thread>
 
+#include "core/front_end.h"
 #include "cli.h"
 
 namespace shardkit::cli {

@@ -108,13 +108,6 @@ struct LoaderBenchResult {
 };
 
 SHARDKIT_API Result<LoaderBenchResult> RunLoaderBench(const std::string& address, const LoaderBenchOptions& opts);
-SHARDKIT_API std::string LoaderBenchTable(const std::vector<LoaderBenchResult>& r);
-SHARDKIT_API std::string LoaderBenchJson(const std::vector<LoaderBenchResult>& r);
-
-// Renderings of a report. The JSON schema is "shardkit-bench-v1", documented in docs/bench.md.
-SHARDKIT_API std::string BenchTable(const BenchReport& r);
-SHARDKIT_API std::string BenchJson(const BenchReport& r);
-// An SVG with the latency CDF of every dataset (log time axis) and throughput versus threads.
-SHARDKIT_API std::string BenchSvg(const BenchReport& r);
+// (The table, JSON and SVG renderings are the command's: lib/pipeline/bench_render.h.)
 
 }  // namespace shardkit

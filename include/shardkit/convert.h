@@ -88,10 +88,6 @@ struct ConvertOptions {
   bool allow_empty = false;
 };
 
-// SHARDKIT_STAGING_DIR, else TMPDIR, else "": ConvertOptions::staging_dir as the CLI and
-// Python default it (front ends call it; the library never does).
-SHARDKIT_API std::string StagingDirFromEnvironment();
-
 struct ConvertProgress {
   uint64_t samples = 0;               // samples written so far
   uint64_t bytes = 0;                 // payload bytes written so far
@@ -206,16 +202,5 @@ SHARDKIT_API std::vector<uint64_t> EvenShardPlan(uint64_t total, uint64_t num_sh
 // the same on every platform and build. (Until 0.x it was Fisher-Yates on
 // std::mt19937_64: orders changed once, see CHANGELOG.md.)
 SHARDKIT_API std::vector<uint64_t> ShufflePermutation(uint64_t n, uint64_t seed);
-
-// Parses a byte size: a non-negative number with an optional unit, decimal
-// (B, KB, MB, GB, TB) or binary (KiB, MiB, GiB, TiB), case-insensitive; e.g.
-// "1GiB", "500MB", "1000000", "1.5GB". kInvalidArgument names the string.
-SHARDKIT_API Result<uint64_t> ParseByteSize(std::string_view s);
-
-// The `threads` that `shardkit convert` and `shardkit shard` use unless told, and
-// shardkit.convert() and shard() in Python: the cores this process may run on (its CPU
-// affinity mask, not the machine's size), at least 2 (reading overlaps
-// writing), at most 8. (ConvertOptions::threads and ShardOptions::threads stay 1.)
-SHARDKIT_API int DefaultCopyThreads();
 
 }  // namespace shardkit

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "core/front_end.h"
 #include "shardkit/convert.h"
 #include "shardkit/dataset.h"
 
@@ -27,10 +28,5 @@ Status OpenOptionsFromEnvironment(OpenOptions* o) {
   return Status::OK();
 }
 
-std::string StagingDirFromEnvironment() {
-  for (const char* name : {"SHARDKIT_STAGING_DIR", "TMPDIR"})
-    if (const char* d = std::getenv(name); d && *d) return d;
-  return {};
-}
 
 }  // namespace shardkit

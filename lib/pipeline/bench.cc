@@ -1,4 +1,5 @@
 // shardkit bench: random-read latency and throughput, interleaved across datasets.
+#include "pipeline/bench_render.h"
 #include "shardkit/bench.h"
 
 #include <time.h>

@@ -1,5 +1,6 @@
 // shardkit.convert() / shardkit.shard(): the library's convert pipeline
 // (shardkit/convert.h), run with the GIL released.
+#include "core/front_end.h"
 #include "common.h"
 
 #include "shardkit/convert.h"

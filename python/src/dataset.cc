@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 
+#include "core/front_end.h"
 #include "common.h"
 #include "shardkit/convert.h"
 #include "shardkit/filesystem.h"

@@ -1,4 +1,5 @@
 // The random-access index within a budget (index_cache.h).
+#include "core/front_end.h"
 #include "formats/wds/index_cache.h"
 
 #include <sys/mman.h>
