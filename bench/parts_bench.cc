@@ -116,7 +116,7 @@ int main(int argc, char** argv) {
   std::filesystem::create_directories(dir);
   const std::string pattern = dir + "/t-%07d.tar";
   WriteOptions w;
-  w.wds.write_index = false;
+  w.write_index = false;
   w.part.count = parts;
   w.part.total_shards = parts;
   w.part.total_samples = parts * 100;

@@ -450,3 +450,25 @@ TEST_CASE("cli: a folder holding shards is refused with the address to open, usa
   CHECK(threads.exit_code == 0);
   CHECK(nlohmann::json::parse(threads.out)["samples"] == 6);
 }
+
+TEST_CASE("convert's per-format flags are made from the formats' option tables", "[cli]") {
+  RunResult help = Cli("convert --help");
+  REQUIRE(help.exit_code == 0);
+  for (const shardkit::FormatOption& o : shardkit::FormatOptions()) {
+    std::string flag = "--" + o.format + "-" + o.name;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    INFO(flag);
+    CHECK_THAT(help.out, Catch::Contains(flag));
+  }
+  // A flag reaches the writer; a value outside the table's choices is a usage error.
+  TempDir t;
+  MakeImageFolder(t / "src", 2, 2, 3);
+  RunResult ok = Cli("convert " + Q(t / "src") + " " + Q("lmdb:" + (t / "c.lmdb")) + " --lmdb-layout caffe");
+  INFO(ok.err);
+  REQUIRE(ok.exit_code == 0);
+  RunResult info = Cli("info " + Q(t / "c.lmdb"));
+  CHECK_THAT(info.out, Catch::Contains("caffe"));
+  RunResult bad = Cli("convert " + Q(t / "src") + " " + Q("lmdb:" + (t / "d.lmdb")) + " --lmdb-layout nope");
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.err, Catch::Contains("--lmdb-layout"));
+}

@@ -254,7 +254,7 @@ TEST_CASE("hdf5 native arrays: images [N,H,W,C] or vlen + shapes, keys and label
     st = WriteSamples(dir / "bad.h5", in);
     CHECK(st.message().find("--hdf5-arrays fields") != std::string::npos);
     WriteOptions o;
-    o.hdf5.arrays = "fields";
+    o.format_options["hdf5.arrays"] = "fields";
     REQUIRE(WriteSamples(dir / "fields.h5", in, o).ok());
     auto ds = Open(dir / "fields.h5");
     REQUIRE(ds.ok());

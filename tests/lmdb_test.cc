@@ -200,7 +200,7 @@ TEST_CASE("lmdb: random access from 16 threads in waves: bytes equal, views outl
     DYNAMIC_SECTION(layout) {
       auto samples = MakeSamples(300, false, 24);
       WriteOptions o;
-      o.lmdb.layout = layout;
+      o.format_options["lmdb.layout"] = layout;
       std::string dir = t / (layout + ".lmdb");
       WriteAll(dir, samples, o);
       REQUIRE(io::Exists(dir + "/lock.mdb"));  // readers use LMDB's reader table (1024 slots)
@@ -314,7 +314,7 @@ TEST_CASE("lmdb: caffe layout is what convert_imageset --encoded writes", "[lmdb
   auto samples = MakeSamples(11, false);
   std::string out = t / "caffe.lmdb";
   WriteOptions o;
-  o.lmdb.layout = "caffe";
+  o.format_options["lmdb.layout"] = "caffe";
   WriteAll(out, samples, o);
 
   auto ds = Open(out);
@@ -552,7 +552,7 @@ TEST_CASE("lmdb: caffe layout values are checked against shardkit.json's sample 
   auto samples = MakeSamples(4, false);
   std::string out = t / "c.lmdb";
   WriteOptions o;
-  o.lmdb.layout = "caffe";
+  o.format_options["lmdb.layout"] = "caffe";
   WriteAll(out, samples, o);
   std::string script = t / "poke.py";
   WriteFile(script, std::string(kPyDatum) + R"(
@@ -855,7 +855,7 @@ TEST_CASE("lmdb: caffe layout keys keep the listed file name's extension as it i
   WriteFile(t / "in/c0/x_0.JPEG", big);
   WriteFile(t / "in/c0/y_1.jpg", small);
   ConvertOptions o;
-  o.write.lmdb.layout = "caffe";
+  o.write.format_options["lmdb.layout"] = "caffe";
   auto r = Convert("folder:" + t / "in", "lmdb:" + t / "a.lmdb", o);
   INFO(r.status().ToString());
   REQUIRE(r.ok());

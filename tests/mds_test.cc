@@ -177,7 +177,7 @@ TEST_CASE("mds: writes index.json and shards as MDSWriter does, and reads them b
   auto want = Fixture();
   WriteOptions wo;
   wo.class_names = {"a", "b", "c"};
-  wo.mds.hashes = {"xxh64", "sha1", "md5"};
+  wo.format_options["mds.hashes"] = "xxh64,sha1,md5";
   auto sum = WriteAll("mds:" + (t / "out"), want, wo);
   CHECK(sum.samples == want.size());
   REQUIRE(sum.shards.size() == 1);
@@ -279,7 +279,7 @@ TEST_CASE("mds: zstd shards as streaming names them, read back and verified") {
   TempDir t;
   auto want = Fixture();
   WriteOptions wo;
-  wo.mds.compression = "zstd:7";
+  wo.format_options["mds.compression"] = "zstd:7";
   WriteAll("mds:" + (t / "z"), want, wo);
   json sh = ReadJson(t / "z/index.json")["shards"][0];
   CHECK(sh["compression"] == "zstd:7");
@@ -297,10 +297,10 @@ TEST_CASE("mds: zstd shards as streaming names them, read back and verified") {
 
   TempDir t2;
   WriteOptions bad;
-  bad.mds.compression = "gz";
+  bad.format_options["mds.compression"] = "gz";
   CHECK(Create("mds:" + (t2 / "x"), bad).status().code() == Code::kInvalidArgument);
-  bad.mds.compression = "";
-  bad.mds.hashes = {"sha256"};
+  bad.format_options["mds.compression"] = "";
+  bad.format_options["mds.hashes"] = "sha256";
   CHECK(Create("mds:" + (t2 / "x"), bad).status().code() == Code::kInvalidArgument);
 }
 

@@ -206,7 +206,7 @@ TEST_CASE("registry: typed answers: shards, checksum kinds, file per sample") {
   WriteTwo("lmdb:" + t / "db.lmdb");
   {
     WriteOptions caffe;
-    caffe.lmdb.layout = "caffe";
+    caffe.format_options["lmdb.layout"] = "caffe";
     auto w = Create("lmdb:" + t / "caffe.lmdb", caffe);
     REQUIRE(w.ok());
     REQUIRE((*w)->Write(Make("a", {{"jpg", sk_test::MakeJpeg(8, 8, 1)}, {"cls", "0"}})).ok());

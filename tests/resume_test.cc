@@ -314,7 +314,7 @@ TEST_CASE("resume: an lmdb write killed at every file operation resumes to the s
     if (layout == "caffe")  // one image and a label
       for (auto& s : samples) s.erase("json");
     WriteOptions o;
-    o.lmdb.layout = layout;
+    o.format_options["lmdb.layout"] = layout;
     o.class_names = {"a", "b", "c"};
     REQUIRE(WriteAll(t / (layout + "-ref.lmdb"), samples, o).ok());
     auto ref = Contents(t / (layout + "-ref.lmdb"));
@@ -379,7 +379,7 @@ TEST_CASE("resume: lmdb disk full keeps the committed samples, a changed source 
   CHECK(st.code() == Code::kInvalidArgument);
   CHECK(st.message().find("first 8 samples differ") != std::string::npos);
   WriteOptions caffe = resume;
-  caffe.lmdb.layout = "caffe";
+  caffe.format_options["lmdb.layout"] = "caffe";
   st = WriteAll(t / "o.lmdb", samples, caffe);
   CHECK(st.code() == Code::kInvalidArgument);
   CHECK(st.message().find("layout") != std::string::npos);

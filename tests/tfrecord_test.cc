@@ -297,7 +297,7 @@ TEST_CASE("tfrecord: the TFDS preset and a field map, both ways", "[tfrecord]") 
   TempDir t;
   auto want = MakeSamples(4);
   WriteOptions o;
-  o.tfrecord.preset = "tfds";
+  o.format_options["tfrecord.preset"] = "tfds";
   WriteDs("tfrecord:" + (t / "tfds.tfrecord"), want, o);
   std::string file = ReadFile(t / "tfds.tfrecord");
   pb::Example ex;
@@ -310,7 +310,7 @@ TEST_CASE("tfrecord: the TFDS preset and a field map, both ways", "[tfrecord]") 
   CHECK(info.extra["preset"] == "tfds");
 
   WriteOptions m;
-  m.tfrecord.field_map = {{"pixels", "jpg"}, {"y", "cls-1"}, {"id", "__key__"}};
+  m.format_options["tfrecord.field_map"] = "pixels=jpg,y=cls-1,id=__key__";
   WriteDs("tfrecord:" + (t / "mapped.tfrecord"), want, m);
   file = ReadFile(t / "mapped.tfrecord");
   REQUIRE(ex.ParseFromArray(file.data() + 12, int(Le64(file, 0))));
@@ -329,7 +329,7 @@ TEST_CASE("tfrecord: the TFDS preset and a field map, both ways", "[tfrecord]") 
   CHECK(plain[1].find("tfexample.pb"));  // y is an int64: carried
 
   WriteOptions bad;
-  bad.tfrecord.field_map = {{"a", "Not An Ext"}};
+  bad.format_options["tfrecord.field_map"] = "a=Not An Ext";
   CHECK(Create("tfrecord:" + (t / "bad.tfrecord"), bad).status().code() == Code::kInvalidArgument);
 }
 
@@ -339,7 +339,7 @@ TEST_CASE("tfrecord: GZIP and ZLIB files are written and read", "[tfrecord]") {
   for (std::string c : {"gzip", "zlib"}) {
     DYNAMIC_SECTION(c) {
       WriteOptions o;
-      o.tfrecord.compression = c;
+      o.format_options["tfrecord.compression"] = c;
       std::string path = t / (c + ".tfrecord");
       WriteDs("tfrecord:" + path, want, o);
       std::string bytes = ReadFile(path);
@@ -459,7 +459,7 @@ TEST_CASE("tfrecord: verify finds damaged records by key, index writes DALI's tf
   auto want = MakeSamples(8);
   WriteOptions o;
   o.samples_per_shard = 4;
-  o.wds.write_index = false;
+  o.write_index = false;
   WriteDs("tfrecord:" + (t / "v-%05d.tfrecord"), want, o);
   auto clean = Verify(t / "v.tfrecord.json", {});
   REQUIRE(clean.ok());
@@ -511,7 +511,7 @@ TEST_CASE("tfrecord: writer refuses what it cannot write and leaves nothing half
   o.samples_per_shard = 2;
   CHECK(Create("tfrecord:" + (t / "one.tfrecord"), o).status().code() == Code::kInvalidArgument);
   o = {};
-  o.tfrecord.compression = "lz4";
+  o.format_options["tfrecord.compression"] = "lz4";
   CHECK(Create("tfrecord:" + (t / "one.tfrecord"), o).status().code() == Code::kInvalidArgument);
   {
     o = {};

@@ -494,7 +494,7 @@ TEST_CASE("shardkit index: DALI offsets point at each member's data, wids list p
   auto samples = MakeSamples(7);
   WriteOptions opts;
   opts.samples_per_shard = 4;
-  opts.wds.write_index = false;
+  opts.write_index = false;
   {
     auto w = Create("wds:" + dir / "w/t-%06d.tar", opts);
     REQUIRE(w.ok());

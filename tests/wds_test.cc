@@ -528,7 +528,7 @@ TEST_CASE("wds: writer errors name the culprit", "[wds]") {
 TEST_CASE("wds: damaged and hostile shards give Corrupt errors with file and offset", "[wds]") {
   TempDir t;
   auto samples = MakeSamples(4);
-  auto sum = WriteAll(t / "g/x-%06d.tar", samples, WriteOptions{.wds = {.write_index = false}});
+  auto sum = WriteAll(t / "g/x-%06d.tar", samples, WriteOptions{.write_index = false});
   std::string good = sk_test::ReadFile(sum.shards[0].path);
 
   auto expect_corrupt = [&](const std::string& name, const std::string& bytes, int64_t offset,

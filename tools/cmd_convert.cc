@@ -108,6 +108,21 @@ void AddCopyFlags(CLI::App* sub, CopyFlags* f) {
 KeyDots ToKeyDots(const std::string& s) { return s == "replace" ? KeyDots::kReplace : KeyDots::kError; }
 
 // "a=b,c=d" -> {a: b, c: d}; a usage error for an entry without '='.
+// One flag per writer option in the formats' tables: --<format>-<name> ('_' as '-'),
+// with the table's help, default and choices; a flag given lands in *out under its key.
+void AddFormatOptionFlags(CLI::App* sub, std::map<std::string, std::string>* out) {
+  for (const FormatOption& o : FormatOptions()) {
+    std::string flag = "--" + o.format + "-" + o.name;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    std::string help = fmt::format("{} output: {}", o.format, o.help);
+    if (!o.default_value.empty()) help += fmt::format(" (default: {})", o.default_value);
+    auto* opt = sub->add_option_function<std::string>(
+        flag, [out, key = o.key()](const std::string& v) { (*out)[key] = v; }, help);
+    opt->type_name("TEXT");
+    if (!o.choices.empty()) opt->check(CLI::IsMember(o.choices));
+  }
+}
+
 bool ParseFieldMap(const char* flag, const std::string& text, std::map<std::string, std::string>* out) {
   size_t pos = 0;
   while (pos < text.size()) {
@@ -159,12 +174,10 @@ RunFn SetupConvert(CLI::App* sub) {
   struct Flags : CopyFlags {
     std::string shard_size;
     uint64_t samples_per_shard = 0;
-    std::string lmdb_layout = "shardkit";
-    std::string lmdb_arrays = "pickle", hdf5_arrays = "native";
-    std::string mds_compression;
-    std::string mds_hashes = "xxh3_64";
-    std::string field_map, tfrecord_preset = "imagenet", tfrecord_compression = "none", tfrecord_field_map;
+    std::string field_map;
     std::string encode;
+    // The formats' writer options, from their tables (FormatOptions()): key -> value given.
+    std::map<std::string, std::string> format_options;
   };
   auto f = std::make_shared<Flags>();
   AddCacheOptions(sub, &f->cache);
@@ -173,15 +186,6 @@ RunFn SetupConvert(CLI::App* sub) {
                   "Source fields by name, 'NAME=FIELD,...': TFRecord feature names (FIELD: __key__, cls, "
                   "cls-1 for a 1-based label, or an extension), instead of the preset detected from the first "
                   "record; HDF5 dataset names");
-  sub->add_option("--tfrecord-preset", f->tfrecord_preset,
-                  "TFRecord output features: 'imagenet' (default; TensorFlow's ImageNet scripts: image/encoded, "
-                  "image/class/label = label + 1, image/filename, image/format) or 'tfds' (image, label, file_name)")
-      ->check(CLI::IsMember({"imagenet", "tfds"}));
-  sub->add_option("--tfrecord-field-map", f->tfrecord_field_map,
-                  "TFRecord output features by name, 'FEATURE=FIELD,...' (as --field-map), instead of the preset");
-  sub->add_option("--tfrecord-compression", f->tfrecord_compression,
-                  "TFRecord output files: 'none' (default), 'gzip' or 'zlib' (DALI reads uncompressed only)")
-      ->check(CLI::IsMember({"none", "gzip", "zlib"}));
   sub->add_option("--shard-size", f->shard_size,
                   "Sharded outputs (tar shards, TFRecord and RecordIO patterns, MDS): start a new shard at this "
                   "many bytes (default: 1GiB for tar shards, TFRecord and RecordIO; 64MiB for MDS, as MosaicML "
@@ -192,25 +196,7 @@ RunFn SetupConvert(CLI::App* sub) {
   sub->add_option("--encode", f->encode,
                   "Write decoded arrays (field npy, uint8 [H,W(,C)], RGB) as images: 'png' (lossless) or "
                   "'jpeg:Q' (quality 1-100); default: keep them as .npy");
-  sub->add_option("--lmdb-layout", f->lmdb_layout,
-                  "LMDB output layout: 'shardkit' (default; one record per sample, see docs/formats.md) "
-                  "or 'caffe' (Caffe Datum values, readable by Caffe and DALI)")
-      ->check(CLI::IsMember({"shardkit", "caffe"}));
-  sub->add_option("--lmdb-arrays", f->lmdb_arrays,
-                  "LMDB output, samples that are a decoded array (npy) and a label: 'pickle' (default; keys "
-                  "f\"{idx}\", values pickle.dumps((array, label)), as the common scripts write them) or 'record' "
-                  "(shardkit records holding the .npy)")
-      ->check(CLI::IsMember({"pickle", "record"}));
-  sub->add_option("--hdf5-arrays", f->hdf5_arrays,
-                  "HDF5 output, samples that are a decoded array (npy) and a label: 'native' (default; images "
-                  "uint8 [N,H,W,C] + labels, as h5py scripts write them) or 'fields' (shardkit's byte layout)")
-      ->check(CLI::IsMember({"native", "fields"}));
-  sub->add_option("--mds-compression", f->mds_compression,
-                  "MDS output: compress each shard with 'zstd' or 'zstd:LEVEL' (1..22), as streaming names it "
-                  "(default: none)");
-  sub->add_option("--mds-hashes", f->mds_hashes,
-                  "MDS output: comma-separated hashes of each shard file for index.json (md5, sha1, xxh32, "
-                  "xxh64, xxh3_64, xxh3_128, xxh128; default xxh3_64; 'none' for none)");
+  AddFormatOptionFlags(sub, &f->format_options);
   sub->footer(std::string(
                   "Examples:\n"
                   "  shardkit convert images/ wds:out/train-%06d.tar --shard-size 500MB\n"
@@ -231,23 +217,9 @@ RunFn SetupConvert(CLI::App* sub) {
     o.verify_source = !f->no_verify_source;
     o.allow_empty = f->allow_empty;
     o.write.key_dots = ToKeyDots(f->key_dots);
-    o.write.wds.write_index = !f->no_index;
-    o.write.lmdb.layout = f->lmdb_layout;
-    o.write.lmdb.arrays = f->lmdb_arrays;
-    o.write.hdf5.arrays = f->hdf5_arrays;
-    o.write.mds.compression = f->mds_compression;
-    o.write.mds.hashes.clear();
-    for (size_t start = 0; f->mds_hashes != "none" && start <= f->mds_hashes.size();) {
-      size_t comma = f->mds_hashes.find(',', start);
-      std::string h = f->mds_hashes.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-      if (!h.empty()) o.write.mds.hashes.push_back(h);
-      if (comma == std::string::npos) break;
-      start = comma + 1;
-    }
+    o.write.write_index = !f->no_index;
+    o.write.format_options = f->format_options;
     if (!ParseFieldMap("--field-map", f->field_map, &o.open.field_map)) return kExitUsage;
-    if (!ParseFieldMap("--tfrecord-field-map", f->tfrecord_field_map, &o.write.tfrecord.field_map)) return kExitUsage;
-    o.write.tfrecord.preset = f->tfrecord_preset;
-    o.write.tfrecord.compression = f->tfrecord_compression;
     if (!ApplySourceOptions(f->source_options, &o.open)) return kExitUsage;
     int rc = kExitOk;
     if (!TakeSourceEnvironment(*f, &o.open, &rc)) return rc;

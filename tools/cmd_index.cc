@@ -2,10 +2,7 @@
 #include <fmt/format.h>
 
 #include <cstdio>
-#include <cstring>
-#include <filesystem>
 #include <memory>
-#include <nlohmann/json.hpp>
 
 #include "cli.h"
 #include "shardkit/index.h"
@@ -68,41 +65,13 @@ RunFn SetupIndex(CLI::App* sub) {
       }
       return kExitOk;
     }
-    namespace fs = std::filesystem;
-    fs::path base = f->output.empty() ? fs::path(".") : fs::path(f->output).parent_path();
-    if (base.empty()) base = ".";
-    nlohmann::json list = nlohmann::json::array();
-    uint64_t total = 0;
-    for (const auto& s : shards) {
-      auto d = DescribeTarShard(s);
-      if (!d.ok()) return Fail(d.status());
-      std::error_code ec;
-      fs::path rel = fs::proximate(fs::path(s), base, ec);
-      // A remote shard keeps its address, without secrets (redact.h): no proximate path of a URL.
-      std::string url = s.find("://") != std::string::npos ? io::RedactAddress(s) : ec || rel.empty() ? s : rel.string();
-      list.push_back({{"url", url}, {"nsamples", d->samples}, {"filesize", d->bytes}, {"md5sum", d->md5}});
-      total += d->samples;
-    }
-    std::string name = f->name;
-    if (name.empty()) {
-      name = f->output.empty() ? "shardkit" : fs::path(f->output).filename().string();
-      for (const char* ext : {".json", ".wids"})
-        if (name.size() > std::strlen(ext) && name.substr(name.size() - std::strlen(ext)) == ext)
-          name.resize(name.size() - std::strlen(ext));
-    }
-    nlohmann::json j{{"__kind__", "wids-shard-index-v1"},
-                     {"wids_version", 1},
-                     {"shardlist", list},
-                     {"name", name},
-                     {"info", fmt::format("{} samples in {} shards, written by shardkit {}", total, shards.size(),
-                                          Version())}};
-    std::string text = j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    auto list = WriteWidsIndex(shards, f->output, f->name);
+    if (!list.ok()) return Fail(list.status());
     if (f->output.empty()) {
-      std::fputs(text.c_str(), stdout);
+      std::fputs(list->text.c_str(), stdout);
       return kExitOk;
     }
-    Status st = WriteIndexFile(f->output, text);
-    if (!st.ok()) return Fail(st);
+    const uint64_t total = list->samples;
     std::printf("%s: %zu shards, %llu samples\n", io::RedactText(f->output).c_str(), shards.size(),
                 static_cast<unsigned long long>(total));
     return kExitOk;

@@ -137,7 +137,7 @@ struct ShardOptions {
   int threads = 1;
   bool overwrite = false;
   KeyDots key_dots = KeyDots::kError;
-  bool write_index = true;  // DALI .idx beside each shard (WdsWriteOptions::write_index)
+  bool write_index = true;  // DALI .idx beside each shard (WriteOptions::write_index)
   OpenOptions open;
   bool resume = false;  // WriteOptions::resume: continue an interrupted run
   std::shared_ptr<FileSystem> filesystem;  // WriteOptions::filesystem (null = local)

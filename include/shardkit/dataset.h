@@ -165,15 +165,6 @@ enum class KeyDots {
   kReplace,  // replace each '.' in the last component by '_'
 };
 
-// Options of one format's writer, each read by that format only (the others ignore
-// them): a format with its own knobs adds a struct here and a member to WriteOptions.
-struct WdsWriteOptions {
-  bool write_index = true;  // write DALI .idx files beside the shards
-  // When non-empty, shard i holds exactly shard_plan[i] samples (the sum is the
-  // number of samples the caller will write); WriteOptions::shard_size and
-  // samples_per_shard are then ignored. Used by `shardkit shard --num-shards N`.
-  std::vector<uint64_t> shard_plan;
-};
 // One part of a split conversion (ConvertOptions::part fills it): a writer that
 // writes shards writes only this part's shards of the global plan, numbered from
 // first_shard, and at Finish() a part record instead of the dataset's metadata
@@ -185,35 +176,20 @@ struct PartWriteOptions {
   uint64_t total_samples = 0;
   std::string plan;             // JSON object every part must agree on (flags, source)
 };
-struct LmdbWriteOptions {
-  std::string layout = "shardkit";  // or "caffe" (Datum records, "%08d_<key>" keys)
-  // Samples whose image is a decoded array (field "npy" and at most "cls"), layout "shardkit":
-  // "pickle" (default): keys f"{idx}", values pickle.dumps((ndarray, label)), as the common
-  // scripts write them (docs/formats-lmdb.md); "record": shardkit's msgpack records (npy field).
-  std::string arrays = "pickle";
+// One option a format declares for its writer (its table in lib/formats/<name>/),
+// given in WriteOptions::format_options under key() = "<format>.<name>". The CLI's
+// `--<format>-<name>` flags and Python's `<format>_<name>` keyword arguments are these.
+struct FormatOption {
+  std::string format;                // "lmdb"
+  std::string name;                  // "layout"
+  bool write = true;                 // a writer's option
+  std::string default_value;         // as text
+  std::vector<std::string> choices;  // the allowed values; empty: free text the format checks
+  std::string help;                  // one line
+  std::string key() const { return format + "." + name; }
 };
-// HDF5 (docs/formats-hdf5.md).
-struct Hdf5WriteOptions {
-  // Samples whose image is a decoded array (field "npy", uint8 [H, W] or [H, W, C], and at most
-  // "cls"): "native" (default): `images` uint8 [N, H, W(, C)] chunked one image per chunk (every
-  // array of one shape; else vlen `images` + `shapes`), `labels` int64, `keys`; "fields":
-  // shardkit's byte layout (fields/npy/data + offsets).
-  std::string arrays = "native";
-};
-struct MdsWriteOptions {
-  // "" (none), "zstd" or "zstd:LEVEL" (1..22), as streaming names it.
-  std::string compression;
-  // Hashes of each shard file recorded in index.json (streaming's names, sorted):
-  // md5, sha1, xxh32, xxh64, xxh3_64, xxh3_128, xxh128.
-  std::vector<std::string> hashes = {"xxh3_64"};
-};
-// TFRecord (docs/formats-tfrecord.md): which tf.train.Example features the fields become.
-struct TfrecordWriteOptions {
-  std::string preset = "imagenet";  // or "tfds"; ignored when field_map is given
-  // Feature name -> "__key__", "cls", "cls-1" (1-based label) or a field extension.
-  std::map<std::string, std::string> field_map;
-  std::string compression = "none";  // or "gzip", "zlib" (whole files, as TFRecordOptions)
-};
+// Every format's writer options, in registry order.
+SHARDKIT_API std::vector<FormatOption> FormatOptions();
 
 struct WriteOptions {
   // Sharded formats: start a new shard at this many bytes. 0: the format's own default
@@ -223,11 +199,19 @@ struct WriteOptions {
   std::vector<std::string> class_names;
   bool overwrite = false;            // replace an existing output
   KeyDots key_dots = KeyDots::kError;
-  WdsWriteOptions wds;               // per-format options
-  LmdbWriteOptions lmdb;
-  MdsWriteOptions mds;
-  TfrecordWriteOptions tfrecord;
-  Hdf5WriteOptions hdf5;
+  // Write each shard's index beside it where the format has one (tar shards: DALI's .idx;
+  // TFRecord: DALI's tfrecord2idx).
+  bool write_index = true;
+  // When non-empty, shard i holds exactly shard_plan[i] samples (the sum is the number of
+  // samples the caller will write); shard_size and samples_per_shard are then ignored.
+  // What `shardkit shard --num-shards N` and the parts of a split conversion follow.
+  std::vector<uint64_t> shard_plan;
+  // Per-format writer options, "<format>.<name>" -> value, as FormatOptions() lists them
+  // with their defaults: e.g. "lmdb.layout" = "caffe", "mds.compression" = "zstd:3",
+  // "mds.hashes" = "xxh3_64,md5", "tfrecord.field_map" = "image/encoded=jpg,...". A format
+  // ignores the others' keys; Create() refuses an unknown key of the output's format or a
+  // value outside its choices, naming it.
+  std::map<std::string, std::string> format_options;
   PartWriteOptions part;
   // What the source says its decoded arrays ("npy") are: "bgr", "rgb", or "" (not said;
   // RGB by shardkit's convention). Convert fills it from DatasetInfo::extra

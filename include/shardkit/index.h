@@ -4,7 +4,7 @@
 //    `train-000000.tar`), text: `v1.2 <samples>`, then one line per sample with
 //    `<ext> <data offset> <size> <member name>` per member (v1.1, without names,
 //    when a name holds white space). shardkit's wds writer writes it by default
-//    (WriteOptions::wds.write_index); WriteDaliIndex() makes one for any shard.
+//    (WriteOptions::write_index); WriteDaliIndex() makes one for any shard.
 //  - wids (WebDataset's indexed reader): a JSON shard list naming each shard's
 //    url, sample count, size and md5; DescribeTarShard() gives one entry.
 //
@@ -42,6 +42,18 @@ struct TarShardSummary {
 };
 // Scans a shard (counting samples as the reader groups them) and hashes it.
 SHARDKIT_API Result<TarShardSummary> DescribeTarShard(const std::string& tar_path);
+
+// wids's shard list ("wids-shard-index-v1" JSON) of `shards`, each scanned and hashed
+// (DescribeTarShard). Urls are relative to the directory of `output` (or the current one
+// when `output` is empty); a remote shard keeps its address without secrets. `name` is the
+// list's "name" (empty: output's base name without .json/.wids, else "shardkit"). Written
+// atomically at `output` (WriteIndexFile); with an empty `output` only returned in text.
+struct WidsIndex {
+  std::string text;  // the JSON
+  uint64_t shards = 0, samples = 0;
+};
+SHARDKIT_API Result<WidsIndex> WriteWidsIndex(const std::vector<std::string>& shards, const std::string& output = "",
+                                              const std::string& name = "");
 
 // Expands a brace range ("train-{000000..000009}.tar") or a "::"-joined list of
 // shard paths; a plain path expands to itself.

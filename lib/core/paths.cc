@@ -478,4 +478,14 @@ std::string SniffImageExt(const uint8_t* p, size_t n) {
   return "bin";
 }
 
+std::string RelativeTo(const std::string& path, const std::string& base) {
+  std::error_code ec;
+  auto abs_path = std::filesystem::absolute(path, ec);
+  if (ec) return path;
+  auto abs_base = std::filesystem::absolute(base, ec);
+  if (ec) return path;
+  auto rel = abs_path.lexically_normal().lexically_proximate(abs_base.lexically_normal());
+  return rel.empty() ? path : rel.string();
+}
+
 }  // namespace shardkit::paths

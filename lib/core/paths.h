@@ -90,6 +90,9 @@ bool EndsWith(std::string_view s, std::string_view suffix);
 bool HasExtension(std::string_view path, std::initializer_list<std::string_view> exts);
 // The path without trailing slashes; "/" stays "/".
 std::string StripTrailingSlashes(std::string p);
+// `path` relative to the directory `base` (both made absolute against the working
+// directory first; no link is resolved), or `path` itself when there is no such form.
+std::string RelativeTo(const std::string& path, const std::string& base);
 // Whether s is well-formed UTF-8 by its lead and continuation bytes (1 to 4 bytes).
 bool IsValidUtf8(std::string_view s);
 // An image's type from its magic number: "jpg", "png", "gif", "webp", "bmp", else "bin".

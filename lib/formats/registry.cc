@@ -1,5 +1,5 @@
 // The format registry: one row per format. Adding a format = its files in
-// lib/formats/, one row here, its lines in lib/CMakeLists.txt (docs/architecture.md).
+// lib/formats/ with its sources.cmake, and one row here (docs/architecture.md).
 #include "formats/registry.h"
 #include "shardkit/index.h"
 
@@ -15,8 +15,9 @@
 
 namespace shardkit::formats {
 
-const std::vector<Format>& All() {
-  static const std::vector<Format> kFormats = {
+namespace {
+std::deque<Format>& Table() {
+  static std::deque<Format> formats = {
       FolderFormat(),
       WdsFormat(),
       LmdbFormat(),
@@ -25,7 +26,16 @@ const std::vector<Format>& All() {
       RecordioFormat(),
       TfrecordFormat(),
   };
-  return kFormats;
+  return formats;
+}
+}  // namespace
+
+const std::deque<Format>& All() { return Table(); }
+
+Status Register(Format f) {
+  if (Find(f.name)) return Status::Exists(fmt::format("a format named '{}' is registered already", f.name));
+  Table().push_back(std::move(f));  // (a deque: pointers to the other rows stay valid)
+  return Status::OK();
 }
 
 const Format* Find(std::string_view name) {
@@ -180,6 +190,51 @@ Result<const Format*> Resolve(std::string_view address, bool for_write, std::str
   return best;
 }
 
+Status CheckWriteOptions(const Format& f, const WriteOptions& opts) {
+  const std::string prefix = std::string(f.name) + ".";
+  for (const auto& [key, value] : opts.format_options) {
+    if (key.rfind(prefix, 0) != 0) continue;
+    const std::string name = key.substr(prefix.size());
+    auto spec = std::find_if(f.write_options.begin(), f.write_options.end(),
+                             [&](const OptionSpec& o) { return name == o.name; });
+    if (spec == f.write_options.end()) {
+      std::string known;
+      for (const auto& o : f.write_options) known += fmt::format("{}{}{}", known.empty() ? "" : ", ", prefix, o.name);
+      return Status::Invalid(fmt::format("unknown option '{}' of the {} writer ({})", key, f.name,
+                                         known.empty() ? "it has none" : "known: " + known));
+    }
+    if (!spec->choices.empty() && std::find(spec->choices.begin(), spec->choices.end(), value) == spec->choices.end()) {
+      std::string allowed;
+      for (const auto& c : spec->choices) allowed += fmt::format("{}'{}'", allowed.empty() ? "" : ", ", c);
+      return Status::Invalid(fmt::format("option '{}' is '{}', not one of {}", key, value, allowed));
+    }
+  }
+  return Status::OK();
+}
+
+std::string WriteOption(const WriteOptions& opts, std::string_view key) {
+  if (auto it = opts.format_options.find(std::string(key)); it != opts.format_options.end()) return it->second;
+  const auto dot = key.find('.');
+  if (const Format* f = Find(key.substr(0, dot)); f && dot != std::string_view::npos)
+    for (const auto& o : f->write_options)
+      if (key.substr(dot + 1) == o.name) return o.default_value;
+  return "";  // (not declared: a format reads only its own table's options)
+}
+
+std::vector<std::string> WriteOptionList(const WriteOptions& opts, std::string_view key) {
+  std::vector<std::string> out;
+  const std::string text = WriteOption(opts, key);
+  if (text == "none") return out;
+  for (size_t start = 0; start <= text.size();) {
+    size_t comma = text.find(',', start);
+    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (!item.empty()) out.push_back(item);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
 WriteOptions ApplyFormatDefaults(const Format& f, WriteOptions opts) {
   if (opts.shard_size == 0) opts.shard_size = f.default_shard_size;
   return opts;
@@ -198,7 +253,17 @@ Result<std::unique_ptr<Dataset>> Open(std::string_view address, const OpenOption
 Result<std::unique_ptr<SampleWriter>> Create(std::string_view address, const WriteOptions& opts) {
   std::string path;
   SK_ASSIGN_OR_RETURN(const formats::Format* f, formats::Resolve(address, true, &path));
+  SK_RETURN_IF_ERROR(formats::CheckWriteOptions(*f, opts));
   return f->create(path, formats::ApplyFormatDefaults(*f, opts));
+}
+
+std::vector<FormatOption> FormatOptions() {
+  std::vector<FormatOption> out;
+  for (const auto& f : formats::All())
+    for (const auto& o : f.write_options)
+      out.push_back(FormatOption{.format = f.name, .name = o.name, .write = true, .default_value = o.default_value,
+                                 .choices = o.choices, .help = o.help});
+  return out;
 }
 
 std::vector<std::string> FormatNames() {

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include <deque>
 #include <functional>
 
 #include "shardkit/convert.h"
@@ -48,6 +49,18 @@ struct SampleExtent {
   uint64_t offset = 0;
 };
 
+// One option of a format's writer, read from WriteOptions::format_options under
+// "<format>.<name>" (WriteOption() gives the value or this default). The CLI's flags
+// (--<format>-<name>, '_' as '-') and Python's keyword arguments (<format>_<name>) are
+// made from these tables (FormatOptions()), so a new format's options need no edit
+// outside its folder.
+struct OptionSpec {
+  const char* name;                  // "layout" (key "lmdb.layout")
+  const char* default_value;         // as text
+  std::vector<std::string> choices;  // the allowed values; empty: the format checks the text
+  const char* help;                  // one line for --help
+};
+
 // Bids score content first ("bits verified", as libarchive's bids do):
 //   100  the content is verified (a tar header's magic and checksum, LMDB's
 //        meta page, the HDF5 signature, a manifest naming the format)
@@ -70,7 +83,7 @@ struct Format {
   // `pipe:CMD`): not an unknown scheme.
   std::vector<std::string> prefixes = {};
   // Its writer cuts the output into shards and follows a shard plan
-  // (WdsWriteOptions::shard_plan): what `Shard()` writes.
+  // (WriteOptions::shard_plan): what `Shard()` writes.
   bool writes_shards = false;
   // Its writer continues an interrupted write (WriteOptions::resume) from what it
   // committed; an interrupted write of the others is started over by --resume.
@@ -114,14 +127,28 @@ struct Format {
   std::vector<std::string> (*part_files)(const std::string& pattern, const std::vector<std::string>& names) = nullptr;
   // The shard size a write with WriteOptions::shard_size 0 gets (ApplyFormatDefaults).
   uint64_t default_shard_size = 1ull << 30;
+  // Its writer's options (OptionSpec).
+  std::vector<OptionSpec> write_options = {};
 };
 
 // `opts` with what it leaves to the format filled in from `f` (shard_size 0: the
 // format's default), so that journals, part plans and writers see one figure.
 WriteOptions ApplyFormatDefaults(const Format& f, WriteOptions opts);
+// kInvalidArgument naming the key for an option of `f` that its table does not declare or
+// a value outside its choices; other formats' keys are ignored (one map serves any output).
+Status CheckWriteOptions(const Format& f, const WriteOptions& opts);
+// A writer option's value: opts.format_options[key], else the default of the declared
+// option `key` ("<format>.<name>").
+std::string WriteOption(const WriteOptions& opts, std::string_view key);
+// A list option's value split at commas (empty items dropped; "none" is no item).
+std::vector<std::string> WriteOptionList(const WriteOptions& opts, std::string_view key);
 
-// Every format, in registry order.
-const std::vector<Format>& All();
+// Every format, in registry order (the built-in ones, then those Register()ed).
+const std::deque<Format>& All();
+// Adds a format after the built-in ones (a test's toy format, an embedder's own). Call it
+// before anything reads the registry; not thread-safe with readers. kAlreadyExists for a
+// name that is taken.
+Status Register(Format f);
 // The format of that registry name, or null.
 const Format* Find(std::string_view name);
 // The first format whose writer writes shards (Format::writes_shards), or null.

@@ -384,8 +384,8 @@ Result<PartPlan> MakePartPlan(const Dataset& in, const formats::Format& fmt, Con
   PartPlan p;
   if (c->shuffle) p.order.emplace(ShuffleOrder(n, c->seed));
   WriteOptions& w = c->write;
-  if (!w.wds.shard_plan.empty()) {
-    p.shard_counts = w.wds.shard_plan;
+  if (!w.shard_plan.empty()) {
+    p.shard_counts = w.shard_plan;
   } else if (w.shard_size == std::numeric_limits<uint64_t>::max()) {
     const uint64_t k = w.samples_per_shard ? w.samples_per_shard : std::max<uint64_t>(n, 1);
     for (uint64_t left = n; left > 0; left -= std::min(left, k)) p.shard_counts.push_back(std::min(left, k));
@@ -413,11 +413,11 @@ Result<PartPlan> MakePartPlan(const Dataset& in, const formats::Format& fmt, Con
   plan["source_samples"] = n;
   plan["shuffle"] = c->shuffle;
   plan["seed"] = c->shuffle ? c->seed : 0;
-  plan["shard_size"] = w.wds.shard_plan.empty() ? w.shard_size : 0;
-  plan["samples_per_shard"] = w.wds.shard_plan.empty() ? w.samples_per_shard : 0;
-  plan["num_shards"] = w.wds.shard_plan.empty() ? 0 : w.wds.shard_plan.size();
+  plan["shard_size"] = w.shard_plan.empty() ? w.shard_size : 0;
+  plan["samples_per_shard"] = w.shard_plan.empty() ? w.samples_per_shard : 0;
+  plan["num_shards"] = w.shard_plan.empty() ? 0 : w.shard_plan.size();
   plan["key_dots"] = w.key_dots == KeyDots::kReplace ? "replace" : "error";
-  plan["write_index"] = w.wds.write_index;
+  plan["write_index"] = w.write_index;
   plan["class_names"] = w.class_names;
   plan["parts"] = part.count;
   plan["shards"] = shards;
@@ -428,7 +428,7 @@ Result<PartPlan> MakePartPlan(const Dataset& in, const formats::Format& fmt, Con
   w.part.total_shards = shards;
   w.part.total_samples = n;
   w.part.plan = plan.dump();
-  w.wds.shard_plan.assign(p.shard_counts.begin() + int64_t(p.first_shard), p.shard_counts.begin() + int64_t(p.end_shard));
+  w.shard_plan.assign(p.shard_counts.begin() + int64_t(p.first_shard), p.shard_counts.begin() + int64_t(p.end_shard));
   return p;
 }
 
@@ -611,7 +611,10 @@ Result<ConvertSummary> WriteTo(const Dataset& in, std::string_view src, const st
   std::string target = address;
   {  // the format's defaults, before a part plan or a journal records the options
     std::string path;
-    if (auto f = formats::Resolve(address, true, &path); f.ok()) c.write = formats::ApplyFormatDefaults(**f, c.write);
+    if (auto f = formats::Resolve(address, true, &path); f.ok()) {
+      SK_RETURN_IF_ERROR(formats::CheckWriteOptions(**f, c.write));
+      c.write = formats::ApplyFormatDefaults(**f, c.write);
+    }
   }
   const std::shared_ptr<FileSystem> local_fs = c.write.filesystem;
   io::StagedOutput staged;  // a remote output: written locally, each finished file uploaded (upload_staging.h)
@@ -683,7 +686,7 @@ Result<ConvertSummary> Shard(std::string_view src, std::string_view dst, const S
   c.write.filesystem = opts.filesystem;
   c.write.key_dots = opts.key_dots;
   c.write.resume = opts.resume;
-  c.write.wds.write_index = opts.write_index;
+  c.write.write_index = opts.write_index;
   c.part = opts.part;
   c.staging_dir = opts.staging_dir;
   c.verify_source = opts.verify_source;
@@ -717,20 +720,20 @@ Result<ConvertSummary> Shard(std::string_view src, std::string_view dst, const S
       return Status::Invalid(fmt::format("--num-shards {} is more than the {} samples of '{}'; "
                                          "every shard must hold at least one sample",
                                          opts.num_shards, *total, src));
-    c.write.wds.shard_plan = EvenShardPlan(*total, opts.num_shards);
+    c.write.shard_plan = EvenShardPlan(*total, opts.num_shards);
     c.write.shard_size = std::numeric_limits<uint64_t>::max();
     c.write.samples_per_shard = 0;
   }
   SK_ASSIGN_OR_RETURN(ConvertSummary sum, WriteTo(*in, src, out_address, c, progress));
-  if (!c.write.wds.shard_plan.empty() && c.part.count == 0 && !sum.already_complete) {
-    bool same = sum.shards.size() == c.write.wds.shard_plan.size();
+  if (!c.write.shard_plan.empty() && c.part.count == 0 && !sum.already_complete) {
+    bool same = sum.shards.size() == c.write.shard_plan.size();
     for (size_t i = 0; same && i < sum.shards.size(); ++i)
-      same = sum.shards[i].samples == c.write.wds.shard_plan[i];
+      same = sum.shards[i].samples == c.write.shard_plan[i];
     if (!same)
       return Status::Internal(fmt::format(
-          "the shard writer wrote {} shards, not the {} of the plan (is WdsWriteOptions::shard_plan "
+          "the shard writer wrote {} shards, not the {} of the plan (is WriteOptions::shard_plan "
           "supported by this build?)",
-          sum.shards.size(), c.write.wds.shard_plan.size()));
+          sum.shards.size(), c.write.shard_plan.size()));
   }
   sum.source = std::string(src);
   sum.destination = std::string(dst);

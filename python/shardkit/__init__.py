@@ -59,7 +59,26 @@ HAVE_CONVERT = _shardkit.HAVE_CONVERT
 HAVE_LOADER = _shardkit.HAVE_LOADER
 
 if HAVE_CONVERT:
-    from ._shardkit import convert, merge, shard
+    from ._shardkit import format_options, merge, shard
+
+    def convert(src, dst, **options):
+        # Each format's writer options arrive as <format>_<name> keyword arguments, made
+        # from the formats' own tables (format_options()): a list is joined with commas (an
+        # empty one is "none"), a dict as NAME=VALUE pairs.
+        given = dict(options.pop("format_options", None) or {})
+        for o in _shardkit.format_options():
+            arg = o["format"] + "_" + o["name"]
+            if arg not in options:
+                continue
+            v = options.pop(arg)
+            if isinstance(v, dict):
+                v = ",".join(f"{k}={x}" for k, x in v.items())
+            elif isinstance(v, (list, tuple)):
+                v = ",".join(str(x) for x in v) if v else "none"
+            given[o["key"]] = str(v)
+        return _shardkit.convert(src, dst, format_options=given, **options)
+
+    convert.__doc__ = _shardkit.convert.__doc__
 else:  # the library was built without shardkit/convert.h
 
     def convert(src, dst, **options):

@@ -134,24 +134,33 @@ py::dict RunWithProgress(const py::object& progress, Work&& work) {
 
 void BindConvert(py::module_& m) {
   m.attr("HAVE_CONVERT") = true;
+  m.def("format_options", [] {
+    py::list out;
+    for (const FormatOption& o : FormatOptions()) {
+      py::dict d;
+      d["format"] = o.format;
+      d["name"] = o.name;
+      d["key"] = o.key();
+      d["default"] = o.default_value;
+      d["choices"] = o.choices;
+      d["help"] = o.help;
+      out.append(d);
+    }
+    return out;
+  }, "Every format's writer options: dicts {format, name, key, default, choices, help}; convert() takes each "
+     "as the keyword argument <format>_<name>.");
   m.def("convert",
         [](const std::string& src, const std::string& dst, bool shuffle, uint64_t seed,
            std::optional<int> threads, size_t window, const py::object& shard_size, uint64_t samples_per_shard,
            const std::vector<std::string>& class_names, bool overwrite, const std::string& key_dots,
-           const std::string& lmdb_layout, bool write_index,
-           const std::map<std::string, std::string>& field_map,
-           const std::string& tfrecord_preset, const std::string& tfrecord_compression,
-           const std::map<std::string, std::string>& tfrecord_field_map, const py::object& progress,
-           const std::string& mds_compression, const std::optional<std::vector<std::string>>& mds_hashes,
-           const py::object& part, bool resume,
-           const std::map<std::string, std::string>& source_options, const std::string& encode,
-           const std::string& staging_dir, const std::string& lmdb_arrays, const std::string& hdf5_arrays,
-           bool trust_manifest, bool verify_source, bool allow_empty) {
+           bool write_index, const std::map<std::string, std::string>& field_map, const py::object& progress,
+           const py::object& part, bool resume, const std::map<std::string, std::string>& source_options,
+           const std::string& encode, const std::string& staging_dir, bool trust_manifest, bool verify_source,
+           bool allow_empty, const std::map<std::string, std::string>& format_options) {
           ConvertOptions o;
           o.verify_source = verify_source;
           o.allow_empty = allow_empty;
-          o.write.mds.compression = mds_compression;
-          if (mds_hashes) o.write.mds.hashes = *mds_hashes;
+          o.write.format_options = format_options;
           o.part = ParsePartArg(part);
           o.write.resume = resume;
           o.shuffle = shuffle;
@@ -163,19 +172,13 @@ void BindConvert(py::module_& m) {
           o.write.class_names = class_names;
           o.write.overwrite = overwrite;
           o.write.key_dots = ParseKeyDots(key_dots);
-          o.write.lmdb.layout = lmdb_layout;
-          o.write.wds.write_index = write_index;
+          o.write.write_index = write_index;
           o.open.field_map = field_map;
-          o.write.tfrecord.preset = tfrecord_preset;
-          o.write.tfrecord.compression = tfrecord_compression;
-          o.write.tfrecord.field_map = tfrecord_field_map;
           o.open.format_options = source_options;
           o.open.trust_manifest = trust_manifest;
           OptionsFromEnvironment(&o.open);
           o.staging_dir = StagingDirOr(staging_dir);
           o.encode = encode;
-          o.write.lmdb.arrays = lmdb_arrays;
-          o.write.hdf5.arrays = hdf5_arrays;
           py::dict d = RunWithProgress(progress, [&](const ProgressFn& fn) { return Convert(src, dst, o, fn); });
           d["threads"] = o.threads;
           return d;
@@ -183,35 +186,30 @@ void BindConvert(py::module_& m) {
         py::arg("src"), py::arg("dst"), py::kw_only(), py::arg("shuffle") = false, py::arg("seed") = 0,
         py::arg("threads") = py::none(), py::arg("window") = 256, py::arg("shard_size") = py::none(),
         py::arg("samples_per_shard") = 0, py::arg("class_names") = std::vector<std::string>{},
-        py::arg("overwrite") = false, py::arg("key_dots") = "error", py::arg("lmdb_layout") = "shardkit",
+        py::arg("overwrite") = false, py::arg("key_dots") = "error",
         py::arg("write_index") = true, py::arg("field_map") = std::map<std::string, std::string>{},
-        py::arg("tfrecord_preset") = "imagenet", py::arg("tfrecord_compression") = "none",
-        py::arg("tfrecord_field_map") = std::map<std::string, std::string>{},
-        py::arg("progress") = py::none(),
-        py::arg("mds_compression") = "", py::arg("mds_hashes") = py::none(),
-        py::arg("part") = py::none(), py::arg("resume") = false,
+        py::arg("progress") = py::none(), py::arg("part") = py::none(), py::arg("resume") = false,
         py::arg("source_options") = std::map<std::string, std::string>{},
-        py::arg("encode") = "", py::arg("staging_dir") = "", py::arg("lmdb_arrays") = "pickle",
-        py::arg("hdf5_arrays") = "native", py::arg("trust_manifest") = false, py::arg("verify_source") = true,
-        py::arg("allow_empty") = false,
+        py::arg("encode") = "", py::arg("staging_dir") = "", py::arg("trust_manifest") = false,
+        py::arg("verify_source") = true, py::arg("allow_empty") = false,
+        py::arg("format_options") = std::map<std::string, std::string>{},
         R"doc(Copies every sample of the dataset `src` into a new dataset `dst` (any formats).
 
 Keeps dataset order, or with shuffle=True writes a seeded global permutation (needs random
 access). wds outputs: shard_size (bytes, or a string such as "1GiB"), samples_per_shard,
 write_index (DALI .idx files). key_dots: "error" or "replace" (keys with a dot in their
-last component). lmdb_layout: "shardkit" or "caffe". mds outputs: mds_compression ("" or
-"zstd[:LEVEL]"), mds_hashes (list of hash names for index.json; default ["xxh3_64"]). class_names: default the source's.
+last component). Each format's writer options are keyword arguments <format>_<name>
+(shardkit.format_options() lists them with their defaults and choices), e.g.
+lmdb_layout="caffe", mds_compression="zstd:3", mds_hashes=["xxh3_64", "md5"],
+tfrecord_preset="tfds", tfrecord_field_map={"image/encoded": "jpg"}, lmdb_arrays="record",
+hdf5_arrays="fields"; or format_options={"lmdb.layout": "caffe", ...}. class_names: default the source's.
 threads: reader threads, default (None or 0) what the `shardkit convert` command uses: the
 cores, 2 to 8 (the output is the same for any number). allow_empty: write an empty dataset
 when the source holds no samples (otherwise an error). field_map: HDF5 source dataset
 names to fields; TFRecord source feature names to fields ("__key__", "cls", "cls-1" or an
-extension). tfrecord_preset ("imagenet" or "tfds"), tfrecord_compression ("none", "gzip",
-"zlib"), tfrecord_field_map (feature -> field, instead of the preset): TFRecord outputs
-(docs/formats-tfrecord.md). source_options: read options of the source, e.g. {"lmdb.layout": "pickle",
+extension). source_options: read options of the source, e.g. {"lmdb.layout": "pickle",
 "lmdb.channels": "bgr-to-rgb", "hdf5.order": "nchw"} (docs/existing-data.md). encode: "" keeps
-decoded arrays as .npy, "png" or "jpeg:Q" writes them as images. lmdb_arrays ("pickle" or
-"record") and hdf5_arrays ("native" or "fields"): how LMDB / HDF5 outputs store decoded arrays
-(docs/formats-lmdb.md, docs/formats-hdf5.md). progress: a callable taking a dict
+decoded arrays as .npy, "png" or "jpeg:Q" writes them as images. progress: a callable taking a dict
 {samples, bytes, elapsed, total}, called about ten times a second on this thread.
 part: write only part I of N of a tar shard output ("I/N", (I, N), or "env" for the
 launcher's variables); merge(dst) then writes the manifest (docs/cluster.md). resume:

@@ -82,7 +82,7 @@ class Hdf5Data {
   Status OpenMapped(hid_t file, const std::map<std::string, std::string>& map, bool nchw);
   // The `shapes` dataset [N, 2] or [N, 3] of variable-size decoded images in `images`.
   Status ReadShapes(hid_t file, TpField* images);
-  // Decoded images written by shardkit (Hdf5WriteOptions::arrays "native"): `keys`, the
+  // Decoded images written by shardkit (option hdf5.arrays "native"): `keys`, the
   // root's shardkit_format_version (then a label < 0 means "none") and class_names, and
   // the `images` attribute channel_order. Lock held.
   Status ReadNativeExtras(hid_t file, bool has_keys, const OpenOptions& opts);

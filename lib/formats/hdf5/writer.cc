@@ -163,7 +163,7 @@ class Hdf5Writer : public SampleWriter {
       decided_ = true;
       // Only when the first sample fits the layout: any other sample (a field beside the
       // array, a non-uint8 array, ...) keeps shardkit's byte layout, which holds everything.
-      arrays_ = opts_.hdf5.arrays == "native" && s.find("npy") && CheckArraySample(s, at).ok();
+      arrays_ = WriteOption(opts_, "hdf5.arrays") == "native" && s.find("npy") && CheckArraySample(s, at).ok();
     }
     if (arrays_) return WriteArray(s, at);
     int64_t label = -1;
@@ -228,7 +228,7 @@ class Hdf5Writer : public SampleWriter {
     return out;
   }
 
-  // Hdf5WriteOptions::arrays "native": a sample is a decoded uint8 array ("npy", [H, W] or
+  // option hdf5.arrays "native": a sample is a decoded uint8 array ("npy", [H, W] or
   // [H, W, C], C order) and at most a canonical label; its pixels go to the spill file of
   // "npy" (offsets per sample), its shape to shapes_. Finish() writes `images`.
   Status WriteArray(const Sample& s, const Location& at) {
@@ -501,7 +501,7 @@ class Hdf5Writer : public SampleWriter {
     return Status::OK();
   }
 
-  // Hdf5WriteOptions::arrays "native": reopens the file made by Start() (without the
+  // option hdf5.arrays "native": reopens the file made by Start() (without the
   // payload alignment: no direct field here) and writes, as h5py users read them:
   //   images  uint8 [N, H, W(, C)], chunked [1, H, W(, C)] (one image per chunk), when every
   //           array has one shape; else 1-D vlen uint8 (each array flattened) + shapes
@@ -661,7 +661,7 @@ class Hdf5Writer : public SampleWriter {
   std::vector<int64_t> labels_;
   std::vector<uint64_t> checksums_;
   std::map<std::string, std::unique_ptr<SpillField>> spills_;
-  // Hdf5WriteOptions::arrays "native", decided at the first sample (it holds "npy").
+  // option hdf5.arrays "native", decided at the first sample (it holds "npy").
   bool decided_ = false, arrays_ = false, same_shape_ = true;
   std::vector<uint64_t> shapes_;  // each array's shape, rank_ numbers per sample
   size_t rank_ = 0;
@@ -681,9 +681,6 @@ Result<std::unique_ptr<SampleWriter>> CreateHdf5(const std::string& path, const 
     if (present) return io::OutputExists(path);
   }
   if (fs->IsDir(path)) return Status::Invalid("output is a directory", Location{.file = path});
-  if (opts.hdf5.arrays != "native" && opts.hdf5.arrays != "fields")
-    return Status::Invalid(fmt::format("unknown HDF5 array layout '{}' (native or fields)", opts.hdf5.arrays),
-                           Location{.file = path});
   std::string dir = io::DirName(path);
   if (!fs->IsDir(dir)) SK_RETURN_IF_ERROR(fs->MakeDirs(dir));
   return std::unique_ptr<SampleWriter>(new Hdf5Writer(path, opts));

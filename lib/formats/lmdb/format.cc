@@ -76,6 +76,13 @@ Format LmdbFormat() {
       .create = [](const std::string& path, const WriteOptions& opts) { return lmdb::CreateWriter(path, opts); },
       .extensions = {"mdb", "lmdb"},
       .resumes = true,
+      .write_options = {
+          {"layout", "shardkit", {"shardkit", "caffe"},
+           "record layout: 'shardkit' (msgpack records) or 'caffe' (Datum records, \"%08d_<key>\" keys)"},
+          {"arrays", "pickle", {"pickle", "record"},
+           "samples that are a decoded array (npy) and a label: 'pickle' (keys f\"{idx}\", values "
+           "pickle.dumps((array, label)), as the common scripts write them) or 'record' (shardkit records)"},
+      },
   };
 }
 

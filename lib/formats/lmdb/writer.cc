@@ -61,10 +61,7 @@ class LmdbWriter : public SampleWriter {
   static Result<std::unique_ptr<SampleWriter>> Create(const std::string& address, const WriteOptions& opts) {
     std::string final_dir = paths::StripTrailingSlashes(address);
     Location loc{.file = final_dir};
-    if (opts.lmdb.layout != "shardkit" && opts.lmdb.layout != "caffe")
-      return Status::Invalid(fmt::format("unknown LMDB layout '{}' (shardkit or caffe)", opts.lmdb.layout), loc);
-    if (opts.lmdb.arrays != "pickle" && opts.lmdb.arrays != "record")
-      return Status::Invalid(fmt::format("unknown LMDB array layout '{}' (pickle or record)", opts.lmdb.arrays), loc);
+    // (lmdb.layout and lmdb.arrays are checked against their choices by the registry.)
     // LMDB maps and writes its environment itself: it needs a local directory.
     // The staging directory, the journal and metadata files, the publish and
     // the fault points (ExternalIo) go through the seam.
@@ -97,7 +94,8 @@ class LmdbWriter : public SampleWriter {
     w->fs_ = std::move(fs);
     w->final_ = final_dir;
     w->opts_ = opts;
-    w->layout_ = opts.lmdb.layout == "caffe" ? Layout::kCaffe : Layout::kShardkit;
+    w->layout_ = WriteOption(opts, "lmdb.layout") == "caffe" ? Layout::kCaffe : Layout::kShardkit;
+    w->pickle_arrays_ = WriteOption(opts, "lmdb.arrays") == "pickle";
     w->temp_ = stable;
     w->keep_state_ = opts.resume;
     w->batch_limit_ = g_batch_samples ? g_batch_samples.load() : kDefaultBatchSamples;
@@ -478,7 +476,7 @@ class LmdbWriter : public SampleWriter {
     return Status::OK();
   }
 
-  // The layout "pickle" (LmdbWriteOptions::arrays): chosen at the first sample when it
+  // The layout "pickle" (option lmdb.arrays): chosen at the first sample when it
   // holds a decoded array ("npy") and the layout is shardkit's. Key f"{idx}", value
   // pickle.dumps((ndarray, label)) (wild::PickleArray); the array as it is (no colour
   // conversion: shardkit.json's "channels" says what the source said).
@@ -521,7 +519,7 @@ class LmdbWriter : public SampleWriter {
   Status WriteOne(const Sample& s) {
     // Only when the first sample fits the layout ((array, label)): any other keeps the
     // shardkit records, which hold everything.
-    if (count_ == 0 && layout_ == Layout::kShardkit && opts_.lmdb.arrays == "pickle" && s.find("npy") &&
+    if (count_ == 0 && layout_ == Layout::kShardkit && pickle_arrays_ && s.find("npy") &&
         [&] {
           std::string k, v;
           return PreparePickle(s, 0, &k, &v).ok();
@@ -642,6 +640,7 @@ class LmdbWriter : public SampleWriter {
   std::string final_, temp_;
   WriteOptions opts_;
   Layout layout_ = Layout::kShardkit;
+  bool pickle_arrays_ = true;  // option lmdb.arrays "pickle"
   bool pickle_ = false;  // layout "pickle" (decoded arrays), decided at the first sample
   MDB_env* env_ = nullptr;
   MDB_txn* txn_ = nullptr;

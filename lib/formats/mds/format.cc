@@ -21,6 +21,12 @@ Format MdsFormat() {
       // Streaming's own default size_limit (1 << 26): a shard is the unit it downloads
       // and caches, so a smaller one starts training sooner and evicts in finer steps.
       .default_shard_size = 64ull << 20,
+      .write_options = {
+          {"compression", "", {}, "compress each shard with 'zstd' or 'zstd:LEVEL' (1..22), as streaming names it "
+                                  "(default: none)"},
+          {"hashes", "xxh3_64", {}, "comma-separated hashes of each shard file for index.json (md5, sha1, xxh32, "
+                                    "xxh64, xxh3_64, xxh3_128, xxh128; 'none' for none)"},
+      },
   };
 }
 

@@ -105,13 +105,14 @@ class MdsWriter : public SampleWriter {
     std::string root = paths::StripTrailingSlashes(path_in);
     if (root.empty() || root == "/" || root == "." || root == "..")
       return Status::Invalid("refusing to write an MDS directory over this path", Location{.file = path_in});
-    const MdsWriteOptions& mo = opts.mds;
+    const std::string compression = WriteOption(opts, "mds.compression");
+    const std::vector<std::string> hashes = WriteOptionList(opts, "mds.hashes");
     int level = 0;
-    if (!mo.compression.empty() && !ParseZstd(mo.compression, &level))
+    if (!compression.empty() && !ParseZstd(compression, &level))
       return Status::Invalid(fmt::format("MDS compression '{}': shardkit writes 'zstd' or 'zstd:LEVEL' (1..22)",
-                                         mo.compression),
+                                         compression),
                              Location{.file = root});
-    for (const auto& h : mo.hashes)
+    for (const auto& h : hashes)
       if (!KnownHash(h))
         return Status::Invalid(fmt::format("MDS hash '{}' is not one shardkit computes (md5, sha1, xxh32, xxh64, "
                                            "xxh3_64, xxh3_128, xxh128)", h),
@@ -124,7 +125,8 @@ class MdsWriter : public SampleWriter {
     w->partial_ = partial;
     w->opts_ = opts;
     w->level_ = level;
-    w->hashes_ = mo.hashes;
+    w->hashes_ = hashes;
+    w->compression_ = compression;
     std::sort(w->hashes_.begin(), w->hashes_.end());  // streaming requires them sorted
     w->hashes_.erase(std::unique(w->hashes_.begin(), w->hashes_.end()), w->hashes_.end());
     // Offsets are uint32: a shard stays under 4 GiB whatever the size option says.
@@ -271,7 +273,7 @@ class MdsWriter : public SampleWriter {
     c["column_encodings"] = encs;
     c["column_names"] = names;
     c["column_sizes"] = sizes;
-    c["compression"] = opts_.mds.compression.empty() ? json(nullptr) : json(opts_.mds.compression);
+    c["compression"] = compression_.empty() ? json(nullptr) : json(compression_);
     c["format"] = "mds";
     c["hashes"] = hashes_;
     c["size_limit"] = limit_ < kMaxShardBytes ? json(limit_) : json(nullptr);
@@ -333,7 +335,7 @@ class MdsWriter : public SampleWriter {
     entry["samples"] = shard_samples_;
     std::string stored_name = base;
     std::string zipped;
-    bool zip = !opts_.mds.compression.empty();
+    bool zip = !compression_.empty();
     uint64_t raw_bytes = head.size();
     for (const auto& p : pieces_) raw_bytes += p.len;
     if (zip) {
@@ -422,6 +424,7 @@ class MdsWriter : public SampleWriter {
   WriteOptions opts_;
   int level_ = 0;
   std::vector<std::string> hashes_;
+  std::string compression_;  // option mds.compression ("" = none)
   uint64_t limit_ = kMaxShardBytes;
   // The shard being built.
   std::vector<Col> cols_;

@@ -85,6 +85,14 @@ Format TfrecordFormat() {
       .files_beside_shard = [](const std::string& shard) -> std::vector<std::string> {
         return {tfrecord::IdxPathFor(shard)};
       },
+      .write_options = {
+          {"preset", "imagenet", {"imagenet", "tfds"},
+           "which tf.train.Example features the fields become: 'imagenet' (TF's ImageNet scripts) or 'tfds'"},
+          {"field_map", "", {},
+           "FEATURE=FIELD,... instead of the preset (FIELD: __key__, cls, cls-1 for a 1-based label, or an "
+           "extension)"},
+          {"compression", "none", {"none", "gzip", "zlib"}, "whole-file compression, as TFRecordOptions"},
+      },
   };
 }
 

@@ -1,7 +1,7 @@
 // Writing TFRecord files: each sample one framed tf.train.Example (example.h),
 // shards cut by the generic options (WriteOptions::shard_size, samples_per_shard,
-// and the shard plan of WdsWriteOptions::shard_plan), optionally GZIP/ZLIB
-// compressed; a DALI .idx beside each uncompressed shard (WdsWriteOptions::
+// and the shard plan of WriteOptions::shard_plan), optionally GZIP/ZLIB
+// compressed; a DALI .idx beside each uncompressed shard (WriteOptions::
 // write_index) and a manifest (x.tfrecord.json: shards, counts, checksums, class
 // names, the mapping, the channel order of decoded arrays) written last. Shards
 // are published as they fill; a writer destroyed without Finish() removes them
@@ -14,6 +14,7 @@
 
 #include "io/file.h"
 #include "core/paths.h"
+#include "formats/registry.h"
 #include "formats/tfrecord/example.h"
 #include "formats/tfrecord/frames.h"
 #include "formats/tfrecord/tfrecord.h"
@@ -103,7 +104,7 @@ class TfWriter : public SampleWriter {
 
   bool CutBefore(uint64_t frame) const {
     if (!sharded_) return false;
-    const auto& plan = opts_.wds.shard_plan;
+    const auto& plan = opts_.shard_plan;
     if (!plan.empty()) return shard_samples_ >= plan[std::min(summary_.shards.size(), plan.size() - 1)];
     if (opts_.samples_per_shard > 0 && shard_samples_ >= opts_.samples_per_shard) return true;
     return shard_samples_ > 0 && raw_bytes_ + frame > opts_.shard_size;
@@ -173,7 +174,7 @@ class TfWriter : public SampleWriter {
     summary_.shards.push_back(
         ShardInfo{path, shard_samples_, size, paths::ChecksumString(XXH3_64bits_digest(hash_)), "tfrecord:" + path});
     summary_.bytes += size;
-    if (compression_ == Compression::kNone && opts_.wds.write_index && !frames_.empty()) {
+    if (compression_ == Compression::kNone && opts_.write_index && !frames_.empty()) {
       std::string idx = IdxPathFor(path);
       SK_RETURN_IF_ERROR(io::WriteFileAtomic(idx, DaliIndexText(frames_), opts_.overwrite, opts_.filesystem));
       committed_.push_back(idx);
@@ -222,26 +223,28 @@ bool HasConversion(const std::string& p) {
 }  // namespace
 
 Result<std::unique_ptr<SampleWriter>> CreateTfrecord(const std::string& path, const WriteOptions& opts) {
-  const auto& t = opts.tfrecord;
-  Mapping m;
-  if (!t.field_map.empty()) {
-    SK_ASSIGN_OR_RETURN(m, FieldMapMapping(t.field_map));
-  } else {
-    SK_ASSIGN_OR_RETURN(m, PresetMapping(t.preset.empty() ? "imagenet" : t.preset));
+  // tfrecord.field_map: "feature=field,..." (instead of the preset).
+  std::map<std::string, std::string> field_map;
+  for (const std::string& item : WriteOptionList(opts, "tfrecord.field_map")) {
+    size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
+      return Status::Invalid(fmt::format("option tfrecord.field_map: '{}' is not FEATURE=FIELD", item));
+    field_map[item.substr(0, eq)] = item.substr(eq + 1);
   }
-  Compression c;
-  if (t.compression.empty() || t.compression == "none")
-    c = Compression::kNone;
-  else if (t.compression == "gzip")
-    c = Compression::kGzip;
-  else if (t.compression == "zlib")
-    c = Compression::kZlib;
-  else
-    return Status::Invalid(fmt::format("unknown TFRecord compression '{}' (none, gzip, zlib)", t.compression));
+  Mapping m;
+  if (!field_map.empty()) {
+    SK_ASSIGN_OR_RETURN(m, FieldMapMapping(field_map));
+  } else {
+    SK_ASSIGN_OR_RETURN(m, PresetMapping(WriteOption(opts, "tfrecord.preset")));
+  }
+  const std::string compression = WriteOption(opts, "tfrecord.compression");
+  Compression c = compression == "gzip" ? Compression::kGzip
+                  : compression == "zlib" ? Compression::kZlib
+                                          : Compression::kNone;  // (choices checked by the registry)
   bool sharded = HasConversion(path);
   if (sharded) {
     SK_RETURN_IF_ERROR(paths::CheckShardPattern(path));
-  } else if (opts.samples_per_shard > 0 || opts.wds.shard_plan.size() > 1) {
+  } else if (opts.samples_per_shard > 0 || opts.shard_plan.size() > 1) {
     return Status::Invalid("TFRecord output is one file; give a printf pattern such as out/train-%05d.tfrecord to "
                            "cut shards",
                            Location{.file = path});

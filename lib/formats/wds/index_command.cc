@@ -4,6 +4,7 @@
 #include "shardkit/index.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "io/file.h"
 #include "core/md5.h"
@@ -11,6 +12,8 @@
 #include "formats/registry.h"
 #include "formats/wds/index.h"
 #include "io/shard_cache.h"
+#include "shardkit/filesystem.h"
+#include "shardkit/version.h"
 
 namespace shardkit {
 
@@ -60,6 +63,36 @@ Result<TarShardSummary> DescribeTarShard(const std::string& tar_path) {
     return out;
   }
   SK_ASSIGN_OR_RETURN(out.md5, md5::HashFile(tar_path));
+  return out;
+}
+
+Result<WidsIndex> WriteWidsIndex(const std::vector<std::string>& shards, const std::string& output,
+                                 const std::string& name_in) {
+  const std::string base = output.empty() ? "." : io::DirName(output);
+  nlohmann::json list = nlohmann::json::array();
+  WidsIndex out;
+  for (const auto& s : shards) {
+    SK_ASSIGN_OR_RETURN(TarShardSummary d, DescribeTarShard(s));
+    // A remote shard keeps its address, without secrets (redact.h): no relative path of a URL.
+    std::string url = io::IsUrl(s) ? RedactAddress(s) : paths::RelativeTo(s, base);
+    list.push_back({{"url", url}, {"nsamples", d.samples}, {"filesize", d.bytes}, {"md5sum", d.md5}});
+    out.samples += d.samples;
+    ++out.shards;
+  }
+  std::string name = name_in;
+  if (name.empty()) {
+    name = output.empty() ? "shardkit" : std::string(paths::BaseName(output));
+    for (std::string_view ext : {".json", ".wids"})
+      if (name.size() > ext.size() && paths::EndsWith(name, ext)) name.resize(name.size() - ext.size());
+  }
+  nlohmann::json j{{"__kind__", "wids-shard-index-v1"},
+                   {"wids_version", 1},
+                   {"shardlist", list},
+                   {"name", name},
+                   {"info", fmt::format("{} samples in {} shards, written by shardkit {}", out.samples, out.shards,
+                                        Version())}};
+  out.text = j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  if (!output.empty()) SK_RETURN_IF_ERROR(WriteIndexFile(output, out.text));
   return out;
 }
 

@@ -46,8 +46,8 @@ json WdsWriter::OptionsJson() const {
   o["samples_per_shard"] = opts_.samples_per_shard;
   o["class_names"] = opts_.class_names;
   o["key_dots"] = opts_.key_dots == KeyDots::kReplace ? "replace" : "error";
-  o["write_index"] = opts_.wds.write_index;
-  o["shard_plan"] = opts_.wds.shard_plan;
+  o["write_index"] = opts_.write_index;
+  o["shard_plan"] = opts_.shard_plan;
   if (part()) {
     o["part"] = fmt::format("{}/{}", opts_.part.index, opts_.part.count);
     o["first_shard"] = opts_.part.first_shard;
@@ -124,7 +124,7 @@ Status WdsWriter::LoadJournal() {
                                            "start over with --overwrite",
                                            paths::ChecksumString(h), si.checksum),
                                at);
-      if (opts_.wds.write_index && !io::Exists(IdxPathFor(path)))
+      if (opts_.write_index && !io::Exists(IdxPathFor(path)))
         return Status::Corrupt("cannot resume: the shard's index is missing; start over with --overwrite",
                                Location{.file = IdxPathFor(path), .shard = int64_t(i)});
       if (!io::Exists(wds::SumsPath(path)))
@@ -154,7 +154,7 @@ Status WdsWriter::LoadJournal() {
       }
       resumed_.push_back(Resumed{si.samples, d, idx_sum, sums_sum});
       committed_.push_back(path);
-      if (opts_.wds.write_index) committed_.push_back(IdxPathFor(path));
+      if (opts_.write_index) committed_.push_back(IdxPathFor(path));
       committed_.push_back(wds::SumsPath(path));
       committed_samples_ += si.samples;
       summary_.shards.push_back(std::move(si));
@@ -172,11 +172,11 @@ Status WdsWriter::LoadJournal() {
 // Temporary files a killed writer left for shard `from` and what follows it.
 void WdsWriter::RemoveStaleTemps(size_t from) {
   // A part owns only its own shards: the one after them is the next part's.
-  if (part() && from >= opts_.wds.shard_plan.size()) return;
+  if (part() && from >= opts_.shard_plan.size()) return;
   const std::string shard = paths::FormatShardPattern(pattern_, ShardNumber(from));
   std::string dir = io::DirName(shard);
   std::vector<std::string> bases = {BaseOf(shard), BaseOf(journal_), BaseOf(part() ? record_ : manifest_)};
-  if (opts_.wds.write_index) bases.push_back(BaseOf(IdxPathFor(shard)));
+  if (opts_.write_index) bases.push_back(BaseOf(IdxPathFor(shard)));
   bases.push_back(BaseOf(wds::SumsPath(shard)));
   auto& fs = *FileSystem::OrLocal(opts_.filesystem);
   auto entries = fs.ListDir(dir);

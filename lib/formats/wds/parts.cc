@@ -209,7 +209,7 @@ std::string PartRecordText(const std::string& pattern, const WriteOptions& opts,
   j["total_shards"] = opts.part.total_shards;
   j["total_samples"] = opts.part.total_samples;
   j["num_samples"] = samples;
-  j["write_index"] = opts.wds.write_index;
+  j["write_index"] = opts.write_index;
   j["plan"] = ParsePlan(opts.part.plan);
   j["class_names"] = opts.class_names;
   j["fields"] = fields;
@@ -269,7 +269,7 @@ Result<std::optional<WriteSummary>> FinishedOutput(const std::string& pattern, c
                                            "start over with --overwrite",
                                            BaseOf(m.shards[i].path), i, BaseOf(paths::FormatShardPattern(pattern, i))),
                                Location{.file = done});
-    SK_RETURN_IF_ERROR(CheckShards(m.shards, 0, opts.wds.write_index, false, done, remote_fs));
+    SK_RETURN_IF_ERROR(CheckShards(m.shards, 0, opts.write_index, false, done, remote_fs));
     sum.samples = m.num_samples;
     sum.shards = std::move(m.shards);
   }

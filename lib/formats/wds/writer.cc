@@ -103,7 +103,7 @@ Result<std::unique_ptr<SampleWriter>> WdsWriter::Make(const std::string& pattern
                                        "not in a directory",
                                        pattern));
   std::string first = paths::FormatShardPattern(pattern, 0);
-  if (opts.wds.write_index && IdxPathFor(first) == IdxPathFor(paths::FormatShardPattern(pattern, 1)))
+  if (opts.write_index && IdxPathFor(first) == IdxPathFor(paths::FormatShardPattern(pattern, 1)))
     return Status::Invalid(fmt::format("shard pattern '{}': DALI index names (base name up to its first dot, "
                                        "plus .idx) would be the same for every shard; put the %d before any "
                                        "dot in the file name or turn index writing off",
@@ -123,7 +123,7 @@ Result<std::unique_ptr<SampleWriter>> WdsWriter::Make(const std::string& pattern
     std::vector<std::string> outputs;
     // A part with no shards (more parts than shards) writes only its record; the
     // shard after it belongs to the next part.
-    if (!w->part() || !opts.wds.shard_plan.empty()) outputs.push_back(first);
+    if (!w->part() || !opts.shard_plan.empty()) outputs.push_back(first);
     outputs.push_back(w->manifest_);
     if (w->part()) outputs.push_back(w->record_);
     for (const std::string& p : outputs) {
@@ -207,11 +207,11 @@ Status WdsWriter::Write(const Sample& in) {
   // Upper bound of the bytes this sample adds (headers, pax records, padding).
   const uint64_t need = NeedBytes(key, fields);
   const uint64_t max_samples =
-      !opts_.wds.shard_plan.empty()
-          ? opts_.wds.shard_plan[std::min(summary_.shards.size(), opts_.wds.shard_plan.size() - 1)]
+      !opts_.shard_plan.empty()
+          ? opts_.shard_plan[std::min(summary_.shards.size(), opts_.shard_plan.size() - 1)]
           : (opts_.samples_per_shard ? opts_.samples_per_shard : UINT64_MAX);
   if (ar_ && (shard_samples_ >= max_samples ||
-              (opts_.wds.shard_plan.empty() && ShardBytes() + need + 2 * tar::kBlock > opts_.shard_size))) {
+              (opts_.shard_plan.empty() && ShardBytes() + need + 2 * tar::kBlock > opts_.shard_size))) {
     SK_RETURN_IF_ERROR(Keep(FinishShard()));
   }
   if (!ar_) SK_RETURN_IF_ERROR(Keep(StartShard()));
@@ -268,7 +268,7 @@ Result<WriteSummary> WdsWriter::Finish() {
   } else {
     std::string manifest = ManifestText(pattern_, total_samples_, opts_.class_names,
                                         std::vector<std::string>(fields_.begin(), fields_.end()), summary_.shards,
-                                        opts_.wds.write_index, &total, opts_.array_channels);
+                                        opts_.write_index, &total, opts_.array_channels);
     SK_RETURN_IF_ERROR(Keep(io::WriteFileAtomic(manifest_, manifest, true, opts_.filesystem)));
   }
   // Complete: the journal goes (a crash before this leaves a journal that lists
@@ -381,7 +381,7 @@ Status WdsWriter::FinishShard() {
   file_.reset();
   committed_.push_back(path);
   Resumed done{shard_samples_, XXH3_64bits_digest(digest_)};
-  if (opts_.wds.write_index) {
+  if (opts_.write_index) {
     // DALI's v1.2 index; v1.1 (no names) when a name holds white space,
     // which would break its space-separated lines.
     std::string text = wds::DaliIndexText(idx_, idx_lines_);
