@@ -57,6 +57,8 @@ if(SHARDKIT_HAVE_CUDA)
   target_sources(shardkit_objects PRIVATE
     ${CMAKE_CURRENT_LIST_DIR}/device_batch.cc
     ${CMAKE_CURRENT_LIST_DIR}/gpu_loader.cc
+    ${CMAKE_CURRENT_LIST_DIR}/copy_path.cc
+    ${CMAKE_CURRENT_LIST_DIR}/decode_path.cc
     ${CMAKE_CURRENT_LIST_DIR}/jpeg_header.cc)
   # An object library cannot hold other objects: both libraries take the kernels directly.
   target_link_libraries(shardkit PRIVATE shardkit_gpu_kernels)
@@ -96,9 +98,12 @@ else()
   target_sources(shardkit_objects PRIVATE ${CMAKE_CURRENT_LIST_DIR}/no_cuda.cc ${CMAKE_CURRENT_LIST_DIR}/jpeg_header.cc)
 endif()
 
-# The GPU benchmark (bench/gpu_bench.cc): public API plus lib/gpu/testing.h (the internal library).
-add_executable(shardkit_gpu_bench ${PROJECT_SOURCE_DIR}/bench/gpu_bench.cc)
-target_link_libraries(shardkit_gpu_bench PRIVATE shardkit_internal fmt::fmt Threads::Threads)
+# The GPU benchmark (bench/gpu_bench.cc): public API plus lib/gpu/testing.h (the internal
+# library). With the other benchmarks (SHARDKIT_BUILD_BENCH; the sanitizer build has none).
+if(SHARDKIT_BUILD_BENCH)
+  add_executable(shardkit_gpu_bench ${PROJECT_SOURCE_DIR}/bench/gpu_bench.cc)
+  target_link_libraries(shardkit_gpu_bench PRIVATE shardkit_internal fmt::fmt Threads::Threads)
+endif()
 else()
   message(STATUS "shardkit: GPU feed skipped (no shardkit/loader.h in this tree)")
 endif()

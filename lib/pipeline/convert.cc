@@ -25,7 +25,7 @@
 #include <xxhash.h>
 
 #include "core/cores.h"
-#include "io/file.h"
+#include "io/any_file.h"
 #include "core/paths.h"
 #include "decode/encode.h"
 #include "formats/registry.h"
@@ -556,12 +556,7 @@ Status RemoveStaleOutputs(std::string_view address, const std::vector<ShardInfo>
   std::string path;
   SK_ASSIGN_OR_RETURN(const formats::Format* fmt, formats::Resolve(address, true, &path));
   if (!fmt->files_beside_shard || !paths::CheckShardPattern(path).ok()) return Status::OK();
-  std::shared_ptr<FileSystem> fs;
-  if (io::IsRemoteOutput(path)) {
-    SK_ASSIGN_OR_RETURN(fs, FileSystemFor(path));
-  } else {
-    fs = FileSystem::OrLocal(local_fs);
-  }
+  SK_ASSIGN_OR_RETURN(std::shared_ptr<FileSystem> fs, io::FileSystemOf(path, local_fs));
   const std::string dir = io::DirName(path);
   auto listed = fs->ListDir(dir);
   if (!listed.ok()) return listed.status().code() == Code::kUnsupported ? Status::OK() : listed.status();
