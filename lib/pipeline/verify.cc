@@ -253,7 +253,7 @@ class Verifier {
     const Unit& u = units_[ui];
     Location at{.file = u.path, .shard = u.shard};
     ++rep_.shards;
-    if (u.shard >= 0 && !(io::IsUrl(u.path) ? io::AnyExists(u.path) : io::Exists(u.path))) {
+    if (u.shard >= 0 && !io::Exists(u.path)) {
       Add(FindingKind::kMissingShard, at,
           manifest_.empty() ? "shard named by the address does not exist"
                             : fmt::format("shard listed in the manifest '{}' does not exist", manifest_));

@@ -196,10 +196,10 @@ class LmdbDataset : public Dataset {
     std::unique_ptr<LmdbDataset> d(new LmdbDataset());
     d->check_records_ = opts.check_records;
     // liblmdb maps a local file: a remote data.mdb is read from a local copy (io/any_file.h).
-    if (remote && !io::Exists(dir + "/data.mdb"))
+    auto copied = io::LocalDirectoryOf(dir, {"data.mdb"}, io::CacheOptions{opts.cache_dir, opts.cache_bytes});
+    if (!copied.ok() && copied.status().code() == Code::kNotFound)
       return Status::NotFound("no data.mdb in the LMDB directory", Location{.file = dir + "/data.mdb"});
-    SK_ASSIGN_OR_RETURN(io::LocalCopy local,
-                        io::LocalDirectoryOf(dir, {"data.mdb"}, io::CacheOptions{opts.cache_dir, opts.cache_bytes}));
+    SK_ASSIGN_OR_RETURN(io::LocalCopy local, std::move(copied));
     d->local_copy_ = local.keep;
     SK_ASSIGN_OR_RETURN(d->env_, Env::Open(local.path, remote ? dir : ""));
     const Env& env = *d->env_;
