@@ -297,10 +297,23 @@ TEST_CASE("decoded arrays the loader cannot take, and BGR arrays, are refused by
   pipeline::SourceFacts bgr;
   bgr.arrays_bgr = true;
   bgr.channel_order = "decoded arrays: bgr (as cv2.imread writes; not converted)";
+  bgr.channel_option = "lmdb.channels";
   Status b = run(Pixels(8, 9, 3, 1), &bgr);
   CHECK(b.code() == Code::kInvalidArgument);
   CHECK(b.ToString().find("lmdb.channels=bgr-to-rgb") != std::string::npos);
   CHECK(run(Pixels(8, 9, 0, 1), &bgr).ok());  // gray has no channel order
+  // A source that records no order: colour arrays are refused, naming the option that says it.
+  DatasetInfo unrecorded;
+  unrecorded.format = "wds";
+  pipeline::SourceFacts unknown = pipeline::FactsOf(unrecorded, 0);
+  Status u = run(Pixels(8, 9, 3, 1), &unknown);
+  CHECK(u.code() == Code::kInvalidArgument);
+  CHECK(u.ToString().find("no channel order") != std::string::npos);
+  CHECK(u.ToString().find("wds.channels=rgb") != std::string::npos);
+  CHECK(run(Pixels(8, 9, 0, 1), &unknown).ok());
+  unrecorded.extra["channel_order"] = "decoded arrays: rgb (as the manifest records; not converted)";
+  pipeline::SourceFacts said = pipeline::FactsOf(unrecorded, 0);
+  CHECK(run(Pixels(8, 9, 3, 1), &said).ok());
   // Create's check reads the first sample.
   auto d = std::make_shared<MemData>();
   Sample s;

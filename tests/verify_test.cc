@@ -17,6 +17,7 @@
 
 #include "shardkit/shardkit.h"
 #include "shardkit/verify.h"
+#include "core/pickle.h"
 #include "support.h"
 
 using namespace shardkit;
@@ -608,6 +609,63 @@ TEST_CASE("verify with decoding reports an image that decodes only with warnings
   CHECK(r.count(FindingKind::kDecodeError) == 0);
   REQUIRE(r.count(FindingKind::kDecodeWarning) == 1);
   CHECK(FindKind(r, FindingKind::kDecodeWarning)->where.key == samples[1].key);
+}
+
+TEST_CASE("verify with decoding parses decoded arrays and says what their channel order means", "[verify][decode][channels]") {
+  TempDir dir;
+  auto npy = [](std::vector<uint64_t> shape, char kind = 'u', uint32_t size = 1) {
+    pickle::NdArray a;
+    a.dtype = pickle::DType{kind, size, kind == 'u' && size == 1 ? '|' : '<'};
+    a.shape = std::move(shape);
+    a.data = Bytes::Take(std::string(size_t(a.elements()) * size, '\x5a'));
+    return pickle::ToNpy(a);
+  };
+  std::vector<Sample> samples(4);
+  for (size_t i = 0; i < samples.size(); ++i) {
+    samples[i].key = fmt::format("a{}", i);
+    samples[i].set("npy", npy({4, 5, 3}));
+    samples[i].set_label(int64_t(i % 2));
+  }
+  samples[1].set("npy", npy({6, 2}, 'f', 4));  // a float array: data, not an image, and intact
+  std::string cut = samples[2].find("npy")->data.str();
+  samples[2].set("npy", Bytes::Copy(cut.substr(0, cut.size() - 7)));  // shorter than its shape needs
+  // Written with no channel order (the library's writer is told none).
+  WriteDs("wds:" + dir / "u/s-%06d.tar", samples);
+  VerifyOptions o;
+  o.decode = true;
+  VerifyReport r = MustVerify(dir / "u/s.manifest.json", o);
+  INFO(Dump(r));
+  CHECK(r.images_decoded == 4);
+  REQUIRE(r.count(FindingKind::kDecodeError) == 1);
+  CHECK(FindKind(r, FindingKind::kDecodeError)->where.key == "a2");
+  CHECK_THAT(FindKind(r, FindingKind::kDecodeError)->message, Catch::Contains("field 'npy'"));
+  CHECK_THAT(Dump(r), Catch::Contains("2 decoded arrays with colour channels and no recorded channel order") &&
+                          Catch::Contains("wds.channels=rgb"));
+  // Without --decode nothing is parsed and nothing is said of arrays.
+  VerifyReport plain = MustVerify(dir / "u/s.manifest.json");
+  CHECK(plain.ok());
+  CHECK_THAT(Dump(plain), !Catch::Contains("decoded array"));
+
+  // Recorded as BGR: the note names the order and the option that converts it, also for a
+  // shard verified through its manifest's order.
+  samples.erase(samples.begin() + 1, samples.begin() + 3);
+  WriteOptions bgr;
+  bgr.array_channels = "bgr";
+  {
+    auto w = Create("wds:" + dir / "b/s-%06d.tar", bgr);
+    REQUIRE(w.ok());
+    for (const auto& s : samples) REQUIRE((*w)->Write(s).ok());
+    REQUIRE((*w)->Finish().ok());
+  }
+  VerifyReport b = MustVerify(dir / "b/s.manifest.json", o);
+  INFO(Dump(b));
+  CHECK(b.ok());
+  CHECK_THAT(Dump(b), Catch::Contains("2 decoded arrays with colour channels, decoded arrays: bgr") &&
+                          Catch::Contains("wds.channels=bgr-to-rgb"));
+  auto cli = Cli("verify " + Q(dir / "b/s.manifest.json") + " --decode --source-option wds.channels=bgr-to-rgb");
+  INFO(cli.out << cli.err);
+  CHECK(cli.exit_code == 0);
+  CHECK_THAT(cli.out, Catch::Contains("decoded arrays: rgb (converted from bgr on read)"));
 }
 
 TEST_CASE("verify: shards written by GNU tar (no index, no checksums) and broken single-file datasets", "[verify]") {

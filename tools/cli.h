@@ -63,6 +63,9 @@ bool ParseSizeFlag(const std::string& flag, const std::string& value, uint64_t* 
 // (docs/remote.md), set on *open (OpenOptions::cache_dir/_bytes); *open must
 // outlive the parse.
 void AddCacheOptions(CLI::App* sub, OpenOptions* open);  // --cache-dir, --cache-bytes, --trust-manifest
+// --source-option KEY=VALUE (repeatable): the read options of the dataset read
+// (OpenOptions::format_options on *open, which must outlive the parse); malformed: usage error.
+void AddSourceOptions(CLI::App* sub, OpenOptions* open);
 // The environment the commands honour (the library's OpenOptionsFromEnvironment and
 // StagingDirFromEnvironment, called after the flags are parsed, so the flags win).
 

@@ -71,6 +71,23 @@ int UsageError(const std::string& message) {
   return kExitUsage;
 }
 
+void AddSourceOptions(CLI::App* sub, OpenOptions* open) {
+  sub->add_option_function<std::vector<std::string>>(
+         "--source-option",
+         [open](const std::vector<std::string>& kvs) {
+           for (const auto& kv : kvs) {
+             size_t eq = kv.find('=');
+             if (eq == std::string::npos || eq == 0)
+               throw CLI::ValidationError("--source-option", "'" + kv + "': expected KEY=VALUE");
+             open->format_options[kv.substr(0, eq)] = kv.substr(eq + 1);
+           }
+         },
+         "KEY=VALUE read option where the content is ambiguous (repeatable): <format>.channels=bgr|rgb|bgr-to-rgb "
+         "(the channel order of decoded arrays, any format), lmdb.layout=shardkit|caffe|image|pickle, "
+         "hdf5.order=nhwc|nchw, folder.files=images (see docs/existing-data.md)")
+      ->type_name("KEY=VALUE");
+}
+
 void AddCacheOptions(CLI::App* sub, OpenOptions* open) {
   sub->add_option_function<std::string>(
          "--cache-dir", [open](const std::string& d) { open->cache_dir = d; },

@@ -32,8 +32,7 @@ struct CopyFlags {
   bool no_verify_source = false;
   bool allow_empty = false;
   std::string part;
-  std::vector<std::string> source_options;  // KEY=VALUE -> OpenOptions::format_options
-  OpenOptions cache;  // --cache-dir / --cache-bytes (cache_dir, cache_bytes only)
+  OpenOptions cache;  // --cache-dir / --cache-bytes / --trust-manifest / --source-option
 };
 
 // The source's options from the flags, then the environment below them
@@ -43,6 +42,7 @@ bool TakeSourceEnvironment(const CopyFlags& f, OpenOptions* o, int* rc) {
   o->cache_dir = f.cache.cache_dir;
   o->cache_bytes = f.cache.cache_bytes;
   o->trust_manifest = f.cache.trust_manifest;
+  for (const auto& [k, v] : f.cache.format_options) o->format_options[k] = v;
   if (Status st = OpenOptionsFromEnvironment(o); !st.ok()) {
     *rc = UsageError(st.message());
     return false;
@@ -94,11 +94,7 @@ void AddCopyFlags(CLI::App* sub, CopyFlags* f) {
                   "its own under their final names plus a part record; `shardkit merge DST` then writes the "
                   "manifest (under mpirun in an MPI build, rank 0 merges). Tar shard outputs only; the output "
                   "is byte for byte that of one process (docs/cluster.md)");
-  sub->add_option("--source-option", f->source_options,
-                  "KEY=VALUE read option of the source where its content is ambiguous (repeatable): "
-                  "lmdb.layout=shardkit|caffe|image|pickle, lmdb.channels=bgr|rgb|bgr-to-rgb, hdf5.order=nhwc|nchw, "
-                  "hdf5.channels=bgr|rgb|bgr-to-rgb "
-                  "(see docs/existing-data.md)");
+  AddSourceOptions(sub, &f->cache);
   sub->add_flag("--json", f->json,
                 "Print the summary as one JSON object: command, source, destination, "
                 "source_format, destination_format, samples, bytes, payload_bytes, seconds, "
@@ -136,19 +132,6 @@ bool ParseFieldMap(const char* flag, const std::string& text, std::map<std::stri
       return false;
     }
     (*out)[item.substr(0, eq)] = item.substr(eq + 1);
-  }
-  return true;
-}
-
-// --source-option KEY=VALUE -> OpenOptions::format_options; false (and a message) when malformed.
-bool ApplySourceOptions(const std::vector<std::string>& kv, OpenOptions* o) {
-  for (const auto& x : kv) {
-    size_t eq = x.find('=');
-    if (eq == std::string::npos || eq == 0) {
-      std::fprintf(stderr, "error: --source-option '%s': expected KEY=VALUE\n", x.c_str());
-      return false;
-    }
-    o->format_options[x.substr(0, eq)] = x.substr(eq + 1);
   }
   return true;
 }
@@ -220,7 +203,6 @@ RunFn SetupConvert(CLI::App* sub) {
     o.write.write_index = !f->no_index;
     o.write.format_options = f->format_options;
     if (!ParseFieldMap("--field-map", f->field_map, &o.open.field_map)) return kExitUsage;
-    if (!ApplySourceOptions(f->source_options, &o.open)) return kExitUsage;
     int rc = kExitOk;
     if (!TakeSourceEnvironment(*f, &o.open, &rc)) return rc;
     o.staging_dir = StagingDirFromEnvironment();
@@ -284,7 +266,6 @@ RunFn SetupShard(CLI::App* sub) {
     o.write_index = !f->no_index;
     int rc = kExitOk;
     if (!TakePart(*f, &o.part, &rc)) return rc;
-    if (!ApplySourceOptions(f->source_options, &o.open)) return kExitUsage;
     if (!TakeSourceEnvironment(*f, &o.open, &rc)) return rc;
     o.staging_dir = StagingDirFromEnvironment();
     Result<ConvertSummary> r = [&] {

@@ -62,13 +62,15 @@ RunFn SetupVerify(CLI::App* sub) {
   };
   auto f = std::make_shared<Flags>();
   AddCacheOptions(sub, &f->open);
+  AddSourceOptions(sub, &f->open);
   sub->add_option("DATASET", f->address, "Dataset address, e.g. out/train.manifest.json, lmdb:train.lmdb")
       ->required();
   sub->add_option("--against", f->against,
                   "Compare sample by sample, by key, with this source dataset: report keys missing here, "
                   "extra keys, and samples whose label, fields or bytes differ");
   sub->add_flag("--decode", f->decode,
-                "Decode every image field in full; report images that fail or decode only with warnings");
+                "Decode every image field in full; report images that fail or decode only with warnings. "
+                "Decoded arrays (npy) are parsed, and the report notes their channel order");
   sub->add_option("--threads", f->threads, "Threads decoding images with --decode (0: one per core)")
       ->default_val(0)
       ->check(CLI::NonNegativeNumber);

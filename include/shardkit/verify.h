@@ -78,7 +78,7 @@ struct VerifyProgress {
 
 struct VerifyOptions {
   std::string against;  // address of the source dataset; empty: no comparison
-  bool decode = false;  // decode every image field
+  bool decode = false;  // decode every image field; parse every decoded array (npy) and note its channel order
   int threads = 0;      // decoding threads; 0: one per core
   // Findings kept in VerifyReport::findings (counts cover all of them); 0: all.
   uint64_t max_findings = 0;
@@ -97,7 +97,7 @@ struct VerifyReport {
   uint64_t source_samples = 0;  // with `against`: samples in the source
   bool sample_checksums = false;  // the dataset records per-sample checksums (and they were checked)
   bool shard_checksums = false;   // at least one per-file checksum was recorded and checked
-  uint64_t images_decoded = 0;
+  uint64_t images_decoded = 0;  // image fields decoded and decoded arrays parsed
   double seconds = 0;
   std::vector<Finding> findings;                 // in the order found, at most max_findings
   std::array<uint64_t, kNumFindingKinds> counts{};  // by FindingKind, all findings

@@ -102,4 +102,37 @@ std::unique_ptr<Dataset> WithBgrToRgb(std::unique_ptr<Dataset> ds, DatasetInfo i
   return std::make_unique<SwapDataset>(std::move(ds), std::move(info));
 }
 
+ArrayOrder ArrayOrderOf(const DatasetInfo& info) {
+  auto it = info.extra.find("channel_order");
+  if (it == info.extra.end()) return ArrayOrder::kUnknown;
+  // The readers' words: "decoded arrays: <order> (why ...)".
+  const std::string& w = it->second;
+  if (w.starts_with("decoded arrays: rgb")) return ArrayOrder::kRgb;
+  if (w.starts_with("decoded arrays: bgr")) return ArrayOrder::kBgr;
+  if (w.starts_with("decoded arrays: none")) return ArrayOrder::kNone;
+  return ArrayOrder::kUnknown;
+}
+
+std::string ChannelOption(const DatasetInfo& info) {
+  if (auto it = info.extra.find("channel_option"); it != info.extra.end()) return it->second;
+  return info.format + ".channels";
+}
+
+std::string UnknownOrderMessage(const DatasetInfo& info, const std::string& use) {
+  const std::string opt = ChannelOption(info);
+  return fmt::format(
+      "{}: the source's decoded arrays have colour channels and it records no channel order (RGB or BGR); "
+      "say it when opening the source: --source-option {}=rgb, or {}=bgr-to-rgb for OpenCV (BGR) arrays "
+      "(Python: source_options={{\"{}\": \"rgb\"}})",
+      use, opt, opt, opt);
+}
+
+Status RefuseColourArrays(const Sample& s, const std::string& message) {
+  const Field* f = s.find("npy");
+  if (!f) return Status::OK();
+  auto a = pickle::ParseNpy(f->data);
+  if (!a.ok() || !pickle::HasColorChannels(*a)) return Status::OK();  // the consumer reports a bad array itself
+  return Status::Invalid(message, Location{.key = s.key});
+}
+
 }  // namespace shardkit::formats

@@ -25,4 +25,23 @@ Result<bool> ApplyChannelOrder(const std::string& recorded, const std::string& w
 // (sequential and random access). Same threading and lifetime rules as `ds`.
 std::unique_ptr<Dataset> WithBgrToRgb(std::unique_ptr<Dataset> ds, DatasetInfo info);
 
+// What a consumer for which the order matters (--encode, the loader, a writer that
+// records an order for arrays it is not told about) reads from info.extra["channel_order"]:
+// kRgb (RGB, said or converted), kBgr (BGR, not converted), kNone (2-D arrays only) or
+// kUnknown (the dataset records no order: a colour array is refused, UnknownOrderMessage).
+enum class ArrayOrder { kUnknown, kRgb, kBgr, kNone };
+ArrayOrder ArrayOrderOf(const DatasetInfo& info);
+
+// The source option that says or converts the order: info.extra["channel_option"], else
+// "<format>.channels" (every format reads one).
+std::string ChannelOption(const DatasetInfo& info);
+
+// The refusal of a colour array whose order the source does not record, for `use`
+// ("--encode png", "the loader", "an HDF5 output"): names the option that says it.
+std::string UnknownOrderMessage(const DatasetInfo& info, const std::string& use);
+
+// kInvalidArgument naming the sample when its "npy" field holds an H x W x 3|4 array:
+// `message` (UnknownOrderMessage). Other samples and 2-D / 1-channel arrays pass.
+Status RefuseColourArrays(const Sample& s, const std::string& message);
+
 }  // namespace shardkit::formats

@@ -32,6 +32,7 @@ struct ShardListing {
   std::string unreadable;
   std::optional<uint64_t> num_samples;   // the metadata's total
   std::vector<std::string> class_names;  // the metadata's
+  std::string channel_order;             // of decoded arrays, as the metadata records it: "bgr", "rgb" or ""
   struct Shard {
     std::string path;                  // the file
     std::string address;               // what Open() takes to read this shard alone
@@ -88,6 +89,10 @@ struct Format {
   // Its writer continues an interrupted write (WriteOptions::resume) from what it
   // committed; an interrupted write of the others is started over by --resume.
   bool resumes = false;
+  // Its writer records an order for decoded arrays it is not told the order of (HDF5's
+  // channel_order attribute, the LMDB pickle layout's "channels": RGB): a conversion from
+  // a source that records none refuses colour arrays rather than have one invented.
+  bool records_assumed_channel_order = false;
   // Optional (null: the dataset is one unit): the shards of an address (see
   // ShardListing). Errors: the address names no dataset of this format at all; a file
   // the metadata names lies outside the dataset (Detail::kOutsideDataset, unless

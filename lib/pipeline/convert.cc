@@ -28,6 +28,7 @@
 #include "io/any_file.h"
 #include "core/paths.h"
 #include "decode/encode.h"
+#include "formats/channel_order.h"
 #include "formats/registry.h"
 #include "core/redact.h"
 #include "io/upload_staging.h"
@@ -121,6 +122,9 @@ class Fetcher {
   uint64_t checked() const { return checked_.load(std::memory_order_relaxed); }
   // Decoded arrays are encoded as images while read (on the reading threads).
   void SetEncode(const decode::EncodeSpec& spec) { encode_ = spec; }
+  // Colour arrays are refused with `message` (formats::RefuseColourArrays): the source
+  // records no channel order and the output needs one.
+  void SetColourRefusal(std::string message) { refuse_colour_ = std::move(message); }
 
   // Fills `batch` with the next window (empty at the end).
   Status Next(std::vector<Sample>* batch) {
@@ -136,7 +140,7 @@ class Fetcher {
         uint64_t idx = order_ ? (*order_)(begin + j) : begin + j;
         Status s = ra_->Get(idx, &(*batch)[j]);
         if (s.ok()) s = CheckRecorded((*batch)[j], idx);
-        if (s.ok() && encode_) s = decode::EncodeSampleArrays(&(*batch)[j], *encode_);
+        if (s.ok()) s = PrepareArrays(&(*batch)[j]);
         if (!s.ok()) s.At(Location{.index = int64_t(idx)});
         st[j] = std::move(s);
       };
@@ -172,12 +176,9 @@ class Fetcher {
         break;
       }
       if (Status st = CheckRecorded(s, next_); !st.ok()) return st;
-      if (encode_) {
-        Status st = decode::EncodeSampleArrays(&s, *encode_);
-        if (!st.ok()) {
-          st.At(Location{.index = int64_t(next_)});
-          return st;
-        }
+      if (Status st = PrepareArrays(&s); !st.ok()) {
+        st.At(Location{.index = int64_t(next_)});
+        return st;
       }
       batch->push_back(std::move(s));
       ++next_;
@@ -186,6 +187,12 @@ class Fetcher {
   }
 
  private:
+  Status PrepareArrays(Sample* s) const {
+    if (!refuse_colour_.empty()) SK_RETURN_IF_ERROR(formats::RefuseColourArrays(*s, refuse_colour_));
+    if (encode_) return decode::EncodeSampleArrays(s, *encode_);
+    return Status::OK();
+  }
+
   // The sample at source index `idx` against the checksum the source records for it.
   Status CheckRecorded(const Sample& s, uint64_t idx) {
     if (idx >= recorded_.size()) return Status::OK();
@@ -212,6 +219,7 @@ class Fetcher {
   uint64_t begin_, end_;
   const pipeline::Bijection* order_;
   std::optional<decode::EncodeSpec> encode_;  // ConvertOptions::encode
+  std::string refuse_colour_;                 // SetColourRefusal
   uint64_t next_ = 0;
   bool eof_ = false;
 };
@@ -250,25 +258,29 @@ StopHook StopHookFromEnvironment() {
 }
 
 // The copy loop: windows from `fetch` into `dst`, then Finish().
+// `refuse_colour`: the output needs the channel order of colour arrays and the source
+// records none (CopyInto); --encode adds its own.
 Result<ConvertSummary> ConvertFetched(Fetcher* fetcher, const Dataset& src, SampleWriter* dst,
-                                      const ConvertOptions& opts, const ProgressFn& progress) {
+                                      const ConvertOptions& opts, const ProgressFn& progress,
+                                      std::string refuse_colour = {}) {
   Fetcher& fetch = *fetcher;
   const auto t0 = Clock::now();
   if (opts.threads < 1) return Status::Invalid(fmt::format("--threads must be >= 1, got {}", opts.threads));
   SK_RETURN_IF_ERROR(fetch.Init(src));
+  const formats::ArrayOrder order = formats::ArrayOrderOf(src.info());
   if (!opts.encode.empty()) {
-    auto co = src.info().extra.find("channel_order");
-    auto copt = src.info().extra.find("channel_option");
-    const std::string opt = copt != src.info().extra.end() ? copt->second : "lmdb.channels";
-    if (co != src.info().extra.end() && co->second.find("bgr") != std::string::npos &&
-        co->second.find("rgb") == std::string::npos)
+    const std::string opt = formats::ChannelOption(src.info());
+    if (order == formats::ArrayOrder::kBgr)
       return Status::Invalid(fmt::format(
           "--encode {}: the source's decoded arrays are BGR ({}); image files are RGB: convert them on read "
           "(--source-option {}=bgr-to-rgb) or say they are RGB ({}=rgb)",
-          opts.encode, co->second, opt, opt));
+          opts.encode, src.info().extra.at("channel_order"), opt, opt));
     SK_ASSIGN_OR_RETURN(decode::EncodeSpec spec, decode::ParseEncodeSpec(opts.encode));
     fetch.SetEncode(spec);
+    if (order == formats::ArrayOrder::kUnknown && refuse_colour.empty())
+      refuse_colour = formats::UnknownOrderMessage(src.info(), "--encode " + opts.encode);
   }
+  if (!refuse_colour.empty()) fetch.SetColourRefusal(std::move(refuse_colour));
 
   ConvertSummary sum;
   ConvertProgress prog;
@@ -444,10 +456,9 @@ Result<ConvertSummary> CopyInto(const Dataset& in, std::string_view src, const s
   // The channel order of decoded arrays, as the source says it ("decoded arrays: bgr ...",
   // the words convert's --encode check reads): every writer records it beside the arrays
   // (docs/existing-data.md), and none converts it.
-  if (auto co = in.info().extra.find("channel_order"); c.write.array_channels.empty() && co != in.info().extra.end()) {
-    if (co->second.starts_with("decoded arrays: bgr")) c.write.array_channels = "bgr";
-    if (co->second.starts_with("decoded arrays: rgb")) c.write.array_channels = "rgb";
-  }
+  const formats::ArrayOrder order = formats::ArrayOrderOf(in.info());
+  if (c.write.array_channels.empty() && order == formats::ArrayOrder::kBgr) c.write.array_channels = "bgr";
+  if (c.write.array_channels.empty() && order == formats::ArrayOrder::kRgb) c.write.array_channels = "rgb";
   std::optional<PartPlan> plan;
   if (c.part.count > 0) {
     SK_ASSIGN_OR_RETURN(plan, MakePartPlan(in, *fmt, &c, src));
@@ -497,11 +508,18 @@ Result<ConvertSummary> CopyInto(const Dataset& in, std::string_view src, const s
   // replacing what the interrupted write left under final names (a killed TFRecord or
   // RecordIO write's complete shards).
   if (c.write.resume && !fmt->resumes) c.write.overwrite = true;
+  // A writer that would record an order the source does not know refuses colour arrays.
+  std::string refuse_colour;
+  if (fmt->records_assumed_channel_order && c.write.array_channels.empty() && order == formats::ArrayOrder::kUnknown)
+    refuse_colour = formats::UnknownOrderMessage(in.info(), fmt::format("the {} writer records a channel order", fmt->name));
   SK_ASSIGN_OR_RETURN(std::unique_ptr<SampleWriter> out, Create(out_address, c.write));
-  if (!plan) return ConvertDataset(in, out.get(), c, progress);
+  if (!plan) {
+    Fetcher fetch(c);
+    return ConvertFetched(&fetch, in, out.get(), c, progress, std::move(refuse_colour));
+  }
   // The part's slice of the write order, through the same copy loop.
   Fetcher fetch(c, plan->begin, plan->end, plan->order ? &*plan->order : nullptr);
-  SK_ASSIGN_OR_RETURN(ConvertSummary sum, ConvertFetched(&fetch, in, out.get(), c, progress));
+  SK_ASSIGN_OR_RETURN(ConvertSummary sum, ConvertFetched(&fetch, in, out.get(), c, progress, std::move(refuse_colour)));
   sum.part = c.part;
   return sum;
 }

@@ -9,6 +9,7 @@
 
 #include "core/cores.h"
 #include "core/pickle.h"
+#include "formats/channel_order.h"
 #include "shardkit/gpu.h"
 
 namespace shardkit {
@@ -141,13 +142,11 @@ SourceFacts FactsOf(const DatasetInfo& info, uint64_t n) {
     f.shard_end.clear();
     f.shard_file.clear();
   }
-  if (auto it = info.extra.find("channel_order"); it != info.extra.end()) {
-    // The words of the LMDB reader ("decoded arrays: bgr (...; not converted)"), as convert reads them.
-    f.arrays_bgr = it->second.find("bgr") != std::string::npos && it->second.find("rgb") == std::string::npos;
-    f.channel_order = it->second;
-  }
-  // The source option that converts them (the format's own name for it).
-  if (auto it = info.extra.find("channel_option"); it != info.extra.end()) f.channel_option = it->second;
+  const formats::ArrayOrder order = formats::ArrayOrderOf(info);
+  f.arrays_bgr = order == formats::ArrayOrder::kBgr;
+  if (order == formats::ArrayOrder::kUnknown) f.unknown_order = formats::UnknownOrderMessage(info, "the loader");
+  if (auto it = info.extra.find("channel_order"); it != info.extra.end()) f.channel_order = it->second;
+  f.channel_option = formats::ChannelOption(info);
   return f;
 }
 
@@ -271,6 +270,7 @@ Status DecodeImage(decode::ImageDecoder& dec, const LoaderOptions& o, const RrcP
   Result<ArrayView> v = ViewArray(image.data);
   if (!v.ok()) return std::move(v).take_status().At(where);
   if (v->channels == 3 && facts && facts->arrays_bgr) return Status::Invalid(BgrAdvice(*facts), where);
+  if (v->channels == 3 && facts && !facts->unknown_order.empty()) return Status::Invalid(facts->unknown_order, where);
   auto choose = [&](const decode::ImageInfo& info) {
     *aug = ChooseCrop(o, rrc, epoch, index, info.width, info.height);
     return aug->box;
@@ -282,14 +282,16 @@ Status DecodeImage(decode::ImageDecoder& dec, const LoaderOptions& o, const RrcP
 }
 
 Status CheckArrayColours(const RandomAccess* data, const LoaderOptions& o, const SourceFacts& facts) {
-  if (!facts.arrays_bgr || !data || data->size() == 0) return Status::OK();
+  if ((!facts.arrays_bgr && facts.unknown_order.empty()) || !data || data->size() == 0) return Status::OK();
   Sample s;
   Status st = data->Get(0, &s);
   if (!st.ok()) return Status::OK();  // the row reports it, at its batch
   const Field* img = RowImage(s, o);
   if (!img || img->ext != "npy") return Status::OK();
   Result<ArrayView> v = ViewArray(img->data);
-  if (v.ok() && v->channels == 3) return Status::Invalid(BgrAdvice(facts), facts.At(Location{.key = s.key, .index = 0}));
+  if (v.ok() && v->channels == 3)
+    return Status::Invalid(facts.arrays_bgr ? BgrAdvice(facts) : facts.unknown_order,
+                           facts.At(Location{.key = s.key, .index = 0}));
   return Status::OK();
 }
 

@@ -102,8 +102,11 @@ struct SourceFacts {
   // the LMDB pickle layout's lmdb.channels=bgr): a 3-channel array is refused (the
   // loader feeds RGB), naming the source option that converts or declares them.
   bool arrays_bgr = false;
-  std::string channel_order;  // the info's words, for the error
-  std::string channel_option = "lmdb.channels";  // DatasetInfo::extra["channel_option"]: the option to name
+  std::string channel_order;   // the info's words, for the error
+  std::string channel_option;  // formats::ChannelOption: the option to name
+  // The source records no order (formats::ArrayOrder::kUnknown): a 3-channel array is
+  // refused with this message (formats::UnknownOrderMessage); empty when it is known.
+  std::string unknown_order;
 
   // `where` with the shard and file of where.index added (when known).
   Location At(Location where) const;
@@ -152,8 +155,9 @@ Status DecodeImage(decode::ImageDecoder& dec, const LoaderOptions& o, const RrcP
                    uint64_t index, const Field& image, const SourceFacts* facts, const Location& where,
                    Augment* aug, decode::Region* out);
 
-// Create's check of decoded arrays against SourceFacts::arrays_bgr: when the source says
-// its arrays are BGR, the first sample is read and a 3-channel array image refused
+// Create's check of decoded arrays against SourceFacts::arrays_bgr / unknown_order: when
+// the source says its arrays are BGR or says no order, the first sample is read and a
+// 3-channel array image refused
 // (kInvalidArgument naming the source options). Rows check it again (DecodeImage).
 Status CheckArrayColours(const RandomAccess* data, const LoaderOptions& o, const SourceFacts& facts);
 

@@ -23,7 +23,9 @@
 
 #include "core/cores.h"
 #include "io/file.h"
+#include "core/pickle.h"
 #include "decode/jpeg.h"
+#include "formats/channel_order.h"
 #include "core/paths.h"
 #include "formats/registry.h"
 #include "io/shard_cache.h"
@@ -92,6 +94,7 @@ class Verifier {
     for (size_t u = 0; u < units_.size(); ++u) CheckUnit(u);
     FlushDecodes();
     if (!fatal_.ok()) return fatal_;
+    ReportArrays();
     Progress(true);
     if (shards_without_sums_)
       rep_.notes.push_back(fmt::format("{} of {} {} no per-sample checksums (the first: '{}')",
@@ -183,6 +186,7 @@ class Verifier {
     }
     SK_ASSIGN_OR_RETURN(formats::ShardListing list, format_->list_shards(path, opts_.open));
     manifest_ = list.metadata;
+    listed_order_ = list.channel_order;
     if (!list.unreadable.empty()) {
       // The manifest is the metadata: without it nothing else can be checked.
       Add(FindingKind::kStructure, Location{.file = list.metadata.empty() ? path : list.metadata},
@@ -276,6 +280,7 @@ class Verifier {
     }
     const Dataset& ds = **opened;
     const DatasetInfo& info = ds.info();
+    NoteOrder(info);
     if (units_.size() == 1 && u.shard < 0) classes_ = info.class_names;
     if (u.shard < 0)
       for (const auto& sh : info.shards) CheckFileChecksum(sh.path, -1, sh.checksum, std::nullopt);
@@ -467,12 +472,54 @@ class Verifier {
     Bytes data;
     Status status;
     uint64_t warnings = 0;
+    bool colour = false;  // a decoded array with colour channels
   };
 
   void DecodeImages(const Sample& s, const Location& at) {
     for (const auto& f : s.fields)
-      if (IsImageExt(f.ext)) jobs_.push_back(DecodeJob{at, f.ext, f.data, Status::OK(), 0});
+      if (IsImageExt(f.ext) || f.ext == "npy") jobs_.push_back(DecodeJob{at, f.ext, f.data, Status::OK(), 0});
     if (jobs_.size() >= 256 * Threads()) FlushDecodes();
+  }
+
+  // A decoded array ("npy"): a .npy that parses (header, dtype, and as many bytes as
+  // its shape needs). Arrays of other dtypes and shapes are data too (features,
+  // masks): only uint8 H x W x 3|4 ones have a channel order.
+  static Status CheckArray(DecodeJob* j) {
+    auto a = pickle::ParseNpy(j->data);
+    if (!a.ok()) return a.status();
+    j->colour = a->dtype.kind == 'u' && a->dtype.itemsize == 1 && pickle::HasColorChannels(*a);
+    return Status::OK();
+  }
+
+  // The channel order of decoded arrays, as the first unit opened says it (a shard
+  // opened alone takes the order its manifest records).
+  void NoteOrder(const DatasetInfo& info) {
+    if (order_known_) return;
+    order_known_ = true;
+    order_ = formats::ArrayOrderOf(info);
+    option_ = formats::ChannelOption(info);
+    if (auto it = info.extra.find("channel_order"); it != info.extra.end()) order_words_ = it->second;
+    if (order_ == formats::ArrayOrder::kUnknown && !listed_order_.empty()) {
+      order_ = listed_order_ == "bgr" ? formats::ArrayOrder::kBgr : formats::ArrayOrder::kRgb;
+      order_words_ = fmt::format("decoded arrays: {} (as '{}' records; not converted)", listed_order_, manifest_);
+    }
+  }
+
+  // With --decode: what the arrays' channel order means to their consumers (a note:
+  // the data is intact either way).
+  void ReportArrays() {
+    if (!colour_arrays_) return;
+    const std::string n = Plural(colour_arrays_, "decoded array");
+    if (order_ == formats::ArrayOrder::kUnknown)
+      NoteOnce(fmt::format("{} with colour channels and no recorded channel order: the loader, --encode and HDF5 or "
+                           "LMDB outputs refuse them until it is said (--source-option {}=rgb, or {}=bgr-to-rgb)",
+                           n, option_, option_));
+    else if (order_ == formats::ArrayOrder::kBgr)
+      NoteOnce(fmt::format("{} with colour channels, {}: the loader and --encode take RGB and refuse them until "
+                           "converted on read (--source-option {}=bgr-to-rgb)",
+                           n, order_words_, option_));
+    else
+      NoteOnce(fmt::format("{} with colour channels, {}", n, order_words_));
   }
 
   size_t Threads() const {
@@ -488,6 +535,10 @@ class Verifier {
     auto work = [&](decode::ImageDecoder* d) {
       for (size_t i; (i = next.fetch_add(1)) < jobs_.size();) {
         DecodeJob& j = jobs_[i];
+        if (j.ext == "npy") {
+          j.status = CheckArray(&j);
+          continue;
+        }
         uint64_t before = d->tolerated_warnings();
         decode::Region region;
         j.status = d->Decode(
@@ -503,6 +554,7 @@ class Verifier {
     for (auto& t : pool) t.join();
     for (auto& j : jobs_) {
       ++rep_.images_decoded;
+      colour_arrays_ += j.colour;
       if (!j.status.ok())
         Add(FindingKind::kDecodeError, std::move(j.at),
             fmt::format("field '{}' does not decode: {}", j.ext, j.status.message()));
@@ -568,7 +620,13 @@ class Verifier {
   Clock::time_point start_;
   std::vector<Unit> units_;
   std::string manifest_;
+  std::string listed_order_;  // ShardListing::channel_order
   std::optional<uint64_t> manifest_samples_;
+  // The channel order of decoded arrays (NoteOrder) and the colour arrays checked.
+  bool order_known_ = false;
+  formats::ArrayOrder order_ = formats::ArrayOrder::kUnknown;
+  std::string order_words_, option_;
+  uint64_t colour_arrays_ = 0;
   std::vector<std::string> classes_, source_classes_;
   uint64_t first_index_ = 0;
   Status fatal_;

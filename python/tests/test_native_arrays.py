@@ -39,6 +39,10 @@ def npy_shards(tmp_path, arrs, labels, keys=None, name="src"):
     return "wds:" + write_tar_shards(str(tmp_path / name), items, per_shard=7), keys
 
 
+# Shards written here record no channel order: the arrays are said to be RGB.
+RGB = {"wds.channels": "rgb"}
+
+
 def tar_members(pattern_dir):
     m = {}
     for f in sorted(os.listdir(pattern_dir)):
@@ -56,7 +60,11 @@ def test_hdf5_native_same_shape_h5py_reads_and_round_trips(tmp_path):
     labels[3] = None  # a sample without label: -1 in `labels`, no cls when read back
     src, keys = npy_shards(tmp_path, arrs, labels)
     h5 = str(tmp_path / "out.h5")
-    shardkit.convert(src, h5)
+    # Shards that record no channel order: HDF5 would record one, so it must be said.
+    with pytest.raises(shardkit.Error, match="k/img000.*no channel order.*wds.channels=rgb"):
+        shardkit.convert(src, h5)
+    assert not os.path.exists(h5)
+    shardkit.convert(src, h5, source_options=RGB)
     with h5py.File(h5, "r") as f:
         img = f["images"]
         assert img.shape == (n, 6, 9, 3) and img.dtype == np.uint8
@@ -86,7 +94,7 @@ def test_hdf5_native_variable_shapes_and_gray(tmp_path):
     arrs = arrays(n, lambda i: (4 + i % 3, 5 + i, 3))
     src, keys = npy_shards(tmp_path, arrs, list(range(n)))
     h5 = str(tmp_path / "vlen.h5")
-    shardkit.convert(src, h5)
+    shardkit.convert(src, h5, source_options=RGB)
     with h5py.File(h5, "r") as f:
         assert f["images"].shape == (n,)
         for i in range(n):
@@ -114,9 +122,9 @@ def test_hdf5_native_refuses_other_fields_fields_layout_keeps_them(tmp_path):
     items["s1"]["txt"] = b"a caption"
     src = "wds:" + write_tar_shards(str(tmp_path / "mixed"), items, per_shard=10)
     with pytest.raises(shardkit.Error, match="s1.*txt.*--hdf5-arrays fields"):
-        shardkit.convert(src, str(tmp_path / "mixed.h5"))
+        shardkit.convert(src, str(tmp_path / "mixed.h5"), source_options=RGB)
     assert not os.path.exists(str(tmp_path / "mixed.h5"))  # nothing half-written
-    shardkit.convert(src, str(tmp_path / "fields.h5"), hdf5_arrays="fields")
+    shardkit.convert(src, str(tmp_path / "fields.h5"), hdf5_arrays="fields", source_options=RGB)
     with h5py.File(str(tmp_path / "fields.h5"), "r") as f:
         assert "fields/npy/data" in f and "fields/txt/data" in f
 
@@ -128,7 +136,7 @@ def test_lmdb_pickle_layout_read_by_the_article_reader(tmp_path):
     labels[5] = None
     src, keys = npy_shards(tmp_path, arrs, labels)
     out = str(tmp_path / "out.lmdb")
-    shardkit.convert(src, out)
+    shardkit.convert(src, out, source_options=RGB)
     env = lmdb.open(out, readonly=True, lock=False)
     with env.begin() as txn:
         assert txn.stat()["entries"] == n  # no side entries: len() as the article's Dataset computes it
@@ -148,7 +156,7 @@ def test_lmdb_pickle_layout_read_by_the_article_reader(tmp_path):
         assert m[f"{i}.npy"] == npy_bytes(arrs[i])
         assert (f"{i}.cls" in m) == (labels[i] is not None)
     # the shardkit records stay available
-    shardkit.convert(src, str(tmp_path / "rec.lmdb"), lmdb_arrays="record")
+    shardkit.convert(src, str(tmp_path / "rec.lmdb"), lmdb_arrays="record", source_options=RGB)
     assert json.load(open(str(tmp_path / "rec.lmdb" / "shardkit.json")))["layout"] == "shardkit"
 
 
@@ -195,7 +203,7 @@ def test_lmdb_pickle_layout_other_dtypes_and_labels_python_loads(tmp_path):
     labels = [70000, -5, 2 ** 40, None]
     src, _ = npy_shards(tmp_path, arrs, labels)
     out = str(tmp_path / "d.lmdb")
-    shardkit.convert(src, out)
+    shardkit.convert(src, out, source_options=RGB)
     env = lmdb.open(out, readonly=True, lock=False)
     with env.begin() as txn:
         for idx, (a, l) in enumerate(zip(arrs, labels)):

@@ -66,6 +66,7 @@ Format Hdf5Format() {
       .open = hdf5::OpenHdf5,
       .create = hdf5::CreateHdf5,
       .extensions = {"h5", "hdf5", "hdf", "he5"},
+      .records_assumed_channel_order = true,
       .write_options = {
           {"arrays", "native", {"native", "fields"},
            "samples that are a decoded array (npy) and a label: 'native' (images uint8 [N,H,W,C] + labels, as "

@@ -912,7 +912,7 @@ Status Hdf5Data::ReadNativeExtras(hid_t file, bool has_keys, const OpenOptions& 
       SK_ASSIGN_OR_RETURN(info.class_names, ReadStrings(a.get(), true, "class_names (attribute)"));
     }
   }
-  bool any_arrays = false, file_bgr = false;
+  bool any_arrays = false, file_bgr = false, file_rgb = false;
   std::string attr_of;
   for (const auto& f : tp_) {
     if (f.ext != "npy") continue;
@@ -921,6 +921,7 @@ Status Hdf5Data::ReadNativeExtras(hid_t file, bool has_keys, const OpenOptions& 
     Hid a(H5Aopen(f.dset.get(), "channel_order", H5P_DEFAULT), H5Aclose);
     SK_ASSIGN_OR_RETURN(auto v, ReadStrings(a.get(), true, "channel_order (attribute of '" + f.name + "')"));
     if (v.size() == 1 && v[0] == "bgr") file_bgr = true, attr_of = f.name;
+    if (v.size() == 1 && v[0] == "rgb" && attr_of.empty()) file_rgb = true, attr_of = f.name;
   }
   if (!any_arrays) return Status::OK();
   if (channels == "bgr-to-rgb") {
@@ -930,9 +931,13 @@ Status Hdf5Data::ReadNativeExtras(hid_t file, bool has_keys, const OpenOptions& 
     info.extra["channel_order"] = "decoded arrays: rgb (said by hdf5.channels; not converted)";
   } else if (channels == "bgr") {
     info.extra["channel_order"] = "decoded arrays: bgr (said by hdf5.channels; not converted)";
-  } else if (file_bgr && channels.empty()) {
+  } else if (channels == "rgb") {
+    info.extra["channel_order"] = "decoded arrays: rgb (said by hdf5.channels)";
+  } else if (file_bgr) {
     info.extra["channel_order"] =
         fmt::format("decoded arrays: bgr (attribute channel_order of '{}'; not converted)", attr_of);
+  } else if (file_rgb) {
+    info.extra["channel_order"] = fmt::format("decoded arrays: rgb (attribute channel_order of '{}')", attr_of);
   }
   if (info.extra.count("channel_order")) info.extra["channel_option"] = "hdf5.channels";
   return Status::OK();

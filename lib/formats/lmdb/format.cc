@@ -76,6 +76,7 @@ Format LmdbFormat() {
       .create = [](const std::string& path, const WriteOptions& opts) { return lmdb::CreateWriter(path, opts); },
       .extensions = {"mdb", "lmdb"},
       .resumes = true,
+      .records_assumed_channel_order = true,
       .write_options = {
           {"layout", "shardkit", {"shardkit", "caffe"},
            "record layout: 'shardkit' (msgpack records) or 'caffe' (Datum records, \"%08d_<key>\" keys)"},

@@ -374,6 +374,7 @@ Result<ShardListing> ListShards(const std::string& path, const OpenOptions& /*op
   }
   out.num_samples = t.shard_file.empty() ? std::optional<uint64_t>(idx->num_samples) : std::nullopt;
   out.class_names = idx->class_names;
+  out.channel_order = idx->channel_order;
   for (const auto& m : idx->shards) {
     if (!t.shard_file.empty() && m.path != t.dir + "/" + t.shard_file) continue;
     // Sizes and hashes are the format's own checks (Detail::kShardChecksum),

@@ -296,6 +296,7 @@ Result<ShardListing> ListShards(const std::string& path, const OpenOptions& opts
     }
     out.num_samples = m->num_samples;
     out.class_names = m->class_names;
+    out.channel_order = m->channel_order;
     out.shards = m->shards;
     return out;
   }

@@ -86,6 +86,7 @@ Result<ShardListing> ListShards(const std::string& path, const OpenOptions& opts
     if (!out.unreadable.empty()) return out;
     out.num_samples = m.num_samples;
     out.class_names = std::move(m.class_names);
+    out.channel_order = m.channel_order;
     for (auto& si : m.shards)
       out.shards.push_back(ShardListing::Shard{si.path, si.address, si.samples, si.bytes, si.checksum});
     return out;
