@@ -93,16 +93,18 @@ def main():
         npy = write_npy_shards(os.path.join(tmp, "npy"), imgs)
         sources = []  # (name, address, source options, is JPEG)
         jpg = os.path.join(tmp, "jpg", "j-%06d.tar")
-        shardkit.convert("wds:" + npy, "wds:" + jpg, encode="jpeg:90", shard_size="100MiB", overwrite=True)
+        rgb = {"wds.channels": "rgb"}  # the .npy shards written here record no channel order
+        shardkit.convert("wds:" + npy, "wds:" + jpg, encode="jpeg:90", shard_size="100MiB", overwrite=True,
+                         source_options=rgb)
         js = sorted(f for f in os.listdir(os.path.join(tmp, "jpg")) if f.endswith(".tar"))
         sources.append(("JPEG q90 tar shards (baseline)",
                         "wds:" + os.path.join(tmp, "jpg", "j-{%06d..%06d}.tar" % (0, len(js) - 1)), None))
-        sources.append(("tar shards of .npy", "wds:" + npy, None))
+        sources.append(("tar shards of .npy", "wds:" + npy, rgb))
         h5 = os.path.join(tmp, "native.h5")
-        shardkit.convert("wds:" + npy, h5)
+        shardkit.convert("wds:" + npy, h5, source_options=rgb)
         sources.append(("HDF5 images [N,H,W,3] (shardkit, chunk = 1 image)", h5, None))
         db = os.path.join(tmp, "native.lmdb")
-        shardkit.convert("wds:" + npy, db)
+        shardkit.convert("wds:" + npy, db, source_options=rgb)
         sources.append(("LMDB pickle((array, label)) (shardkit)", db, None))
         try:
             import h5py
@@ -111,7 +113,7 @@ def main():
             with h5py.File(h5c, "w") as f:
                 f.create_dataset("images", data=imgs)
                 f.create_dataset("labels", data=np.arange(a.n) % 10)
-            sources.append(("HDF5 [N,H,W,3] contiguous (h5py)", h5c, None))
+            sources.append(("HDF5 [N,H,W,3] contiguous (h5py)", h5c, {"hdf5.channels": "rgb"}))
         except ImportError:
             pass
 

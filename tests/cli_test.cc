@@ -455,6 +455,7 @@ TEST_CASE("convert's per-format flags are made from the formats' option tables",
   RunResult help = Cli("convert --help");
   REQUIRE(help.exit_code == 0);
   for (const shardkit::FormatOption& o : shardkit::FormatOptions()) {
+    if (!o.write) continue;  // the readers' are --source-option KEY=VALUE
     std::string flag = "--" + o.format + "-" + o.name;
     std::replace(flag.begin(), flag.end(), '_', '-');
     INFO(flag);
@@ -471,4 +472,33 @@ TEST_CASE("convert's per-format flags are made from the formats' option tables",
   RunResult bad = Cli("convert " + Q(t / "src") + " " + Q("lmdb:" + (t / "d.lmdb")) + " --lmdb-layout nope");
   CHECK(bad.exit_code == 2);
   CHECK_THAT(bad.err, Catch::Contains("--lmdb-layout"));
+
+  // The readers' tables: --source-option's help lists them, Open() checks a format's own
+  // keys (unknown name, value outside the choices) and leaves other formats' keys alone.
+  size_t readers = 0;
+  for (const shardkit::FormatOption& o : shardkit::FormatOptions()) {
+    if (o.write) continue;
+    ++readers;
+    INFO(o.key());
+    CHECK_THAT(help.out, Catch::Contains(o.key() + "="));
+  }
+  CHECK(readers >= 10);
+  CHECK_THAT(help.out, Catch::Contains("wds.channels=bgr|rgb|bgr-to-rgb"));
+  shardkit::OpenOptions unknown;
+  unknown.format_options["folder.nope"] = "1";
+  auto u = shardkit::Open("folder:" + (t / "src"), unknown);
+  REQUIRE_FALSE(u.ok());
+  CHECK_THAT(u.status().message(), Catch::Contains("unknown option 'folder.nope' of the folder reader") &&
+                                       Catch::Contains("folder.files") && Catch::Contains("folder.channels"));
+  shardkit::OpenOptions outside;
+  outside.format_options["folder.files"] = "some";
+  auto o2 = shardkit::Open("folder:" + (t / "src"), outside);
+  REQUIRE_FALSE(o2.ok());
+  CHECK_THAT(o2.status().message(), Catch::Contains("folder.files 'some': not one of 'images', 'all'"));
+  shardkit::OpenOptions other;
+  other.format_options["hdf5.order"] = "nchw";  // another format's key: not this reader's business
+  CHECK(shardkit::Open("folder:" + (t / "src"), other).ok());
+  RunResult src_bad = Cli("verify " + Q(t / "src") + " --source-option folder.nope=1");
+  CHECK(src_bad.exit_code == 1);
+  CHECK_THAT(src_bad.err, Catch::Contains("folder.nope"));
 }

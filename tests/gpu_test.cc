@@ -20,6 +20,7 @@
 #include "gpu/weights.h"
 #include "gpu/testing.h"
 #include "pipeline/resize.h"
+#include "shardkit/feed.h"
 #include "shardkit/gpu.h"
 #include "shardkit/loader.h"
 #include "support.h"
@@ -314,6 +315,101 @@ TEST_CASE("without a CUDA device the GPU API fails with a reason", "[gpu]") {
   REQUIRE_FALSE(l.ok());
   CHECK(l.status().code() == Code::kUnsupported);
   CHECK(l.status().message() == why);
+}
+
+TEST_CASE("the loader's front door decides host or device batches, the decoder and the fallback once", "[gpu][feed]") {
+  TempDir dir;
+  MakeImageFolder(dir / "img", 3, 6);
+  const std::string address = dir / "img";
+  LoaderOptions o = Opts(DType::kUint8, Layout::kNHWC, 4);
+  o.threads = 0;  // the library's default, reported by threads()
+  auto epoch_of = [](Feed& f) {
+    std::vector<std::vector<std::string>> keys;
+    f.set_epoch(1);
+    for (;;) {
+      auto b = f.host()->Next();
+      REQUIRE(b.ok());
+      if (b->end_of_epoch()) break;
+      keys.push_back(b->keys());
+    }
+    return keys;
+  };
+  // Host batches: the CPU Loader with the same options, nothing tried, nothing to say.
+  auto host = Feed::Create(address, o, FeedOptions{});
+  REQUIRE(host.ok());
+  CHECK_FALSE((*host)->on_device());
+  CHECK((*host)->device() == nullptr);
+  CHECK((*host)->fallback().empty());
+  CHECK((*host)->decoder() == DecoderKind::kCpu);
+  CHECK((*host)->threads() >= 1);
+  CHECK((*host)->class_names() == std::vector<std::string>{"c0", "c1", "c2"});
+  CHECK((*host)->num_samples() == 18);
+  auto plain = Loader::Create(address, o);
+  REQUIRE(plain.ok());
+  CHECK((*host)->threads() == (*plain)->options().threads);
+  std::vector<std::vector<std::string>> want;
+  (*plain)->set_epoch(1);
+  for (;;) {
+    auto b = (*plain)->Next();
+    REQUIRE(b.ok());
+    if (b->end_of_epoch()) break;
+    want.push_back(b->keys());
+  }
+  CHECK(epoch_of(**host) == want);
+  // Its position is the Loader's (a state taken here restores there).
+  (*host)->set_epoch(2);
+  REQUIRE((*host)->host()->Next().ok());
+  LoaderState st = (*host)->save_state();
+  CHECK(st.epoch == 2);
+  CHECK(st.next_batch == 1);
+  REQUIRE((*plain)->restore(st).ok());
+
+  // decoder=gpu never falls back: without a device named, or without the build for it.
+  FeedOptions gpu_on_host;
+  gpu_on_host.gpu.decoder = DecoderKind::kGpu;
+  auto refused = Feed::Create(address, o, gpu_on_host);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == Code::kUnsupported);
+  CHECK_THAT(refused.status().message(), Catch::Contains(CudaCompiled() && NvjpegCompiled()
+                                                             ? "decodes on a CUDA device"
+                                                             : "needs the CUDA build of shardkit"));
+
+  // A device asked for: device batches where the library can use it; else host batches,
+  // and fallback() says why when something was tried (a build with CUDA).
+  FeedOptions dev;
+  dev.device = 0;
+  auto d = Feed::Create(address, o, dev);
+  REQUIRE(d.ok());
+  const std::string why = CudaUnavailableReason();
+  if (why.empty()) {
+    CHECK((*d)->on_device());
+    CHECK((*d)->decoder() == (NvjpegCompiled() ? DecoderKind::kGpu : DecoderKind::kCpu));
+    CHECK((*d)->class_names() == std::vector<std::string>{"c0", "c1", "c2"});
+    // A streamed read goes through the copy path (decoder auto), or is refused (gpu).
+    LoaderOptions so = o;
+    so.stream = true;
+    auto streamed = Feed::Create(address, so, dev);
+    REQUIRE(streamed.ok());
+    CHECK((*streamed)->on_device());
+    CHECK((*streamed)->decoder() == DecoderKind::kCpu);
+    FeedOptions dg = dev;
+    dg.gpu.decoder = DecoderKind::kGpu;
+    if (NvjpegCompiled()) {
+      auto no = Feed::Create(address, so, dg);
+      REQUIRE_FALSE(no.ok());
+      CHECK_THAT(no.status().message(), Catch::Contains("stream"));
+    }
+  } else {
+    CHECK_FALSE((*d)->on_device());
+    CHECK(epoch_of(**d) == want);
+    if (CudaCompiled()) CHECK_THAT((*d)->fallback(), Catch::Contains(why));
+    else CHECK((*d)->fallback().empty());
+    FeedOptions dg = dev;
+    dg.gpu.decoder = DecoderKind::kGpu;
+    auto no = Feed::Create(address, o, dg);
+    REQUIRE_FALSE(no.ok());
+    CHECK(no.status().code() == Code::kUnsupported);
+  }
 }
 
 TEST_CASE("the GPU loader refuses the options the CPU loader refuses, with or without a device", "[gpu]") {

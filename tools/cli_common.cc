@@ -71,6 +71,24 @@ int UsageError(const std::string& message) {
   return kExitUsage;
 }
 
+namespace {
+
+// The readers' options, from the formats' tables: "KEY=VALUE ...: wds.channels=bgr|rgb|..., ...".
+std::string SourceOptionsHelp() {
+  std::string help = "KEY=VALUE option of the dataset's reader (repeatable; see docs/existing-data.md):";
+  const char* sep = " ";
+  for (const FormatOption& o : FormatOptions()) {
+    if (o.write) continue;
+    std::string values = o.choices.empty() ? "VALUE" : "";
+    for (const auto& c : o.choices) values += (values.empty() ? "" : "|") + c;
+    help += fmt::format("{}{}={}", sep, o.key(), values);
+    sep = ", ";
+  }
+  return help;
+}
+
+}  // namespace
+
 void AddSourceOptions(CLI::App* sub, OpenOptions* open) {
   sub->add_option_function<std::vector<std::string>>(
          "--source-option",
@@ -82,9 +100,7 @@ void AddSourceOptions(CLI::App* sub, OpenOptions* open) {
              open->format_options[kv.substr(0, eq)] = kv.substr(eq + 1);
            }
          },
-         "KEY=VALUE read option where the content is ambiguous (repeatable): <format>.channels=bgr|rgb|bgr-to-rgb "
-         "(the channel order of decoded arrays, any format), lmdb.layout=shardkit|caffe|image|pickle, "
-         "hdf5.order=nhwc|nchw, folder.files=images (see docs/existing-data.md)")
+         SourceOptionsHelp())
       ->type_name("KEY=VALUE");
 }
 
@@ -204,9 +220,7 @@ void PrintSummary(const char* command, const ConvertSummary& s, bool json) {
                 static_cast<unsigned long long>(s.part.count));
   // Shards for the formats that cut them (their index and checksum files are not counted);
   // an LMDB, an HDF5 file or a folder is one output.
-  const bool sharded = s.destination_format == "wds" || s.destination_format == "tfrecord" ||
-                       s.destination_format == "mds" || s.destination_format == "recordio";
-  std::string count = sharded ? fmt::format("{} shard{}, ", s.shards.size(), s.shards.size() == 1 ? "" : "s") : "";
+  std::string count = s.destination_shards ? fmt::format("{} shard{}, ", s.shards.size(), s.shards.size() == 1 ? "" : "s") : "";
   std::printf("%s: %llu samples (%s) %s -> %s in %.2f s (%.1f MB/s), %s%s %s%s\n",
               command, static_cast<unsigned long long>(s.samples), HumanBytes(s.payload_bytes).c_str(),
               io::RedactText(s.source).c_str(), io::RedactText(s.destination).c_str(), s.seconds, mbs, count.c_str(),

@@ -103,11 +103,11 @@ void AddCopyFlags(CLI::App* sub, CopyFlags* f) {
 
 KeyDots ToKeyDots(const std::string& s) { return s == "replace" ? KeyDots::kReplace : KeyDots::kError; }
 
-// "a=b,c=d" -> {a: b, c: d}; a usage error for an entry without '='.
 // One flag per writer option in the formats' tables: --<format>-<name> ('_' as '-'),
 // with the table's help, default and choices; a flag given lands in *out under its key.
 void AddFormatOptionFlags(CLI::App* sub, std::map<std::string, std::string>* out) {
   for (const FormatOption& o : FormatOptions()) {
+    if (!o.write) continue;  // (a reader's options: --source-option)
     std::string flag = "--" + o.format + "-" + o.name;
     std::replace(flag.begin(), flag.end(), '_', '-');
     std::string help = fmt::format("{} output: {}", o.format, o.help);

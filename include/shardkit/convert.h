@@ -102,6 +102,7 @@ struct ConvertSummary {
   std::string destination;
   std::string source_format;       // registry names
   std::string destination_format;
+  bool destination_shards = false;  // the destination's format cuts its output into shards
   uint64_t samples = 0;
   uint64_t payload_bytes = 0;      // sum of Sample::bytes() over all samples
   uint64_t bytes = 0;              // bytes written to disk (WriteSummary::bytes)

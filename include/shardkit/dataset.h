@@ -176,19 +176,22 @@ struct PartWriteOptions {
   uint64_t total_samples = 0;
   std::string plan;             // JSON object every part must agree on (flags, source)
 };
-// One option a format declares for its writer (its table in lib/formats/<name>/),
-// given in WriteOptions::format_options under key() = "<format>.<name>". The CLI's
-// `--<format>-<name>` flags and Python's `<format>_<name>` keyword arguments are these.
+// One option a format declares for its writer or its reader (its tables in
+// lib/formats/<name>/), given in WriteOptions::format_options (writer) or
+// OpenOptions::format_options (reader) under key() = "<format>.<name>". The CLI's
+// `--<format>-<name>` flags and Python's `<format>_<name>` keyword arguments are the
+// writer's; `--source-option KEY=VALUE` / `source_options=` take the reader's, and
+// Open() refuses a key of the format's own that its table does not hold.
 struct FormatOption {
   std::string format;                // "lmdb"
   std::string name;                  // "layout"
-  bool write = true;                 // a writer's option
+  bool write = true;                 // a writer's option (false: the reader's)
   std::string default_value;         // as text
   std::vector<std::string> choices;  // the allowed values; empty: free text the format checks
   std::string help;                  // one line
   std::string key() const { return format + "." + name; }
 };
-// Every format's writer options, in registry order.
+// Every format's writer and reader options, in registry order.
 SHARDKIT_API std::vector<FormatOption> FormatOptions();
 
 struct WriteOptions {

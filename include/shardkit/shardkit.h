@@ -5,6 +5,7 @@
 #include "shardkit/bytes.h"
 #include "shardkit/convert.h"
 #include "shardkit/dataset.h"
+#include "shardkit/feed.h"
 #include "shardkit/filesystem.h"
 #include "shardkit/gpu.h"
 #include "shardkit/index.h"

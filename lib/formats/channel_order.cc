@@ -102,6 +102,12 @@ std::unique_ptr<Dataset> WithBgrToRgb(std::unique_ptr<Dataset> ds, DatasetInfo i
   return std::make_unique<SwapDataset>(std::move(ds), std::move(info));
 }
 
+OptionSpec ChannelsReadOption() {
+  return OptionSpec{"channels", "", {"bgr", "rgb", "bgr-to-rgb"},
+                    "the channel order of decoded arrays (npy): say it (bgr, rgb) or convert BGR to RGB on read "
+                    "(bgr-to-rgb); default: as the dataset records it"};
+}
+
 ArrayOrder ArrayOrderOf(const DatasetInfo& info) {
   auto it = info.extra.find("channel_order");
   if (it == info.extra.end()) return ArrayOrder::kUnknown;

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "formats/registry.h"
 #include "shardkit/dataset.h"
 
 namespace shardkit::formats {
@@ -24,6 +25,10 @@ Result<bool> ApplyChannelOrder(const std::string& recorded, const std::string& w
 // `ds` with channels 0 and 2 of every H x W x 3|4 "npy" field swapped as it is read
 // (sequential and random access). Same threading and lifetime rules as `ds`.
 std::unique_ptr<Dataset> WithBgrToRgb(std::unique_ptr<Dataset> ds, DatasetInfo info);
+
+// The reader option every format that reads decoded arrays declares: "<format>.channels"
+// (bgr | rgb | bgr-to-rgb; default: the order the dataset records).
+OptionSpec ChannelsReadOption();
 
 // What a consumer for which the order matters (--encode, the loader, a writer that
 // records an order for arrays it is not told about) reads from info.extra["channel_order"]:

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <cctype>
 #include <filesystem>
 
@@ -190,26 +191,39 @@ Result<const Format*> Resolve(std::string_view address, bool for_write, std::str
   return best;
 }
 
-Status CheckWriteOptions(const Format& f, const WriteOptions& opts) {
+namespace {
+
+// `given`'s keys of format f against its table (`who`: "writer" or "reader").
+Status CheckOptions(const Format& f, const std::vector<OptionSpec>& table,
+                    const std::map<std::string, std::string>& given, const char* who) {
   const std::string prefix = std::string(f.name) + ".";
-  for (const auto& [key, value] : opts.format_options) {
+  for (const auto& [key, value] : given) {
     if (key.rfind(prefix, 0) != 0) continue;
     const std::string name = key.substr(prefix.size());
-    auto spec = std::find_if(f.write_options.begin(), f.write_options.end(),
-                             [&](const OptionSpec& o) { return name == o.name; });
-    if (spec == f.write_options.end()) {
+    auto spec = std::find_if(table.begin(), table.end(), [&](const OptionSpec& o) { return name == o.name; });
+    if (spec == table.end()) {
       std::string known;
-      for (const auto& o : f.write_options) known += fmt::format("{}{}{}", known.empty() ? "" : ", ", prefix, o.name);
-      return Status::Invalid(fmt::format("unknown option '{}' of the {} writer ({})", key, f.name,
+      for (const auto& o : table) known += fmt::format("{}{}{}", known.empty() ? "" : ", ", prefix, o.name);
+      return Status::Invalid(fmt::format("unknown option '{}' of the {} {} ({})", key, f.name, who,
                                          known.empty() ? "it has none" : "known: " + known));
     }
     if (!spec->choices.empty() && std::find(spec->choices.begin(), spec->choices.end(), value) == spec->choices.end()) {
       std::string allowed;
       for (const auto& c : spec->choices) allowed += fmt::format("{}'{}'", allowed.empty() ? "" : ", ", c);
-      return Status::Invalid(fmt::format("option '{}' is '{}', not one of {}", key, value, allowed));
+      return Status::Invalid(fmt::format("{} '{}': not one of {}", key, value, allowed));
     }
   }
   return Status::OK();
+}
+
+}  // namespace
+
+Status CheckWriteOptions(const Format& f, const WriteOptions& opts) {
+  return CheckOptions(f, f.write_options, opts.format_options, "writer");
+}
+
+Status CheckReadOptions(const Format& f, const OpenOptions& opts) {
+  return CheckOptions(f, f.read_options, opts.format_options, "reader");
 }
 
 std::string WriteOption(const WriteOptions& opts, std::string_view key) {
@@ -247,6 +261,7 @@ namespace shardkit {
 Result<std::unique_ptr<Dataset>> Open(std::string_view address, const OpenOptions& opts) {
   std::string path;
   SK_ASSIGN_OR_RETURN(const formats::Format* f, formats::Resolve(address, false, &path));
+  SK_RETURN_IF_ERROR(formats::CheckReadOptions(*f, opts));
   return f->open(path, opts);
 }
 
@@ -259,10 +274,14 @@ Result<std::unique_ptr<SampleWriter>> Create(std::string_view address, const Wri
 
 std::vector<FormatOption> FormatOptions() {
   std::vector<FormatOption> out;
-  for (const auto& f : formats::All())
+  for (const auto& f : formats::All()) {
     for (const auto& o : f.write_options)
       out.push_back(FormatOption{.format = f.name, .name = o.name, .write = true, .default_value = o.default_value,
                                  .choices = o.choices, .help = o.help});
+    for (const auto& o : f.read_options)
+      out.push_back(FormatOption{.format = f.name, .name = o.name, .write = false, .default_value = o.default_value,
+                                 .choices = o.choices, .help = o.help});
+  }
   return out;
 }
 

@@ -50,8 +50,9 @@ struct SampleExtent {
   uint64_t offset = 0;
 };
 
-// One option of a format's writer, read from WriteOptions::format_options under
-// "<format>.<name>" (WriteOption() gives the value or this default). The CLI's flags
+// One option of a format's writer or reader, read from WriteOptions::format_options
+// (OpenOptions::format_options) under "<format>.<name>" (WriteOption() gives a writer's
+// value or this default). The CLI's flags
 // (--<format>-<name>, '_' as '-') and Python's keyword arguments (<format>_<name>) are
 // made from these tables (FormatOptions()), so a new format's options need no edit
 // outside its folder.
@@ -86,6 +87,9 @@ struct Format {
   // Its writer cuts the output into shards and follows a shard plan
   // (WriteOptions::shard_plan): what `Shard()` writes.
   bool writes_shards = false;
+  // Its output is a set of shard files (ConvertSummary::destination_shards: the summary
+  // counts them), whether or not it follows a shard plan.
+  bool output_is_shards = false;
   // Its writer continues an interrupted write (WriteOptions::resume) from what it
   // committed; an interrupted write of the others is started over by --resume.
   bool resumes = false;
@@ -134,6 +138,9 @@ struct Format {
   uint64_t default_shard_size = 1ull << 30;
   // Its writer's options (OptionSpec).
   std::vector<OptionSpec> write_options = {};
+  // Its reader's options, read from OpenOptions::format_options (the CLI's
+  // --source-option KEY=VALUE, Python's source_options=); checked by Open().
+  std::vector<OptionSpec> read_options = {};
 };
 
 // `opts` with what it leaves to the format filled in from `f` (shard_size 0: the
@@ -142,6 +149,9 @@ WriteOptions ApplyFormatDefaults(const Format& f, WriteOptions opts);
 // kInvalidArgument naming the key for an option of `f` that its table does not declare or
 // a value outside its choices; other formats' keys are ignored (one map serves any output).
 Status CheckWriteOptions(const Format& f, const WriteOptions& opts);
+// The same for OpenOptions::format_options against f.read_options (keys of other
+// formats are left alone: the environment's options reach every open).
+Status CheckReadOptions(const Format& f, const OpenOptions& opts);
 // A writer option's value: opts.format_options[key], else the default of the declared
 // option `key` ("<format>.<name>").
 std::string WriteOption(const WriteOptions& opts, std::string_view key);

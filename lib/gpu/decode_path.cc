@@ -1022,7 +1022,13 @@ Result<std::unique_ptr<GpuLoader::Impl>> MakeDecodeImpl(const LoaderOptions& o, 
     } else {
       SK_ASSIGN_OR_RETURN(impl->dataset, Open(address, o.open));
     }
-    SK_ASSIGN_OR_RETURN(impl->data, impl->dataset->NewRandomAccess());
+    Result<std::shared_ptr<RandomAccess>> ra = impl->dataset->NewRandomAccess();
+    if (!ra.ok() && ra.status().code() == Code::kUnsupported && g.decoder == DecoderKind::kAuto) {
+      // A dataset read only in order (pipe:, a shard list without sizes): the copy
+      // path's CPU Loader streams it.
+      return MakeCopyImpl(o, g, DecoderKind::kCpu, nullptr, std::move(impl->dataset), address);
+    }
+    SK_ASSIGN_OR_RETURN(impl->data, std::move(ra));
     impl->facts = pipeline::FactsOf(impl->dataset->info(), impl->data->size());
     SK_RETURN_IF_ERROR(pipeline::CheckArrayColours(impl->data.get(), o, impl->facts));
   }

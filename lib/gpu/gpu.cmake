@@ -56,6 +56,7 @@ if(SHARDKIT_HAVE_CUDA)
     CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}" CUDA_STANDARD 17)
   target_sources(shardkit_objects PRIVATE
     ${CMAKE_CURRENT_LIST_DIR}/device_batch.cc
+    ${CMAKE_CURRENT_LIST_DIR}/feed.cc
     ${CMAKE_CURRENT_LIST_DIR}/gpu_loader.cc
     ${CMAKE_CURRENT_LIST_DIR}/copy_path.cc
     ${CMAKE_CURRENT_LIST_DIR}/decode_path.cc
@@ -95,7 +96,8 @@ if(SHARDKIT_HAVE_CUDA)
   set(SHARDKIT_STATIC_CUDA_RUNTIME ${SHARDKIT_STATIC_CUDA_RUNTIME} CACHE INTERNAL "libshardkit links no shared CUDA runtime")
 else()
   set(SHARDKIT_STATIC_CUDA_RUNTIME OFF CACHE INTERNAL "libshardkit links no shared CUDA runtime")
-  target_sources(shardkit_objects PRIVATE ${CMAKE_CURRENT_LIST_DIR}/no_cuda.cc ${CMAKE_CURRENT_LIST_DIR}/jpeg_header.cc)
+  target_sources(shardkit_objects PRIVATE ${CMAKE_CURRENT_LIST_DIR}/no_cuda.cc ${CMAKE_CURRENT_LIST_DIR}/feed.cc
+    ${CMAKE_CURRENT_LIST_DIR}/jpeg_header.cc)
 endif()
 
 # The GPU benchmark (bench/gpu_bench.cc): public API plus lib/gpu/testing.h (the internal

@@ -17,8 +17,13 @@ Result<std::unique_ptr<GpuLoader::Impl>> MakeImpl(std::shared_ptr<RandomAccess> 
   if (gopts.device < 0 || gopts.device >= count)
     return Status::Invalid(fmt::format("CUDA device {} does not exist ({} found)", gopts.device, count));
   // The decoder first: the thread default depends on it.
+  // The decode path reads by random access: a streamed read (LoaderOptions::stream) goes
+  // through the copy path, whose CPU Loader streams.
   DecoderKind kind = gopts.decoder;
-  if (kind == DecoderKind::kAuto) kind = NvjpegCompiled() ? DecoderKind::kGpu : DecoderKind::kCpu;
+  if (kind == DecoderKind::kAuto) kind = NvjpegCompiled() && !opts.stream ? DecoderKind::kGpu : DecoderKind::kCpu;
+  if (kind == DecoderKind::kGpu && opts.stream)
+    return Status::Unsupported("decoder=gpu reads the dataset by random access; a streamed read (stream=True) is "
+                               "decoded on the host: use decoder=cpu or auto");
   GpuOptions resolved = gopts;
   resolved.decoder = kind;
   LoaderOptions o = opts;

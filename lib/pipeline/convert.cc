@@ -662,6 +662,7 @@ Result<ConvertSummary> Convert(std::string_view src, std::string_view dst, const
   sum.destination = std::string(dst);
   sum.source_format = in->info().format;
   sum.destination_format = OutputFormat(dst);
+  if (auto f = formats::Find(sum.destination_format)) sum.destination_shards = f->output_is_shards;
   sum.seconds = Since(t0);
   return sum;
 }
@@ -752,6 +753,7 @@ Result<ConvertSummary> Shard(std::string_view src, std::string_view dst, const S
   sum.destination = std::string(dst);
   sum.source_format = in->info().format;
   sum.destination_format = sharded->name;
+  sum.destination_shards = true;
   sum.seconds = Since(t0);
   return sum;
 }

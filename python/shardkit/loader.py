@@ -141,13 +141,6 @@ class Loader:
                  missing_fields="raise", decode_fields=True, source_options=None, trust_manifest=False):
         if not _shardkit.HAVE_LOADER:
             raise NotImplementedError("this build of shardkit has no loader")
-        if decoder not in ("auto", "cpu", "gpu"):
-            raise ValueError(f'decoder must be "auto", "cpu" or "gpu", not {decoder!r}')
-        if decoder == "gpu" and not (_shardkit.CUDA_COMPILED and _shardkit.NVJPEG_COMPILED):
-            why = "CUDA" if not _shardkit.CUDA_COMPILED else "nvJPEG"
-            raise NotImplementedError(f'decoder="gpu" needs the CUDA build of shardkit (built with {why}: a '
-                                      'wheel built where the CUDA toolkit is found); this one has none: use '
-                                      'decoder="cpu" or "auto"')
         if dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(_DTYPES)}, not {dtype!r}")
         if layout not in _LAYOUTS:
@@ -186,8 +179,6 @@ class Loader:
         if hardware_load is not None and not 0.0 <= float(hardware_load) <= 1.0:
             raise ValueError(f"hardware_load must be in [0, 1] or None, not {hardware_load!r}")
 
-        if decoder == "gpu" and str(device) == "cpu":
-            raise NotImplementedError('decoder="gpu" needs device="cuda:N"')
         self._device = _parse_device(device)
         self._channels_last = layout == "channels_last"
         self._return_keys = bool(return_keys)
@@ -216,29 +207,24 @@ class Loader:
             # Confinement (docs/reliability.md): a manifest's files stay in its directory
             # unless the caller trusts it.
             trust_manifest=bool(trust_manifest))
-        # Device batches from the library (GpuLoader) when it has CUDA; else the host
-        # loader, and a torch copy for device="cuda:N".
-        self._gpu = self._device.type == "cuda" and _shardkit.CUDA_COMPILED
-        self._loader = None
-        if self._gpu:
-            ring = max(3, int(prefetch)) if ring is None else int(ring)
-            try:
-                self._loader = _shardkit._GpuLoader(str(address), device=int(self._device.index), decoder=decoder,
-                                                    ring=ring, hardware_load=-1.0 if hardware_load is None
-                                                    else float(hardware_load), profile=bool(profile), **args)
-            except _shardkit.Error as e:
-                # The library cannot use the device (torch can): "gpu" fails, "cpu"/"auto"
-                # fall back to the host loader and a torch copy.
-                if e.code != "unsupported" or decoder == "gpu":
-                    raise
-                import warnings
+        # The library decides (shardkit/feed.h): device batches (GpuLoader) for
+        # device="cuda:N" when it can use the device, else host batches, copied with torch
+        # for device="cuda:N"; the decoder; its fallback, reported here as a warning.
+        ring = max(3, int(prefetch)) if ring is None else int(ring)
+        try:
+            self._loader = _shardkit._Loader(
+                str(address), device=int(self._device.index or 0) if self._device.type == "cuda" else -1,
+                decoder=str(decoder), ring=ring, hardware_load=-1.0 if hardware_load is None
+                else float(hardware_load), profile=bool(profile), **args)
+        except _shardkit.Error as e:
+            if e.code == "unsupported":  # e.g. decoder="gpu" where it cannot run: says why
+                raise NotImplementedError(str(e)) from e
+            raise
+        if self._loader.fallback:
+            import warnings
 
-                warnings.warn(f"shardkit: device batches unavailable ({e}); decoding on the host and "
-                              "copying with torch", RuntimeWarning, stacklevel=2)
-                self._gpu = False
-        if self._loader is None:
-            self._loader = _shardkit._Loader(str(address), **args)
-        self._class_names = None
+            warnings.warn(f"shardkit: {self._loader.fallback}; copying with torch", RuntimeWarning, stacklevel=2)
+        self._gpu = self._loader.on_device
         self._t_first = None
         self._host_wait = 0.0
         self._host_batches = 0
@@ -297,22 +283,14 @@ class Loader:
 
     @property
     def rank(self):
-        if self._gpu:
-            return json.loads(self._loader.save_state())["rank"]
         return self._loader.rank
 
     @property
     def world_size(self):
-        if self._gpu:
-            return json.loads(self._loader.save_state())["world_size"]
         return self._loader.world_size
 
     @property
     def class_names(self):
-        if self._gpu:
-            if self._class_names is None:
-                self._class_names = list(_shardkit.open(str(self._address)).class_names)
-            return list(self._class_names)
         return list(self._loader.class_names)
 
     @property
@@ -323,7 +301,7 @@ class Loader:
     @property
     def decoder(self):
         """The decoder in use: "cpu" or "gpu"."""
-        return self._loader.decoder if self._gpu else "cpu"
+        return self._loader.decoder
 
     def gpu_stats(self):
         """Counters of the GPU feed (dict), or None on the host path."""

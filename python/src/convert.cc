@@ -134,10 +134,14 @@ py::dict RunWithProgress(const py::object& progress, Work&& work) {
 
 void BindConvert(py::module_& m) {
   m.attr("HAVE_CONVERT") = true;
-  m.def("format_options", [] {
+  m.def("format_options", [](const std::string& kind) {
+    if (kind != "write" && kind != "read" && kind != "all")
+      throw py::value_error("kind must be \"write\", \"read\" or \"all\", not \"" + kind + "\"");
     py::list out;
     for (const FormatOption& o : FormatOptions()) {
+      if (kind != "all" && o.write != (kind == "write")) continue;
       py::dict d;
+      d["write"] = o.write;
       d["format"] = o.format;
       d["name"] = o.name;
       d["key"] = o.key();
@@ -147,8 +151,10 @@ void BindConvert(py::module_& m) {
       out.append(d);
     }
     return out;
-  }, "Every format's writer options: dicts {format, name, key, default, choices, help}; convert() takes each "
-     "as the keyword argument <format>_<name>.");
+  }, py::arg("kind") = "write",
+     "The formats' options from their tables: dicts {write, format, name, key, default, choices, help}. kind="
+     "\"write\" (the default): the writers', which convert() takes as keyword arguments <format>_<name>; "
+     "\"read\": the readers', given as source_options={key: value} (open, convert, Loader); \"all\".");
   m.def("convert",
         [](const std::string& src, const std::string& dst, bool shuffle, uint64_t seed,
            std::optional<int> threads, size_t window, const py::object& shard_size, uint64_t samples_per_shard,

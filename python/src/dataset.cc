@@ -62,8 +62,10 @@ class PyDataset {
   static std::shared_ptr<PyDataset> Open(const std::string& address,
                                          const std::map<std::string, std::string>& field_map,
                                          const std::string& cache_dir = "", uint64_t cache_bytes = 0,
-                                         bool trust_manifest = false) {
+                                         bool trust_manifest = false,
+                                         const std::map<std::string, std::string>& source_options = {}) {
     OpenOptions opts;
+    opts.format_options = source_options;
     opts.trust_manifest = trust_manifest;
     opts.field_map = field_map;
     opts.cache_dir = cache_dir;
@@ -217,6 +219,7 @@ dataset's metadata as a dict. Calls release the GIL; a Dataset may be shared by 
   m.def("open", &PyDataset::Open, py::arg("address"), py::kw_only(),
         py::arg("field_map") = std::map<std::string, std::string>{}, py::arg("cache_dir") = "",
         py::arg("cache_bytes") = 0, py::arg("trust_manifest") = false,
+        py::arg("source_options") = std::map<std::string, std::string>{},
         R"doc(Opens a dataset for reading: shardkit.open("train-{000000..000009}.tar").
 
 address: a path (format detected) or "folder:DIR", "wds:PATTERN", "lmdb:DIR", "hdf5:FILE".
@@ -228,6 +231,8 @@ Unset, they come from SHARDKIT_CACHE_DIR / SHARDKIT_CACHE_BYTES; SHARDKIT_INDEX_
 sets the tar shards' index budget (docs/formats-wds.md).
 trust_manifest: take the files a manifest names as written, even outside its directory
 (absolute paths, '..'); by default such entries are refused (docs/reliability.md).
+source_options: the reader's options {"<format>.<name>": value}, e.g. {"hdf5.channels":
+"rgb"}; format_options(kind="read") lists them.
 Raises shardkit.Error naming the file when it cannot be opened.)doc");
 
   m.def("info", [](const std::string& address, const std::map<std::string, std::string>& field_map) {

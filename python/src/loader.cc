@@ -24,6 +24,7 @@
 #include "common.h"
 #include "dlpack.h"
 
+#include "shardkit/feed.h"
 #include "shardkit/gpu.h"
 #include "shardkit/loader.h"
 
@@ -264,25 +265,22 @@ class PyBatch {
   std::shared_ptr<Batch> b_;
 };
 
-// The Python handle of a Loader or a GpuLoader (L), whose batches Python sees as PyB.
-// The loader is used by one thread at a time (mu_), and never with the GIL held: the
-// thread holding mu_ may need the GIL back.
-template <class L, class PyB>
-class LoaderHandle {
+// The Python handle of a Feed (shardkit/feed.h): host batches (_Batch) or device
+// batches (_DeviceBatch), as the library decided. The feed is used by one thread at a
+// time (mu_), and never with the GIL held: the thread holding mu_ may need the GIL back.
+class PyLoader {
  public:
-  using BatchT = std::remove_reference_t<decltype(std::declval<L&>().Next().value())>;
-
-  explicit LoaderHandle(const std::function<Result<std::unique_ptr<L>>()>& create) {
-    Result<std::unique_ptr<L>> r = Status::Internal("unset");
+  explicit PyLoader(const std::function<Result<std::unique_ptr<Feed>>()>& create) {
+    Result<std::unique_ptr<Feed>> r = Status::Internal("unset");
     {
       py::gil_scoped_release nogil;
       r = create();
     }
-    loader_ = Unwrap(std::move(r));
+    feed_ = Unwrap(std::move(r));
   }
-  ~LoaderHandle() { Close(); }
+  ~PyLoader() { Close(); }
 
-  // f(loader) under the lock, without the GIL; f must not touch Python objects.
+  // f(feed) under the lock, without the GIL; f must not touch Python objects.
   template <class F>
   auto With(F f) {
     py::gil_scoped_release nogil;
@@ -292,54 +290,42 @@ class LoaderHandle {
 
   void Close() {
     py::gil_scoped_release nogil;  // shutting down waits for the decoding threads
-    std::unique_ptr<L> l;
+    std::unique_ptr<Feed> l;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      l = std::move(loader_);
+      l = std::move(feed_);
     }
     l.reset();
   }
 
-  // The next batch, or None at the end of the epoch.
-  std::optional<PyB> Next() {
-    Result<BatchT> r = Status::Internal("unset");
-    {
-      py::gil_scoped_release nogil;
-      std::lock_guard<std::mutex> lock(mu_);
-      r = Get()->Next();
-    }
-    BatchT b = Unwrap(std::move(r));
-    if (b.end_of_epoch()) return std::nullopt;
-    return PyB(std::move(b));
-  }
+  // The next batch (_Batch or _DeviceBatch), or None at the end of the epoch.
+  py::object Next();
 
   void SetEpoch(uint64_t e) {
-    With([e](L& l) { l.set_epoch(e); });
+    With([e](Feed& l) { l.set_epoch(e); });
   }
   std::string SaveState() {
-    return With([](L& l) { return l.save_state().ToJson(); });
+    return With([](Feed& l) { return l.save_state().ToJson(); });
   }
   void Restore(const std::string& json) {
     LoaderState s = Unwrap(LoaderState::FromJson(json));
-    Check(With([&s](L& l) { return l.restore(s); }));
+    Check(With([&s](Feed& l) { return l.restore(s); }));
   }
   py::list Skipped() {
-    std::vector<Status> v = With([](L& l) { return l.skipped(); });
+    std::vector<Status> v = With([](Feed& l) { return l.skipped(); });
     py::list out;
     for (const Status& s : v) out.append(MakeError(s));
     return out;
   }
 
  private:
-  L* Get() const {
-    if (!loader_) Throw(Status::Invalid("the loader is closed"));
-    return loader_.get();
+  Feed* Get() const {
+    if (!feed_) Throw(Status::Invalid("the loader is closed"));
+    return feed_.get();
   }
   std::mutex mu_;
-  std::unique_ptr<L> loader_;
+  std::unique_ptr<Feed> feed_;
 };
-
-using PyLoader = LoaderHandle<Loader, PyBatch>;
 
 // DLPack's stream integer (Array API): 1 (or None) = the legacy default stream, 2 = the
 // per-thread default stream (cudaStreamPerThread, whose handle is 0x2), else a
@@ -419,7 +405,32 @@ class PyDeviceBatch {
   std::shared_ptr<HeldDeviceBatch> h_;
 };
 
-using PyGpuLoader = LoaderHandle<GpuLoader, PyDeviceBatch>;
+py::object PyLoader::Next() {
+  std::optional<Batch> host;
+  std::optional<DeviceBatch> device;
+  Status st;
+  {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mu_);
+    Feed* f = Get();
+    if (f->on_device()) {
+      Result<DeviceBatch> r = f->device()->Next();
+      if (r.ok()) device.emplace(std::move(r).value());
+      else st = r.status();
+    } else {
+      Result<Batch> r = f->host()->Next();
+      if (r.ok()) host.emplace(std::move(r).value());
+      else st = r.status();
+    }
+  }
+  Check(std::move(st));
+  if (device) {
+    if (device->end_of_epoch()) return py::none();
+    return py::cast(PyDeviceBatch(std::move(*device)));
+  }
+  if (host->end_of_epoch()) return py::none();
+  return py::cast(PyBatch(std::move(*host)));
+}
 
 LoaderOptions MakeOptions(uint32_t batch_size, bool shuffle, uint64_t seed, int rank, int world_size, bool drop_last,
                           int threads, int prefetch, int output_height, int output_width, bool train,
@@ -504,59 +515,8 @@ tensor made from it is freed.)doc")
       .def("__len__", [](const PyBatch& b) { return b.batch().size(); })
       .def("drop", &PyBatch::Drop);
 
-  py::class_<PyLoader>(m, "_Loader")
-      .def(py::init([](const std::string& address, uint32_t batch_size, bool shuffle, uint64_t seed, int rank,
-                       int world_size, bool drop_last, int threads, int prefetch, int output_height,
-                       int output_width, bool train, std::pair<double, double> scale,
-                       std::pair<double, double> ratio, double flip_p, int resize_size, bool dct_scaling,
-                       std::vector<float> mean, std::vector<float> std_, const std::string& dtype,
-                       const std::string& layout, const std::string& on_error, const std::string& image_field,
-                       int buffer_wait_ms, bool stream, uint32_t shuffle_buffer, bool prefetch_next_epoch,
-                       std::vector<std::string> fields, const std::string& missing_fields,
-                       std::map<std::string, std::string> source_options, const std::string& cache_dir,
-                       uint64_t cache_bytes, bool trust_manifest, int local_world_size) {
-             LoaderOptions o = MakeOptions(batch_size, shuffle, seed, rank, world_size, drop_last, threads, prefetch,
-                                           output_height, output_width, train, scale, ratio, flip_p, resize_size,
-                                           dct_scaling, mean, std_, dtype, layout, on_error, image_field, stream,
-                                           shuffle_buffer, prefetch_next_epoch, fields, missing_fields);
-             o.buffer_wait_ms = buffer_wait_ms;
-             o.local_world_size = local_world_size;
-             // How the address and, streamed, each shard are opened (LoaderOptions::open).
-             o.open = SourceOptions(source_options, cache_dir, cache_bytes, trust_manifest);
-             return std::make_unique<PyLoader>([&]() -> Result<std::unique_ptr<Loader>> {
-               return Loader::Create(address, o);
-             });
-           }),
-           py::arg("address"), py::kw_only(), py::arg("batch_size"), py::arg("shuffle"), py::arg("seed"),
-           py::arg("rank"), py::arg("world_size"), py::arg("drop_last"), py::arg("threads"), py::arg("prefetch"),
-           py::arg("output_height"), py::arg("output_width"), py::arg("train"), py::arg("scale"),
-           py::arg("ratio"), py::arg("flip_p"), py::arg("resize_size"), py::arg("dct_scaling"),
-           py::arg("mean"), py::arg("std"), py::arg("dtype"), py::arg("layout"), py::arg("on_error"),
-           py::arg("image_field"), py::arg("buffer_wait_ms") = 0, py::arg("stream") = false,
-           py::arg("shuffle_buffer") = 8192, py::arg("prefetch_next_epoch") = true,
-           py::arg("fields") = std::vector<std::string>{}, py::arg("missing_fields") = "raise",
-           py::arg("source_options") = std::map<std::string, std::string>{}, py::arg("cache_dir") = "",
-           py::arg("cache_bytes") = 0, py::arg("trust_manifest") = false, py::arg("local_world_size") = 0)
-      .def("next", &PyLoader::Next)
-      .def("set_epoch", &PyLoader::SetEpoch, py::arg("epoch"))
-      .def("save_state", &PyLoader::SaveState)
-      .def("restore", &PyLoader::Restore, py::arg("state_json"))
-      .def("skipped", &PyLoader::Skipped)
-      .def("close", &PyLoader::Close)
-      .def_property_readonly("epoch", [](PyLoader& l) { return l.With([](Loader& x) { return x.epoch(); }); })
-      .def_property_readonly("num_batches",
-                             [](PyLoader& l) { return l.With([](Loader& x) { return x.num_batches(); }); })
-      .def_property_readonly("num_samples",
-                             [](PyLoader& l) { return l.With([](Loader& x) { return x.num_samples(); }); })
-      .def_property_readonly("rank", [](PyLoader& l) { return l.With([](Loader& x) { return x.rank(); }); })
-      .def_property_readonly("threads",
-                             [](PyLoader& l) { return l.With([](Loader& x) { return x.options().threads; }); })
-      .def_property_readonly("world_size",
-                             [](PyLoader& l) { return l.With([](Loader& x) { return x.world_size(); }); })
-      .def_property_readonly("class_names",
-                             [](PyLoader& l) { return l.With([](Loader& x) { return std::vector<std::string>(x.class_names()); }); });
-  // The GPU feed (shardkit/gpu.h). Always bound: without CUDA, _GpuLoader's constructor
-  // raises shardkit.Error (unsupported) saying why.
+  // The GPU feed (shardkit/gpu.h). Always bound: without CUDA, device batches are not
+  // made (shardkit/feed.h says what _Loader does instead).
   m.attr("CUDA_COMPILED") = CudaCompiled();
   m.attr("NVJPEG_COMPILED") = NvjpegCompiled();
   m.def("cuda_device_count", [] { return CudaDeviceCount(); });
@@ -576,7 +536,9 @@ tensor made from it is freed.)doc")
       .def("__len__", [](const PyDeviceBatch& b) { return b.batch().size(); })
       .def("drop", &PyDeviceBatch::Drop);
 
-  py::class_<PyGpuLoader>(m, "_GpuLoader")
+  // The one loader binding: the library's front door (shardkit/feed.h) decides host or
+  // device batches, the decoder and the fallback; next() returns _Batch or _DeviceBatch.
+  py::class_<PyLoader>(m, "_Loader")
       .def(py::init([](const std::string& address, uint32_t batch_size, bool shuffle, uint64_t seed, int rank,
                        int world_size, bool drop_last, int threads, int prefetch, int output_height,
                        int output_width, bool train, std::pair<double, double> scale,
@@ -594,18 +556,19 @@ tensor made from it is freed.)doc")
                                            shuffle_buffer, prefetch_next_epoch, fields, missing_fields);
              o.buffer_wait_ms = buffer_wait_ms;
              o.local_world_size = local_world_size;
+             // How the address and, streamed, each shard are opened (LoaderOptions::open).
              o.open = SourceOptions(source_options, cache_dir, cache_bytes, trust_manifest);
-             GpuOptions g;
-             g.device = device;
-             if (decoder == "cpu") g.decoder = DecoderKind::kCpu;
-             else if (decoder == "gpu") g.decoder = DecoderKind::kGpu;
-             else if (decoder == "auto") g.decoder = DecoderKind::kAuto;
+             FeedOptions f;
+             f.device = device;
+             if (decoder == "cpu") f.gpu.decoder = DecoderKind::kCpu;
+             else if (decoder == "gpu") f.gpu.decoder = DecoderKind::kGpu;
+             else if (decoder == "auto") f.gpu.decoder = DecoderKind::kAuto;
              else throw py::value_error("decoder must be \"auto\", \"cpu\" or \"gpu\", not \"" + decoder + "\"");
-             g.ring = ring;
-             g.hardware_load = hardware_load;
-             g.profile = profile;
-             return std::make_unique<PyGpuLoader>([&]() -> Result<std::unique_ptr<GpuLoader>> {
-               return GpuLoader::Create(address, o, g);
+             f.gpu.ring = ring;
+             f.gpu.hardware_load = hardware_load;
+             f.gpu.profile = profile;
+             return std::make_unique<PyLoader>([&]() -> Result<std::unique_ptr<Feed>> {
+               return Feed::Create(address, o, f);
              });
            }),
            py::arg("address"), py::kw_only(), py::arg("batch_size"), py::arg("shuffle"), py::arg("seed"),
@@ -613,33 +576,42 @@ tensor made from it is freed.)doc")
            py::arg("output_height"), py::arg("output_width"), py::arg("train"), py::arg("scale"),
            py::arg("ratio"), py::arg("flip_p"), py::arg("resize_size"), py::arg("dct_scaling"),
            py::arg("mean"), py::arg("std"), py::arg("dtype"), py::arg("layout"), py::arg("on_error"),
-           py::arg("image_field"), py::arg("device"), py::arg("decoder"), py::arg("ring"),
+           py::arg("image_field"), py::arg("device") = -1, py::arg("decoder") = "auto", py::arg("ring") = 3,
            py::arg("buffer_wait_ms") = 0, py::arg("stream") = false, py::arg("shuffle_buffer") = 8192,
            py::arg("prefetch_next_epoch") = true, py::arg("hardware_load") = -1.0, py::arg("profile") = false,
            py::arg("fields") = std::vector<std::string>{}, py::arg("missing_fields") = "raise",
            py::arg("source_options") = std::map<std::string, std::string>{}, py::arg("cache_dir") = "",
            py::arg("cache_bytes") = 0, py::arg("trust_manifest") = false, py::arg("local_world_size") = 0)
-      .def("next", &PyGpuLoader::Next)
-      .def("set_epoch", &PyGpuLoader::SetEpoch, py::arg("epoch"))
-      .def("save_state", &PyGpuLoader::SaveState)
-      .def("restore", &PyGpuLoader::Restore, py::arg("state_json"))
-      .def("skipped", &PyGpuLoader::Skipped)
-      .def("close", &PyGpuLoader::Close)
-      .def_property_readonly("epoch", [](PyGpuLoader& l) { return l.With([](GpuLoader& x) { return x.epoch(); }); })
+      .def("next", &PyLoader::Next)
+      .def("set_epoch", &PyLoader::SetEpoch, py::arg("epoch"))
+      .def("save_state", &PyLoader::SaveState)
+      .def("restore", &PyLoader::Restore, py::arg("state_json"))
+      .def("skipped", &PyLoader::Skipped)
+      .def("close", &PyLoader::Close)
+      .def_property_readonly("epoch", [](PyLoader& l) { return l.With([](Feed& x) { return x.epoch(); }); })
       .def_property_readonly("num_batches",
-                             [](PyGpuLoader& l) { return l.With([](GpuLoader& x) { return x.num_batches(); }); })
+                             [](PyLoader& l) { return l.With([](Feed& x) { return x.num_batches(); }); })
       .def_property_readonly("num_samples",
-                             [](PyGpuLoader& l) { return l.With([](GpuLoader& x) { return x.num_samples(); }); })
-      .def_property_readonly("threads",
-                             [](PyGpuLoader& l) { return l.With([](GpuLoader& x) { return x.threads(); }); })
-      .def_property_readonly("decoder", [](PyGpuLoader& l) {
-        return std::string(DecoderName(l.With([](GpuLoader& x) { return x.decoder(); })));
+                             [](PyLoader& l) { return l.With([](Feed& x) { return x.num_samples(); }); })
+      .def_property_readonly("rank", [](PyLoader& l) { return l.With([](Feed& x) { return x.rank(); }); })
+      .def_property_readonly("world_size",
+                             [](PyLoader& l) { return l.With([](Feed& x) { return x.world_size(); }); })
+      .def_property_readonly("class_names", [](PyLoader& l) {
+        return l.With([](Feed& x) { return std::vector<std::string>(x.class_names()); });
       })
-      .def_property_readonly("stream", [](PyGpuLoader& l) {
-        return reinterpret_cast<uintptr_t>(l.With([](GpuLoader& x) { return x.stream(); }));
+      .def_property_readonly("threads", [](PyLoader& l) { return l.With([](Feed& x) { return x.threads(); }); })
+      .def_property_readonly("on_device", [](PyLoader& l) { return l.With([](Feed& x) { return x.on_device(); }); })
+      .def_property_readonly("fallback",
+                             [](PyLoader& l) { return l.With([](Feed& x) { return std::string(x.fallback()); }); })
+      .def_property_readonly("decoder", [](PyLoader& l) {
+        return std::string(DecoderName(l.With([](Feed& x) { return x.decoder(); })));
       })
-      .def("stats", [](PyGpuLoader& l) {
-        GpuLoader::Stats s = l.With([](GpuLoader& x) { return x.stats(); });
+      .def_property_readonly("stream", [](PyLoader& l) {
+        return reinterpret_cast<uintptr_t>(
+            l.With([](Feed& x) -> void* { return x.on_device() ? x.device()->stream() : nullptr; }));
+      })
+      .def("stats", [](PyLoader& l) {
+        GpuLoader::Stats s = l.With([](Feed& x) { return x.on_device() ? x.device()->stats() : GpuLoader::Stats{}; });
         py::dict d;
         d["batches"] = s.batches;
         d["images_hardware"] = s.images_hardware;
@@ -655,8 +627,8 @@ tensor made from it is freed.)doc")
         d["next_epoch_adopted"] = s.next_epoch_adopted;
         return d;
       })
-      .def("profile", [](PyGpuLoader& l) {
-        GpuLoader::Profile p = l.With([](GpuLoader& x) { return x.profile(); });
+      .def("profile", [](PyLoader& l) {
+        GpuLoader::Profile p = l.With([](Feed& x) { return x.on_device() ? x.device()->profile() : GpuLoader::Profile{}; });
         py::dict d;
         d["enabled"] = p.enabled;
         d["batches"] = p.batches;

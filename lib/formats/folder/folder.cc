@@ -858,6 +858,12 @@ Format FolderFormat() {
       .bid_write = BidWrite,
       .open = OpenFolder,
       .create = FolderWriter::Make,
+      .read_options = {
+          {"files", "images", {"images", "all"},
+           "class folders: take image files only, refusing a .jpg that is no image (images), or every file as "
+           "it is (all)"},
+          ChannelsReadOption(),
+      },
   };
 }
 

@@ -29,6 +29,7 @@
 // checked against the file first (VlenCheck), because libhdf5 1.10 allocates
 // whatever length a descriptor declares.
 #include "formats/hdf5/internal.h"
+#include "formats/channel_order.h"
 
 
 #include <cstring>
@@ -71,6 +72,10 @@ Format Hdf5Format() {
           {"arrays", "native", {"native", "fields"},
            "samples that are a decoded array (npy) and a label: 'native' (images uint8 [N,H,W,C] + labels, as "
            "h5py scripts write them) or 'fields' (shardkit's byte layout)"},
+      },
+      .read_options = {
+          {"order", "nhwc", {"nhwc", "nchw"}, "the axis order of a 4-D images dataset: nhwc or nchw"},
+          ChannelsReadOption(),
       },
   };
 }

@@ -21,6 +21,7 @@
 // snapshot the bytes belong to: a writer in another process cannot reuse those
 // pages while the bytes exist.
 #include "formats/lmdb/internal.h"
+#include "formats/channel_order.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -83,6 +84,12 @@ Format LmdbFormat() {
           {"arrays", "pickle", {"pickle", "record"},
            "samples that are a decoded array (npy) and a label: 'pickle' (keys f\"{idx}\", values "
            "pickle.dumps((array, label)), as the common scripts write them) or 'record' (shardkit records)"},
+      },
+      .read_options = {
+          {"layout", "", {},
+           "read the records as this layout instead of the one detected: shardkit, caffe, image (image file "
+           "bytes) or pickle (pickle.dumps((array, label)))"},
+          ChannelsReadOption(),
       },
   };
 }

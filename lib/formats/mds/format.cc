@@ -2,6 +2,7 @@
 // version 2 + shard.NNNNN.mds[.zstd]). Layout and field mapping:
 // docs/formats-mds.md.
 #include "formats/mds/mds.h"
+#include "formats/channel_order.h"
 #include "formats/registry.h"
 
 namespace shardkit::formats {
@@ -16,6 +17,7 @@ Format MdsFormat() {
       .open = mds::OpenMds,
       .create = mds::CreateMds,
       .extensions = {"mds", "zstd"},
+      .output_is_shards = true,
       .list_shards = mds::ListShards,
       .locate_samples = mds::LocateSamples,
       // Streaming's own default size_limit (1 << 26): a shard is the unit it downloads
@@ -27,6 +29,7 @@ Format MdsFormat() {
           {"hashes", "xxh3_64", {}, "comma-separated hashes of each shard file for index.json (md5, sha1, xxh32, "
                                     "xxh64, xxh3_64, xxh3_128, xxh128; 'none' for none)"},
       },
+      .read_options = {ChannelsReadOption()},
   };
 }
 

@@ -6,6 +6,7 @@
 #include "io/any_file.h"
 #include "core/paths.h"
 #include "formats/recordio/recordio.h"
+#include "formats/channel_order.h"
 #include "formats/registry.h"
 
 namespace shardkit::formats {
@@ -78,10 +79,12 @@ Format RecordioFormat() {
       .open = recordio::Open,
       .create = recordio::MakeWriter,
       .extensions = {"rec", "idx"},
+      .output_is_shards = true,
       .write_index = recordio::WriteIdx,
       .files_beside_shard = [](const std::string& shard) -> std::vector<std::string> {
         return {recordio::IdxPathFor(shard), recordio::MetaPathFor(shard)};
       },
+      .read_options = {ChannelsReadOption()},
   };
 }
 

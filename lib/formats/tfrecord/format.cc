@@ -7,6 +7,7 @@
 #include "io/any_file.h"
 #include "core/json_count.h"
 #include "core/paths.h"
+#include "formats/channel_order.h"
 #include "formats/registry.h"
 #include "formats/tfrecord/frames.h"
 #include "formats/tfrecord/tfrecord.h"
@@ -79,6 +80,7 @@ Format TfrecordFormat() {
       .create = tfrecord::CreateTfrecord,
       .extensions = {"tfrecord", "tfrecords"},
       .writes_shards = true,
+      .output_is_shards = true,
       .list_shards = tfrecord::ListShards,
       .dali_index_path = tfrecord::IdxPathFor,
       .write_dali_index = WriteDaliIndex,
@@ -93,6 +95,7 @@ Format TfrecordFormat() {
            "extension)"},
           {"compression", "none", {"none", "gzip", "zlib"}, "whole-file compression, as TFRecordOptions"},
       },
+      .read_options = {ChannelsReadOption()},
   };
 }
 

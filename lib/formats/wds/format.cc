@@ -2,6 +2,7 @@
 // (mapped shards through the strict tar scanner, formats/tar/; `pipe:` shards,
 // pipe.h); writing: writer.h. The layout is documented in docs/formats-wds.md.
 #include "core/paths.h"
+#include "formats/channel_order.h"
 #include "formats/registry.h"
 #include "formats/wds/index.h"
 #include "formats/wds/names.h"
@@ -28,6 +29,7 @@ Format WdsFormat() {
       .extensions = {"tar", "tgz", "gz", "json", "idx"},
       .prefixes = {"pipe"},
       .writes_shards = true,
+      .output_is_shards = true,
       .resumes = true,
       .list_shards = wds::ListShards,
       .locate_samples = wds::LocateSamples,
@@ -38,6 +40,12 @@ Format WdsFormat() {
         return {wds::IdxPathFor(shard), wds::SumsPath(shard)};
       },
       .part_files = wds::PartFiles,
+      .read_options = {
+          ChannelsReadOption(),
+          {"index_budget", "64MiB", {},
+           "memory for the random-access index of shards without a .idx (bytes, e.g. 64MiB, 1GB; "
+           "SHARDKIT_INDEX_BUDGET)"},
+      },
   };
 }
 
