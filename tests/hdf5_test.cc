@@ -452,6 +452,10 @@ TEST_CASE("hdf5 hostile files (fuzz findings) are refused before libhdf5 allocat
                 "dataset 'keys': element 0 declares a variable-length string of 2466250755 bytes in a file of "
                 "10913 bytes: refused before reading",
                 false},
+           // A 4-byte integer `shardkit_format_version` declaring a precision of 64800
+           // bits; libhdf5's integer conversion read past the 4 bytes (SIGSEGV).
+           Seed{"regression-int-precision-64800-bits.h5",
+                "attribute 'shardkit_format_version' is not an integer", false},
            // A compact `keys` of 3 elements whose object header holds no data; libhdf5
            // 1.10 copied from the missing buffer (SIGSEGV).
            Seed{"regression-compact-keys-no-data.h5",

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "core/front_end.h"
+#include "core/paths.h"
 #include "cli.h"
 
 namespace shardkit::cli {
@@ -120,19 +121,12 @@ void AddFormatOptionFlags(CLI::App* sub, std::map<std::string, std::string>* out
 }
 
 bool ParseFieldMap(const char* flag, const std::string& text, std::map<std::string, std::string>* out) {
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t comma = text.find(',', pos);
-    std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    pos = comma == std::string::npos ? text.size() : comma + 1;
-    if (item.empty()) continue;
-    size_t eq = item.find('=');
-    if (eq == std::string::npos || eq == 0 || eq + 1 == item.size()) {
-      UsageError(fmt::format("{}: '{}' is not NAME=FIELD", flag, item));
-      return false;
-    }
-    (*out)[item.substr(0, eq)] = item.substr(eq + 1);
+  auto pairs = paths::ParsePairs(text, flag, "NAME=FIELD");
+  if (!pairs.ok()) {
+    UsageError(std::string(pairs.status().message()));
+    return false;
   }
+  for (auto& [k, v] : *pairs) (*out)[k] = v;
   return true;
 }
 

@@ -488,4 +488,21 @@ std::string RelativeTo(const std::string& path, const std::string& base) {
   return rel.empty() ? path : rel.string();
 }
 
+Result<std::map<std::string, std::string>> ParsePairs(std::string_view text, std::string_view what,
+                                                      std::string_view shape) {
+  std::map<std::string, std::string> out;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t comma = text.find(',', pos);
+    std::string_view item = text.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
+    pos = comma == std::string_view::npos ? text.size() : comma + 1;
+    if (item.empty()) continue;
+    size_t eq = item.find('=');
+    if (eq == std::string_view::npos || eq == 0 || eq + 1 == item.size())
+      return Status::Invalid(fmt::format("{}: '{}' is not {}", what, item, shape));
+    out[std::string(item.substr(0, eq))] = std::string(item.substr(eq + 1));
+  }
+  return out;
+}
+
 }  // namespace shardkit::paths

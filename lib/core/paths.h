@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -97,5 +98,10 @@ std::string RelativeTo(const std::string& path, const std::string& base);
 bool IsValidUtf8(std::string_view s);
 // An image's type from its magic number: "jpg", "png", "gif", "webp", "bmp", else "bin".
 std::string SniffImageExt(const uint8_t* p, size_t n);
+// "a=b,c=d" -> {a: b, c: d} (empty items skipped; a later name wins): the field maps of
+// the CLI and the TFRecord writer. kInvalidArgument "<what>: 'ITEM' is not <shape>" for
+// an item without a name or a value.
+Result<std::map<std::string, std::string>> ParsePairs(std::string_view text, std::string_view what,
+                                                      std::string_view shape = "NAME=VALUE");
 
 }  // namespace shardkit::paths

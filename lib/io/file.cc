@@ -212,15 +212,32 @@ Status CheckWritableDir(const std::string& dir) {
   return Status::OK();
 }
 
-Result<std::unique_ptr<FileLock>> FileLock::TryLock(const std::string& path) {
+namespace {
+
+// Opens (creating) `path` and takes its flock; `wait`: block until free, else
+// kAlreadyExists when another process holds it.
+Result<int> LockFile(const std::string& path, bool wait) {
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return Status::FromErrno(errno, "cannot create the lock file", Location{.file = path});
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+  while (::flock(fd, LOCK_EX | (wait ? 0 : LOCK_NB)) != 0) {
     int e = errno;
+    if (e == EINTR) continue;
     ::close(fd);
-    if (e == EWOULDBLOCK) return Status::Exists("another process holds the lock", Location{.file = path});
+    if (e == EWOULDBLOCK && !wait) return Status::Exists("another process holds the lock", Location{.file = path});
     return Status::FromErrno(e, "cannot lock", Location{.file = path});
   }
+  return fd;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<FileLock>> FileLock::TryLock(const std::string& path) {
+  SK_ASSIGN_OR_RETURN(int fd, LockFile(path, false));
+  return std::unique_ptr<FileLock>(new FileLock(path, fd));
+}
+
+Result<std::unique_ptr<FileLock>> FileLock::Lock(const std::string& path) {
+  SK_ASSIGN_OR_RETURN(int fd, LockFile(path, true));
   return std::unique_ptr<FileLock>(new FileLock(path, fd));
 }
 

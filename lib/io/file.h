@@ -116,6 +116,8 @@ class FileLock {
   // Creates the file if needed and locks it without waiting: kAlreadyExists when another
   // process holds it.
   static Result<std::unique_ptr<FileLock>> TryLock(const std::string& path);
+  // The same, waiting for another holder to release it (the shard cache's entries).
+  static Result<std::unique_ptr<FileLock>> Lock(const std::string& path);
   ~FileLock();
   FileLock(const FileLock&) = delete;
   FileLock& operator=(const FileLock&) = delete;

@@ -2,7 +2,6 @@
 #include "io/shard_cache.h"
 
 #include <fcntl.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -19,6 +18,7 @@
 #include <xxhash.h>
 
 #include "core/paths.h"
+#include "io/file.h"
 
 namespace shardkit::io {
 
@@ -26,24 +26,6 @@ namespace {
 
 constexpr std::string_view kTmp = ".tmp.";
 constexpr std::string_view kLock = ".lock";
-
-class FdLock {
- public:
-  FdLock() = default;
-  ~FdLock() {
-    if (fd_ >= 0) ::close(fd_);  // releases the flock
-  }
-  Status Lock(const std::string& path) {
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd_ < 0) return Status::FromErrno(errno, "cannot open the cache's lock file", Location{.file = path});
-    while (::flock(fd_, LOCK_EX) != 0)
-      if (errno != EINTR) return Status::FromErrno(errno, "cannot lock the cache entry", Location{.file = path});
-    return Status::OK();
-  }
-
- private:
-  int fd_ = -1;
-};
 
 bool IsEntry(const std::string& name) {
   return !name.empty() && name[0] != '.' && name.find(kTmp) == std::string::npos && !name.ends_with(kLock);
@@ -151,12 +133,10 @@ Result<std::string> CachedCopy(FileSystem& fs, const std::string& address, uint6
     return true;
   };
   if (hit()) return path;
-  FdLock entry;
-  SK_RETURN_IF_ERROR(entry.Lock(path + std::string(kLock)));
+  SK_ASSIGN_OR_RETURN(auto entry, FileLock::Lock(path + std::string(kLock)));
   if (hit()) return path;  // another process or thread fetched it while we waited
   if (opts.max_bytes) {
-    FdLock evict;
-    SK_RETURN_IF_ERROR(evict.Lock(opts.dir + "/.evict.lock"));
+    SK_ASSIGN_OR_RETURN(auto evict, FileLock::Lock(opts.dir + "/.evict.lock"));
     Trim(opts.dir, opts.max_bytes, size, path);
   }
   static std::atomic<uint64_t> counter{0};

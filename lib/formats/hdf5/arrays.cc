@@ -7,7 +7,31 @@
 
 namespace shardkit::formats::hdf5 {
 
+bool SaneNumberType(hid_t type) {
+  if (type < 0) return false;
+  const H5T_class_t cls = H5Tget_class(type);
+  const size_t size = H5Tget_size(type), precision = H5Tget_precision(type);
+  const int offset = H5Tget_offset(type);
+  if (cls == H5T_INTEGER) {
+    if (size < 1 || size > 8) return false;
+  } else if (cls == H5T_FLOAT) {
+    if (size != 4 && size != 8) return false;
+  } else {
+    return false;
+  }
+  const size_t bits = size * 8;
+  if (precision < 1 || offset < 0 || size_t(offset) + precision > bits) return false;
+  if (cls == H5T_FLOAT) {
+    size_t spos = 0, epos = 0, esize = 0, mpos = 0, msize = 0;
+    if (H5Tget_fields(type, &spos, &epos, &esize, &mpos, &msize) < 0) return false;
+    if (spos >= precision || esize == 0 || msize == 0 || epos + esize > precision || mpos + msize > precision)
+      return false;
+  }
+  return true;
+}
+
 std::optional<pickle::DType> NumpyType(hid_t type) {
+  if (!SaneNumberType(type)) return std::nullopt;
   H5T_class_t cls = H5Tget_class(type);
   size_t size = H5Tget_size(type);
   pickle::DType dt;

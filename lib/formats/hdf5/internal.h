@@ -52,6 +52,13 @@ class H5Lock {
 // The innermost message of HDF5's error stack (clears the stack). Lock held.
 std::string H5Message();
 
+// A number type libhdf5 converts without reading past it: an integer of 1 to 8 bytes or
+// a float of 4 or 8, whose precision, bit offset and (float) sign, exponent and mantissa
+// fields lie inside its bytes. libhdf5 sizes its conversion buffer by the file type and
+// trusts those fields when it shifts bits: a damaged file's type would make it allocate
+// gigabytes or read out of bounds. Lock held.
+bool SaneNumberType(hid_t type);
+
 // An HDF5 handle closed on destruction. Only create and destroy under H5Lock.
 class Hid {
  public:

@@ -27,6 +27,7 @@ namespace shardkit::formats::hdf5 {
 namespace {
 
 
+
 struct Payload {
   std::string ext;
   uint64_t addr = 0;  // file offset of data[0]
@@ -495,6 +496,7 @@ Status Hdf5Data::ReadInts(hid_t d, const std::string& name, uint64_t expect, boo
   // declared 4 GB wide would make it allocate 4 GB.
   if (size_t sz = H5Tget_size(type.get()); sz == 0 || sz > 8)
     return Corrupt(name, fmt::format("expected integers of at most 8 bytes, found {} bytes", sz));
+  if (!SaneNumberType(type.get())) return Corrupt(name, "its integer type's precision or bit offset is damaged");
   SK_ASSIGN_OR_RETURN(uint64_t len, Length1D(d, name, path_));
   if (len != expect) return Corrupt(name, fmt::format("holds {} elements, expected {}", len, expect));
   if (len > 0 && H5Dread(d, is_unsigned ? H5T_NATIVE_UINT64 : H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT,
@@ -656,9 +658,11 @@ Status Hdf5Data::OpenShardkit(hid_t file, uint64_t file_size) {
   if (H5Aexists(file, "shardkit_format_version") > 0) {
     Hid a(H5Aopen(file, "shardkit_format_version", H5P_DEFAULT), H5Aclose);
     Hid t(H5Aget_type(a.get()), H5Tclose);
-    int32_t v = 0;
-    if (H5Tget_class(t.get()) != H5T_INTEGER || H5Tget_size(t.get()) > 8 ||
-        H5Aget_storage_size(a.get()) < H5Tget_size(t.get()) || H5Aread(a.get(), H5T_NATIVE_INT32, &v) < 0)
+    Hid sp(H5Aget_space(a.get()), H5Sclose);
+    int32_t v = 0;  // one element: H5Aread writes every element the attribute holds
+    if (H5Tget_class(t.get()) != H5T_INTEGER || !SaneNumberType(t.get()) || !sp.ok() ||
+        H5Sget_simple_extent_npoints(sp.get()) != 1 || H5Aget_storage_size(a.get()) < H5Tget_size(t.get()) ||
+        H5Aread(a.get(), H5T_NATIVE_INT32, &v) < 0)
       return Status::Corrupt("attribute 'shardkit_format_version' is not an integer", Location{.file = path_});
     if (v > kFormatVersion)
       return Status::Unsupported(
@@ -710,7 +714,7 @@ Status Hdf5Data::OpenShardkit(hid_t file, uint64_t file_size) {
     SK_ASSIGN_OR_RETURN(Hid offs, OpenDataset(g.get(), "offsets", oname));
     {
       Hid t(H5Dget_type(data.get()), H5Tclose);
-      if (H5Tget_class(t.get()) != H5T_INTEGER || H5Tget_size(t.get()) != 1)
+      if (H5Tget_class(t.get()) != H5T_INTEGER || H5Tget_size(t.get()) != 1 || !SaneNumberType(t.get()))
         return Corrupt(dname, "expected uint8 elements");
       Hid dcpl(H5Dget_create_plist(data.get()), H5Pclose);
       if (H5Pget_layout(dcpl.get()) != H5D_CONTIGUOUS)
@@ -793,6 +797,8 @@ Status Hdf5Data::OpenMapped(hid_t file, const std::map<std::string, std::string>
           first = false;
           if (size_t sz = H5Tget_size(type.get()); sz == 0 || sz > 8)
             return Corrupt(name, fmt::format("expected integers of at most 8 bytes, found {} bytes", sz));
+          if (!SaneNumberType(type.get()))
+            return Corrupt(name, "its integer type's precision or bit offset is damaged");
           f.ints.resize(n);
           if (n > 0 && H5Dread(f.dset.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, f.ints.data()) < 0)
             return Corrupt(name, "cannot read: " + H5Message());
@@ -819,7 +825,7 @@ Status Hdf5Data::OpenMapped(hid_t file, const std::map<std::string, std::string>
       return Corrupt(name, "labels must be integers");
     } else if (cls == H5T_VLEN) {
       Hid base(H5Tget_super(type.get()), H5Tclose);
-      if (H5Tget_class(base.get()) != H5T_INTEGER || H5Tget_size(base.get()) != 1)
+      if (H5Tget_class(base.get()) != H5T_INTEGER || H5Tget_size(base.get()) != 1 || !SaneNumberType(base.get()))
         return Corrupt(name, "expected variable-length uint8 elements");
       f.kind = TpField::kVlenU8;
       f.mtype = Hid(H5Tvlen_create(H5T_NATIVE_UINT8), H5Tclose);
@@ -949,7 +955,7 @@ Status Hdf5Data::ReadShapes(hid_t file, TpField* images) {
   Hid type(H5Dget_type(d.get()), H5Tclose);
   hsize_t dims[2] = {0, 0};
   if (!space.ok() || H5Sget_simple_extent_ndims(space.get()) != 2 || !type.ok() ||
-      H5Tget_class(type.get()) != H5T_INTEGER || H5Tget_size(type.get()) > 8)
+      H5Tget_class(type.get()) != H5T_INTEGER || !SaneNumberType(type.get()))
     return Corrupt("shapes", "expected integers of shape [N, 2] or [N, 3] (the shape of each element of 'images')");
   H5Sget_simple_extent_dims(space.get(), dims, nullptr);
   if (dims[0] != n || (dims[1] != 2 && dims[1] != 3))

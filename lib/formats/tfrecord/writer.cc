@@ -224,13 +224,9 @@ bool HasConversion(const std::string& p) {
 
 Result<std::unique_ptr<SampleWriter>> CreateTfrecord(const std::string& path, const WriteOptions& opts) {
   // tfrecord.field_map: "feature=field,..." (instead of the preset).
-  std::map<std::string, std::string> field_map;
-  for (const std::string& item : WriteOptionList(opts, "tfrecord.field_map")) {
-    size_t eq = item.find('=');
-    if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
-      return Status::Invalid(fmt::format("option tfrecord.field_map: '{}' is not FEATURE=FIELD", item));
-    field_map[item.substr(0, eq)] = item.substr(eq + 1);
-  }
+  const std::string text = WriteOption(opts, "tfrecord.field_map");
+  SK_ASSIGN_OR_RETURN(auto field_map,
+                      paths::ParsePairs(text == "none" ? "" : text, "option tfrecord.field_map", "FEATURE=FIELD"));
   Mapping m;
   if (!field_map.empty()) {
     SK_ASSIGN_OR_RETURN(m, FieldMapMapping(field_map));
