@@ -370,7 +370,7 @@ TEST_CASE("ParsePart and PartFromEnvironment", "[parts]") {
 #include "pipeline/plan.h"
 #include "shardkit/loader.h"
 
-TEST_CASE("Bijection: a keyed permutation of [0, n) evaluated per position", "[parts][plan]") {
+TEST_CASE("Bijection: a keyed permutation of 0..n-1 evaluated per position", "[parts][plan]") {
   using shardkit::pipeline::Bijection;
   for (uint64_t n : {0ull, 1ull, 2ull, 3ull, 4ull, 5ull, 15ull, 16ull, 17ull, 255ull, 256ull, 257ull, 1000ull, 4097ull}) {
     Bijection b(n, 42, 7);
