@@ -19,6 +19,10 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <tbb/global_control.h>
+#include <tbb/info.h>
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
 
 #include "core/cores.h"
 #include "io/page_cache.h"
@@ -112,54 +116,37 @@ struct Accum {
 enum class Mode { kView, kCopy, kSeq };
 const char* ModeName(Mode m) { return m == Mode::kView ? "random-view" : m == Mode::kCopy ? "random-copy" : "sequential"; }
 
-// A fixed set of worker threads, started once per thread count and reused by
-// every slice of every pass with that count, so that thread start-up (tens of
-// microseconds, as long as hundreds of sub-microsecond views) stays out of the
-// figures. Run(job) releases all workers together: they meet at a start gate,
-// so that none starts reading while another is still waking up; each calls
-// job(t) once; Run returns when every one has returned.
+// The pass's readers: n of them at once, on a TBB arena of n slots (the bench's own thread
+// and n - 1 of TBB's workers, which stay alive between slices, so that thread start-up --
+// tens of microseconds, as long as hundreds of sub-microsecond views -- stays out of the
+// figures). Run(job) calls job(t) once for each t in [0, n), each on a thread of its own:
+// the n calls meet at a start gate, so that none starts reading while another is still
+// waking up, and Run returns when every one has returned. The caller keeps a
+// tbb::global_control that lets TBB have n threads (RunBench).
 //
 // Thread safety: Run() is called by one thread at a time (the bench's own).
 class WorkerPool {
  public:
-  explicit WorkerPool(int n) : n_(n) {
-    threads_.reserve(size_t(n));
-    for (int t = 0; t < n; ++t) threads_.emplace_back([this, t] { Loop(t); });
-  }
-  ~WorkerPool() {
-    stop_.store(true, std::memory_order_release);
-    gen_.fetch_add(1, std::memory_order_acq_rel);
-    gen_.notify_all();
-    for (auto& th : threads_) th.join();
-  }
+  explicit WorkerPool(int n) : n_(n), arena_(n, 1) {}
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
 
   int size() const { return n_; }
 
   void Run(const std::function<void(int)>& job) {
-    job_ = &job;
-    remaining_.store(n_, std::memory_order_relaxed);
-    gen_.fetch_add(1, std::memory_order_acq_rel);  // publishes job_
-    gen_.notify_all();
-    for (int r; (r = remaining_.load(std::memory_order_acquire)) != 0;) remaining_.wait(r);
-    job_ = nullptr;
+    arena_.execute([&] {
+      tbb::parallel_for(0, n_, 1, [&](int t) {
+        StartGate();
+        job(t);
+      });
+    });
   }
 
  private:
-  void Loop(int t) {
-    uint64_t seen = 0;
-    for (;;) {
-      gen_.wait(seen, std::memory_order_acquire);  // sleeps (futex) between slices
-      seen = gen_.load(std::memory_order_acquire);
-      if (stop_.load(std::memory_order_acquire)) return;
-      StartGate();
-      (*job_)(t);
-      if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) remaining_.notify_one();
-    }
-  }
-  // Waits until all n workers have arrived: a short spin (yielding, for more
-  // threads than cores), not a futex, whose wake-up would skew the starts.
+  // Waits until all n readers have arrived: a short spin (yielding, for more threads than
+  // cores), not a futex, whose wake-up would skew the starts. TBB does not promise n
+  // threads at once: after a second without them, the readers start as they come (the
+  // slice is then slower, never stuck).
   void StartGate() {
     uint64_t g = gate_gen_.load(std::memory_order_acquire);
     if (arrived_.fetch_add(1, std::memory_order_acq_rel) + 1 == n_) {
@@ -167,18 +154,22 @@ class WorkerPool {
       gate_gen_.fetch_add(1, std::memory_order_release);
       return;
     }
-    for (int spins = 0; gate_gen_.load(std::memory_order_acquire) == g; ++spins)
-      if (spins > 64) std::this_thread::yield();
+    const auto give_up = Clock::now() + std::chrono::seconds(1);
+    for (int spins = 0; gate_gen_.load(std::memory_order_acquire) == g; ++spins) {
+      if (spins <= 64) continue;
+      std::this_thread::yield();
+      if ((spins & 1023) == 0 && Clock::now() > give_up) {
+        // Open the gate for this slice (once: whoever moves it first).
+        if (gate_gen_.compare_exchange_strong(g, g + 1, std::memory_order_acq_rel)) arrived_.store(0, std::memory_order_relaxed);
+        return;
+      }
+    }
   }
 
   const int n_;
-  std::vector<std::thread> threads_;
-  const std::function<void(int)>* job_ = nullptr;
-  std::atomic<uint64_t> gen_{0};
-  std::atomic<int> remaining_{0};
+  tbb::task_arena arena_;
   std::atomic<int> arrived_{0};
   std::atomic<uint64_t> gate_gen_{0};
-  std::atomic<bool> stop_{false};
 };
 
 // One timed slice [lo, hi) of a pass, split in contiguous parts over the pool's
@@ -462,7 +453,11 @@ Result<BenchReport> RunBench(const std::vector<std::string>& addresses, const Be
     }
   }
 
-  // One worker pool per thread count, started when first needed and kept for the run.
+  // One worker pool per thread count, started when first needed and kept for the run; TBB
+  // may have as many threads as the largest count asks (its default is the cores).
+  std::unique_ptr<tbb::global_control> allow_threads;
+  if (const int most = *std::max_element(threads.begin(), threads.end()); most > tbb::info::default_concurrency())
+    allow_threads = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, size_t(most));
   std::map<int, std::unique_ptr<WorkerPool>> pools;
   auto pool = [&](int th) -> WorkerPool& {
     auto& p = pools[th];
