@@ -20,6 +20,11 @@
 #include <unordered_map>
 
 #include <fmt/format.h>
+#include <tbb/enumerable_thread_specific.h>
+#include <tbb/global_control.h>
+#include <tbb/info.h>
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
 
 #include "core/cores.h"
 #include "io/file.h"
@@ -529,29 +534,29 @@ class Verifier {
 
   void FlushDecodes() {
     if (jobs_.empty()) return;
-    size_t n = std::min(Threads(), jobs_.size());
-    while (decoders_.size() < n) decoders_.push_back(std::make_unique<decode::ImageDecoder>());
-    std::atomic<size_t> next{0};
-    auto work = [&](decode::ImageDecoder* d) {
-      for (size_t i; (i = next.fetch_add(1)) < jobs_.size();) {
-        DecodeJob& j = jobs_[i];
-        if (j.ext == "npy") {
-          j.status = CheckArray(&j);
-          continue;
-        }
-        uint64_t before = d->tolerated_warnings();
-        decode::Region region;
-        j.status = d->Decode(
-            j.data.data(), j.data.size(),
-            [](const decode::ImageInfo& im) { return decode::CropBox{0, 0, double(im.width), double(im.height)}; },
-            0, 0, &region, nullptr);
-        j.warnings = d->tolerated_warnings() - before;
+    if (!arena_) {  // the decoding threads: a TBB arena, kept for the run
+      const size_t n = Threads();
+      if (n + 1 > size_t(tbb::info::default_concurrency()))
+        allow_threads_ = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, n + 1);
+      arena_ = std::make_unique<tbb::task_arena>(int(n));
+    }
+    auto decode_one = [&](DecodeJob& j) {
+      if (j.ext == "npy") {
+        j.status = CheckArray(&j);
+        return;
       }
+      decode::ImageDecoder& d = decoders_.local();
+      uint64_t before = d.tolerated_warnings();
+      decode::Region region;
+      j.status = d.Decode(
+          j.data.data(), j.data.size(),
+          [](const decode::ImageInfo& im) { return decode::CropBox{0, 0, double(im.width), double(im.height)}; },
+          0, 0, &region, nullptr);
+      j.warnings = d.tolerated_warnings() - before;
     };
-    std::vector<std::thread> pool;
-    for (size_t t = 1; t < n; ++t) pool.emplace_back(work, decoders_[t].get());
-    work(decoders_[0].get());
-    for (auto& t : pool) t.join();
+    arena_->execute([&] {
+      tbb::parallel_for(size_t(0), jobs_.size(), size_t(1), [&](size_t i) { decode_one(jobs_[i]); });
+    });
     for (auto& j : jobs_) {
       ++rep_.images_decoded;
       colour_arrays_ += j.colour;
@@ -565,7 +570,9 @@ class Verifier {
     jobs_.clear();
   }
   std::vector<DecodeJob> jobs_;
-  std::vector<std::unique_ptr<decode::ImageDecoder>> decoders_;
+  std::unique_ptr<tbb::global_control> allow_threads_;
+  std::unique_ptr<tbb::task_arena> arena_;
+  tbb::enumerable_thread_specific<decode::ImageDecoder> decoders_;
 
   // ---- across the dataset
 
