@@ -7,6 +7,9 @@
 #   bench   `shardkit bench` (views, copies) and `shardkit bench --loader` with the old
 #           and the new binary on the same files, alternated, three rounds (ROUNDS=N), then
 #           a table of medians, new / old (scripts/arch_compare.py).
+#   gpu     the GPU feed: shardkit_gpu_bench (copy path and GPU decode path) of the old
+#           tree built with CUDA and of this one, alternated, two rounds (GPU_ROUNDS=N),
+#           then the medians of images/s, new / old.
 # There (carry .deps .corpus .gl):  source .deps/unpack.sh && bash scripts/device_arch.sh [test|bench|all]
 set -uo pipefail
 stage=${1:-all}
@@ -37,8 +40,23 @@ build_old() {
     || { grep -E "error" -A5 "$OUTDIR/old_build.log" | head -40; return 1; }
 }
 
+OLDGPU=$W/build-oldgpu
+build_oldgpu() {  # the old tree with CUDA: its GPU benchmark only
+  [ -x "$OLDGPU/shardkit_gpu_bench" ] || [ -x "$OLDGPU/lib/shardkit_gpu_bench" ] && return 0
+  [ -d "$W/old-src" ] || { mkdir -p "$W/old-src" && tar -xf .gl/base.tar -C "$W/old-src"; }
+  cmake -S "$W/old-src" -B "$OLDGPU" -DCMAKE_BUILD_TYPE=Release -DSHARDKIT_WITH_CUDA=ON -DSHARDKIT_BUILD_TESTS=OFF \
+    -DSHARDKIT_WITH_REMOTE=OFF -DCMAKE_CUDA_ARCHITECTURES=90 > "$OUTDIR/oldgpu_cfg.log" 2>&1 || { tail -30 "$OUTDIR/oldgpu_cfg.log"; return 1; }
+  cmake --build "$OLDGPU" -j6 --target shardkit_gpu_bench > "$OUTDIR/oldgpu_build.log" 2>&1 \
+    || { grep -E "error" -A5 "$OUTDIR/oldgpu_build.log" | head -40; return 1; }
+}
+make_corpus() {
+  [ -d "$W/imgs" ] && return 0
+  say "corpus: 16 x make_corpus.py --count 500"
+  for k in $(seq 0 15); do $PY .corpus/make_corpus.py "$W/imgs" --count 500 --seed "$k" >/dev/null 2>&1 & done; wait
+}
+
 say "build old and new"
-build_old & bo=$!
+if [ "$stage" = gpu ]; then build_oldgpu & bo=$!; else build_old & bo=$!; fi
 build_new; bn=$?
 wait $bo; bo=$?
 [ $bn -eq 0 ] || { echo "device_arch: new build failed"; exit 1; }
@@ -57,9 +75,8 @@ if [ "$stage" = test ] || [ "$stage" = all ]; then
 fi
 if [ "$stage" = bench ] || [ "$stage" = all ]; then
   [ $bo -eq 0 ] || { echo "device_arch: old build failed"; exit 1; }
-  if [ ! -d "$W/imgs" ]; then
-    say "corpus: 16 x make_corpus.py --count 500"
-    for k in $(seq 0 15); do $PY .corpus/make_corpus.py "$W/imgs" --count 500 --seed "$k" >/dev/null 2>&1 & done; wait
+  if [ ! -d "$W/wds" ]; then
+    make_corpus
     $NEW/tools/shardkit convert "$W/imgs" "wds:$W/wds/t-%06d.tar" --shard-size 64MB > /dev/null
     $NEW/tools/shardkit convert "$W/imgs" "lmdb:$W/t.lmdb" > /dev/null
     $NEW/tools/shardkit convert "$W/imgs" "$W/t.h5" > /dev/null
@@ -76,6 +93,44 @@ if [ "$stage" = bench ] || [ "$stage" = all ]; then
   done
   say "summary: median over rounds of samples/s (read) and images/s (loader), new / old"
   $PY scripts/arch_compare.py "$OUTDIR" | tee "$OUTDIR/summary.txt"
+fi
+if [ "$stage" = gpu ]; then
+  [ $bo -eq 0 ] || { echo "device_arch: old CUDA build failed"; exit 1; }
+  make_corpus
+  old_bin=$(ls "$OLDGPU"/shardkit_gpu_bench "$OLDGPU"/lib/shardkit_gpu_bench 2>/dev/null | head -1)
+  new_bin=$(ls "$NEW"/shardkit_gpu_bench "$NEW"/lib/shardkit_gpu_bench 2>/dev/null | head -1)
+  for r in $(seq 1 "${GPU_ROUNDS:-2}"); do
+    for v in old new; do
+      b=$old_bin; [ $v = new ] && b=$new_bin
+      say "round $r: $v GPU feed"
+      "$b" "$W/imgs" --modes copy,gpu --epochs 2 > "$OUTDIR/gpu-$v-$r.jsonl" 2> "$OUTDIR/gpu-$v-$r.err" || { tail -5 "$OUTDIR/gpu-$v-$r.err"; rc=1; }
+    done
+  done
+  say "GPU feed: median images/s over rounds, new / old ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1))"
+  $PY - "$OUTDIR" <<'PY' | tee "$OUTDIR/gpu_summary.txt"
+import glob, json, os, re, statistics, sys
+runs = {}
+for path in glob.glob(os.path.join(sys.argv[1], "gpu-*-*.jsonl")):
+    v = re.match(r"gpu-(old|new)-\d+\.jsonl", os.path.basename(path)).group(1)
+    seen = {}
+    for line in open(path):
+        try:
+            j = json.loads(line)
+        except ValueError:
+            continue
+        if "images_per_s" not in j:
+            continue
+        # copy_path prints one row per consumer step (0, 0.5x, 1.5x the loader's time).
+        k = seen[j["mode"]] = seen.get(j["mode"], -1) + 1
+        key = j["mode"] + (" (consumer %d)" % k if j["mode"] == "copy_path" else "")
+        runs.setdefault((key, v), []).append(j["images_per_s"])
+print("%-50s %12s %12s %8s" % ("mode", "old img/s", "new img/s", "new/old"))
+for key in sorted({k for k, _ in runs}):
+    o, n = runs.get((key, "old")), runs.get((key, "new"))
+    if o and n:
+        mo, mn = statistics.median(o), statistics.median(n)
+        print("%-50s %12.0f %12.0f %8.2f" % (key, mo, mn, mn / mo))
+PY
 fi
 say "done rc=$rc"
 exit $rc
