@@ -4,6 +4,8 @@
 # fails the run and leaves the reproducer in $BUILD/findings/<target>/.
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [BUILD_DIR]   (defaults: 60, build-fuzz)
 #   FUZZ_TARGETS="tar jpeg" scripts/fuzz.sh            (a subset)
+#   scripts/fuzz.sh build [BUILD_DIR]                  (install clang and build; run nothing)
+#   scripts/fuzz.sh build-deps                         (install clang only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS="${1:-60}"
@@ -22,6 +24,7 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
+[ "$SECS" = build-deps ] && exit 0
 CXX_BIN="$(command -v clang++-14 || command -v clang++ || true)"
 CC_BIN="$(command -v clang-14 || command -v clang || true)"
 if [ -z "$CXX_BIN" ] || [ -z "$CC_BIN" ]; then
@@ -42,6 +45,7 @@ cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER="$CC
   -DCMAKE_CXX_COMPILER="$CXX_BIN" -DSHARDKIT_FUZZ=ON -DSHARDKIT_SANITIZE=address,undefined \
   -DSHARDKIT_BUILD_TESTS=OFF -DSHARDKIT_BUILD_TOOLS=OFF -DSHARDKIT_WITH_CUDA=OFF -DSHARDKIT_BUILD_PYTHON=OFF >/dev/null
 cmake --build "$BUILD" -j "$(nproc)" --target $(for t in $TARGETS; do printf 'fuzz_%s ' "$t"; done)
+[ "$SECS" = build ] && exit 0
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:allocator_may_return_null=1"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:abort_on_error=1"
 # upstream_crash LOG REGEX: true when LOG holds an AddressSanitizer invalid read
