@@ -1,83 +1,14 @@
 // gpu/decode_path.cc: the GPU loader's decode path (loader_impl.h, docs/gpu.md).
-#include <tbb/global_control.h>
-#include <tbb/info.h>
-#include <tbb/task_scheduler_observer.h>
-
 #include "gpu/loader_impl.h"
+#include "pipeline/row_pool.h"
 
 namespace shardkit::gpu_detail {
 
 namespace {
 
-// The GPU decode path's host threads: a TBB arena of their own (the process's one kind of
-// thread pool; the CPU loader's workers are another arena of it). A work item is claimed
-// when a thread is free, not when it is posted: each task the arena runs takes the most
-// urgent item queued then (the submitter's CUDA-backend rows first, then phase-1 rows in
-// the order posted), so the rows of the next batches start while the last rows of a
-// batch finish (no barrier between batches) and the submitter's rows never queue behind
-// them. A thread entering the arena sets the device first (the CUDA backends run on it).
-// Threading: Post from any thread; an item runs on one arena thread, told its slot
-// (0 .. size-1, unique among the items running at once: nvJPEG's per-thread contexts).
-// Items must not wait on TBB work themselves (a waiting thread could take another item
-// into the same slot). The destructor runs what is queued, then returns.
-class RowPool {
- public:
-  using Item = std::function<void(int tid)>;
-  RowPool(int threads, int device, int other_threads)
-      : threads_(threads), arena_(threads, 0), observer_(arena_, device) {
-    // Let the arena have `threads` workers even beyond TBB's default (hardware - 1),
-    // beside `other_threads` of the loader's other arenas.
-    const size_t want = size_t(threads) + size_t(other_threads) + 1;
-    if (want > size_t(tbb::info::default_concurrency()))
-      control_ = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, want);
-    observer_.observe(true);
-  }
-  ~RowPool() {
-    std::unique_lock<std::mutex> lk(m_);
-    idle_.wait(lk, [&] { return running_ == 0; });
-    lk.unlock();
-    observer_.observe(false);
-  }
-  int size() const { return threads_; }
-  void Post(std::vector<Item> items, bool urgent) {
-    {
-      std::lock_guard<std::mutex> lk(m_);
-      auto& q = urgent ? urgent_ : normal_;
-      for (auto& f : items) q.push_back(std::move(f));
-      running_ += items.size();
-    }
-    for (size_t k = 0; k < items.size(); ++k) arena_.enqueue([this] { RunOne(); });
-  }
-
- private:
-  // Sets the device on each thread that enters the arena (CUDA's current device is a
-  // thread's own, and TBB's threads move between arenas).
-  struct DeviceObserver : tbb::task_scheduler_observer {
-    DeviceObserver(tbb::task_arena& a, int device) : tbb::task_scheduler_observer(a), device(device) {}
-    void on_scheduler_entry(bool) override { (void)cudaSetDevice(device); }  // (errors: the item's CUDA calls)
-    int device;
-  };
-  void RunOne() {
-    Item f;
-    {
-      std::lock_guard<std::mutex> lk(m_);
-      auto& q = !urgent_.empty() ? urgent_ : normal_;
-      f = std::move(q.front());
-      q.pop_front();
-    }
-    f(tbb::this_task_arena::current_thread_index());
-    std::lock_guard<std::mutex> lk(m_);
-    if (--running_ == 0) idle_.notify_all();
-  }
-  const int threads_;
-  std::unique_ptr<tbb::global_control> control_;
-  tbb::task_arena arena_;
-  DeviceObserver observer_;
-  std::mutex m_;
-  std::condition_variable idle_;
-  std::deque<Item> urgent_, normal_;
-  size_t running_ = 0;  // items posted and not finished
-};
+// The GPU decode path's host threads (pipeline::RowPool, a TBB arena): phase-1 rows and,
+// urgent, the submitter's CUDA-backend rows; each thread sets the device as it enters.
+using pipeline::RowPool;
 
 // Counts items down; Wait() returns when all have run. The count goes down under the
 // mutex, so the latch may be destroyed as soon as Wait() returns.
@@ -286,7 +217,9 @@ struct DecodeImpl final : ProducerImpl {
     // rows to them. With all but one, the engines' batches waited for a core (issue 16's
     // third table: 14 threads fed ResNet-18 faster than 16).
     int threads = g.host_threads > 0 ? g.host_threads : o.threads;
-    pool = std::make_unique<RowPool>(threads, g.device, std::min(threads, 4));
+    pool = std::make_unique<RowPool>(threads, std::min(threads, 4), [device = g.device] {
+      (void)cudaSetDevice(device);  // (an error surfaces in the item's own CUDA calls)
+    });
     // The packer's parallel copies run in an arena of their own: on the host threads they
     // would queue behind phase-1 decodes of the next batches.
     pack_arena = std::make_unique<tbb::task_arena>(std::min(threads, 4));
