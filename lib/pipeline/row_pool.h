@@ -5,9 +5,9 @@
 
 #include <tbb/global_control.h>
 #include <tbb/task_arena.h>
-#include <tbb/task_scheduler_observer.h>
 
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -23,8 +23,8 @@ namespace shardkit::pipeline {
 //
 // Threading: Post from any thread. An item runs on one arena thread and is told its slot,
 // 0 .. size()-1, which no other item running at the same time has. on_entry(), when
-// given, runs on each thread as it enters the arena (TBB's threads move between arenas:
-// per-thread state such as CUDA's current device is set there). Items must not wait on
+// given, runs on a thread before the first item of this pool it runs (TBB's threads move
+// between arenas: per-thread state such as CUDA's current device is set there). Items must not wait on
 // TBB work themselves (the waiting thread could take another item into the same slot),
 // and must not throw. The destructor returns once every posted item has run.
 class RowPool {
@@ -41,19 +41,13 @@ class RowPool {
   void Post(std::vector<Item> items, bool urgent);
 
  private:
-  struct EntryObserver : tbb::task_scheduler_observer {
-    EntryObserver(tbb::task_arena& a, std::function<void()> f) : tbb::task_scheduler_observer(a), f(std::move(f)) {}
-    void on_scheduler_entry(bool) override {
-      if (f) f();
-    }
-    std::function<void()> f;
-  };
   void RunOne();
 
   const int threads_;
   std::unique_ptr<tbb::global_control> control_;
   tbb::task_arena arena_;
-  EntryObserver observer_;
+  const std::function<void()> on_entry_;
+  const uint64_t id_;  // unique among the pools of the process: which threads have entered
   std::mutex m_;
   std::condition_variable idle_;
   std::deque<Item> urgent_, normal_;
