@@ -10,7 +10,8 @@
 #   gpu     the GPU feed: shardkit_gpu_bench (copy path and GPU decode path) of the old
 #           tree built with CUDA and of this one, alternated, two rounds (GPU_ROUNDS=N),
 #           then the medians of images/s, new / old.
-# There (carry .deps .corpus .gl):  source .deps/unpack.sh && bash scripts/device_arch.sh [test|bench|all]
+#   device  test, then gpu (one machine start for both).
+# There (carry .deps .corpus .gl):  source .deps/unpack.sh && bash scripts/device_arch.sh [test|bench|gpu|device|all]
 set -uo pipefail
 stage=${1:-all}
 cd "$(dirname "$0")/.."
@@ -28,7 +29,7 @@ build_new() {
   cmake -S . -B "$NEW" -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE="$PY" -DSHARDKIT_WITH_CUDA=ON -DSHARDKIT_WITH_REMOTE=OFF \
     -DCMAKE_CUDA_ARCHITECTURES=90 > "$OUTDIR/new_cfg.log" 2>&1 || { tail -30 "$OUTDIR/new_cfg.log"; return 1; }
   grep "shardkit:" "$OUTDIR/new_cfg.log"
-  cmake --build "$NEW" -j10 --target shardkit_cli _shardkit test_gpu > "$OUTDIR/new_build.log" 2>&1 \
+  cmake --build "$NEW" -j10 --target shardkit_cli _shardkit test_gpu shardkit_gpu_bench > "$OUTDIR/new_build.log" 2>&1 \
     || { grep -E "error" -A5 "$OUTDIR/new_build.log" | head -60; return 1; }
 }
 build_old() {
@@ -56,12 +57,16 @@ make_corpus() {
 }
 
 say "build old and new"
-if [ "$stage" = gpu ]; then build_oldgpu & bo=$!; else build_old & bo=$!; fi
+case "$stage" in
+  gpu | device) build_oldgpu & bo=$! ;;
+  test) bo=0; (true) & bo=$! ;;
+  *) build_old & bo=$! ;;
+esac
 build_new; bn=$?
 wait $bo; bo=$?
 [ $bn -eq 0 ] || { echo "device_arch: new build failed"; exit 1; }
 rc=0
-if [ "$stage" = test ] || [ "$stage" = all ]; then
+if [ "$stage" = test ] || [ "$stage" = device ] || [ "$stage" = all ]; then
   say "GPU tests"
   $NEW/tests/test_gpu > "$OUTDIR/gpu_tests.log" 2>&1 || rc=1
   tail -3 "$OUTDIR/gpu_tests.log"; grep -B3 -A12 FAILED "$OUTDIR/gpu_tests.log" | head -60
@@ -94,7 +99,7 @@ if [ "$stage" = bench ] || [ "$stage" = all ]; then
   say "summary: median over rounds of samples/s (read) and images/s (loader), new / old"
   $PY scripts/arch_compare.py "$OUTDIR" | tee "$OUTDIR/summary.txt"
 fi
-if [ "$stage" = gpu ]; then
+if [ "$stage" = gpu ] || [ "$stage" = device ]; then
   [ $bo -eq 0 ] || { echo "device_arch: old CUDA build failed"; exit 1; }
   make_corpus
   old_bin=$(ls "$OLDGPU"/shardkit_gpu_bench "$OLDGPU"/lib/shardkit_gpu_bench 2>/dev/null | head -1)
