@@ -15,6 +15,9 @@ PKGS=(
   libarchive-dev libarchive-tools tar
   libhdf5-dev hdf5-tools
   libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev
+  # WebP, AVIF and JPEG XL images (lib/decode); the command-line codecs decode them
+  # independently in the tests (Pillow 9.4 reads WebP only)
+  libwebp-dev libavif-dev libjxl-dev webp libavif-bin libjxl-tools
   libcli11-dev libtbb-dev catch2
   libxxhash-dev nlohmann-json3-dev libfmt-dev libmsgpack-cxx-dev
   libprotobuf-dev protobuf-compiler

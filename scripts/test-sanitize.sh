@@ -13,7 +13,7 @@ BUILD="${1:-build-sanitize}"
 # extension cannot load into an uninstrumented interpreter).
 # -O1 -g1 (line tables): a sanitizer report keeps its file:line stack, and the build
 # compiles about 2x faster than -O2 -g (wds/reader.cc under ASan+UBSan: 14.7 s vs 32.1 s).
-cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDKIT_SANITIZE=address,undefined \
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDKIT_SANITIZE=address,undefined -DSHARDKIT_WITH_WEBP=ON -DSHARDKIT_WITH_AVIF=ON -DSHARDKIT_WITH_JXL=ON \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
   -DSHARDKIT_WITH_CUDA=OFF -DSHARDKIT_BUILD_PYTHON=OFF -DSHARDKIT_BUILD_BENCH=OFF >/dev/null
 cmake --build "$BUILD" -j "$(nproc)"

@@ -10,7 +10,7 @@ BUILD="${1:-build}"
 T0=$(date +%s)
 scripts/install-deps.sh --with-s3rver
 . scripts/ccache-env.sh
-cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDKIT_WITH_WEBP=ON -DSHARDKIT_WITH_AVIF=ON -DSHARDKIT_WITH_JXL=ON
 cmake --build "$BUILD" -j "$(nproc)"
 T1=$(date +%s)
 (cd "$BUILD" && ctest --output-on-failure -j2)
