@@ -1,0 +1,73 @@
+// pipeline/select.h (internal): choosing which samples a conversion writes
+// (`convert --select ... --dedup`, ConvertOptions::select / dedup).
+//
+// SelectSamples() wraps a source Dataset in one that holds only the chosen samples, in
+// source order, with random access by its own indices: everything downstream (the
+// shuffle, the shard plan, --part, --resume, the source's recorded checksums) sees a
+// smaller dataset and needs no change. The choice is a pure function of the source and
+// the options (the seed included), never of threads or of which part asks, so every
+// part of a split conversion computes the same one.
+//
+// Steps, in this order:
+//   1. --select: classes=a,b (class names, or label numbers), keys-from=FILE (one key per
+//      line; keys the source lacks are counted, not an error), or fraction=F (0 < F <= 1:
+//      exactly round(F * n) samples, at least 1, the first positions of a permutation of
+//      the source seeded by `seed`).
+//   2. --dedup: among the samples step 1 kept, a sample whose image field holds the same
+//      bytes as an earlier one's (source order) is dropped. Hashes (XXH3-128) find
+//      candidates; equal hashes are confirmed by comparing the bytes. A sample without
+//      an image field is never a duplicate.
+// Both need random access (kUnsupported, naming the source, without it); both read
+// every sample once before the first is written (the whole source, in a part too).
+//
+// Threading: SelectSamples reads with `threads` threads and returns when done; the
+// wrapped dataset is as thread-safe as the source (Get() from many threads at once).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "shardkit/dataset.h"
+#include "shardkit/status.h"
+
+namespace shardkit::pipeline {
+
+struct SelectSpec {
+  enum class Kind { kAll, kClasses, kKeys, kFraction };
+  Kind kind = Kind::kAll;
+  std::vector<std::string> classes;  // kClasses
+  std::string keys_file;             // kKeys
+  double fraction = 1;               // kFraction
+};
+
+// "classes=a,b", "keys-from=FILE", "fraction=F"; "" selects all. kInvalidArgument
+// naming the text otherwise.
+Result<SelectSpec> ParseSelect(std::string_view text);
+
+struct SelectReport {
+  uint64_t source_samples = 0;
+  uint64_t selected = 0;            // after step 1
+  uint64_t kept = 0;                // after step 2
+  uint64_t keys_listed = 0;         // keys-from: distinct keys in the file
+  uint64_t keys_not_found = 0;      // keys-from: listed keys the source lacks
+  // --dedup: (dropped key, the earlier key whose image bytes it repeats), source order.
+  std::vector<std::pair<std::string, std::string>> duplicates;
+};
+
+// The chosen samples of `src` (which the result keeps alive). `seed` is fraction's.
+Result<std::unique_ptr<Dataset>> SelectSamples(std::shared_ptr<const Dataset> src, const SelectSpec& spec,
+                                               bool dedup, uint64_t seed, int threads, SelectReport* report);
+
+// The duplicates of a whole dataset (verify --duplicates): what --dedup would drop. A
+// dataset without random access is read once in order and XXH3-128 equality decides
+// (the bytes are not read twice to compare).
+Result<std::vector<std::pair<std::string, std::string>>> FindDuplicates(const Dataset& src, int threads);
+
+// duplicates.json's text: {"source": ..., "kept": N, "dropped": [{"key": k, "duplicate_of": o}, ...]}.
+std::string DuplicatesJson(std::string_view source, const SelectReport& report);
+
+}  // namespace shardkit::pipeline
