@@ -200,6 +200,11 @@ void PrintSummary(const char* command, const ConvertSummary& s, bool json) {
     if (s.already_complete) j["already_complete"] = true;
     j["source_checksums_checked"] = s.source_checksums_checked;
     j["notes"] = s.notes;
+    if (!s.transform.empty()) j["transform"] = nlohmann::json::parse(s.transform);
+    if (!s.skipped_file.empty()) {
+      j["skipped"] = s.skipped;
+      j["skipped_file"] = s.skipped_file;
+    }
     j["shards"] = nlohmann::json::array();
     for (const auto& sh : s.shards)
       j["shards"].push_back(
@@ -215,6 +220,10 @@ void PrintSummary(const char* command, const ConvertSummary& s, bool json) {
     return;
   }
   for (const auto& n : s.notes) std::fprintf(stderr, "shardkit: note: %s\n", io::RedactText(n).c_str());
+  if (!s.skipped_file.empty())
+    std::fprintf(stderr, "shardkit: --skip-bad left out %llu sample%s whose image did not decode, listed in %s\n",
+                 static_cast<unsigned long long>(s.skipped), s.skipped == 1 ? "" : "s",
+                 io::RedactText(s.skipped_file).c_str());
   if (s.part.count > 0)
     std::printf("part %llu/%llu: ", static_cast<unsigned long long>(s.part.index),
                 static_cast<unsigned long long>(s.part.count));

@@ -33,6 +33,9 @@ struct CopyFlags {
   bool no_verify_source = false;
   bool allow_empty = false;
   std::string part;
+  std::string resize, encode;  // --resize, --encode (ConvertOptions)
+  bool skip_bad = false;
+  uint64_t max_pixels = 0;
   OpenOptions cache;  // --cache-dir / --cache-bytes / --trust-manifest / --source-option
 };
 
@@ -82,6 +85,26 @@ void AddCopyFlags(CLI::App* sub, CopyFlags* f) {
                 "Do not check the samples against the checksums the source records (by default a sample "
                 "that does not match stops the conversion, naming it, so that damaged bytes are not written "
                 "under fresh checksums)");
+  sub->add_option("--resize", f->resize,
+                  "Shrink every image, never enlarging one: 'short:S' (short side S, the long one in proportion), "
+                  "'max:M' (long side M) or 'fit:WxH' (inside WxH, aspect ratio kept). Images are decoded, turned "
+                  "upright by their EXIF orientation, resized and re-encoded (--encode, default jpeg:90 with "
+                  "--resize); the manifest records the transform");
+  sub->add_option("--encode", f->encode,
+                  "The output's image codec: 'keep' (default: image bytes copied as they are), 'jpeg[:Q]', "
+                  "'webp[:Q]' (quality 1-100, default 90) or 'png' (lossless). Any but keep decodes every image, "
+                  "applies its EXIF orientation and --resize, and writes it without metadata as .jpg/.webp/.png "
+                  "(the key is unchanged). Decoded arrays (field npy, uint8 [H,W(,C)], RGB) are written as images "
+                  "too");
+  sub->add_flag("--skip-bad", f->skip_bad,
+                "With --resize or --encode: leave out a sample whose image does not decode (corrupt, over "
+                "--max-pixels, an unknown codec) and list it with the reason in skipped.json beside the output "
+                "(the shard pattern's directory, else OUTPUT.skipped.json); by default it stops the conversion, "
+                "naming the key, and nothing is published");
+  sub->add_option("--max-pixels", f->max_pixels,
+                  "With --resize or --encode: refuse an image that declares more than N pixels (width x height) "
+                  "before decoding it (default 200000000), naming its key and size")
+      ->check(AtLeastOne());
   sub->add_flag("--no-index", f->no_index,
                 "Tar shards: do not write DALI's .idx beside each shard (`shardkit index` makes them later)");
   sub->add_flag("--resume", f->resume,
@@ -130,6 +153,20 @@ bool ParseFieldMap(const char* flag, const std::string& text, std::map<std::stri
   return true;
 }
 
+// --resize / --encode: checked here so that a malformed value is a usage error (exit 2).
+bool TakeTransform(const CopyFlags& f, int* rc) {
+  if (Status st = CheckTransformOptions(f.resize, f.encode); !st.ok()) {
+    *rc = st.code() == Code::kInvalidArgument ? UsageError(st.message()) : Fail(st, false);
+    return false;
+  }
+  if ((f.skip_bad || f.max_pixels > 0) && f.resize.empty() && (f.encode.empty() || f.encode == "keep")) {
+    *rc = UsageError(fmt::format("{} applies to images that are decoded: give --resize or --encode",
+                                 f.skip_bad ? "--skip-bad" : "--max-pixels"));
+    return false;
+  }
+  return true;
+}
+
 // --part: parsed and announced on stderr (which launcher variables gave it). False
 // (after a usage error) when it is malformed.
 bool TakePart(const CopyFlags& f, PartSpec* out, int* rc) {
@@ -152,7 +189,6 @@ RunFn SetupConvert(CLI::App* sub) {
     std::string shard_size;
     uint64_t samples_per_shard = 0;
     std::string field_map;
-    std::string encode;
     // The formats' writer options, from their tables (FormatOptions()): key -> value given.
     std::map<std::string, std::string> format_options;
   };
@@ -170,9 +206,6 @@ RunFn SetupConvert(CLI::App* sub) {
   sub->add_option("--samples-per-shard", f->samples_per_shard,
                   "Sharded outputs: start a new shard every N samples (default: no limit)")
       ->check(AtLeastOne());
-  sub->add_option("--encode", f->encode,
-                  "Write decoded arrays (field npy, uint8 [H,W(,C)], RGB) as images: 'png' (lossless) or "
-                  "'jpeg:Q' (quality 1-100); default: keep them as .npy");
   AddFormatOptionFlags(sub, &f->format_options);
   sub->footer(std::string(
                   "Examples:\n"
@@ -201,6 +234,10 @@ RunFn SetupConvert(CLI::App* sub) {
     if (!TakeSourceEnvironment(*f, &o.open, &rc)) return rc;
     o.staging_dir = StagingDirFromEnvironment();
     o.encode = f->encode;
+    o.resize = f->resize;
+    o.skip_bad = f->skip_bad;
+    o.max_pixels = f->max_pixels;
+    if (!TakeTransform(*f, &rc)) return rc;
     o.shuffle = f->shuffle;
     o.seed = f->seed;
     o.threads = f->threads == 0 ? DefaultCopyThreads() : f->threads;
@@ -258,7 +295,12 @@ RunFn SetupShard(CLI::App* sub) {
     o.allow_empty = f->allow_empty;
     o.key_dots = ToKeyDots(f->key_dots);
     o.write_index = !f->no_index;
+    o.resize = f->resize;
+    o.encode = f->encode;
+    o.skip_bad = f->skip_bad;
+    o.max_pixels = f->max_pixels;
     int rc = kExitOk;
+    if (!TakeTransform(*f, &rc)) return rc;
     if (!TakePart(*f, &o.part, &rc)) return rc;
     if (!TakeSourceEnvironment(*f, &o.open, &rc)) return rc;
     o.staging_dir = StagingDirFromEnvironment();

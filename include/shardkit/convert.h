@@ -49,6 +49,11 @@ SHARDKIT_API Result<PartSpec> ParsePart(std::string_view text);
 // when none is set or a value is not a number in range.
 SHARDKIT_API Result<PartSpec> PartFromEnvironment();
 
+// Checks ConvertOptions::resize and ::encode as Convert() reads them (kInvalidArgument
+// naming the value; kUnsupported for webp in a build without libwebp), so that a command
+// line can refuse them before it starts.
+SHARDKIT_API Status CheckTransformOptions(std::string_view resize, std::string_view encode);
+
 struct ConvertOptions {
   // Passed to the destination's writer. When write.class_names is empty it is
   // filled from the source's DatasetInfo::class_names.
@@ -66,11 +71,29 @@ struct ConvertOptions {
   size_t window = 256;
   // Write one part of the output (PartSpec; needs random access and a sharded output).
   PartSpec part;
-  // Decoded arrays (field "npy", uint8 [H, W(, C)]) are written as images: "png"
-  // (lossless) or "jpeg:Q"; empty keeps them as .npy. A source that says its arrays
-  // are BGR (DatasetInfo::extra["channel_order"]) is refused: convert them first
-  // (lmdb.channels=bgr-to-rgb) or say they are RGB.
+  // The codec of the output's images: "" or "keep" copies image bytes as they are;
+  // "png" (lossless), "jpeg[:Q]" or "webp[:Q]" (quality 1-100, default 90; webp needs a
+  // build with libwebp) decodes every image field, turns it upright by its EXIF
+  // orientation, resizes it by `resize` and encodes it, without metadata, as .png, .jpg
+  // or .webp (the key is unchanged; docs/formats.md, "Transforms"). Decoded arrays
+  // (field "npy", uint8 [H, W(, C)]) are written as images too (not resized). A source
+  // that says its arrays are BGR (DatasetInfo::extra["channel_order"]) is refused:
+  // convert them first (lmdb.channels=bgr-to-rgb) or say they are RGB.
   std::string encode;
+  // Shrink every image to a rule, never enlarging one: "short:S" (the short side S),
+  // "max:M" (the long side M) or "fit:WxH" (inside W x H, keeping the aspect ratio).
+  // Empty: no resize. With a resize `encode` defaults to "jpeg:90" ("keep" is an error).
+  // The output's metadata records the transform (wds: the manifest's "transform").
+  std::string resize;
+  // An image that a transform cannot decode (corrupt, over max_pixels, an unknown codec)
+  // leaves its sample out, listed with the reason in skipped.json beside the output
+  // (ConvertSummary::skipped_file). false: the conversion fails naming the key, and
+  // nothing is published.
+  bool skip_bad = false;
+  // The decoder's pixel limit (width * height) for the images a transform decodes; an
+  // image declaring more is refused with its key and size before any pixel memory is
+  // allocated. 0: the decoder's default (200,000,000).
+  uint64_t max_pixels = 0;
   // A remote destination (s3://, http(s)://; docs/remote.md) is written into a local
   // staging directory below this one (shardkit-upload-<hash>[-part-I-of-N]) and
   // uploaded file by file. Empty: /tmp. The library reads no environment for it: the
@@ -115,6 +138,12 @@ struct ConvertSummary {
   uint64_t source_checksums_checked = 0;  // samples checked against the source's checksums
   // What the source left out, in words (an image folder's files that are not images).
   std::vector<std::string> notes;
+  // With ConvertOptions::skip_bad: the samples left out, and where they are listed.
+  uint64_t skipped = 0;
+  std::string skipped_file;
+  // The transform applied to images ("" none), as the output's metadata records it:
+  // {"resize": "short:256", "encode": "jpeg:90", "orientation": "applied"}.
+  std::string transform;
 };
 
 // Opens `src`, creates `dst` and copies every sample.
@@ -146,6 +175,10 @@ struct ShardOptions {
   std::string staging_dir;  // ConvertOptions::staging_dir (a remote destination)
   bool verify_source = true;  // ConvertOptions::verify_source
   bool allow_empty = false;   // ConvertOptions::allow_empty
+  std::string resize;         // ConvertOptions::resize
+  std::string encode;         // ConvertOptions::encode
+  bool skip_bad = false;      // ConvertOptions::skip_bad
+  uint64_t max_pixels = 0;    // ConvertOptions::max_pixels
 };
 
 // Re-shards any dataset into WebDataset tar shards. `dst` is a printf pattern

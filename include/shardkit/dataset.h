@@ -221,6 +221,11 @@ struct WriteOptions {
   // ["channel_order"]; the LMDB pickle and HDF5 native layouts and the tar-shard manifest
   // record it beside the arrays (nothing is converted).
   std::string array_channels;
+  // What convert did to the images (ConvertOptions::resize, ::encode), as a JSON object's
+  // text: {"resize": "short:256", "encode": "jpeg:90", "orientation": "applied"}; empty:
+  // images copied as they are. The tar-shard manifest records it ("transform"), and its
+  // reader gives it back as DatasetInfo::extra["transform"] (verify --against reads it).
+  std::string transform;
   // wds, lmdb: continue an interrupted write of the same source with the same
   // options. The writer reads its journal (wds: "<manifest>.partial"; lmdb: the
   // sidecar in "<dir>.partial"), checks what was committed, and then expects

@@ -1,11 +1,16 @@
-// Encoding decoded arrays as PNG / JPEG (see encode.h).
+// Encoding pixels as PNG / JPEG / WebP (see encode.h).
 #include "decode/encode.h"
 
 #include <png.h>
 #include <turbojpeg.h>
+#ifdef SHARDKIT_HAVE_WEBP
+#include <webp/encode.h>
+#endif
 
 #include <cstring>
 #include <memory>
+#include <optional>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -13,24 +18,112 @@
 
 namespace shardkit::decode {
 
+namespace {
+
+// "Q" in 1..100, or nullopt.
+std::optional<int> ParseQuality(std::string_view q) {
+  int v = 0;
+  if (q.empty() || q.size() > 3) return std::nullopt;
+  for (char c : q) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + (c - '0');
+  }
+  if (v < 1 || v > 100) return std::nullopt;
+  return v;
+}
+
+}  // namespace
+
+std::string EncodeSpec::ToString() const {
+  return png ? "png" : fmt::format("{}:{}", webp ? "webp" : "jpeg", quality);
+}
+
 Result<EncodeSpec> ParseEncodeSpec(std::string_view s) {
   EncodeSpec e;
   if (s == "png") return e;
-  if (s.rfind("jpeg:", 0) == 0 || s.rfind("jpg:", 0) == 0) {
-    std::string_view q = s.substr(s.find(':') + 1);
-    int v = 0;
-    bool ok = !q.empty() && q.size() <= 3;
-    for (char c : q) {
-      if (c < '0' || c > '9') ok = false;
-      else v = v * 10 + (c - '0');
-    }
-    if (ok && v >= 1 && v <= 100) {
+  const size_t colon = s.find(':');
+  const std::string_view codec = s.substr(0, colon);
+  if (codec == "jpeg" || codec == "jpg" || codec == "webp") {
+    std::optional<int> q = colon == std::string_view::npos ? std::optional<int>(90) : ParseQuality(s.substr(colon + 1));
+    if (q) {
       e.png = false;
-      e.quality = v;
+      e.webp = codec == "webp";
+      e.quality = *q;
+#ifndef SHARDKIT_HAVE_WEBP
+      if (e.webp)
+        return Status::Unsupported(fmt::format("--encode '{}': this build of shardkit has no WebP encoder (built "
+                                               "without libwebp: SHARDKIT_WITH_WEBP=ON needs libwebp-dev)",
+                                               s));
+#endif
       return e;
     }
   }
-  return Status::Invalid(fmt::format("--encode '{}': expected png or jpeg:Q with Q in 1..100", s));
+  return Status::Invalid(
+      fmt::format("--encode '{}': expected keep, png, jpeg[:Q] or webp[:Q] with the quality Q in 1..100", s));
+}
+
+Result<Bytes> EncodePixels(const uint8_t* pixels, int width, int height, int channels, size_t stride,
+                           const EncodeSpec& spec) {
+  const int w = width, h = height, c = channels;
+  if (w <= 0 || h <= 0 || w > 65535 || h > 65535) return Status::Unsupported(fmt::format("cannot encode a {}x{} image", w, h));
+  if (c != 1 && c != 3 && c != 4) return Status::Unsupported(fmt::format("cannot encode {} channels", c));
+  if (spec.png) {
+    png_image img;
+    std::memset(&img, 0, sizeof img);
+    img.version = PNG_IMAGE_VERSION;
+    img.width = png_uint_32(w);
+    img.height = png_uint_32(h);
+    img.format = c == 1 ? PNG_FORMAT_GRAY : c == 3 ? PNG_FORMAT_RGB : PNG_FORMAT_RGBA;
+    png_alloc_size_t size = 0;
+    const png_int_32 row = png_int_32(stride);
+    if (!png_image_write_to_memory(&img, nullptr, &size, 0, pixels, row, nullptr))
+      return Status::Internal(fmt::format("libpng: {}", img.message));
+    std::string out(size, '\0');
+    if (!png_image_write_to_memory(&img, out.data(), &size, 0, pixels, row, nullptr))
+      return Status::Internal(fmt::format("libpng: {}", img.message));
+    out.resize(size);
+    return Bytes::Take(std::move(out));
+  }
+  if (spec.webp) {
+#ifdef SHARDKIT_HAVE_WEBP
+    std::vector<uint8_t> rgb;
+    if (c == 1) {  // libwebp takes RGB(A): gray is spread over three channels
+      rgb.resize(size_t(w) * 3 * size_t(h));
+      for (int y = 0; y < h; ++y)
+        for (int x = 0; x < w; ++x) std::memset(&rgb[(size_t(y) * w + x) * 3], pixels[stride * y + x], 3);
+      pixels = rgb.data();
+      stride = size_t(w) * 3;
+    }
+    uint8_t* out = nullptr;
+    const size_t n = c == 4 ? WebPEncodeRGBA(pixels, w, h, int(stride), float(spec.quality), &out)
+                            : WebPEncodeRGB(pixels, w, h, int(stride), float(spec.quality), &out);
+    if (n == 0) {
+      WebPFree(out);
+      return Status::Internal(fmt::format("libwebp could not encode a {}x{} image", w, h));
+    }
+    Bytes b = Bytes::Copy(out, n);
+    WebPFree(out);
+    return b;
+#else
+    return Status::Unsupported("this build of shardkit has no WebP encoder (built without libwebp)");
+#endif
+  }
+  if (c == 4) return Status::Unsupported("JPEG has no alpha channel: encode [H, W, 4] arrays as png or webp");
+  tjhandle tj = tjInitCompress();
+  if (!tj) return Status::Internal("tjInitCompress failed");
+  unsigned char* buf = nullptr;
+  unsigned long len = 0;
+  int rc = tjCompress2(tj, pixels, w, int(stride), h, c == 1 ? TJPF_GRAY : TJPF_RGB, &buf, &len,
+                       c == 1 ? TJSAMP_GRAY : TJSAMP_420, spec.quality, TJFLAG_ACCURATEDCT);
+  std::string err = rc ? tjGetErrorStr2(tj) : "";
+  tjDestroy(tj);
+  if (rc) {
+    tjFree(buf);
+    return Status::Internal("libjpeg-turbo: " + err);
+  }
+  Bytes out = Bytes::Copy(buf, len);
+  tjFree(buf);
+  return out;
 }
 
 Result<Bytes> EncodeNpy(const Bytes& npy, const EncodeSpec& spec) {
@@ -47,38 +140,7 @@ Result<Bytes> EncodeNpy(const Bytes& npy, const EncodeSpec& spec) {
     return Status::Unsupported("cannot encode an array that is not [H, W], [H, W, 1], [H, W, 3] or [H, W, 4]");
   }
   if (h == 0 || w == 0 || h > 65535 || w > 65535) return Status::Unsupported(fmt::format("cannot encode a {}x{} image", w, h));
-  if (spec.png) {
-    png_image img;
-    std::memset(&img, 0, sizeof img);
-    img.version = PNG_IMAGE_VERSION;
-    img.width = png_uint_32(w);
-    img.height = png_uint_32(h);
-    img.format = c == 1 ? PNG_FORMAT_GRAY : c == 3 ? PNG_FORMAT_RGB : PNG_FORMAT_RGBA;
-    png_alloc_size_t size = 0;
-    if (!png_image_write_to_memory(&img, nullptr, &size, 0, a.data.data(), 0, nullptr))
-      return Status::Internal(fmt::format("libpng: {}", img.message));
-    std::string out(size, '\0');
-    if (!png_image_write_to_memory(&img, out.data(), &size, 0, a.data.data(), 0, nullptr))
-      return Status::Internal(fmt::format("libpng: {}", img.message));
-    out.resize(size);
-    return Bytes::Take(std::move(out));
-  }
-  if (c == 4) return Status::Unsupported("JPEG has no alpha channel: encode [H, W, 4] arrays as png");
-  tjhandle tj = tjInitCompress();
-  if (!tj) return Status::Internal("tjInitCompress failed");
-  unsigned char* buf = nullptr;
-  unsigned long len = 0;
-  int rc = tjCompress2(tj, a.data.data(), int(w), 0, int(h), c == 1 ? TJPF_GRAY : TJPF_RGB, &buf, &len,
-                       c == 1 ? TJSAMP_GRAY : TJSAMP_420, spec.quality, TJFLAG_ACCURATEDCT);
-  std::string err = rc ? tjGetErrorStr2(tj) : "";
-  tjDestroy(tj);
-  if (rc) {
-    tjFree(buf);
-    return Status::Internal("libjpeg-turbo: " + err);
-  }
-  Bytes out = Bytes::Copy(buf, len);
-  tjFree(buf);
-  return out;
+  return EncodePixels(reinterpret_cast<const uint8_t*>(a.data.data()), int(w), int(h), int(c), size_t(w * c), spec);
 }
 
 Status EncodeSampleArrays(Sample* s, const EncodeSpec& spec) {

@@ -26,8 +26,10 @@
 
 #include "core/cores.h"
 #include "io/any_file.h"
+#include "io/file.h"
 #include "core/paths.h"
 #include "decode/encode.h"
+#include "decode/transform.h"
 #include "formats/channel_order.h"
 #include "formats/registry.h"
 #include "core/redact.h"
@@ -122,6 +124,15 @@ class Fetcher {
   uint64_t checked() const { return checked_.load(std::memory_order_relaxed); }
   // Decoded arrays are encoded as images while read (on the reading threads).
   void SetEncode(const decode::EncodeSpec& spec) { encode_ = spec; }
+  // Image fields are transformed while read (decode/transform.h), on the reading threads;
+  // with `skip_bad` a sample whose image does not decode is marked (Skipped()) instead of
+  // failing the read.
+  void SetTransform(const decode::TransformSpec& spec, bool skip_bad) {
+    transform_ = spec;
+    skip_bad_ = skip_bad;
+  }
+  // A sample that --skip-bad leaves out: why, or nullptr for one to write.
+  static const Field* Skipped(const Sample& s) { return s.find(kSkippedField); }
   // Colour arrays are refused with `message` (formats::RefuseColourArrays): the source
   // records no channel order and the output needs one.
   void SetColourRefusal(std::string message) { refuse_colour_ = std::move(message); }
@@ -187,8 +198,21 @@ class Fetcher {
   }
 
  private:
+  // The field that marks a sample --skip-bad leaves out (its only field; the data is the
+  // reason). No real field has this name: extensions are lowercase text.
+  static constexpr std::string_view kSkippedField = "\x01skipped";
+
   Status PrepareArrays(Sample* s) const {
     if (!refuse_colour_.empty()) SK_RETURN_IF_ERROR(formats::RefuseColourArrays(*s, refuse_colour_));
+    if (transform_) {
+      Status st = decode::TransformSampleImages(s, *transform_);
+      if (!st.ok() && skip_bad_ && (st.code() == Code::kCorrupt || st.code() == Code::kUnsupported)) {
+        s->fields.clear();
+        s->set(std::string(kSkippedField), Bytes::Take(st.message()));
+        return Status::OK();
+      }
+      SK_RETURN_IF_ERROR(st);
+    }
     if (encode_) return decode::EncodeSampleArrays(s, *encode_);
     return Status::OK();
   }
@@ -219,6 +243,8 @@ class Fetcher {
   uint64_t begin_, end_;
   const pipeline::Bijection* order_;
   std::optional<decode::EncodeSpec> encode_;  // ConvertOptions::encode
+  std::optional<decode::TransformSpec> transform_;  // ConvertOptions::resize, ::encode
+  bool skip_bad_ = false;                           // ConvertOptions::skip_bad
   std::string refuse_colour_;                 // SetColourRefusal
   uint64_t next_ = 0;
   bool eof_ = false;
@@ -260,15 +286,22 @@ StopHook StopHookFromEnvironment() {
 // The copy loop: windows from `fetch` into `dst`, then Finish().
 // `refuse_colour`: the output needs the channel order of colour arrays and the source
 // records none (CopyInto); --encode adds its own.
+// `skipped`: the samples --skip-bad left out (key, reason), in write order.
 Result<ConvertSummary> ConvertFetched(Fetcher* fetcher, const Dataset& src, SampleWriter* dst,
                                       const ConvertOptions& opts, const ProgressFn& progress,
-                                      std::string refuse_colour = {}) {
+                                      std::string refuse_colour = {},
+                                      std::vector<std::pair<std::string, std::string>>* skipped = nullptr) {
   Fetcher& fetch = *fetcher;
+  std::vector<std::pair<std::string, std::string>> skipped_here;
+  if (!skipped) skipped = &skipped_here;
   const auto t0 = Clock::now();
   if (opts.threads < 1) return Status::Invalid(fmt::format("--threads must be >= 1, got {}", opts.threads));
   SK_RETURN_IF_ERROR(fetch.Init(src));
   const formats::ArrayOrder order = formats::ArrayOrderOf(src.info());
-  if (!opts.encode.empty()) {
+  SK_ASSIGN_OR_RETURN(std::optional<decode::TransformSpec> transform,
+                      decode::ParseTransform(opts.resize, opts.encode, opts.max_pixels));
+  if (transform) fetch.SetTransform(*transform, opts.skip_bad);
+  if (!opts.encode.empty() && opts.encode != "keep") {
     const std::string opt = formats::ChannelOption(src.info());
     if (order == formats::ArrayOrder::kBgr)
       return Status::Invalid(fmt::format(
@@ -307,6 +340,10 @@ Result<ConvertSummary> ConvertFetched(Fetcher* fetcher, const Dataset& src, Samp
     if (more && opts.threads > 1)
       ahead = std::async(std::launch::async, [&] { return fetch.Next(&nxt); });
     for (const Sample& s : cur) {
+      if (const Field* why = Fetcher::Skipped(s)) {  // --skip-bad
+        skipped->emplace_back(s.key, why->data.str());
+        continue;
+      }
       if (stop_hook.at == sum.samples) std::raise(stop_hook.signal);
       if (int sig = StopRequested()) {
         if (ahead.valid()) (void)ahead.get();
@@ -332,6 +369,10 @@ Result<ConvertSummary> ConvertFetched(Fetcher* fetcher, const Dataset& src, Samp
   }
   if (stop_hook.at == sum.samples) std::raise(stop_hook.signal);
   if (int sig = StopRequested()) return Interrupted(sig, sum.samples, prog.total);
+  if (!skipped->empty() && sum.samples == 0 && !opts.allow_empty && opts.part.count == 0)
+    return Status::Invalid(fmt::format("--skip-bad left out every sample ({}; the first, '{}': {}): nothing to "
+                                       "write",
+                                       skipped->size(), skipped->front().first, skipped->front().second));
   if (sum.samples == 0 && !opts.allow_empty && opts.part.count == 0) return EmptySource(src);
   auto fin = dst->Finish();
   if (!fin.ok()) return std::move(fin).take_status();
@@ -341,6 +382,8 @@ Result<ConvertSummary> ConvertFetched(Fetcher* fetcher, const Dataset& src, Samp
     return Status::Internal(fmt::format("the writer reports {} samples, {} were written",
                                         fin->samples, sum.samples));
   sum.source_checksums_checked = fetch.checked();
+  sum.skipped = skipped->size();
+  if (transform) sum.transform = transform->RecordJson();
   const auto& extra = src.info().extra;
   if (auto n = extra.find("non_image_files"); n != extra.end()) {
     auto ex = extra.find("non_image_examples");
@@ -403,6 +446,11 @@ Result<PartPlan> MakePartPlan(const Dataset& in, const formats::Format& fmt, Con
     for (uint64_t left = n; left > 0; left -= std::min(left, k)) p.shard_counts.push_back(std::min(left, k));
   } else {
     if (!fmt.plan_by_size) return Status::Unsupported(fmt::format("the {} writer cannot plan shards by size", fmt.name));
+    if (!w.transform.empty())
+      return Status::Invalid(fmt::format("--part with --resize or --encode {}: shards cut by size need the sizes of "
+                                         "the transformed images before any part starts; cut them by "
+                                         "--samples-per-shard or --num-shards",
+                                         c->encode.empty() ? "jpeg:90" : c->encode));
     auto get = [&](uint64_t pos, Sample* s) {
       uint64_t idx = p.order ? (*p.order)(pos) : pos;
       Status st = ra->Get(idx, s);
@@ -430,6 +478,8 @@ Result<PartPlan> MakePartPlan(const Dataset& in, const formats::Format& fmt, Con
   plan["num_shards"] = w.shard_plan.empty() ? 0 : w.shard_plan.size();
   plan["key_dots"] = w.key_dots == KeyDots::kReplace ? "replace" : "error";
   plan["write_index"] = w.write_index;
+  plan["transform"] = w.transform;  // (its max_pixels too: an image may be left out by it)
+  plan["max_pixels"] = c->max_pixels;
   plan["class_names"] = w.class_names;
   plan["parts"] = part.count;
   plan["shards"] = shards;
@@ -444,6 +494,32 @@ Result<PartPlan> MakePartPlan(const Dataset& in, const formats::Format& fmt, Con
   return p;
 }
 
+// skipped.json (--skip-bad): in the directory of a shard pattern, else beside the output
+// as "<output>.skipped.json"; written whole, then renamed, once the output is complete.
+// {"source": ADDRESS, "count": N, "skipped": [{"key": KEY, "reason": TEXT}, ...]} in
+// write order.
+Result<std::string> WriteSkippedList(const std::string& out_address, std::string_view src, const ConvertOptions& c,
+                                     const std::vector<std::pair<std::string, std::string>>& skipped) {
+  std::string path;
+  SK_ASSIGN_OR_RETURN(const formats::Format* fmt, formats::Resolve(out_address, true, &path));
+  if (fmt->writes_shards && paths::CheckShardPattern(path).ok()) {
+    path = io::DirName(path) + "/skipped.json";
+  } else {
+    while (path.size() > 1 && path.back() == '/') path.pop_back();
+    path += ".skipped.json";
+  }
+  nlohmann::ordered_json j;
+  j["source"] = io::RedactAddress(src);
+  j["count"] = skipped.size();
+  j["skipped"] = nlohmann::ordered_json::array();
+  for (const auto& [key, why] : skipped) j["skipped"].push_back({{"key", key}, {"reason", why}});
+  SK_ASSIGN_OR_RETURN(std::shared_ptr<FileSystem> fs, io::FileSystemOf(path, c.write.filesystem));
+  SK_ASSIGN_OR_RETURN(auto file, io::AtomicFile::Create(path, /*overwrite=*/true, fs));
+  SK_RETURN_IF_ERROR(file->Write(j.dump(2) + "\n"));
+  SK_RETURN_IF_ERROR(file->Commit());
+  return path;
+}
+
 // The copy behind Convert() and Shard(): `in` into `out_address` with `c`, a part of
 // it (c.part), or nothing when --resume finds it complete.
 // `remote_address`: a remote output staged at `out_address` with nothing staged yet;
@@ -453,6 +529,16 @@ Result<ConvertSummary> CopyInto(const Dataset& in, std::string_view src, const s
   std::string out_path;
   SK_ASSIGN_OR_RETURN(const formats::Format* fmt, formats::Resolve(out_address, true, &out_path));
   if (c.write.class_names.empty()) c.write.class_names = in.info().class_names;
+  if (c.skip_bad && (c.part.count > 0 || !c.write.shard_plan.empty()))
+    return Status::Invalid(
+        "--skip-bad cannot go with --part or --num-shards: their shard plan counts every source sample before any "
+        "image is decoded; find the bad images first (`shardkit verify SRC --decode`), or cut shards by "
+        "--samples-per-shard or --shard-size in one process");
+  {  // The transform, recorded by the writer (wds: the manifest's "transform").
+    SK_ASSIGN_OR_RETURN(std::optional<decode::TransformSpec> t,
+                        decode::ParseTransform(c.resize, c.encode, c.max_pixels));
+    if (t) c.write.transform = t->RecordJson();
+  }
   // The channel order of decoded arrays, as the source says it ("decoded arrays: bgr ...",
   // the words convert's --encode check reads): every writer records it beside the arrays
   // (docs/existing-data.md), and none converts it.
@@ -515,7 +601,13 @@ Result<ConvertSummary> CopyInto(const Dataset& in, std::string_view src, const s
   SK_ASSIGN_OR_RETURN(std::unique_ptr<SampleWriter> out, Create(out_address, c.write));
   if (!plan) {
     Fetcher fetch(c);
-    return ConvertFetched(&fetch, in, out.get(), c, progress, std::move(refuse_colour));
+    std::vector<std::pair<std::string, std::string>> skipped;
+    SK_ASSIGN_OR_RETURN(ConvertSummary sum,
+                        ConvertFetched(&fetch, in, out.get(), c, progress, std::move(refuse_colour), &skipped));
+    if (c.skip_bad) {
+      SK_ASSIGN_OR_RETURN(sum.skipped_file, WriteSkippedList(out_address, src, c, skipped));
+    }
+    return sum;
   }
   // The part's slice of the write order, through the same copy loop.
   Fetcher fetch(c, plan->begin, plan->end, plan->order ? &*plan->order : nullptr);
@@ -535,6 +627,11 @@ std::string StagingTag(const PartSpec& part) {
 }
 
 }  // namespace
+
+Status CheckTransformOptions(std::string_view resize, std::string_view encode) {
+  if (!encode.empty() && encode != "keep") SK_RETURN_IF_ERROR(decode::ParseEncodeSpec(encode).status());
+  return decode::ParseTransform(resize, encode, 0).status();
+}
 
 std::vector<uint64_t> EvenShardPlan(uint64_t total, uint64_t num_shards) {
   std::vector<uint64_t> plan;
@@ -705,6 +802,10 @@ Result<ConvertSummary> Shard(std::string_view src, std::string_view dst, const S
   c.staging_dir = opts.staging_dir;
   c.verify_source = opts.verify_source;
   c.allow_empty = opts.allow_empty;
+  c.resize = opts.resize;
+  c.encode = opts.encode;
+  c.skip_bad = opts.skip_bad;
+  c.max_pixels = opts.max_pixels;
   if (opts.samples_per_shard > 0) {
     c.write.samples_per_shard = opts.samples_per_shard;
     c.write.shard_size = std::numeric_limits<uint64_t>::max();

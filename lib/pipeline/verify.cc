@@ -16,10 +16,12 @@
 #include <chrono>
 #include <thread>
 #include <map>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <tbb/enumerable_thread_specific.h>
 #include <tbb/global_control.h>
 #include <tbb/info.h>
@@ -30,6 +32,7 @@
 #include "io/file.h"
 #include "core/pickle.h"
 #include "decode/jpeg.h"
+#include "decode/transform.h"
 #include "formats/channel_order.h"
 #include "core/paths.h"
 #include "formats/registry.h"
@@ -81,6 +84,10 @@ struct SourceEntry {
   uint64_t checksum = 0;
   std::vector<std::pair<std::string, uint64_t>> fields;  // ext, XXH3 of the bytes
   bool seen = false;
+  // A dataset written with a transform: the size its image must have (the resize rule
+  // applied to the upright source image); -1: no image, 0: the source's does not decode.
+  int want_w = -1, want_h = -1;
+  std::string image_error;  // why the source's image does not decode
 };
 
 std::string Plural(uint64_t n, const char* word) { return fmt::format("{} {}{}", n, word, n == 1 ? "" : "s"); }
@@ -94,7 +101,10 @@ class Verifier {
 
   Result<VerifyReport> Run() {
     SK_ASSIGN_OR_RETURN(rep_.format, DetectFormat(address_));
-    if (!opts_.against.empty()) SK_RETURN_IF_ERROR(LoadSource());
+    if (!opts_.against.empty()) {
+      SK_RETURN_IF_ERROR(ReadTransform());
+      SK_RETURN_IF_ERROR(LoadSource());
+    }
     SK_RETURN_IF_ERROR(MakeUnits());
     for (size_t u = 0; u < units_.size(); ++u) CheckUnit(u);
     FlushDecodes();
@@ -134,6 +144,88 @@ class Verifier {
 
   // ---- the source (--against)
 
+  // The transform the dataset's metadata records (DatasetInfo::extra["transform"],
+  // WriteOptions::transform): image bytes then differ from the source's by design, and
+  // Compare() checks the image's size under the resize rule instead.
+  Status ReadTransform() {
+    auto ds = Open(address_, opts_.open);
+    if (!ds.ok()) return Status::OK();  // MakeUnits() reports it
+    const auto& extra = (*ds)->info().extra;
+    auto it = extra.find("transform");
+    if (it == extra.end()) return Status::OK();
+    std::string resize;
+    try {
+      auto j = nlohmann::json::parse(it->second);
+      resize = j.value("resize", std::string());
+    } catch (const std::exception& e) {
+      return Status::Corrupt(fmt::format("the dataset's transform record does not parse: {}", e.what()),
+                             Location{.file = address_});
+    }
+    decode::ResizeRule rule;
+    if (!resize.empty()) {
+      auto r = decode::ParseResize(resize);
+      if (!r.ok())
+        return Status::Corrupt(fmt::format("the dataset's transform record: {}", r.status().message()),
+                               Location{.file = address_});
+      rule = *r;
+    }
+    transform_ = rule;
+    NoteOnce(fmt::format("the dataset records a transform ({}): images compared by their size under the resize "
+                         "rule, not their bytes",
+                         it->second));
+    return Status::OK();
+  }
+
+  // The source image's size after the transform's resize rule (SourceEntry::want_w/_h).
+  void ExpectImage(const Sample& s, SourceEntry* e) {
+    const Field* img = s.image();
+    if (!img) return;
+    int w = 0, h = 0;
+    Status st = decode::UprightImageSize(img->data.data(), img->data.size(), decode::Limits{}, &w, &h);
+    if (!st.ok()) {
+      e->want_w = e->want_h = 0;
+      e->image_error = st.message();
+      return;
+    }
+    decode::ResizedSize(*transform_, w, h, &e->want_w, &e->want_h);
+  }
+
+  // Compare() of a sample of a transformed dataset: the label and the other fields by
+  // their bytes, the image by its size.
+  void CompareTransformed(const Sample& s, SourceEntry& e, const Location& at) {
+    std::vector<std::string> why;
+    for (const auto& [ext, h] : e.fields) {
+      if (IsImageExt(ext)) continue;
+      const Field* f = s.find(ext);
+      if (!f) why.push_back(fmt::format("field '{}' missing", ext));
+      else if (paths::Hash(f->data.data(), f->data.size()) != h)
+        why.push_back(ext == "cls" ? fmt::format("label differs (here '{}')", f->data.str())
+                                   : fmt::format("field '{}' bytes differ ({} bytes here)", ext, f->data.size()));
+    }
+    for (const auto& f : s.fields) {
+      if (IsImageExt(f.ext)) continue;
+      bool in_src = std::any_of(e.fields.begin(), e.fields.end(), [&](const auto& p) { return p.first == f.ext; });
+      if (!in_src) why.push_back(fmt::format("field '{}' not in the source", f.ext));
+    }
+    const Field* img = s.image();
+    if (e.want_w < 0 && img) why.push_back(fmt::format("image '{}' not in the source", img->ext));
+    if (e.want_w >= 0 && !img) why.push_back("image missing");
+    if (e.want_w == 0 && img) why.push_back(fmt::format("the source's image does not decode ({})", e.image_error));
+    if (e.want_w > 0 && img) {
+      int w = 0, h = 0;
+      Status st = decode::UprightImageSize(img->data.data(), img->data.size(), decode::Limits{}, &w, &h);
+      if (!st.ok())
+        why.push_back(fmt::format("image '{}' does not decode: {}", img->ext, st.message()));
+      else if (w != e.want_w || h != e.want_h)
+        why.push_back(fmt::format("image is {}x{}, the resize rule gives {}x{} for the source's", w, h, e.want_w,
+                                  e.want_h));
+    }
+    if (why.empty()) return;
+    std::string msg = fmt::format("differs from source sample {}: ", e.index);
+    for (size_t i = 0; i < why.size(); ++i) msg += (i ? "; " : "") + why[i];
+    Add(FindingKind::kDifferent, at, std::move(msg));
+  }
+
   Status LoadSource() {
     auto src = Open(opts_.against, opts_.against_open);
     if (!src.ok()) {
@@ -157,6 +249,7 @@ class Verifier {
       e.index = i;
       e.checksum = s.checksum();
       for (const auto& f : s.fields) e.fields.emplace_back(f.ext, paths::Hash(f.data.data(), f.data.size()));
+      if (transform_) ExpectImage(s, &e);
       auto [it, fresh] = source_.try_emplace(s.key, std::move(e));
       if (!fresh) ++source_dups_;
       ++i;
@@ -446,6 +539,7 @@ class Verifier {
     SourceEntry& e = it->second;
     if (e.seen) return;  // a duplicate key here; reported as such
     e.seen = true;
+    if (transform_) return CompareTransformed(s, e, at);
     if (e.checksum == sum) return;
     std::vector<std::string> why;
     std::string src_label, label;
@@ -656,6 +750,7 @@ class Verifier {
   std::map<std::string, uint64_t> field_counts_;
 
   std::unordered_map<std::string, SourceEntry> source_;
+  std::optional<decode::ResizeRule> transform_;  // ReadTransform(): the dataset records a transform
   uint64_t source_dups_ = 0;
 };
 

@@ -36,6 +36,10 @@ Result<Manifest> ReadManifest(const std::string& path, std::string* unreadable, 
     m.channel_order = j.value("channel_order", std::string());
     if (m.channel_order != "" && m.channel_order != "bgr" && m.channel_order != "rgb")
       throw std::runtime_error("channel_order '" + m.channel_order + "' is not bgr or rgb");
+    if (j.contains("transform")) {
+      if (!j["transform"].is_object()) throw std::runtime_error("transform is not an object");
+      m.transform = j["transform"].dump();
+    }
     size_t i = 0;
     for (const auto& s : j.at("shards")) {
       ShardInfo si;
@@ -57,7 +61,8 @@ Result<Manifest> ReadManifest(const std::string& path, std::string* unreadable, 
 
 std::string ManifestText(const std::string& pattern, uint64_t num_samples, const std::vector<std::string>& class_names,
                          const std::vector<std::string>& fields, const std::vector<ShardInfo>& shard_infos,
-                         bool write_index, uint64_t* total_bytes, const std::string& channel_order) {
+                         bool write_index, uint64_t* total_bytes, const std::string& channel_order,
+                         const std::string& transform) {
   json j;
   j["format"] = "wds";
   j["version"] = 1;
@@ -67,6 +72,7 @@ std::string ManifestText(const std::string& pattern, uint64_t num_samples, const
   j["fields"] = fields;
   if (!channel_order.empty() && std::find(fields.begin(), fields.end(), "npy") != fields.end())
     j["channel_order"] = channel_order;
+  if (!transform.empty()) j["transform"] = json::parse(transform);
   uint64_t total = 0;
   json shards = json::array();
   for (const auto& s : shard_infos) {

@@ -23,6 +23,7 @@ struct Manifest {
   std::vector<std::string> fields;
   std::string fields_error;  // "fields" is malformed: why (the rest is still read)
   std::string channel_order;  // of the decoded arrays (.npy): "bgr", "rgb", or "" (not recorded)
+  std::string transform;      // "transform", as JSON text ("" not recorded): WriteOptions::transform
 };
 
 // Reads a manifest. Errors: the file cannot be read; kCorrupt when it is JSON
@@ -37,6 +38,7 @@ Result<Manifest> ReadManifest(const std::string& path, std::string* unreadable, 
 // it is known ("bgr" or "rgb", from WriteOptions::array_channels).
 std::string ManifestText(const std::string& pattern, uint64_t num_samples, const std::vector<std::string>& class_names,
                          const std::vector<std::string>& fields, const std::vector<ShardInfo>& shards,
-                         bool write_index, uint64_t* total_bytes, const std::string& channel_order = "");
+                         bool write_index, uint64_t* total_bytes, const std::string& channel_order = "",
+                         const std::string& transform = "");
 
 }  // namespace shardkit::formats::wds

@@ -64,6 +64,7 @@ struct Record {
   bool same_plan = false;  // merge: equal to part 0's (and `plan` dropped to save memory)
   std::vector<std::string> class_names, fields;
   std::string channel_order;      // of decoded arrays, as the writer was told ("" unknown)
+  std::string transform;          // WriteOptions::transform ("" none)
   std::vector<ShardInfo> shards;  // paths joined to the record's directory
 };
 
@@ -95,6 +96,7 @@ Result<Record> ReadRecord(const std::string& path, FileSystem& fs) {
     r.class_names = j.at("class_names").get<std::vector<std::string>>();
     r.fields = j.at("fields").get<std::vector<std::string>>();
     r.channel_order = j.value("channel_order", std::string());
+    if (j.contains("transform")) r.transform = j["transform"].dump();
     for (const auto& s : j.at("shards")) {
       ShardInfo si;
       si.path = JoinDir(dir, s.at("path").get<std::string>());
@@ -214,6 +216,7 @@ std::string PartRecordText(const std::string& pattern, const WriteOptions& opts,
   j["class_names"] = opts.class_names;
   j["fields"] = fields;
   if (!opts.array_channels.empty()) j["channel_order"] = opts.array_channels;
+  if (!opts.transform.empty()) j["transform"] = json::parse(opts.transform);
   uint64_t total = 0;
   json list = json::array();
   for (const auto& s : shards) {
@@ -420,6 +423,7 @@ Result<MergeSummary> MergeParts(const std::string& pattern, const MergeOptions& 
                                                                fmt::format("part {}/{}", i, count));
       if (diff.empty() && (r.pattern != first.pattern || r.write_index != first.write_index ||
                            r.class_names != first.class_names || r.channel_order != first.channel_order ||
+                           r.transform != first.transform ||
                            r.total_shards != first.total_shards ||
                            r.total_samples != first.total_samples))
         diff = fmt::format("pattern, index writing, class names, channel order or totals differ between part 0/{} and part {}/{}",
@@ -462,7 +466,7 @@ Result<MergeSummary> MergeParts(const std::string& pattern, const MergeOptions& 
                            Location{.file = dir});
   std::string text = ManifestText(pattern, out.samples, first.class_names,
                                   std::vector<std::string>(fields.begin(), fields.end()), shards, first.write_index,
-                                  &out.bytes, first.channel_order);
+                                  &out.bytes, first.channel_order, first.transform);
   out.shards = shards.size();
   if (manifest_exists) {
     auto old = remote ? fs->ReadFile(manifest) : io::ReadFile(manifest);

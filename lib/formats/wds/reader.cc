@@ -673,6 +673,7 @@ Result<std::unique_ptr<Dataset>> OpenManifest(const std::string& path, const Ope
     info.sample_checksums = SampleChecksums::kList;
     info.sample_checksums_where = "a .xxh3 list beside each shard";
   }
+  if (!m.transform.empty()) info.extra["transform"] = m.transform;
   // Decoded arrays: the order the manifest records, or wds.channels.
   SK_ASSIGN_OR_RETURN(bool to_rgb, ApplyChannelOrder(m.channel_order, "the manifest", "wds.channels", opts, &info));
   if (to_rgb) return WithBgrToRgb(std::move(ds), info);

@@ -268,7 +268,7 @@ Result<WriteSummary> WdsWriter::Finish() {
   } else {
     std::string manifest = ManifestText(pattern_, total_samples_, opts_.class_names,
                                         std::vector<std::string>(fields_.begin(), fields_.end()), summary_.shards,
-                                        opts_.write_index, &total, opts_.array_channels);
+                                        opts_.write_index, &total, opts_.array_channels, opts_.transform);
     SK_RETURN_IF_ERROR(Keep(io::WriteFileAtomic(manifest_, manifest, true, opts_.filesystem)));
   }
   // Complete: the journal goes (a crash before this leaves a journal that lists

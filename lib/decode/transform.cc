@@ -1,0 +1,418 @@
+// The per-sample image transform of convert (see transform.h).
+#pragma GCC optimize("O3")
+#include "decode/transform.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace shardkit::decode {
+
+namespace {
+
+// "N" with 1 <= N <= 65535, or 0.
+int ParseSide(std::string_view s) {
+  if (s.empty() || s.size() > 5) return 0;
+  int v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return 0;
+    v = v * 10 + (c - '0');
+  }
+  return v >= 1 && v <= 65535 ? v : 0;
+}
+
+// round(a * b / c), half up, for positive values; at least 1.
+int RoundRatio(int64_t a, int64_t b, int64_t c) {
+  return int(std::max<int64_t>(1, (2 * a * b + c) / (2 * c)));
+}
+
+uint16_t Get16(const uint8_t* p, bool le) { return le ? uint16_t(p[0] | p[1] << 8) : uint16_t(p[0] << 8 | p[1]); }
+uint32_t Get32(const uint8_t* p, bool le) {
+  return le ? uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24
+            : uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | uint32_t(p[3]);
+}
+
+// The orientation tag of an APP1 segment's payload ("Exif\0\0" + TIFF), or 1.
+int ExifOrientation(const uint8_t* p, size_t n) {
+  if (n < 6 + 8 || std::memcmp(p, "Exif\0\0", 6) != 0) return 1;
+  const uint8_t* t = p + 6;
+  const size_t tn = n - 6;
+  bool le;
+  if (t[0] == 'I' && t[1] == 'I') le = true;
+  else if (t[0] == 'M' && t[1] == 'M') le = false;
+  else return 1;
+  if (Get16(t + 2, le) != 42) return 1;
+  const uint32_t ifd = Get32(t + 4, le);
+  if (ifd > tn || tn - ifd < 2) return 1;
+  const uint32_t count = Get16(t + ifd, le);
+  if ((tn - ifd - 2) / 12 < count) return 1;
+  for (uint32_t i = 0; i < count; ++i) {
+    const uint8_t* e = t + ifd + 2 + 12 * i;
+    if (Get16(e, le) != 0x0112) continue;
+    // SHORT (3), count 1: the value sits in the first two bytes of the value field.
+    if (Get16(e + 2, le) != 3 || Get32(e + 4, le) != 1) return 1;
+    const int v = Get16(e + 8, le);
+    return v >= 1 && v <= 8 ? v : 1;
+  }
+  return 1;
+}
+
+// The JPEG's markers before its first scan: the EXIF orientation and the frame's size.
+struct JpegHead {
+  int orientation = 1;
+  int width = 0, height = 0;
+};
+JpegHead ScanJpeg(const uint8_t* d, size_t n) {
+  JpegHead h;
+  if (n < 4 || d[0] != 0xFF || d[1] != 0xD8) return h;
+  bool exif_seen = false;
+  size_t i = 2;
+  while (i + 4 <= n) {
+    if (d[i] != 0xFF) break;
+    const uint8_t m = d[i + 1];
+    if (m == 0xFF) {  // fill byte
+      ++i;
+      continue;
+    }
+    if (m == 0xD8 || (m >= 0xD0 && m <= 0xD7) || m == 0x01) {  // no length
+      i += 2;
+      continue;
+    }
+    if (m == 0xDA || m == 0xD9) break;  // the first scan, or the end
+    const size_t len = size_t(d[i + 2]) << 8 | d[i + 3];
+    if (len < 2 || len > n - i - 2) break;
+    const uint8_t* seg = d + i + 4;
+    const size_t seg_n = len - 2;
+    if (m == 0xE1 && !exif_seen && seg_n >= 6 && std::memcmp(seg, "Exif\0\0", 6) == 0) {
+      exif_seen = true;  // the first Exif segment counts, as in libexif and PIL
+      h.orientation = ExifOrientation(seg, seg_n);
+    }
+    const bool sof = m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC;
+    if (sof && seg_n >= 5) {
+      h.height = int(seg[1]) << 8 | seg[2];
+      h.width = int(seg[3]) << 8 | seg[4];
+    }
+    i += 2 + len;
+  }
+  return h;
+}
+
+// One axis of the triangle filter: for output pixel i, taps [start, start + count) of the
+// source with 14-bit fixed-point weights that sum to exactly 1 << 14.
+constexpr int kShift = 14;
+struct Axis {
+  int taps = 0;
+  std::vector<int> start, count;
+  std::vector<int32_t> w;  // taps per output pixel
+};
+void MakeAxis(int in, int out, Axis* a) {
+  const double scale = double(in) / out;
+  const double support = std::max(scale, 1.0);
+  a->taps = int(std::ceil(support)) * 2 + 1;
+  a->start.assign(out, 0);
+  a->count.assign(out, 0);
+  a->w.assign(size_t(out) * a->taps, 0);
+  std::vector<double> f(a->taps);
+  for (int i = 0; i < out; ++i) {
+    const double c = (i + 0.5) * scale;
+    int x0 = std::max(0, int(std::floor(c - support + 0.5)));
+    int x1 = std::min(in, int(std::floor(c + support + 0.5)));
+    x1 = std::min(x1, x0 + a->taps);
+    double sum = 0;
+    int n = 0;
+    for (int x = x0; x < x1; ++x, ++n) {
+      const double t = std::abs((x + 0.5 - c) / support);
+      f[n] = t < 1.0 ? 1.0 - t : 0.0;
+      sum += f[n];
+    }
+    if (n == 0 || sum <= 0) {  // degenerate: the nearest pixel
+      x0 = std::clamp(int(std::floor(c)), 0, in - 1);
+      n = 1;
+      f[0] = sum = 1;
+    }
+    int32_t* w = &a->w[size_t(i) * a->taps];
+    int32_t total = 0, big = 0;
+    for (int k = 0; k < n; ++k) {
+      w[k] = int32_t(std::lround(f[k] / sum * (1 << kShift)));
+      total += w[k];
+      if (w[k] > w[big]) big = k;
+    }
+    w[big] += (1 << kShift) - total;  // exact unit sum: a flat image stays flat
+    a->start[i] = x0;
+    a->count[i] = n;
+  }
+}
+
+inline uint8_t Clamp8(int32_t acc) {
+  const int32_t v = (acc + (1 << (kShift - 1))) >> kShift;
+  return uint8_t(v < 0 ? 0 : v > 255 ? 255 : v);
+}
+
+// Source (stored) pixel of upright pixel (x, y) for an orientation, W x H the stored size.
+inline void StoredOf(int o, int x, int y, int W, int H, int* sx, int* sy) {
+  switch (o) {
+    case 2: *sx = W - 1 - x, *sy = y; break;
+    case 3: *sx = W - 1 - x, *sy = H - 1 - y; break;
+    case 4: *sx = x, *sy = H - 1 - y; break;
+    case 5: *sx = y, *sy = x; break;
+    case 6: *sx = y, *sy = H - 1 - x; break;
+    case 7: *sx = W - 1 - y, *sy = H - 1 - x; break;
+    case 8: *sx = W - 1 - y, *sy = x; break;
+    default: *sx = x, *sy = y; break;
+  }
+}
+
+// One decoder per thread (decoders are not thread-safe), made again when the limits differ.
+ImageDecoder& ThreadDecoder(const Limits& l) {
+  thread_local std::unique_ptr<ImageDecoder> dec;
+  thread_local Limits have;
+  if (!dec || have.max_pixels != l.max_pixels || have.max_side != l.max_side || have.max_scans != l.max_scans ||
+      have.max_memory != l.max_memory) {
+    dec = std::make_unique<ImageDecoder>(l);
+    have = l;
+  }
+  return *dec;
+}
+
+CropBox Whole(const ImageInfo& im) { return CropBox{0, 0, double(im.width), double(im.height)}; }
+
+}  // namespace
+
+std::string ResizeRule::ToString() const {
+  switch (kind) {
+    case Kind::kShort: return fmt::format("short:{}", a);
+    case Kind::kMax: return fmt::format("max:{}", a);
+    case Kind::kFit: return fmt::format("fit:{}x{}", a, b);
+    default: return "";
+  }
+}
+
+Result<ResizeRule> ParseResize(std::string_view s) {
+  ResizeRule r;
+  const size_t colon = s.find(':');
+  const std::string_view kind = s.substr(0, colon), arg = colon == std::string_view::npos ? "" : s.substr(colon + 1);
+  if (kind == "short" || kind == "max") {
+    r.kind = kind == "short" ? ResizeRule::Kind::kShort : ResizeRule::Kind::kMax;
+    r.a = ParseSide(arg);
+    if (r.a > 0) return r;
+  } else if (kind == "fit") {
+    const size_t x = arg.find('x');
+    r.kind = ResizeRule::Kind::kFit;
+    if (x != std::string_view::npos) {
+      r.a = ParseSide(arg.substr(0, x));
+      r.b = ParseSide(arg.substr(x + 1));
+      if (r.a > 0 && r.b > 0) return r;
+    }
+  }
+  return Status::Invalid(fmt::format(
+      "--resize '{}': expected short:S, max:M or fit:WxH with sizes from 1 to 65535 pixels (e.g. short:256)", s));
+}
+
+void ResizedSize(const ResizeRule& r, int w, int h, int* ow, int* oh) {
+  *ow = w, *oh = h;
+  switch (r.kind) {
+    case ResizeRule::Kind::kShort: {
+      const int s = std::min(w, h);
+      if (s <= r.a) return;
+      if (w <= h) *ow = r.a, *oh = RoundRatio(h, r.a, w);
+      else *oh = r.a, *ow = RoundRatio(w, r.a, h);
+      return;
+    }
+    case ResizeRule::Kind::kMax: {
+      const int l = std::max(w, h);
+      if (l <= r.a) return;
+      if (w >= h) *ow = r.a, *oh = RoundRatio(h, r.a, w);
+      else *oh = r.a, *ow = RoundRatio(w, r.a, h);
+      return;
+    }
+    case ResizeRule::Kind::kFit: {
+      if (w <= r.a && h <= r.b) return;
+      // W / w <= H / h: the width limits.
+      if (int64_t(r.a) * h <= int64_t(r.b) * w) *ow = r.a, *oh = std::min(r.b, RoundRatio(h, r.a, w));
+      else *oh = r.b, *ow = std::min(r.a, RoundRatio(w, r.b, h));
+      return;
+    }
+    default: return;
+  }
+}
+
+int JpegOrientation(const uint8_t* data, size_t size) { return ScanJpeg(data, size).orientation; }
+
+std::string TransformSpec::RecordJson() const {
+  nlohmann::ordered_json j;
+  if (resize.kind != ResizeRule::Kind::kNone) j["resize"] = resize.ToString();
+  j["encode"] = encode.ToString();
+  j["orientation"] = "applied";
+  return j.dump();
+}
+
+Result<std::optional<TransformSpec>> ParseTransform(std::string_view resize, std::string_view encode,
+                                                    uint64_t max_pixels) {
+  TransformSpec t;
+  if (max_pixels > 0) t.limits.max_pixels = max_pixels;
+  const bool keep = encode.empty() || encode == "keep";
+  if (resize.empty() && keep) return std::optional<TransformSpec>();
+  if (!resize.empty()) {
+    SK_ASSIGN_OR_RETURN(t.resize, ParseResize(resize));
+    if (encode == "keep")
+      return Status::Invalid(fmt::format("--resize {} with --encode keep: kept bytes cannot be resized; give the "
+                                         "codec of the output (--encode jpeg:90, the default with --resize, "
+                                         "webp:Q or png)",
+                                         resize));
+  }
+  if (keep) {
+    t.encode.png = false;  // jpeg:90
+  } else {
+    SK_ASSIGN_OR_RETURN(t.encode, ParseEncodeSpec(encode));
+  }
+  return std::optional<TransformSpec>(std::move(t));
+}
+
+void ResizeRgb(const uint8_t* src, int sw, int sh, size_t sstride, uint8_t* dst, int dw, int dh) {
+  thread_local Axis ax, ay;
+  thread_local std::vector<uint8_t> tmp;
+  // Horizontal pass over every source row into tmp (dw x sh), then the vertical one.
+  const uint8_t* mid = src;
+  size_t mid_stride = sstride;
+  if (dw != sw) {
+    MakeAxis(sw, dw, &ax);
+    tmp.resize(size_t(dw) * 3 * size_t(sh));
+    for (int y = 0; y < sh; ++y) {
+      const uint8_t* row = src + sstride * size_t(y);
+      uint8_t* out = tmp.data() + size_t(dw) * 3 * size_t(y);
+      for (int x = 0; x < dw; ++x) {
+        const int32_t* w = &ax.w[size_t(x) * ax.taps];
+        const uint8_t* p = row + size_t(ax.start[x]) * 3;
+        int32_t r = 0, g = 0, b = 0;
+        for (int k = 0, n = ax.count[x]; k < n; ++k, p += 3) {
+          r += w[k] * p[0];
+          g += w[k] * p[1];
+          b += w[k] * p[2];
+        }
+        out[3 * x] = Clamp8(r);
+        out[3 * x + 1] = Clamp8(g);
+        out[3 * x + 2] = Clamp8(b);
+      }
+    }
+    mid = tmp.data();
+    mid_stride = size_t(dw) * 3;
+  }
+  const size_t row_bytes = size_t(dw) * 3;
+  if (dh == sh) {
+    for (int y = 0; y < dh; ++y) std::memcpy(dst + row_bytes * size_t(y), mid + mid_stride * size_t(y), row_bytes);
+    return;
+  }
+  MakeAxis(sh, dh, &ay);
+  thread_local std::vector<int32_t> acc;
+  acc.resize(row_bytes);
+  for (int y = 0; y < dh; ++y) {
+    std::fill(acc.begin(), acc.end(), 0);
+    const int32_t* w = &ay.w[size_t(y) * ay.taps];
+    for (int k = 0, n = ay.count[y]; k < n; ++k) {
+      const uint8_t* row = mid + mid_stride * size_t(ay.start[y] + k);
+      const int32_t wk = w[k];
+      for (size_t i = 0; i < row_bytes; ++i) acc[i] += wk * row[i];
+    }
+    uint8_t* out = dst + row_bytes * size_t(y);
+    for (size_t i = 0; i < row_bytes; ++i) out[i] = Clamp8(acc[i]);
+  }
+}
+
+Result<Bytes> TransformImage(const uint8_t* data, size_t size, const TransformSpec& spec, int* out_w, int* out_h) {
+  const bool jpeg = Sniff(data, size) == ImageFormat::kJpeg;
+  const JpegHead head = jpeg ? ScanJpeg(data, size) : JpegHead{};
+  // The output size in the stored orientation, when the header tells the size: DCT
+  // scaling may go down to it.
+  double min_w = 0, min_h = 0;
+  if (jpeg && head.width > 0 && head.height > 0) {
+    int uw, uh, tw, th;
+    UprightSize(head.orientation, head.width, head.height, &uw, &uh);
+    ResizedSize(spec.resize, uw, uh, &tw, &th);
+    UprightSize(head.orientation, tw, th, &tw, &th);  // (its own inverse)
+    min_w = tw, min_h = th;
+  }
+  ImageDecoder& dec = ThreadDecoder(spec.limits);
+  Region reg;
+  ImageInfo info;
+  SK_RETURN_IF_ERROR(dec.Decode(data, size, Whole, min_w, min_h, &reg, &info));
+  // The output size from the image's real size (the decoder's, not the scan's).
+  const int o = head.orientation;
+  int uw, uh, tw, th;
+  UprightSize(o, info.width, info.height, &uw, &uh);
+  ResizedSize(spec.resize, uw, uh, &tw, &th);
+  int sw, sh;  // the output size in the stored orientation
+  UprightSize(o, tw, th, &sw, &sh);
+  thread_local std::vector<uint8_t> small, upright;
+  const uint8_t* px = reg.pixels;
+  size_t stride = reg.stride;
+  if (reg.width != sw || reg.height != sh) {
+    small.resize(size_t(sw) * 3 * size_t(sh));
+    ResizeRgb(reg.pixels, reg.width, reg.height, reg.stride, small.data(), sw, sh);
+    px = small.data();
+    stride = size_t(sw) * 3;
+  }
+  if (o != 1) {
+    upright.resize(size_t(tw) * 3 * size_t(th));
+    for (int y = 0; y < th; ++y) {
+      uint8_t* out = upright.data() + size_t(tw) * 3 * size_t(y);
+      for (int x = 0; x < tw; ++x) {
+        int sx, sy;
+        StoredOf(o, x, y, sw, sh, &sx, &sy);
+        std::memcpy(out + 3 * x, px + stride * size_t(sy) + 3 * size_t(sx), 3);
+      }
+    }
+    px = upright.data();
+    stride = size_t(tw) * 3;
+  }
+  if (out_w) *out_w = tw;
+  if (out_h) *out_h = th;
+  return EncodePixels(px, tw, th, 3, stride, spec.encode);
+}
+
+Status TransformSampleImages(Sample* s, const TransformSpec& spec) {
+  const Field* img = nullptr;
+  for (const auto& f : s->fields) {
+    if (!IsImageExt(f.ext)) continue;
+    if (img)
+      return Status::Invalid(fmt::format("sample '{}' has two image fields ('{}' and '{}'): a transform writes one "
+                                         "image per sample",
+                                         s->key, img->ext, f.ext),
+                             Location{.key = s->key});
+    img = &f;
+  }
+  if (!img) return Status::OK();
+  const std::string ext = img->ext, out_ext = spec.encode.ext();
+  if (ext != out_ext && s->find(out_ext))
+    return Status::Invalid(fmt::format("sample '{}' has a field '{}' beside its image '{}', which the transform "
+                                       "would write as '{}'",
+                                       s->key, out_ext, ext, out_ext),
+                           Location{.key = s->key});
+  auto r = TransformImage(reinterpret_cast<const uint8_t*>(img->data.data()), img->data.size(), spec);
+  if (!r.ok()) {
+    Status st = std::move(r).take_status();
+    return Status(st.code(), fmt::format("sample '{}': field '{}': {}", s->key, ext, st.message()),
+                  Location{.key = s->key});
+  }
+  s->erase(ext);
+  s->set(out_ext, std::move(*r));
+  return Status::OK();
+}
+
+Status UprightImageSize(const uint8_t* data, size_t size, const Limits& limits, int* w, int* h) {
+  const bool jpeg = Sniff(data, size) == ImageFormat::kJpeg;
+  const int o = jpeg ? ScanJpeg(data, size).orientation : 1;
+  ImageDecoder& dec = ThreadDecoder(limits);
+  Region reg;
+  ImageInfo info;
+  SK_RETURN_IF_ERROR(dec.Decode(data, size, Whole, 1, 1, &reg, &info));
+  UprightSize(o, info.width, info.height, w, h);
+  return Status::OK();
+}
+
+}  // namespace shardkit::decode

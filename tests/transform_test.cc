@@ -1,0 +1,449 @@
+// Transforms at conversion (issue 41, part 1): --resize, --encode, EXIF orientation,
+// --skip-bad, --max-pixels, the manifest's transform record and verify --against on it.
+// Outputs are read back with an independent decoder: Debian's Pillow (/usr/bin/python3).
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "decode/encode.h"
+#include "decode/transform.h"
+#include "shardkit/shardkit.h"
+#include "support.h"
+
+using namespace shardkit;
+using sk_test::Q;
+using sk_test::TempDir;
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* kPy = "/usr/bin/python3";  // Debian's, with Pillow (the `python3` on PATH has none)
+
+// A smooth RGB image (a gradient that `seed` shifts), encoded by `spec`.
+std::string Gradient(int w, int h, int seed, const decode::EncodeSpec& spec = {false, 95}) {
+  std::vector<uint8_t> px(size_t(w) * h * 3);
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x) {
+      uint8_t* p = &px[(size_t(y) * w + x) * 3];
+      p[0] = uint8_t(x * 255 / std::max(1, w - 1));
+      p[1] = uint8_t(y * 255 / std::max(1, h - 1));
+      p[2] = uint8_t(60 + 20 * (seed % 8));
+    }
+  auto b = decode::EncodePixels(px.data(), w, h, 3, size_t(w) * 3, spec);
+  REQUIRE(b.ok());
+  return b->str();
+}
+
+// A JPEG with an APP1 Exif segment (big-endian TIFF) whose IFD0 holds Orientation = `o`,
+// right after SOI.
+std::string WithOrientation(const std::string& jpeg, int o) {
+  const unsigned char tiff[] = {'M', 'M', 0, 42, 0, 0, 0, 8,  // header, IFD0 at 8
+                                0, 1,                           // one entry
+                                0x01, 0x12, 0, 3, 0, 0, 0, 1, 0, uint8_t(o), 0, 0,  // Orientation, SHORT, 1
+                                0, 0, 0, 0};                    // no next IFD
+  std::string payload = std::string("Exif\0\0", 6) + std::string(reinterpret_cast<const char*>(tiff), sizeof tiff);
+  const size_t len = payload.size() + 2;
+  std::string seg = {'\xFF', '\xE1', char(len >> 8), char(len & 0xFF)};
+  return jpeg.substr(0, 2) + seg + payload + jpeg.substr(2);
+}
+
+// The samples of a dataset, key -> sample.
+std::map<std::string, Sample> ReadAll(const std::string& address) {
+  auto ds = Open(address);
+  REQUIRE(ds.ok());
+  auto r = (*ds)->NewReader();
+  REQUIRE(r.ok());
+  std::map<std::string, Sample> out;
+  Sample s;
+  for (;;) {
+    auto more = (*r)->Next(&s);
+    REQUIRE(more.ok());
+    if (!*more) break;
+    out[s.key] = s;
+  }
+  return out;
+}
+
+// Pillow's view of an output image against its source: "FORMAT W H EXIF DIFF" where
+// DIFF is the mean absolute difference from the source turned upright
+// (ImageOps.exif_transpose) and resized by Pillow's BILINEAR to the same size.
+std::string PilCompare(const std::string& src, const std::string& out) {
+  TempDir t;
+  sk_test::WriteFile(t / "c.py", R"(import sys
+from PIL import Image, ImageOps, ImageChops, ImageStat
+a = ImageOps.exif_transpose(Image.open(sys.argv[1])).convert('RGB')
+b = Image.open(sys.argv[2])
+b.load()
+exif = int('exif' in b.info or len(b.getexif()) > 0)
+ref = a.resize(b.size, Image.BILINEAR)
+d = sum(ImageStat.Stat(ImageChops.difference(ref, b.convert('RGB'))).mean) / 3
+print(b.format, b.size[0], b.size[1], exif, round(d, 2))
+)");
+  auto r = sk_test::Run(fmt::format("{} {} {} {}", kPy, Q(t / "c.py"), Q(src), Q(out)));
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  return r.out;
+}
+
+struct PilView {
+  std::string format;
+  int w = 0, h = 0, exif = -1;
+  double diff = -1;
+};
+PilView Parse(const std::string& line) {
+  PilView v;
+  std::istringstream in(line);
+  in >> v.format >> v.w >> v.h >> v.exif >> v.diff;
+  return v;
+}
+
+// A folder source: c0/a.jpg (640x480), c0/b.jpg (300x500), c1/c.png (200x120: within
+// short:256, never enlarged), c1/d.jpg (1000x200).
+void MakeSource(const std::string& root) {
+  sk_test::WriteFile(root + "/c0/a.jpg", Gradient(640, 480, 1));
+  sk_test::WriteFile(root + "/c0/b.jpg", Gradient(300, 500, 2));
+  sk_test::WriteFile(root + "/c1/c.png", Gradient(200, 120, 3, decode::EncodeSpec{}));
+  sk_test::WriteFile(root + "/c1/d.jpg", Gradient(1000, 200, 4));
+}
+
+// The bytes of every file under `dir`, by name.
+std::map<std::string, std::string> Files(const std::string& dir) {
+  std::map<std::string, std::string> out;
+  for (auto& e : fs::directory_iterator(dir))
+    if (e.is_regular_file()) out[e.path().filename().string()] = sk_test::ReadFile(e.path().string());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("transform: resize rules give exact sizes and never enlarge", "[transform]") {
+  auto size = [](const char* rule, int w, int h) {
+    auto r = decode::ParseResize(rule);
+    REQUIRE(r.ok());
+    int ow, oh;
+    decode::ResizedSize(*r, w, h, &ow, &oh);
+    return fmt::format("{}x{}", ow, oh);
+  };
+  CHECK(size("short:256", 640, 480) == "341x256");    // 640 * 256 / 480 = 341.33
+  CHECK(size("short:256", 480, 640) == "256x341");
+  CHECK(size("short:256", 500, 375) == "341x256");    // 341.33
+  CHECK(size("short:256", 1000, 200) == "1000x200");  // short side already 200: kept
+  CHECK(size("short:256", 256, 300) == "256x300");
+  CHECK(size("short:100", 301, 200) == "151x100");    // 150.5 rounds half up
+  CHECK(size("max:512", 1024, 768) == "512x384");
+  CHECK(size("max:512", 300, 2000) == "77x512");      // 76.8
+  CHECK(size("max:512", 512, 100) == "512x100");
+  CHECK(size("fit:200x100", 400, 400) == "100x100");  // the height limits
+  CHECK(size("fit:200x100", 1000, 100) == "200x20");  // the width limits
+  CHECK(size("fit:200x100", 150, 90) == "150x90");    // inside already
+  CHECK(size("max:10", 5000, 1) == "10x1");           // never below one pixel
+  for (const char* bad : {"short:0", "short:-3", "short:", "short:abc", "max:99999999", "fit:10", "fit:0x5",
+                          "fit:5x", "wide:10", "", "short:2.5"}) {
+    INFO(bad);
+    auto r = decode::ParseResize(bad);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == Code::kInvalidArgument);
+    CHECK_THAT(r.status().message(), Catch::Contains(fmt::format("'{}'", bad)));
+  }
+  CHECK(decode::ParseEncodeSpec("jpeg")->quality == 90);
+  CHECK(decode::ParseEncodeSpec("webp:75")->ext() == "webp");
+  CHECK_FALSE(decode::ParseEncodeSpec("jpeg:0").ok());
+  CHECK_FALSE(decode::ParseEncodeSpec("gif").ok());
+  CHECK_FALSE(decode::ParseTransform("short:8", "keep", 0).ok());
+  CHECK_FALSE(decode::ParseTransform("", "keep", 0)->has_value());
+  CHECK(decode::ParseTransform("short:8", "", 0).value()->encode.ToString() == "jpeg:90");
+}
+
+TEST_CASE("transform: the triangle resize keeps a flat image flat and is exact on a pass-through",
+          "[transform]") {
+  std::vector<uint8_t> flat(97 * 61 * 3, 0);
+  for (size_t i = 0; i < flat.size(); ++i) flat[i] = uint8_t(i % 3 == 0 ? 200 : i % 3 == 1 ? 17 : 255);
+  std::vector<uint8_t> out(23 * 14 * 3);
+  decode::ResizeRgb(flat.data(), 97, 61, 97 * 3, out.data(), 23, 14);
+  for (size_t i = 0; i < out.size(); ++i) REQUIRE(out[i] == flat[i % 3]);
+  std::vector<uint8_t> same(97 * 61 * 3);
+  decode::ResizeRgb(flat.data(), 97, 61, 97 * 3, same.data(), 97, 61);
+  CHECK(same == flat);
+}
+
+TEST_CASE("transform: EXIF orientation 6 turns the image upright and the output carries no EXIF",
+          "[transform]") {
+  TempDir t;
+  // 64 x 32 stored: the top half red, the bottom half blue. Orientation 6 (rotate 90
+  // degrees clockwise to display): upright it is 32 x 64, the left half blue, the right red.
+  std::vector<uint8_t> px(64 * 32 * 3);
+  for (int y = 0; y < 32; ++y)
+    for (int x = 0; x < 64; ++x) {
+      uint8_t* p = &px[(size_t(y) * 64 + x) * 3];
+      p[0] = y < 16 ? 230 : 10;
+      p[1] = 10;
+      p[2] = y < 16 ? 10 : 230;
+    }
+  auto jpeg = decode::EncodePixels(px.data(), 64, 32, 3, 64 * 3, decode::EncodeSpec{false, 95});
+  REQUIRE(jpeg.ok());
+  const std::string src = WithOrientation(jpeg->str(), 6);
+  CHECK(decode::JpegOrientation(reinterpret_cast<const uint8_t*>(src.data()), src.size()) == 6);
+  sk_test::WriteFile(t / "in/c0/r.jpg", src);
+  // Pillow reads the crafted segment as orientation 6 too.
+  auto pil = sk_test::Run(fmt::format("{} -c {} {}", kPy,
+                                      Q("import sys; from PIL import Image; print(Image.open(sys.argv[1]).getexif()[0x0112])"),
+                                      Q(t / "in/c0/r.jpg")));
+  CHECK(pil.out == "6\n");
+
+  for (const char* encode : {"png", "jpeg:95"}) {
+    INFO(encode);
+    const std::string out = t / fmt::format("o-{}", encode[0]);
+    ConvertOptions o;
+    o.encode = encode;
+    auto r = Convert(t / "in", "wds:" + out + "/t-%06d.tar", o);
+    REQUIRE(r.ok());
+    auto samples = ReadAll(out + "/t.manifest.json");
+    REQUIRE(samples.size() == 1);
+    const Sample& s = samples.begin()->second;
+    const Field* img = s.image();
+    REQUIRE(img != nullptr);
+    CHECK(img->ext == (encode[0] == 'p' ? "png" : "jpg"));
+    CHECK(img->data.str().find("Exif") == std::string::npos);
+    sk_test::WriteFile(t / "out.img", img->data.str());
+    PilView v = Parse(PilCompare(t / "in/c0/r.jpg", t / "out.img"));
+    CHECK(v.w == 32);
+    CHECK(v.h == 64);
+    CHECK(v.exif == 0);
+    CHECK(v.diff < 3);  // against Pillow's exif_transpose: the same pixels
+    // And by pixels: left blue, right red.
+    auto px_at = sk_test::Run(fmt::format(
+        "{} -c {} {}", kPy, Q("import sys; from PIL import Image; i = Image.open(sys.argv[1]).convert('RGB'); "
+                              "print(i.getpixel((4, 32)), i.getpixel((28, 32)))"),
+        Q(t / "out.img")));
+    INFO(px_at.out);
+    CHECK_THAT(px_at.out, Catch::Matches(R"(\(\d+, \d+, 2\d\d\) \(2\d\d, \d+, \d+\)\s*)"));
+  }
+}
+
+TEST_CASE("transform: --resize and --encode jpeg, webp and png decode in Pillow to the rule's size",
+          "[transform]") {
+  TempDir t;
+  MakeSource(t / "in");
+  const std::map<std::string, std::string> want = {
+      {"c0/a", "341 256"}, {"c0/b", "256 427"}, {"c1/c", "200 120"}, {"c1/d", "1000 200"}};
+  const std::map<std::string, std::string> src = {
+      {"c0/a", t / "in/c0/a.jpg"}, {"c0/b", t / "in/c0/b.jpg"}, {"c1/c", t / "in/c1/c.png"}, {"c1/d", t / "in/c1/d.jpg"}};
+  for (std::string encode : {"", "webp:90", "png"}) {
+    INFO("encode '" << encode << "'");
+    const std::string out = t / fmt::format("o{}", encode.empty() ? "" : encode.substr(0, 1));
+    ConvertOptions o;
+    o.resize = "short:256";
+    o.encode = encode;
+    o.threads = 3;
+    auto r = Convert(t / "in", "wds:" + out + "/t-%06d.tar", o);
+    INFO(r.status().ToString());
+    REQUIRE(r.ok());
+    CHECK(nlohmann::json::parse(r->transform) ==
+          nlohmann::json{{"resize", "short:256"}, {"encode", encode.empty() ? "jpeg:90" : encode}, {"orientation", "applied"}});
+    auto m = nlohmann::json::parse(sk_test::ReadFile(out + "/t.manifest.json"));
+    CHECK(m["transform"]["resize"] == "short:256");
+    auto samples = ReadAll(out + "/t.manifest.json");
+    REQUIRE(samples.size() == 4);
+    const std::string ext = encode.empty() ? "jpg" : encode == "png" ? "png" : "webp";
+    const std::string pil_format = encode.empty() ? "JPEG" : encode == "png" ? "PNG" : "WEBP";
+    for (const auto& [key, s] : samples) {
+      INFO(key);
+      REQUIRE(s.find(ext) != nullptr);
+      CHECK(s.find("cls") != nullptr);
+      sk_test::WriteFile(t / "x.img", s.find(ext)->data.str());
+      PilView v = Parse(PilCompare(src.at(key), t / "x.img"));
+      CHECK(v.format == pil_format);
+      CHECK(fmt::format("{} {}", v.w, v.h) == want.at(key));
+      CHECK(v.exif == 0);
+      CHECK(v.diff >= 0);
+      CHECK(v.diff < (encode == "png" ? 2.5 : 4.0));  // close to Pillow's own BILINEAR resize
+    }
+  }
+}
+
+TEST_CASE("transform: the output is the same for any thread count and for parts, and --resume continues it",
+          "[transform][parts]") {
+  TempDir t;
+  MakeSource(t / "in");
+  sk_test::WriteFile(t / "in/c0/e.jpg", WithOrientation(Gradient(400, 300, 5), 8));
+  auto run = [&](const std::string& dir, int threads, PartSpec part = {}) {
+    ConvertOptions o;
+    o.resize = "max:128";
+    o.threads = threads;
+    o.part = part;
+    o.write.samples_per_shard = 2;
+    o.write.shard_size = UINT64_MAX;
+    auto r = Convert(t / "in", "wds:" + dir + "/t-%06d.tar", o);
+    INFO(r.status().ToString());
+    REQUIRE(r.ok());
+  };
+  run(t / "one", 1);
+  run(t / "four", 4);
+  run(t / "parts", 2, PartSpec{0, 2, "test"});
+  run(t / "parts", 2, PartSpec{1, 2, "test"});
+  auto merged = Merge("wds:" + (t / "parts/t-%06d.tar"));
+  INFO(merged.status().ToString());
+  REQUIRE(merged.ok());
+  auto one = Files(t / "one");
+  CHECK(one.size() >= 3 * 3 + 1);  // 3 shards with .idx and .xxh3, the manifest
+  CHECK(Files(t / "four") == one);
+  auto parts = Files(t / "parts");
+  for (auto it = parts.begin(); it != parts.end();)
+    it = it->first.find(".part-") != std::string::npos ? parts.erase(it) : std::next(it);
+  CHECK(parts == one);
+
+  // A size-cut plan cannot be made before the images are transformed.
+  ConvertOptions o;
+  o.resize = "max:128";
+  o.part = PartSpec{0, 2, "test"};
+  auto sized = Convert(t / "in", "wds:" + (t / "sized/t-%06d.tar"), o);
+  REQUIRE_FALSE(sized.ok());
+  CHECK_THAT(sized.status().message(), Catch::Contains("--samples-per-shard"));
+
+  // Interrupted after 3 samples (SIGTERM), then resumed: the bytes of an uninterrupted run.
+  const std::string cmd = fmt::format("convert {} {} --resize max:128 --samples-per-shard 2 --threads 2",
+                                      Q(t / "in"), Q("wds:" + (t / "res/t-%06d.tar")));
+  auto killed = sk_test::Run(fmt::format("SHARDKIT_TEST_RAISE=15@3 {} {}", Q(SHARDKIT_CLI), cmd));
+  CHECK(killed.exit_code == 143);
+  CHECK_FALSE(fs::exists(t / "res/t.manifest.json"));
+  auto resumed = sk_test::Cli(cmd + " --resume");
+  INFO(resumed.err);
+  REQUIRE(resumed.exit_code == 0);
+  CHECK(Files(t / "res") == one);
+}
+
+TEST_CASE("transform: an image that does not decode fails naming its key, or --skip-bad lists it in skipped.json",
+          "[transform]") {
+  TempDir t;
+  MakeSource(t / "in");
+  std::string broken = Gradient(300, 200, 6);
+  broken.resize(broken.size() / 3);  // truncated
+  sk_test::WriteFile(t / "in/c1/broken.jpg", broken);
+  sk_test::WriteFile(t / "in/c1/notjpeg.jpg", "GIF89a this is no JPEG");
+
+  ConvertOptions o;
+  o.resize = "short:64";
+  auto fail = Convert(t / "in", "wds:" + (t / "a/t-%06d.tar"), o);
+  REQUIRE_FALSE(fail.ok());
+  CHECK_THAT(fail.status().ToString(), Catch::Contains("c1/broken"));
+  CHECK_FALSE(fs::exists(t / "a/t.manifest.json"));
+  CHECK_FALSE(fs::exists(t / "a/t-000000.tar"));
+
+  o.skip_bad = true;
+  auto ok = Convert(t / "in", "wds:" + (t / "b/t-%06d.tar"), o);
+  INFO(ok.status().ToString());
+  REQUIRE(ok.ok());
+  CHECK(ok->samples == 4);
+  CHECK(ok->skipped == 2);
+  CHECK(ok->skipped_file == t / "b/skipped.json");
+  auto j = nlohmann::json::parse(sk_test::ReadFile(t / "b/skipped.json"));
+  CHECK(j["count"] == 2);
+  REQUIRE(j["skipped"].size() == 2);
+  CHECK(j["skipped"][0]["key"] == "c1/broken");
+  CHECK(j["skipped"][1]["key"] == "c1/notjpeg");
+  CHECK_THAT(j["skipped"][1]["reason"].get<std::string>(), Catch::Contains("c1/notjpeg"));
+  CHECK(ReadAll(t / "b/t.manifest.json").size() == 4);
+
+  // --skip-bad with a shard plan that counts every source sample is refused.
+  ShardOptions so;
+  so.resize = "short:64";
+  so.skip_bad = true;
+  so.num_shards = 2;
+  auto planned = Shard(t / "in", t / "c/t-%06d.tar", so);
+  REQUIRE_FALSE(planned.ok());
+  CHECK_THAT(planned.status().message(), Catch::Contains("--skip-bad"));
+
+  // The command line: the summary and --json count them.
+  auto cli = sk_test::Cli(fmt::format("shard {} {} --resize short:64 --skip-bad --json", Q(t / "in"),
+                                      Q(t / "d/t-%06d.tar")));
+  INFO(cli.err);
+  REQUIRE(cli.exit_code == 0);
+  auto js = nlohmann::json::parse(cli.out);
+  CHECK(js["skipped"] == 2);
+  CHECK(js["samples"] == 4);
+  CHECK(js["transform"]["encode"] == "jpeg:90");
+  auto plain = sk_test::Cli(fmt::format("convert {} {} --resize short:64", Q(t / "in"), Q("wds:" + (t / "e/t-%06d.tar"))));
+  CHECK(plain.exit_code == 1);
+  CHECK_THAT(plain.err, Catch::Contains("c1/broken"));
+}
+
+TEST_CASE("transform: --max-pixels refuses a larger image naming its key and declared size", "[transform]") {
+  TempDir t;
+  MakeSource(t / "in");
+  ConvertOptions o;
+  o.encode = "jpeg:80";
+  o.max_pixels = 300 * 500;  // b.jpg (300x500) is within; a.jpg (640x480) and d.jpg (1000x200) are not
+  auto r = Convert(t / "in", "wds:" + (t / "a/t-%06d.tar"), o);
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.status().ToString(), Catch::Contains("c0/a"));
+  CHECK_THAT(r.status().ToString(), Catch::Contains("640x480"));
+  o.skip_bad = true;
+  auto s = Convert(t / "in", "wds:" + (t / "b/t-%06d.tar"), o);
+  REQUIRE(s.ok());
+  CHECK(s->samples == 2);
+  auto j = nlohmann::json::parse(sk_test::ReadFile(t / "b/skipped.json"));
+  REQUIRE(j["skipped"].size() == 2);
+  CHECK(j["skipped"][0]["key"] == "c0/a");
+  CHECK(j["skipped"][1]["key"] == "c1/d");
+  CHECK_THAT(j["skipped"][1]["reason"].get<std::string>(), Catch::Contains("1000x200"));
+}
+
+TEST_CASE("transform: verify --against checks a transformed dataset by keys, labels and sizes", "[transform][verify]") {
+  TempDir t;
+  MakeSource(t / "in");
+  sk_test::WriteFile(t / "in/c0/e.jpg", WithOrientation(Gradient(400, 300, 5), 6));
+  ConvertOptions o;
+  o.resize = "short:100";
+  REQUIRE(Convert(t / "in", "wds:" + (t / "a/t-%06d.tar"), o).ok());
+  VerifyOptions v;
+  v.against = t / "in";
+  auto good = Verify(t / "a/t.manifest.json", v);
+  REQUIRE(good.ok());
+  INFO((good->findings.empty() ? std::string() : good->findings[0].message));
+  CHECK(good->findings.empty());
+  CHECK(good->count(FindingKind::kDifferent) == 0);
+
+  // The same data under a record that claims another rule: every resized image is off.
+  o.resize = "short:90";
+  REQUIRE(Convert(t / "in", "wds:" + (t / "b/t-%06d.tar"), o).ok());
+  std::string m = sk_test::ReadFile(t / "b/t.manifest.json");
+  const size_t at = m.find("short:90");
+  REQUIRE(at != std::string::npos);
+  m.replace(at, 8, "short:100");
+  sk_test::WriteFile(t / "b/t.manifest.json", m);
+  auto bad = Verify(t / "b/t.manifest.json", v);
+  REQUIRE(bad.ok());
+  CHECK(bad->count(FindingKind::kDifferent) == 5);  // every image's short side is over 90
+  bool named = false;
+  for (const auto& f : bad->findings)
+    if (f.where.key == "c0/e" && f.message.find("the resize rule gives 100x133") != std::string::npos) named = true;
+  CHECK(named);
+  auto cli = sk_test::Cli(fmt::format("verify {} --against {}", Q(t / "b/t.manifest.json"), Q(t / "in")));
+  CHECK(cli.exit_code == 1);
+  auto cli_ok = sk_test::Cli(fmt::format("verify {} --against {}", Q(t / "a/t.manifest.json"), Q(t / "in")));
+  INFO(cli_ok.out << cli_ok.err);
+  CHECK(cli_ok.exit_code == 0);
+}
+
+TEST_CASE("transform: bad --resize and --encode values are usage errors", "[transform][cli]") {
+  TempDir t;
+  MakeSource(t / "in");
+  const std::string in = Q(t / "in"), out = Q("wds:" + (t / "o/t-%06d.tar"));
+  for (std::string args : {"--resize short:0", "--resize max:-5", "--resize fit:10", "--resize banana",
+                           "--encode gif", "--encode jpeg:101", "--resize short:64 --encode keep", "--skip-bad"}) {
+    for (const char* cmd : {"convert", "shard"}) {
+      INFO(cmd << " " << args);
+      auto r = sk_test::Cli(fmt::format("{} {} {} {}", cmd, in, out, args));
+      CHECK(r.exit_code == 2);
+      CHECK_THAT(r.err, Catch::StartsWith("shardkit: error: "));
+      const std::string value = args.substr(args.find(' ') + 1, args.find(' ', args.find(' ') + 1) - args.find(' ') - 1);
+      if (args != "--skip-bad") CHECK_THAT(r.err, Catch::Contains(value));
+      CHECK_FALSE(fs::exists(t / "o"));
+    }
+  }
+}
