@@ -319,7 +319,7 @@ TEST_CASE("corrupt, truncated and oversized images are refused with a reason", "
   SECTION("not an image") {
     Status st = DecodeStatus("hello world");
     CHECK(st.code() == Code::kCorrupt);
-    CHECK_THAT(st.message(), Catch::Contains("not a JPEG or PNG"));
+    CHECK_THAT(st.message(), Catch::Contains("not a JPEG, PNG, WebP, AVIF or JPEG XL"));
   }
   SECTION("header only") {
     CHECK(DecodeStatus(jpg.substr(0, 40)).code() == Code::kCorrupt);

@@ -305,7 +305,7 @@ TEST_CASE("a corrupt sample fails Next() with its key, or is skipped and counted
     REQUIRE(sk.size() == 2);
     CHECK(sk[0].where().key == "c6/img0013");
     CHECK(sk[1].where().key == "c0/img0021");
-    CHECK_THAT(sk[1].message(), Catch::Contains("not a JPEG or PNG"));
+    CHECK_THAT(sk[1].message(), Catch::Contains("not a JPEG, PNG, WebP, AVIF or JPEG XL"));
     // The rows after a skipped one moved up: row 5 of batch 1 is sample 14.
     CHECK(got[1].indices[5] == 14);
     // The list is the epoch's: set_epoch starts a new one.

@@ -51,6 +51,7 @@ RunFn SetupBench(CLI::App* sub) {
     uint64_t batches = 0;
     double step_ms = 0;
     std::string dtype = "float32";
+    uint64_t max_pixels = 200'000'000;
     OpenOptions open;  // --cache-dir / --cache-bytes, then the environment
   };
   auto f = std::make_shared<Flags>();
@@ -83,6 +84,11 @@ RunFn SetupBench(CLI::App* sub) {
                   "of time a training step would wait for input");
   sub->add_option("--dtype", f->dtype, "With --loader: float32, float16, bfloat16 or uint8 (default float32)")
       ->check(CLI::IsMember({"float32", "float16", "bfloat16", "uint8"}));
+  sub->add_option("--max-pixels", f->max_pixels,
+                  "With --loader: images declaring more pixels (width x height) are refused (decompression-bomb "
+                  "guard)")
+      ->default_val(f->max_pixels)
+      ->check(CLI::PositiveNumber);
   sub->footer(std::string("Reports per dataset, mode and thread count: latency p50/p90/p99/p99.9/max of whole-sample\n"
                           "reads (us), samples/s, MB/s and CPU us per sample. random-view hands out zero-copy views;\n"
                           "random-copy also copies the bytes into the caller's buffer. The floor rows are a memcpy\n"
@@ -107,6 +113,7 @@ RunFn SetupBench(CLI::App* sub) {
           LoaderBenchOptions o;
           o.loader.threads = t;
           o.loader.batch_size = f->batch_size;
+          o.loader.max_pixels = f->max_pixels;
           o.loader.rank = 0;
           o.loader.world_size = 1;
           o.loader.dtype = f->dtype == "uint8"      ? DType::kUint8

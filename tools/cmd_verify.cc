@@ -58,6 +58,7 @@ RunFn SetupVerify(CLI::App* sub) {
     bool decode = false, json = false;
     uint64_t max_findings = 1000;
     int threads = 0;
+    uint64_t max_pixels = 200'000'000;
     OpenOptions open;  // --cache-dir / --cache-bytes, then the environment (dataset and --against)
   };
   auto f = std::make_shared<Flags>();
@@ -74,6 +75,11 @@ RunFn SetupVerify(CLI::App* sub) {
   sub->add_option("--threads", f->threads, "Threads decoding images with --decode (0: one per core)")
       ->default_val(0)
       ->check(CLI::NonNegativeNumber);
+  sub->add_option("--max-pixels", f->max_pixels,
+                  "With --decode: an image whose header declares more pixels (width x height) is a finding, "
+                  "refused before its pixels are allocated (decompression-bomb guard)")
+      ->default_val(f->max_pixels)
+      ->check(CLI::PositiveNumber);
   sub->add_flag("--json", f->json, "Print the report as one JSON object (schema in docs/reliability.md)");
   sub->add_option("--max-findings", f->max_findings,
                   "Findings listed in the report (all are counted); 0 lists all")
@@ -98,6 +104,7 @@ RunFn SetupVerify(CLI::App* sub) {
     opts.against = f->against;
     opts.decode = f->decode;
     opts.threads = f->threads;
+    opts.max_pixels = f->max_pixels;
     opts.max_findings = f->max_findings;
     const bool tty = isatty(STDERR_FILENO) == 1;
     bool drawn = false;

@@ -136,6 +136,12 @@ struct LoaderOptions {
   DType dtype = DType::kFloat32;
   Layout layout = Layout::kNCHW;  // uint8 is usually NHWC, floats NCHW; any pair works
   DecodeErrorPolicy on_error = DecodeErrorPolicy::kError;
+  // Decompression-bomb guard: an image whose header declares more pixels than this
+  // (width * height; any side over 32768 too) is refused before its pixels are allocated,
+  // as an undecodable image naming its key and declared size ("image declares WxH
+  // pixels, over the limit"; on_error applies). Every codec and both loaders (the GPU
+  // loader's nvJPEG route too) check it. Default 200 megapixels; 0 is refused.
+  uint64_t max_pixels = 200'000'000;
   std::string image_field;  // field to decode; empty = the sample's first image field
   bool pin_memory = false;  // ask for page-locked batch memory (needs `allocator`)
   std::shared_ptr<HostAllocator> allocator;  // null = DefaultHostAllocator()

@@ -43,7 +43,7 @@ struct SHARDKIT_API Sample {
   // The label parsed from `cls`, if the sample has a valid one.
   std::optional<int64_t> label() const;
   void set_label(int64_t label);
-  // The first image field (jpg, jpeg, png, webp, bmp, ...), or nullptr.
+  // The first image field (jpg, jpeg, png, webp, avif, jxl, bmp, ...), or nullptr.
   const Field* image() const;
   // Total payload bytes over all fields.
   uint64_t bytes() const;

@@ -80,6 +80,10 @@ struct VerifyOptions {
   std::string against;  // address of the source dataset; empty: no comparison
   bool decode = false;  // decode every image field; parse every decoded array (npy) and note its channel order
   int threads = 0;      // decoding threads; 0: one per core
+  // With `decode`: an image declaring more pixels than this (width * height) is a decode
+  // finding ("image declares WxH pixels, over the limit"), refused before its pixels are
+  // allocated: the decompression-bomb guard of LoaderOptions::max_pixels, same default.
+  uint64_t max_pixels = 200'000'000;
   // Findings kept in VerifyReport::findings (counts cover all of them); 0: all.
   uint64_t max_findings = 0;
   OpenOptions open;     // for the dataset (not the source)

@@ -469,11 +469,27 @@ bool IsValidUtf8(std::string_view s) {
   return true;
 }
 
+bool IsAvifFileType(const uint8_t* p, size_t n) {
+  if (n < 16 || std::memcmp(p + 4, "ftyp", 4) != 0) return false;
+  const uint32_t box = uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | p[3];
+  if (box < 16) return false;
+  auto avif_brand = [&](size_t at) { return std::memcmp(p + at, "avif", 4) == 0 || std::memcmp(p + at, "avis", 4) == 0; };
+  if (avif_brand(8)) return true;  // the major brand
+  const size_t end = std::min<size_t>(box, n);
+  for (size_t at = 16; at + 4 <= end; at += 4)  // the compatible brands, after the minor version
+    if (avif_brand(at)) return true;
+  return false;
+}
+
 std::string SniffImageExt(const uint8_t* p, size_t n) {
   if (n >= 3 && p[0] == 0xFF && p[1] == 0xD8 && p[2] == 0xFF) return "jpg";
   if (n >= 8 && std::memcmp(p, "\x89PNG\r\n\x1a\n", 8) == 0) return "png";
   if (n >= 6 && (std::memcmp(p, "GIF87a", 6) == 0 || std::memcmp(p, "GIF89a", 6) == 0)) return "gif";
   if (n >= 12 && std::memcmp(p, "RIFF", 4) == 0 && std::memcmp(p + 8, "WEBP", 4) == 0) return "webp";
+  if (IsAvifFileType(p, n)) return "avif";
+  if ((n >= 2 && p[0] == 0xFF && p[1] == 0x0A) ||
+      (n >= 12 && std::memcmp(p, "\0\0\0\x0CJXL \r\n\x87\n", 12) == 0))
+    return "jxl";
   if (n >= 2 && p[0] == 'B' && p[1] == 'M') return "bmp";
   return "bin";
 }

@@ -96,8 +96,13 @@ std::string StripTrailingSlashes(std::string p);
 std::string RelativeTo(const std::string& path, const std::string& base);
 // Whether s is well-formed UTF-8 by its lead and continuation bytes (1 to 4 bytes).
 bool IsValidUtf8(std::string_view s);
-// An image's type from its magic number: "jpg", "png", "gif", "webp", "bmp", else "bin".
+// An image's type from its magic number: "jpg", "png", "gif", "webp", "avif", "jxl", "bmp",
+// else "bin". WebP: "RIFF" <size> "WEBP"; AVIF: IsAvifFileType; JPEG XL: a bare codestream
+// (FF 0A) or the container's signature box (00 00 00 0C "JXL " 0D 0A 87 0A).
 std::string SniffImageExt(const uint8_t* p, size_t n);
+// Whether the bytes start with an ISO-BMFF 'ftyp' box whose major brand or one of whose
+// compatible brands is "avif" (still image) or "avis" (image sequence).
+bool IsAvifFileType(const uint8_t* p, size_t n);
 // "a=b,c=d" -> {a: b, c: d} (empty items skipped; a later name wins): the field maps of
 // the CLI and the TFRecord writer. kInvalidArgument "<what>: 'ITEM' is not <shape>" for
 // an item without a name or a value.

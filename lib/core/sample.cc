@@ -71,7 +71,7 @@ std::optional<int64_t> Sample::label() const {
 void Sample::set_label(int64_t label) { set("cls", Bytes::Take(std::to_string(label))); }
 
 bool IsImageExt(std::string_view ext) {
-  static const char* kExts[] = {"jpg", "jpeg", "png", "webp", "bmp", "ppm", "pgm", "tif", "tiff", "gif"};
+  static const char* kExts[] = {"jpg", "jpeg", "png", "webp", "avif", "jxl", "bmp", "ppm", "pgm", "tif", "tiff", "gif"};
   for (const char* e : kExts)
     if (ext == e) return true;
   return false;

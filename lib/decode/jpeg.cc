@@ -1,5 +1,8 @@
 #include "decode/jpeg.h"
 
+#include "core/paths.h"
+#include "decode/codecs.h"
+
 #include <png.h>
 #include <csetjmp>
 #include <cstdio>
@@ -18,9 +21,33 @@
 namespace shardkit::decode {
 
 ImageFormat Sniff(const uint8_t* d, size_t n) {
-  if (n >= 3 && d[0] == 0xFF && d[1] == 0xD8 && d[2] == 0xFF) return ImageFormat::kJpeg;
-  if (n >= 8 && std::memcmp(d, "\x89PNG\r\n\x1a\n", 8) == 0) return ImageFormat::kPng;
+  const std::string ext = paths::SniffImageExt(d, n);
+  if (ext == "jpg") return ImageFormat::kJpeg;
+  if (ext == "png") return ImageFormat::kPng;
+  if (ext == "webp") return ImageFormat::kWebp;
+  if (ext == "avif") return ImageFormat::kAvif;
+  if (ext == "jxl") return ImageFormat::kJxl;
   return ImageFormat::kUnknown;
+}
+
+const char* FormatName(ImageFormat f) {
+  switch (f) {
+    case ImageFormat::kJpeg: return "JPEG";
+    case ImageFormat::kPng: return "PNG";
+    case ImageFormat::kWebp: return "WebP";
+    case ImageFormat::kAvif: return "AVIF";
+    case ImageFormat::kJxl: return "JPEG XL";
+    case ImageFormat::kPixels: return "pixels";
+    default: return "unknown";
+  }
+}
+
+Status CheckDimensions(const Limits& limits, uint64_t w, uint64_t h) {
+  if (w == 0 || h == 0) return Status::Corrupt(fmt::format("image has zero size {}x{}", w, h));
+  if (w > uint64_t(limits.max_side) || h > uint64_t(limits.max_side) || w * h > limits.max_pixels)
+    return Status::Corrupt(fmt::format("image declares {}x{} pixels, over the limit ({} per side, {} in all)", w, h,
+                                       limits.max_side, limits.max_pixels));
+  return Status::OK();
 }
 
 namespace {
@@ -126,13 +153,7 @@ struct ImageDecoder::Impl {
   bool created = false;
   std::string start_error;  // libjpeg's message when it refused to start
 
-  Status CheckSize(uint64_t w, uint64_t h) const {
-    if (w == 0 || h == 0) return Status::Corrupt(fmt::format("image has zero size {}x{}", w, h));
-    if (w > uint64_t(limits.max_side) || h > uint64_t(limits.max_side) || w * h > limits.max_pixels)
-      return Status::Corrupt(fmt::format("image declares {}x{} pixels, over the limit ({} per side, {} in all)",
-                                         w, h, limits.max_side, limits.max_pixels));
-    return Status::OK();
-  }
+  Status CheckSize(uint64_t w, uint64_t h) const { return CheckDimensions(limits, w, h); }
 
   // Only PODs live in this frame across setjmp; buffers are members.
   Status DecodeJpeg(const uint8_t* data, size_t size,
@@ -248,8 +269,16 @@ struct ImageDecoder::Impl {
     info->width = int(img.width);
     info->height = int(img.height);
     info->components = int(PNG_IMAGE_SAMPLE_CHANNELS(img.format));
+    info->bit_depth = PNG_IMAGE_SAMPLE_COMPONENT_SIZE(img.format) == 2 ? 16 : 8;
     CropBox box = ClampBox(choose(*info), info->width, info->height);
-    img.format = PNG_FORMAT_RGB;
+    // 16-bit samples are taken as sRGB-encoded (the simplified API would otherwise
+    // assume linear light without a gAMA chunk and gamma-encode them): each becomes the
+    // nearest 8-bit value, v * 255 / 65535 rounded, as other readers give.
+    img.flags |= PNG_IMAGE_FLAG_16BIT_sRGB;
+    // With alpha (an alpha channel or tRNS), RGBA is read and the alpha dropped here: the
+    // simplified API would composite onto the buffer's previous contents instead.
+    const bool alpha = (img.format & PNG_FORMAT_FLAG_ALPHA) != 0;
+    img.format = alpha ? PNG_FORMAT_RGBA : PNG_FORMAT_RGB;
     buf.resize(PNG_IMAGE_SIZE(img));
     if (!png_image_finish_read(&img, nullptr, buf.data(), 0, nullptr)) {
       std::string m = img.message;
@@ -257,11 +286,32 @@ struct ImageDecoder::Impl {
       return Status::Corrupt(fmt::format("PNG: {}", m));
     }
     if (img.warning_or_error & PNG_IMAGE_ERROR) return Status::Corrupt(fmt::format("PNG: {}", img.message));
+    if (alpha) {
+      const size_t n = size_t(img.width) * img.height;
+      uint8_t* p = buf.data();
+      for (size_t i = 0; i < n; ++i) std::memmove(p + 3 * i, p + 4 * i, 3);
+    }
     out->pixels = buf.data();
     out->width = info->width;
     out->height = info->height;
     out->stride = size_t(info->width) * 3;
     out->box = box;
+    out->scale_num = 8;
+    return Status::OK();
+  }
+
+  // WebP, AVIF, JPEG XL (decode/codecs.h): decoded whole into `buf`, the box a view.
+  Status DecodeWhole(ImageFormat f, const uint8_t* data, size_t size,
+                     const std::function<CropBox(const ImageInfo&)>& choose, Region* out, ImageInfo* info) {
+    Status st = f == ImageFormat::kWebp   ? DecodeWebp(data, size, limits, &buf, info)
+                : f == ImageFormat::kAvif ? DecodeAvif(data, size, limits, &buf, info)
+                                          : DecodeJxl(data, size, limits, &buf, info);
+    if (!st.ok()) return st;
+    out->pixels = buf.data();
+    out->width = info->width;
+    out->height = info->height;
+    out->stride = size_t(info->width) * 3;
+    out->box = ClampBox(choose(*info), info->width, info->height);
     out->scale_num = 8;
     return Status::OK();
   }
@@ -328,14 +378,24 @@ Status ImageDecoder::Decode(const uint8_t* data, size_t size,
   switch (Sniff(data, size)) {
     case ImageFormat::kJpeg: st = impl_->DecodeJpeg(data, size, choose, min_out_w, min_out_h, out, &info); break;
     case ImageFormat::kPng: st = impl_->DecodePng(data, size, choose, out, &info); break;
+    case ImageFormat::kWebp:
+    case ImageFormat::kAvif:
+    case ImageFormat::kJxl: st = impl_->DecodeWhole(Sniff(data, size), data, size, choose, out, &info); break;
     default: {
       std::string head;
       for (size_t i = 0; i < std::min<size_t>(size, 4); ++i) head += fmt::format("{:02x}", data[i]);
-      return Status::Corrupt(fmt::format("not a JPEG or PNG image (first bytes {}, {} bytes)", head.empty() ? "none" : head, size));
+      return Status::Corrupt(fmt::format("not a JPEG, PNG, WebP, AVIF or JPEG XL image (first bytes {}, {} bytes)",
+                                         head.empty() ? "none" : head, size));
     }
   }
   if (info_out) *info_out = info;
   return st;
+}
+
+Status ImageDecoder::DecodeAll(const uint8_t* data, size_t size, Region* out, ImageInfo* info_out) {
+  return Decode(
+      data, size, [](const ImageInfo& i) { return CropBox{0, 0, double(i.width), double(i.height)}; }, 0, 0, out,
+      info_out);
 }
 
 }  // namespace shardkit::decode

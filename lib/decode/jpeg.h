@@ -7,7 +7,9 @@
 // reduced DCT scale (scale_num/8). CMYK and YCCK come out RGB (Adobe files are taken
 // as inverted CMYK, as Photoshop and PIL write them), grayscale too.
 // PNG (detected by its magic bytes, whatever the file's name) through libpng's
-// simplified API: fully decoded to RGB, then the box is a view into it.
+// simplified API: fully decoded to 8-bit RGB (16-bit samples reduced to 8, palette and
+// grayscale expanded, alpha dropped), then the box is a view into it. WebP, AVIF and
+// JPEG XL (decode/codecs.h) likewise: decoded whole, then viewed.
 //
 // Safety: libjpeg errors longjmp back into the decoder (never exit()); warnings that
 // mean the output would be wrong (premature end, corrupt entropy data) are errors, the
@@ -29,14 +31,21 @@
 
 namespace shardkit::decode {
 
-enum class ImageFormat { kUnknown, kJpeg, kPng, kPixels };  // kPixels: FromPixels
-// By magic bytes: FF D8 FF is JPEG, 89 'P' 'N' 'G' is PNG.
+enum class ImageFormat { kUnknown, kJpeg, kPng, kWebp, kAvif, kJxl, kPixels };  // kPixels: FromPixels
+// By magic bytes (core/paths.h, SniffImageExt), never by a name: FF D8 FF is JPEG,
+// 89 'P' 'N' 'G' PNG, "RIFF" .... "WEBP" WebP, an ISO-BMFF 'ftyp' box with brand avif or
+// avis AVIF, FF 0A or the container signature 00 00 00 0C "JXL " 0D 0A 87 0A JPEG XL.
 ImageFormat Sniff(const uint8_t* data, size_t size);
+// "JPEG", "PNG", "WebP", "AVIF", "JPEG XL", "pixels", "unknown".
+const char* FormatName(ImageFormat f);
 
 struct ImageInfo {
   ImageFormat format = ImageFormat::kUnknown;
-  int width = 0, height = 0;
-  int components = 0;       // as stored: 1 gray, 3 YCbCr/RGB, 4 CMYK/YCCK
+  int width = 0, height = 0;  // as decoded (after JPEG XL's orientation and AVIF's irot/imir)
+  // As stored: 1 gray, 3 YCbCr/RGB, 4 CMYK/YCCK (JPEG); PNG, WebP, AVIF and JPEG XL count
+  // an alpha channel too (2 gray + alpha, 4 RGBA).
+  int components = 0;
+  int bit_depth = 8;        // bits per stored sample (PNG 16, AVIF 10/12, JPEG XL up to 16)
   bool progressive = false;
   bool cmyk = false;
 };
@@ -49,12 +58,22 @@ struct DecodeSettings {
   bool fancy_upsampling = true;   // false: merged (non-fancy) chroma upsampling
 };
 
+// The decompression-bomb guard's default: 200 megapixels (600 MB of RGB), above any
+// camera's image yet far below what a header can declare (a 16-byte PNG header can ask
+// for 4 gigapixels). LoaderOptions::max_pixels and VerifyOptions::max_pixels default to it.
+inline constexpr uint64_t kDefaultMaxPixels = 200'000'000;
+
 struct Limits {
-  int max_side = 32768;                 // width or height above this: refused
-  uint64_t max_pixels = 200'000'000;    // width * height above this: refused
-  int max_scans = 500;                  // progressive JPEG scans
-  uint64_t max_memory = 1ull << 30;     // libjpeg's working memory
+  int max_side = 32768;                     // width or height above this: refused
+  uint64_t max_pixels = kDefaultMaxPixels;  // width * height above this: refused
+  int max_scans = 500;                      // progressive JPEG scans
+  uint64_t max_memory = 1ull << 30;         // libjpeg's working memory
 };
+
+// The check every codec makes on the size a header declares, before allocating pixels:
+// kCorrupt "image has zero size WxH", or "image declares WxH pixels, over the limit (S per
+// side, P in all)" when a side is over max_side or the area over max_pixels.
+Status CheckDimensions(const Limits& limits, uint64_t width, uint64_t height);
 
 // The decoded pixels of a region: RGB, 3 bytes per pixel, rows `stride` bytes apart.
 // `box` is the requested crop in these pixels' coordinates (fractional after DCT
@@ -83,6 +102,10 @@ class ImageDecoder {
   Status Decode(const uint8_t* data, size_t size,
                 const std::function<CropBox(const ImageInfo&)>& choose,
                 double min_out_w, double min_out_h, Region* out, ImageInfo* info_out = nullptr);
+
+  // The whole image at full scale (no crop, no DCT scaling): what conversion and
+  // `verify --decode` need. Same validity as Decode.
+  Status DecodeAll(const uint8_t* data, size_t size, Region* out, ImageInfo* info_out = nullptr);
 
   // An already decoded image (a NumPy array of the "npy" field: uint8, `channels` 1 (gray)
   // or 3 (RGB, or BGR when `bgr`), rows `stride` bytes apart) as a Region, the same one a

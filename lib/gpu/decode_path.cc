@@ -92,7 +92,9 @@ struct DecodeImpl final : ProducerImpl {
   pipeline::RrcParams rrc;
   std::unique_ptr<RowPool> pool;  // the host threads (phase 1, CUDA-backend rows)
   std::unique_ptr<tbb::task_arena> pack_arena;
-  tbb::enumerable_thread_specific<decode::ImageDecoder> host_decoders;
+  // One per host thread, made on its first row with the options' decoder limits.
+  tbb::enumerable_thread_specific<decode::ImageDecoder> host_decoders{
+      [this] { return decode::ImageDecoder(pipeline::DecodeLimits(o)); }};
 #ifdef SHARDKIT_HAVE_NVJPEG
   std::unique_ptr<gpu::NvjpegDecoder> nv;
 #endif
@@ -592,7 +594,9 @@ struct DecodeImpl final : ProducerImpl {
         double(pipeline::Mix64(index ^ 0x6877'6c6f'6164ull) >> 11) * 0x1.0p-53 >= load)
       return false;
     if (adaptive && cls != gpu::JpegClass::kHardware && !placement.cuda_on()) return false;
-    if (h.width > 32768 || h.height > 32768 || uint64_t(h.width) * h.height > 200'000'000ull) return false;
+    // Over the limits: the host decoder refuses it (naming the declared size), before
+    // nvJPEG would allocate its output.
+    if (!decode::CheckDimensions(pipeline::DecodeLimits(o), uint64_t(h.width), uint64_t(h.height)).ok()) return false;
     pipeline::Augment aug = pipeline::ChooseCrop(o, rrc, e, index, h.width, h.height);
     int xlo, xhi, ylo, yhi;
     gpu::BoxWeights(aug.box, h.width, h.height, o.output_width, o.output_height, &r.wx, &r.wy, &xlo, &ylo, &xhi, &yhi);

@@ -41,6 +41,7 @@ Status CheckOptions(const LoaderOptions& o, int max_side) {
   if (o.resize_size <= 0) return Status::Invalid("resize_size must be positive");
   if (!(o.dct_min_cover >= 0.5 && o.dct_min_cover <= 64))
     return Status::Invalid("dct_min_cover must be in [0.5, 64]");
+  if (o.max_pixels == 0) return Status::Invalid("max_pixels must be positive");
   for (float s : o.std)
     if (!(s > 0)) return Status::Invalid("std must be positive");
   for (size_t i = 0; i < o.fields.size(); ++i) {
@@ -201,6 +202,12 @@ Status RowException(const std::exception& ex, uint64_t index) {
 Augment ChooseCrop(const LoaderOptions& o, const RrcParams& rrc, uint64_t epoch, uint64_t index, int w, int h) {
   return o.mode == AugmentMode::kTrain ? TrainAugment(o.seed, epoch, index, w, h, rrc)
                                        : EvalAugment(w, h, o.resize_size, o.output_width, o.output_height);
+}
+
+decode::Limits DecodeLimits(const LoaderOptions& o) {
+  decode::Limits l;
+  l.max_pixels = o.max_pixels;
+  return l;
 }
 
 Status DecodeCrop(decode::ImageDecoder& dec, const LoaderOptions& o, const RrcParams& rrc, uint64_t epoch,

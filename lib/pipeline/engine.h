@@ -141,6 +141,10 @@ Result<RowHead> ReadRow(const RandomAccess* data, const LoaderOptions& o, uint64
 // RandomResizedCrop + flip, or evaluation's resize + center crop.
 Augment ChooseCrop(const LoaderOptions& o, const RrcParams& rrc, uint64_t epoch, uint64_t index, int w, int h);
 
+// The decoder limits of a loader: Limits{} with LoaderOptions::max_pixels. Every decoder
+// the loaders make (one per thread) is made with these.
+decode::Limits DecodeLimits(const LoaderOptions& o);
+
 // The host decode of one row: the image's header gives its size, ChooseCrop the box,
 // and the decoder decodes the box's region (at a DCT scale when dct_scaling allows).
 // *aug gets the crop (box and flip). The error names `where`.

@@ -200,6 +200,7 @@ size_t Batch::bytes() const {
 
 namespace {
 struct Worker {
+  explicit Worker(const decode::Limits& limits) : decoder(limits) {}
   decode::ImageDecoder decoder;
   pipeline::Resizer resizer;
   Sample sample;
@@ -273,7 +274,8 @@ struct Loader::Impl {
 
   std::unique_ptr<tbb::global_control> control;
   std::unique_ptr<tbb::task_arena> arena;
-  tbb::enumerable_thread_specific<Worker> workers;
+  // One per thread, made on its first row with the options' decoder limits.
+  tbb::enumerable_thread_specific<Worker> workers{[this] { return Worker(pipeline::DecodeLimits(o)); }};
   std::shared_ptr<detail::BatchPool> pool;
 
   // Guarded by pool->mu.

@@ -666,7 +666,12 @@ class Verifier {
   std::vector<DecodeJob> jobs_;
   std::unique_ptr<tbb::global_control> allow_threads_;
   std::unique_ptr<tbb::task_arena> arena_;
-  tbb::enumerable_thread_specific<decode::ImageDecoder> decoders_;
+  // One per decoding thread, with VerifyOptions::max_pixels.
+  tbb::enumerable_thread_specific<decode::ImageDecoder> decoders_{[this] {
+    decode::Limits l;
+    l.max_pixels = opts_.max_pixels;
+    return decode::ImageDecoder(l);
+  }};
 
   // ---- across the dataset
 

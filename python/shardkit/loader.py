@@ -114,7 +114,12 @@ class Loader:
         the source says are BGR are refused until converted or declared RGB.
       on_error: "raise" (a sample that fails to decode raises shardkit.Error naming its
         key) or "skip" (left out of its batch, listed by skipped()).
-      image_field: the field to decode (default: the sample's first image field).
+      image_field: the field to decode (default: the sample's first image field): JPEG,
+        PNG, WebP, AVIF or JPEG XL, told apart by their bytes, not their names.
+      max_pixels: decompression-bomb guard: an image whose header declares more pixels
+        (width * height) is refused before its pixels are allocated, as an image that
+        does not decode (on_error applies; the error names its key and WxH). Default
+        200_000_000.
       stream: read in order, shard by shard, with a bounded shuffle buffer instead of by
         index (docs/loader.md "Streamed mode"); chosen anyway for a dataset without
         random access (e.g. `pipe:` shards).
@@ -138,7 +143,8 @@ class Loader:
                  return_keys=False, on_error="raise", image_field=None, dct_scaling=True, ring=None,
                  buffer_wait=10.0, stream=False, shuffle_buffer=8192, prefetch_next_epoch=True,
                  hardware_load=None, profile=False, cache_dir=None, cache_bytes=0, fields=None,
-                 missing_fields="raise", decode_fields=True, source_options=None, trust_manifest=False):
+                 missing_fields="raise", decode_fields=True, source_options=None, trust_manifest=False,
+                 max_pixels=200_000_000):
         if not _shardkit.HAVE_LOADER:
             raise NotImplementedError("this build of shardkit has no loader")
         if dtype not in _DTYPES:
@@ -206,7 +212,7 @@ class Loader:
             cache_dir="" if cache_dir is None else str(cache_dir), cache_bytes=int(cache_bytes),
             # Confinement (docs/reliability.md): a manifest's files stay in its directory
             # unless the caller trusts it.
-            trust_manifest=bool(trust_manifest))
+            trust_manifest=bool(trust_manifest), max_pixels=int(max_pixels))
         # The library decides (shardkit/feed.h): device batches (GpuLoader) for
         # device="cuda:N" when it can use the device, else host batches, copied with torch
         # for device="cuda:N"; the decoder; its fallback, reported here as a warning.

@@ -549,13 +549,14 @@ tensor made from it is freed.)doc")
                        uint32_t shuffle_buffer, bool prefetch_next_epoch, double hardware_load, bool profile,
                        std::vector<std::string> fields, const std::string& missing_fields,
                        std::map<std::string, std::string> source_options, const std::string& cache_dir,
-                       uint64_t cache_bytes, bool trust_manifest, int local_world_size) {
+                       uint64_t cache_bytes, bool trust_manifest, int local_world_size, uint64_t max_pixels) {
              LoaderOptions o = MakeOptions(batch_size, shuffle, seed, rank, world_size, drop_last, threads, prefetch,
                                            output_height, output_width, train, scale, ratio, flip_p, resize_size,
                                            dct_scaling, mean, std_, dtype, layout, on_error, image_field, stream,
                                            shuffle_buffer, prefetch_next_epoch, fields, missing_fields);
              o.buffer_wait_ms = buffer_wait_ms;
              o.local_world_size = local_world_size;
+             o.max_pixels = max_pixels;
              // How the address and, streamed, each shard are opened (LoaderOptions::open).
              o.open = SourceOptions(source_options, cache_dir, cache_bytes, trust_manifest);
              FeedOptions f;
@@ -581,7 +582,8 @@ tensor made from it is freed.)doc")
            py::arg("prefetch_next_epoch") = true, py::arg("hardware_load") = -1.0, py::arg("profile") = false,
            py::arg("fields") = std::vector<std::string>{}, py::arg("missing_fields") = "raise",
            py::arg("source_options") = std::map<std::string, std::string>{}, py::arg("cache_dir") = "",
-           py::arg("cache_bytes") = 0, py::arg("trust_manifest") = false, py::arg("local_world_size") = 0)
+           py::arg("cache_bytes") = 0, py::arg("trust_manifest") = false, py::arg("local_world_size") = 0,
+           py::arg("max_pixels") = LoaderOptions{}.max_pixels)
       .def("next", &PyLoader::Next)
       .def("set_epoch", &PyLoader::SetEpoch, py::arg("epoch"))
       .def("save_state", &PyLoader::SaveState)

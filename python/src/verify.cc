@@ -54,11 +54,13 @@ void BindVerify(py::module_& m) {
   m.def("verify",
         [](const std::string& address, const std::optional<std::string>& against, bool decode, int threads,
            uint64_t max_findings, const std::map<std::string, std::string>& field_map,
-           const py::object& progress, bool trust_manifest) {
+           const py::object& progress, bool trust_manifest, uint64_t max_pixels) {
           VerifyOptions o;
           o.against = against.value_or("");
           o.decode = decode;
           o.threads = threads;
+          if (max_pixels == 0) throw py::value_error("max_pixels must be positive");
+          o.max_pixels = max_pixels;
           o.max_findings = max_findings;
           o.open.field_map = field_map;
           o.open.trust_manifest = o.against_open.trust_manifest = trust_manifest;
@@ -93,7 +95,7 @@ void BindVerify(py::module_& m) {
         py::arg("address"), py::kw_only(), py::arg("against") = py::none(), py::arg("decode") = false,
         py::arg("threads") = 0, py::arg("max_findings") = 0,
         py::arg("field_map") = std::map<std::string, std::string>{}, py::arg("progress") = py::none(),
-        py::arg("trust_manifest") = false,
+        py::arg("trust_manifest") = false, py::arg("max_pixels") = VerifyOptions{}.max_pixels,
         R"doc(Reads the whole dataset at `address` and reports what is wrong with it.
 
 Returns a dict: ok (True only with no finding), findings [{kind, message, file, shard,
@@ -101,7 +103,9 @@ offset, key, index}] in the order found (at most max_findings; 0 = all), counts 
 total_findings, samples, bytes, shards, notes, ... Damage is reported as findings, not
 raised; shardkit.Error is raised only when the check cannot run (no such dataset, bad
 address, unreadable `against`). against: a source dataset to compare with, sample by
-sample by key. decode: decode every image (on `threads` threads, 0 = one per core).
+sample by key. decode: decode every image (on `threads` threads, 0 = one per core);
+an image declaring more than max_pixels (width * height, default 200_000_000) is a
+decode finding, refused before its pixels are allocated.
 progress: a callable taking {phase, samples, bytes, total, elapsed}.)doc");
 }
 

@@ -391,8 +391,8 @@ Status ReadWhole(FileSystem& fs, const std::string& path, Bytes* out) {
 }
 
 // Whether `b` starts as an image file of a kind IsImageExt names does: JPEG, PNG, GIF,
-// BMP, WebP, TIFF or PNM (P1..P7). The name's extension may name another of them (a
-// PNG named .JPEG is an image).
+// BMP, WebP, AVIF, JPEG XL, TIFF or PNM (P1..P7). The name's extension may name another
+// of them (a PNG named .JPEG is an image).
 bool LooksLikeImage(const Bytes& b) {
   const auto* p = b.data();
   const size_t n = b.size();
@@ -400,7 +400,7 @@ bool LooksLikeImage(const Bytes& b) {
   if (starts("\xFF\xD8\xFF") || starts("\x89PNG") || starts("GIF8") || starts("BM") || starts("II*") ||
       starts(std::string_view("MM\0*", 4)))
     return true;
-  if (n >= 12 && std::memcmp(p, "RIFF", 4) == 0 && std::memcmp(p + 8, "WEBP", 4) == 0) return true;
+  if (paths::SniffImageExt(p, n) != "bin") return true;  // also WebP, AVIF, JPEG XL
   return n >= 2 && p[0] == 'P' && p[1] >= '1' && p[1] <= '7';
 }
 
@@ -414,8 +414,8 @@ Status CheckImageBytes(const Bytes& b, const std::string& path, const std::strin
   if (LooksLikeImage(b)) return Status::OK();
   std::string head;
   for (size_t k = 0; k < std::min<size_t>(8, b.size()); ++k) head += fmt::format("{}{:02x}", k ? " " : "", b.data()[k]);
-  return Status::Corrupt(fmt::format("not an image file: its bytes start {} (no JPEG, PNG, GIF, BMP, WebP, TIFF or "
-                                     "PNM signature); remove it, or read the folder with --source-option "
+  return Status::Corrupt(fmt::format("not an image file: its bytes start {} (no JPEG, PNG, GIF, BMP, WebP, AVIF, JPEG XL, "
+                                     "TIFF or PNM signature); remove it, or read the folder with --source-option "
                                      "folder.files=all to take every file as it is",
                                      head),
                          at);

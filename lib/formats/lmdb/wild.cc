@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "core/paths.h"
 #include "core/pickle.h"
 
 namespace shardkit::formats::lmdb::wild {
@@ -25,6 +26,8 @@ std::string_view SniffImage(std::string_view b) {
   if (starts("\xff\xd8\xff")) return "jpg";
   if (starts("\x89PNG\r\n\x1a\n")) return "png";
   if (b.size() >= 12 && starts("RIFF") && b.substr(8, 4) == "WEBP") return "webp";
+  if (paths::IsAvifFileType(reinterpret_cast<const uint8_t*>(b.data()), b.size())) return "avif";
+  if (starts("\xff\x0a") || starts(std::string_view("\0\0\0\x0cJXL \r\n\x87\n", 12))) return "jxl";
   if (starts("BM") && b.size() >= 26) return "bmp";
   if (starts("GIF87a") || starts("GIF89a")) return "gif";
   if (starts(std::string_view("II*\0", 4)) || starts(std::string_view("MM\0*", 4))) return "tiff";

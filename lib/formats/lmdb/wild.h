@@ -104,7 +104,7 @@ Status Decode(const Catalog& cat, std::string_view lkey, const Bytes& value, uin
 // reader above (and Python's pickle.loads) read it back to the same array.
 std::string PickleArray(const pickle::NdArray& arr, std::optional<int64_t> label);
 
-// The image type of encoded bytes by their magic ("jpg", "png", "webp", "bmp", "gif", "tiff"), or "".
+// The image type of encoded bytes by their magic ("jpg", "png", "webp", "avif", "jxl", "bmp", "gif", "tiff"), or "".
 std::string_view SniffImage(std::string_view b);
 
 }  // namespace shardkit::formats::lmdb::wild
