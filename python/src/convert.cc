@@ -35,6 +35,11 @@ py::dict SummaryToDict(const ConvertSummary& s) {
   d["already_complete"] = s.already_complete;
   d["source_checksums_checked"] = s.source_checksums_checked;
   d["notes"] = s.notes;
+  if (!s.transform.empty()) d["transform"] = py::module_::import("json").attr("loads")(s.transform);
+  if (!s.skipped_file.empty()) {
+    d["skipped"] = s.skipped;
+    d["skipped_file"] = s.skipped_file;
+  }
   return d;
 }
 
@@ -162,8 +167,12 @@ void BindConvert(py::module_& m) {
            bool write_index, const std::map<std::string, std::string>& field_map, const py::object& progress,
            const py::object& part, bool resume, const std::map<std::string, std::string>& source_options,
            const std::string& encode, const std::string& staging_dir, bool trust_manifest, bool verify_source,
-           bool allow_empty, const std::map<std::string, std::string>& format_options) {
+           bool allow_empty, const std::map<std::string, std::string>& format_options, const std::string& resize,
+           bool skip_bad, uint64_t max_pixels) {
           ConvertOptions o;
+          o.resize = resize;
+          o.skip_bad = skip_bad;
+          o.max_pixels = max_pixels;
           o.verify_source = verify_source;
           o.allow_empty = allow_empty;
           o.write.format_options = format_options;
@@ -198,7 +207,8 @@ void BindConvert(py::module_& m) {
         py::arg("source_options") = std::map<std::string, std::string>{},
         py::arg("encode") = "", py::arg("staging_dir") = "", py::arg("trust_manifest") = false,
         py::arg("verify_source") = true, py::arg("allow_empty") = false,
-        py::arg("format_options") = std::map<std::string, std::string>{},
+        py::arg("format_options") = std::map<std::string, std::string>{}, py::arg("resize") = "",
+        py::arg("skip_bad") = false, py::arg("max_pixels") = 0,
         R"doc(Copies every sample of the dataset `src` into a new dataset `dst` (any formats).
 
 Keeps dataset order, or with shuffle=True writes a seeded global permutation (needs random
@@ -214,8 +224,14 @@ cores, 2 to 8 (the output is the same for any number). allow_empty: write an emp
 when the source holds no samples (otherwise an error). field_map: HDF5 source dataset
 names to fields; TFRecord source feature names to fields ("__key__", "cls", "cls-1" or an
 extension). source_options: read options of the source, e.g. {"lmdb.layout": "pickle",
-"lmdb.channels": "bgr-to-rgb", "hdf5.order": "nchw"} (docs/existing-data.md). encode: "" keeps
-decoded arrays as .npy, "png" or "jpeg:Q" writes them as images. progress: a callable taking a dict
+"lmdb.channels": "bgr-to-rgb", "hdf5.order": "nchw"} (docs/existing-data.md). resize:
+"short:S", "max:M" or "fit:WxH" shrinks every image (never enlarging one), after turning it
+upright by its EXIF orientation. encode: "" or "keep" copies image bytes (decoded arrays stay
+.npy); "jpeg[:Q]", "webp[:Q]" or "png" re-encodes every image (and writes decoded arrays as
+images); with resize the default is "jpeg:90". The manifest records the transform
+(docs/formats.md, "Transforms"). skip_bad: leave out samples whose image does not decode,
+listed in skipped.json beside the output (summary: skipped, skipped_file). max_pixels: the
+decoder's limit (width * height) for those images, 0 the default (200,000,000). progress: a callable taking a dict
 {samples, bytes, elapsed, total}, called about ten times a second on this thread.
 part: write only part I of N of a tar shard output ("I/N", (I, N), or "env" for the
 launcher's variables); merge(dst) then writes the manifest (docs/cluster.md). resume:
@@ -233,8 +249,13 @@ succeeds.)doc");
            const py::object& shard_size, bool shuffle, uint64_t seed, std::optional<int> threads, bool overwrite,
            const std::string& key_dots, const std::map<std::string, std::string>& field_map,
            const py::object& progress, const py::object& part, bool resume, const std::string& staging_dir,
-           bool verify_source, bool allow_empty) {
+           bool verify_source, bool allow_empty, const std::string& resize, const std::string& encode,
+           bool skip_bad, uint64_t max_pixels) {
           ShardOptions o;
+          o.resize = resize;
+          o.encode = encode;
+          o.skip_bad = skip_bad;
+          o.max_pixels = max_pixels;
           o.verify_source = verify_source;
           o.allow_empty = allow_empty;
           o.part = ParsePartArg(part);
@@ -260,10 +281,12 @@ succeeds.)doc");
         py::arg("key_dots") = "error", py::arg("field_map") = std::map<std::string, std::string>{},
         py::arg("progress") = py::none(), py::arg("part") = py::none(), py::arg("resume") = false,
         py::arg("staging_dir") = "", py::arg("verify_source") = true, py::arg("allow_empty") = false,
+        py::arg("resize") = "", py::arg("encode") = "", py::arg("skip_bad") = false, py::arg("max_pixels") = 0,
         R"doc(Re-shards any dataset into WebDataset tar shards named by the printf pattern `dst`
 (e.g. "out/train-%06d.tar"). Cut by exactly one of num_shards (counts differ by at most
 one), samples_per_shard, shard_size (bytes or "1GiB"); none given: 1 GiB shards.
-Other arguments as in convert() (part, resume, staging_dir, verify_source included). Returns a summary dict.)doc");
+Other arguments as in convert() (part, resume, staging_dir, verify_source, resize, encode,
+skip_bad and max_pixels included). Returns a summary dict.)doc");
 
   m.def("merge",
         [](const std::string& dst, bool checksums) {

@@ -1,0 +1,81 @@
+"""convert(..., resize=, encode=): images resized, turned upright and re-encoded at
+conversion; read back with Pillow, an independent decoder."""
+import io
+import json
+import os
+
+import pytest
+
+import shardkit
+
+PIL = pytest.importorskip("PIL.Image")
+
+
+def _jpeg(size, color):
+    buf = io.BytesIO()
+    PIL.new("RGB", size, color).save(buf, format="JPEG", quality=95)
+    return buf.getvalue()
+
+
+def _tar_images(pattern_dir):
+    import tarfile
+    out = {}
+    for name in sorted(os.listdir(pattern_dir)):
+        if not name.endswith(".tar"):
+            continue
+        with tarfile.open(os.path.join(pattern_dir, name)) as t:
+            for m in t.getmembers():
+                key, ext = m.name.rsplit(".", 1)
+                if ext in ("jpg", "png", "webp"):
+                    out[key] = (ext, t.extractfile(m).read())
+    return out
+
+
+@pytest.mark.parametrize("encode,ext,fmt", [("", "jpg", "JPEG"), ("webp:80", "webp", "WEBP"), ("png", "png", "PNG")])
+def test_resize_and_encode(tmp_path, encode, ext, fmt):
+    if not shardkit.HAVE_CONVERT:
+        pytest.skip("no convert in this build")
+    root = tmp_path / "in"
+    sizes = {"a/big": (640, 480), "a/tall": (300, 500), "b/small": (120, 90)}
+    for key, size in sizes.items():
+        os.makedirs(root / key.split("/")[0], exist_ok=True)
+        (root / (key + ".jpg")).write_bytes(_jpeg(size, (200, 40, 90)))
+    out = tmp_path / "out"
+    s = shardkit.convert(str(root), "wds:" + str(out / "t-%06d.tar"), resize="short:128", encode=encode)
+    assert s["samples"] == 3
+    assert s["transform"] == {"resize": "short:128", "encode": encode or "jpeg:90", "orientation": "applied"}
+    manifest = json.loads((out / "t.manifest.json").read_text())
+    assert manifest["transform"]["resize"] == "short:128"
+    want = {"a/big": (171, 128), "a/tall": (128, 213), "b/small": (120, 90)}  # never enlarged
+    got = _tar_images(out)
+    assert set(got) == set(want)
+    for key, (e, data) in got.items():
+        assert e == ext
+        im = PIL.open(io.BytesIO(data))
+        assert im.format == fmt
+        assert im.size == want[key]
+        px = im.convert("RGB").getpixel((im.size[0] // 2, im.size[1] // 2))
+        assert all(abs(a - b) <= 6 for a, b in zip(px, (200, 40, 90)))
+
+
+def test_bad_values_and_skip_bad(tmp_path):
+    if not shardkit.HAVE_CONVERT:
+        pytest.skip("no convert in this build")
+    root = tmp_path / "in"
+    os.makedirs(root / "a")
+    (root / "a" / "ok.jpg").write_bytes(_jpeg((64, 64), (10, 20, 30)))
+    (root / "a" / "bad.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
+    with pytest.raises(shardkit.Error, match="short:0"):
+        shardkit.convert(str(root), "wds:" + str(tmp_path / "x/t-%06d.tar"), resize="short:0")
+    with pytest.raises(shardkit.Error, match="a/bad"):
+        shardkit.convert(str(root), "wds:" + str(tmp_path / "y/t-%06d.tar"), encode="png")
+    assert not (tmp_path / "y" / "t.manifest.json").exists()
+    s = shardkit.shard(str(root), str(tmp_path / "z/t-%06d.tar"), encode="png", skip_bad=True)
+    assert s["samples"] == 1 and s["skipped"] == 1
+    skipped = json.loads((tmp_path / "z" / "skipped.json").read_text())
+    assert [e["key"] for e in skipped["skipped"]] == ["a/bad"]
+    only_ok = tmp_path / "ok"
+    os.makedirs(only_ok / "a")
+    (only_ok / "a" / "ok.jpg").write_bytes(_jpeg((64, 64), (10, 20, 30)))
+    with pytest.raises(shardkit.Error, match="64x64"):
+        shardkit.convert(str(only_ok), "wds:" + str(tmp_path / "w/t-%06d.tar"), encode="jpeg:80", max_pixels=1000)
