@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS="${1:-60}"
 BUILD="${2:-build-fuzz}"
-TARGETS="${FUZZ_TARGETS:-tar dali_index lmdb_record lmdb_env jpeg hdf5 mds recordio tfrecord pickle manifest}"
+TARGETS="${FUZZ_TARGETS:-tar dali_index lmdb_record lmdb_env jpeg image hdf5 mds recordio tfrecord pickle manifest}"
 # clang and libFuzzer's runtime are needed by this script only: installed here
 # (as root, or through sudo) rather than by scripts/install-deps.sh.
 need=()
