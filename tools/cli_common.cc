@@ -205,6 +205,12 @@ void PrintSummary(const char* command, const ConvertSummary& s, bool json) {
       j["skipped"] = s.skipped;
       j["skipped_file"] = s.skipped_file;
     }
+    if (s.selected > 0 || s.source_samples > 0) {
+      j["source_samples"] = s.source_samples;
+      j["selected"] = s.selected;
+      j["duplicates"] = s.duplicates;
+      if (!s.duplicates_file.empty()) j["duplicates_file"] = s.duplicates_file;
+    }
     j["shards"] = nlohmann::json::array();
     for (const auto& sh : s.shards)
       j["shards"].push_back(
@@ -224,6 +230,15 @@ void PrintSummary(const char* command, const ConvertSummary& s, bool json) {
     std::fprintf(stderr, "shardkit: --skip-bad left out %llu sample%s whose image did not decode, listed in %s\n",
                  static_cast<unsigned long long>(s.skipped), s.skipped == 1 ? "" : "s",
                  io::RedactText(s.skipped_file).c_str());
+  if (s.source_samples > 0)
+    std::fprintf(stderr, "shardkit: chose %llu of the source's %llu samples%s\n",
+                 static_cast<unsigned long long>(s.selected - s.duplicates),
+                 static_cast<unsigned long long>(s.source_samples),
+                 s.duplicates_file.empty()
+                     ? ""
+                     : fmt::format("; {} duplicate{} dropped, listed in {}", s.duplicates, s.duplicates == 1 ? "" : "s",
+                                   io::RedactText(s.duplicates_file))
+                           .c_str());
   if (s.part.count > 0)
     std::printf("part %llu/%llu: ", static_cast<unsigned long long>(s.part.index),
                 static_cast<unsigned long long>(s.part.count));

@@ -8,6 +8,7 @@
 
 #include "core/front_end.h"
 #include "core/paths.h"
+#include "pipeline/select.h"
 #include "cli.h"
 
 namespace shardkit::cli {
@@ -32,6 +33,9 @@ struct CopyFlags {
   bool no_index = false;
   bool no_verify_source = false;
   bool allow_empty = false;
+  std::string select;
+  bool dedup = false;
+  CLI::Option* seed_flag = nullptr;  // given without --shuffle or a fraction: a usage error
   std::string part;
   std::string resize, encode;  // --resize, --encode (ConvertOptions)
   bool skip_bad = false;
@@ -66,8 +70,9 @@ void AddCopyFlags(CLI::App* sub, CopyFlags* f) {
   auto* shuffle = sub->add_flag("--shuffle", f->shuffle,
                                 "Write the samples in a seeded global random order (the source needs "
                                 "random access by index)");
-  sub->add_option("--seed", f->seed, "Seed of --shuffle (default 0): same seed, same order")
-      ->needs(shuffle);
+  (void)shuffle;
+  f->seed_flag = sub->add_option("--seed", f->seed,
+                  "Seed of --shuffle and of --select fraction=F (default 0): same seed, same order and choice");
   sub->add_option("--threads", f->threads,
                   "Threads reading ahead of the writer (default, or 0: the cores this process may run on (its CPU "
                   "affinity), 2 to 8); the output is the same for any N")
@@ -81,6 +86,15 @@ void AddCopyFlags(CLI::App* sub, CopyFlags* f) {
   sub->add_flag("--allow-empty", f->allow_empty,
                 "Write an empty dataset when the source holds no samples (by default that is an error: an "
                 "empty source is usually a wrong path or filter)");
+  sub->add_option("--select", f->select,
+                  "Write only some samples: 'classes=A,B' (class names or label numbers), 'keys-from=FILE' (one "
+                  "key per line; keys the source lacks are counted in a note), or 'fraction=F' (exactly round(F*n) "
+                  "samples, chosen by --seed). Source order; --shuffle applies after. Reads every sample once first "
+                  "(the source needs random access); every --part chooses alike");
+  sub->add_flag("--dedup", f->dedup,
+                "Drop each sample whose image bytes equal an earlier sample's (source order, after --select); "
+                "the dropped keys and what they repeat go to duplicates.json beside the output (the shard "
+                "pattern's directory, else OUTPUT.duplicates.json). Reads every sample once first");
   sub->add_flag("--no-verify-source", f->no_verify_source,
                 "Do not check the samples against the checksums the source records (by default a sample "
                 "that does not match stops the conversion, naming it, so that damaged bytes are not written "
@@ -150,6 +164,21 @@ bool ParseFieldMap(const char* flag, const std::string& text, std::map<std::stri
     return false;
   }
   for (auto& [k, v] : *pairs) (*out)[k] = v;
+  return true;
+}
+
+// --select (and --seed without --shuffle or a fraction): checked here so that a
+// malformed one is a usage error (exit 2).
+bool TakeSelect(const CopyFlags& f, int* rc) {
+  if (f.seed_flag && f.seed_flag->count() > 0 && !f.shuffle && f.select.rfind("fraction=", 0) != 0) {
+    *rc = UsageError("--seed requires --shuffle or --select fraction=F");
+    return false;
+  }
+  if (f.select.empty()) return true;
+  if (auto s = pipeline::ParseSelect(f.select); !s.ok()) {
+    *rc = UsageError(s.status().message());
+    return false;
+  }
   return true;
 }
 
@@ -241,6 +270,9 @@ RunFn SetupConvert(CLI::App* sub) {
     o.shuffle = f->shuffle;
     o.seed = f->seed;
     o.threads = f->threads == 0 ? DefaultCopyThreads() : f->threads;
+    o.select = f->select;
+    o.dedup = f->dedup;
+    if (!TakeSelect(*f, &rc)) return rc;
     if (!TakePart(*f, &o.part, &rc)) return rc;
     Result<ConvertSummary> r = [&] {
       ProgressPrinter progress;
@@ -295,12 +327,15 @@ RunFn SetupShard(CLI::App* sub) {
     o.allow_empty = f->allow_empty;
     o.key_dots = ToKeyDots(f->key_dots);
     o.write_index = !f->no_index;
+    o.select = f->select;
+    o.dedup = f->dedup;
     o.resize = f->resize;
     o.encode = f->encode;
     o.skip_bad = f->skip_bad;
     o.max_pixels = f->max_pixels;
     int rc = kExitOk;
     if (!TakeTransform(*f, &rc)) return rc;
+    if (!TakeSelect(*f, &rc)) return rc;
     if (!TakePart(*f, &o.part, &rc)) return rc;
     if (!TakeSourceEnvironment(*f, &o.open, &rc)) return rc;
     o.staging_dir = StagingDirFromEnvironment();

@@ -109,6 +109,15 @@ struct ConvertOptions {
   // unless this is set (`--allow-empty`): then an empty output is written. A part
   // (ConvertOptions::part) of a non-empty source may hold no samples either way.
   bool allow_empty = false;
+  // Which samples are written (docs/convert.md, "Choosing samples"): "" all,
+  // "classes=a,b" (names or label numbers), "keys-from=FILE" (one key per line), or
+  // "fraction=F" (exactly round(F * n) samples, chosen by `seed`). In source order; the
+  // shuffle applies after. Needs random access, and reads every sample once first.
+  std::string select;
+  // Drop a sample whose image bytes equal an earlier (source order) sample's, after
+  // `select`; the dropped keys are listed in duplicates.json beside the output
+  // (ConvertSummary::duplicates_file). The same in every part of a split conversion.
+  bool dedup = false;
 };
 
 struct ConvertProgress {
@@ -144,6 +153,12 @@ struct ConvertSummary {
   // The transform applied to images ("" none), as the output's metadata records it:
   // {"resize": "short:256", "encode": "jpeg:90", "orientation": "applied"}.
   std::string transform;
+  // With select or dedup: the source's samples, how many the selection chose, how many
+  // of those dedup dropped, and where the dropped ones are listed.
+  uint64_t source_samples = 0;
+  uint64_t selected = 0;
+  uint64_t duplicates = 0;
+  std::string duplicates_file;
 };
 
 // Opens `src`, creates `dst` and copies every sample.
@@ -179,6 +194,8 @@ struct ShardOptions {
   std::string encode;         // ConvertOptions::encode
   bool skip_bad = false;      // ConvertOptions::skip_bad
   uint64_t max_pixels = 0;    // ConvertOptions::max_pixels
+  std::string select;         // ConvertOptions::select
+  bool dedup = false;         // ConvertOptions::dedup
 };
 
 // Re-shards any dataset into WebDataset tar shards. `dst` is a printf pattern

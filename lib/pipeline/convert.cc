@@ -30,6 +30,7 @@
 #include "core/paths.h"
 #include "decode/encode.h"
 #include "decode/transform.h"
+#include "pipeline/select.h"
 #include "formats/channel_order.h"
 #include "formats/registry.h"
 #include "core/redact.h"
@@ -481,6 +482,8 @@ Result<PartPlan> MakePartPlan(const Dataset& in, const formats::Format& fmt, Con
   plan["transform"] = w.transform;  // (its max_pixels too: an image may be left out by it)
   plan["max_pixels"] = c->max_pixels;
   plan["class_names"] = w.class_names;
+  plan["select"] = c->select;
+  plan["dedup"] = c->dedup;
   plan["parts"] = part.count;
   plan["shards"] = shards;
   plan["boundaries"] = fmt::format("xxh3:{:016x}", XXH3_64bits(p.shard_counts.data(), shards * sizeof(uint64_t)));
@@ -742,6 +745,47 @@ Result<ConvertSummary> WriteTo(const Dataset& in, std::string_view src, const st
     SK_RETURN_IF_ERROR(RemoveStaleOutputs(address, sum.shards, local_fs));
   return sum;
 }
+// --select / --dedup (pipeline/select.h): the source narrowed to the chosen samples;
+// `in` itself when neither is asked for.
+Result<std::unique_ptr<Dataset>> Narrow(std::unique_ptr<Dataset> in, const ConvertOptions& c,
+                                        pipeline::SelectReport* report) {
+  if (c.select.empty() && !c.dedup) return in;
+  SK_ASSIGN_OR_RETURN(pipeline::SelectSpec spec, pipeline::ParseSelect(c.select));
+  return pipeline::SelectSamples(std::shared_ptr<const Dataset>(std::move(in)), spec, c.dedup, c.seed,
+                                 std::max(1, c.threads), report);
+}
+
+// Where duplicates.json goes: in the directory of a shard pattern, else beside the
+// output as "<output>.duplicates.json".
+Result<std::string> SidecarPath(std::string_view dst, std::string_view name) {
+  std::string path;
+  SK_ASSIGN_OR_RETURN(const formats::Format* fmt, formats::Resolve(dst, true, &path));
+  if (fmt->writes_shards && paths::CheckShardPattern(path).ok()) return io::DirName(path) + "/" + std::string(name);
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  return path + "." + std::string(name);
+}
+
+// The selection's part of the summary, and duplicates.json (written whole, then renamed,
+// after the output is complete; by every part alike, the same bytes).
+Status FinishSelection(std::string_view src, std::string_view dst, const ConvertOptions& c,
+                       const pipeline::SelectReport& report, ConvertSummary* sum) {
+  if (c.select.empty() && !c.dedup) return Status::OK();
+  sum->source_samples = report.source_samples;
+  sum->selected = report.selected;
+  sum->duplicates = report.duplicates.size();
+  if (report.keys_not_found > 0)
+    sum->notes.push_back(fmt::format("{} of the {} keys listed by --select {} are not in the source",
+                                     report.keys_not_found, report.keys_listed, c.select));
+  if (!c.dedup) return Status::OK();
+  SK_ASSIGN_OR_RETURN(std::string path, SidecarPath(dst, "duplicates.json"));
+  SK_ASSIGN_OR_RETURN(std::shared_ptr<FileSystem> fs, io::FileSystemOf(path, c.write.filesystem));
+  SK_ASSIGN_OR_RETURN(auto file, io::AtomicFile::Create(path, /*overwrite=*/true, fs));
+  SK_RETURN_IF_ERROR(file->Write(pipeline::DuplicatesJson(io::RedactAddress(src), report)));
+  SK_RETURN_IF_ERROR(file->Commit());
+  sum->duplicates_file = path;
+  return Status::OK();
+}
+
 }  // namespace
 
 Result<ConvertSummary> ConvertDataset(const Dataset& src, SampleWriter* dst,
@@ -754,7 +798,10 @@ Result<ConvertSummary> Convert(std::string_view src, std::string_view dst, const
                                const ProgressFn& progress) {
   const auto t0 = Clock::now();
   SK_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> in, Open(src, SourceOpenOptions(opts.open, opts.verify_source)));
+  pipeline::SelectReport chosen;
+  SK_ASSIGN_OR_RETURN(in, Narrow(std::move(in), opts, &chosen));
   SK_ASSIGN_OR_RETURN(ConvertSummary sum, WriteTo(*in, src, std::string(dst), opts, progress));
+  SK_RETURN_IF_ERROR(FinishSelection(src, dst, opts, chosen, &sum));
   sum.source = std::string(src);
   sum.destination = std::string(dst);
   sum.source_format = in->info().format;
@@ -806,6 +853,8 @@ Result<ConvertSummary> Shard(std::string_view src, std::string_view dst, const S
   c.encode = opts.encode;
   c.skip_bad = opts.skip_bad;
   c.max_pixels = opts.max_pixels;
+  c.select = opts.select;
+  c.dedup = opts.dedup;
   if (opts.samples_per_shard > 0) {
     c.write.samples_per_shard = opts.samples_per_shard;
     c.write.shard_size = std::numeric_limits<uint64_t>::max();
@@ -814,6 +863,8 @@ Result<ConvertSummary> Shard(std::string_view src, std::string_view dst, const S
   }
 
   SK_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> in, Open(src, SourceOpenOptions(opts.open, opts.verify_source)));
+  pipeline::SelectReport chosen;
+  SK_ASSIGN_OR_RETURN(in, Narrow(std::move(in), c, &chosen));
   c.write.class_names = in->info().class_names;
   if (opts.num_shards > 0) {
     std::optional<uint64_t> total = in->info().num_samples;
@@ -840,6 +891,7 @@ Result<ConvertSummary> Shard(std::string_view src, std::string_view dst, const S
     c.write.samples_per_shard = 0;
   }
   SK_ASSIGN_OR_RETURN(ConvertSummary sum, WriteTo(*in, src, out_address, c, progress));
+  SK_RETURN_IF_ERROR(FinishSelection(src, out_address, c, chosen, &sum));
   if (!c.write.shard_plan.empty() && c.part.count == 0 && !sum.already_complete) {
     bool same = sum.shards.size() == c.write.shard_plan.size();
     for (size_t i = 0; same && i < sum.shards.size(); ++i)
