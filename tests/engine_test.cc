@@ -58,6 +58,7 @@ TEST_CASE("Validate: one check of the loader options, the GPU's a superset of th
       {"prefetch 0", [](LoaderOptions& o) { o.prefetch = 0; }},
       {"threads -1", [](LoaderOptions& o) { o.threads = -1; }},
       {"dct_min_cover 0.25", [](LoaderOptions& o) { o.dct_min_cover = 0.25; }},
+      {"max_pixels 0", [](LoaderOptions& o) { o.max_pixels = 0; }},
       {"std 0", [](LoaderOptions& o) { o.std[1] = 0; }},
       {"rank 1 of 1", [](LoaderOptions& o) { o.rank = 1; }},
       {"output 0 wide", [](LoaderOptions& o) { o.output_width = 0; }},
