@@ -18,7 +18,7 @@ using json = nlohmann::json;
 json OrNull(const std::string& s) { return s.empty() ? json(nullptr) : json(s); }
 json OrNull(int64_t v) { return v < 0 ? json(nullptr) : json(v); }
 
-json ReportJson(const VerifyReport& r, const std::string& against, bool decode) {
+json ReportJson(const VerifyReport& r, const std::string& against, bool decode, bool duplicates) {
   json j;
   j["address"] = r.address;
   j["format"] = r.format;
@@ -47,6 +47,10 @@ json ReportJson(const VerifyReport& r, const std::string& against, bool decode) 
                              {"index", OrNull(f.where.index)},
                              {"message", f.message}});
   j["notes"] = r.notes;
+  if (duplicates) {
+    j["duplicate_images"] = json::array();
+    for (const auto& [k, o] : r.duplicate_images) j["duplicate_images"].push_back({{"key", k}, {"duplicate_of", o}});
+  }
   return j;
 }
 
@@ -55,7 +59,7 @@ json ReportJson(const VerifyReport& r, const std::string& against, bool decode) 
 RunFn SetupVerify(CLI::App* sub) {
   struct Flags {
     std::string address, against;
-    bool decode = false, json = false;
+    bool decode = false, json = false, duplicates = false;
     uint64_t max_findings = 1000;
     int threads = 0;
     uint64_t max_pixels = 200'000'000;
@@ -72,6 +76,10 @@ RunFn SetupVerify(CLI::App* sub) {
   sub->add_flag("--decode", f->decode,
                 "Decode every image field in full; report images that fail or decode only with warnings. "
                 "Decoded arrays (npy) are parsed, and the report notes their channel order");
+  sub->add_flag("--duplicates", f->duplicates,
+                "Also list the samples whose image bytes equal an earlier sample's (what `convert --dedup` would "
+                "drop); a second read of the dataset. Duplicates are listed, not findings: they do not fail "
+                "the check");
   sub->add_option("--threads", f->threads, "Threads decoding images with --decode (0: one per core)")
       ->default_val(0)
       ->check(CLI::NonNegativeNumber);
@@ -103,6 +111,7 @@ RunFn SetupVerify(CLI::App* sub) {
     opts.against_open = f->open;
     opts.against = f->against;
     opts.decode = f->decode;
+    opts.duplicates = f->duplicates;
     opts.threads = f->threads;
     opts.max_pixels = f->max_pixels;
     opts.max_findings = f->max_findings;
@@ -130,7 +139,7 @@ RunFn SetupVerify(CLI::App* sub) {
     }
     const VerifyReport& rep = *r;
     if (f->json) {
-      std::printf("%s\n", io::RedactText(ReportJson(rep, f->against, f->decode)
+      std::printf("%s\n", io::RedactText(ReportJson(rep, f->against, f->decode, f->duplicates)
                                                .dump(-1, ' ', false, json::error_handler_t::replace))
                                .c_str());
       return rep.ok() ? kExitOk : kExitError;
@@ -147,6 +156,18 @@ RunFn SetupVerify(CLI::App* sub) {
       std::printf("... %llu more findings not listed (use --max-findings 0 or --json)\n",
                   static_cast<unsigned long long>(rep.total_findings() - rep.findings.size()));
     for (const auto& n : rep.notes) std::printf("note: %s\n", io::RedactText(n).c_str());
+    if (f->duplicates) {
+      const size_t shown = f->max_findings ? std::min<size_t>(rep.duplicate_images.size(), f->max_findings)
+                                           : rep.duplicate_images.size();
+      for (size_t i = 0; i < shown; ++i)
+        std::printf("duplicate image: %s repeats %s\n", io::RedactText(rep.duplicate_images[i].first).c_str(),
+                    io::RedactText(rep.duplicate_images[i].second).c_str());
+      if (shown < rep.duplicate_images.size())
+        std::printf("... %zu more duplicates not listed (use --max-findings 0 or --json)\n",
+                    rep.duplicate_images.size() - shown);
+      std::printf("duplicates: %zu sample%s repeat an earlier sample's image bytes (`convert --dedup` drops them)\n",
+                  rep.duplicate_images.size(), rep.duplicate_images.size() == 1 ? "" : "s");
+    }
     std::string checked = fmt::format("sample checksums {}, shard checksums {}",
                                       rep.sample_checksums ? "checked" : "not checked (none recorded or readable)",
                                       rep.shard_checksums ? "checked" : "not checked (none recorded)");

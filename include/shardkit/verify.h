@@ -20,7 +20,10 @@
 //  - with `against`: the source, sample by sample by key (missing, extra,
 //    different keys, labels or bytes); memory grows with the number of keys;
 //  - with `decode`: every image field decoded in full (decode errors, and
-//    images that decode only with warnings).
+//    images that decode only with warnings);
+//  - with `duplicates`: samples whose image bytes repeat an earlier sample's (what
+//    `convert --dedup` would drop), listed in VerifyReport::duplicate_images. Not
+//    damage: they are no finding, and ok() does not change.
 //
 // Thread safety: Verify() is reentrant; the progress callback runs on the
 // calling thread. Reading and checksums run on the calling thread; --decode
@@ -33,6 +36,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "shardkit/dataset.h"
@@ -84,6 +88,11 @@ struct VerifyOptions {
   // finding ("image declares WxH pixels, over the limit"), refused before its pixels are
   // allocated: the decompression-bomb guard of LoaderOptions::max_pixels, same default.
   uint64_t max_pixels = 200'000'000;
+  // List the samples whose image bytes equal an earlier sample's (dataset order): a
+  // second read of the whole dataset, by index on `threads` threads where it has
+  // random access (equal XXH3-128 hashes confirmed byte for byte), else in order with
+  // the hashes alone.
+  bool duplicates = false;
   // Findings kept in VerifyReport::findings (counts cover all of them); 0: all.
   uint64_t max_findings = 0;
   OpenOptions open;     // for the dataset (not the source)
@@ -105,6 +114,8 @@ struct VerifyReport {
   double seconds = 0;
   std::vector<Finding> findings;                 // in the order found, at most max_findings
   std::array<uint64_t, kNumFindingKinds> counts{};  // by FindingKind, all findings
+  // With VerifyOptions::duplicates: (key, the earlier key whose image bytes it repeats).
+  std::vector<std::pair<std::string, std::string>> duplicate_images;
   // Facts that are not findings, e.g. "no recorded checksums (folder datasets carry none)".
   std::vector<std::string> notes;
 

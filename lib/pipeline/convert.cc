@@ -497,30 +497,39 @@ Result<PartPlan> MakePartPlan(const Dataset& in, const formats::Format& fmt, Con
   return p;
 }
 
+// Where a list beside the output goes (duplicates.json, skipped.json): in the
+// directory of a shard pattern, else beside the output as "<output>.<name>".
+Result<std::string> SidecarPath(std::string_view dst, std::string_view name) {
+  std::string path;
+  SK_ASSIGN_OR_RETURN(const formats::Format* fmt, formats::Resolve(dst, true, &path));
+  if (fmt->writes_shards && paths::CheckShardPattern(path).ok()) return io::DirName(path) + "/" + std::string(name);
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  return path + "." + std::string(name);
+}
+
+// Writes `text` as the list `name` beside the output (SidecarPath): whole, then renamed.
+Result<std::string> WriteSidecar(std::string_view dst, std::string_view name, const std::string& text,
+                                 const std::shared_ptr<FileSystem>& local_fs) {
+  SK_ASSIGN_OR_RETURN(std::string path, SidecarPath(dst, name));
+  SK_ASSIGN_OR_RETURN(std::shared_ptr<FileSystem> fs, io::FileSystemOf(path, local_fs));
+  SK_ASSIGN_OR_RETURN(auto file, io::AtomicFile::Create(path, /*overwrite=*/true, fs));
+  SK_RETURN_IF_ERROR(file->Write(text));
+  SK_RETURN_IF_ERROR(file->Commit());
+  return path;
+}
+
 // skipped.json (--skip-bad): in the directory of a shard pattern, else beside the output
 // as "<output>.skipped.json"; written whole, then renamed, once the output is complete.
 // {"source": ADDRESS, "count": N, "skipped": [{"key": KEY, "reason": TEXT}, ...]} in
 // write order.
 Result<std::string> WriteSkippedList(const std::string& out_address, std::string_view src, const ConvertOptions& c,
                                      const std::vector<std::pair<std::string, std::string>>& skipped) {
-  std::string path;
-  SK_ASSIGN_OR_RETURN(const formats::Format* fmt, formats::Resolve(out_address, true, &path));
-  if (fmt->writes_shards && paths::CheckShardPattern(path).ok()) {
-    path = io::DirName(path) + "/skipped.json";
-  } else {
-    while (path.size() > 1 && path.back() == '/') path.pop_back();
-    path += ".skipped.json";
-  }
   nlohmann::ordered_json j;
   j["source"] = io::RedactAddress(src);
   j["count"] = skipped.size();
   j["skipped"] = nlohmann::ordered_json::array();
   for (const auto& [key, why] : skipped) j["skipped"].push_back({{"key", key}, {"reason", why}});
-  SK_ASSIGN_OR_RETURN(std::shared_ptr<FileSystem> fs, io::FileSystemOf(path, c.write.filesystem));
-  SK_ASSIGN_OR_RETURN(auto file, io::AtomicFile::Create(path, /*overwrite=*/true, fs));
-  SK_RETURN_IF_ERROR(file->Write(j.dump(2) + "\n"));
-  SK_RETURN_IF_ERROR(file->Commit());
-  return path;
+  return WriteSidecar(out_address, "skipped.json", j.dump(2) + "\n", c.write.filesystem);
 }
 
 // The copy behind Convert() and Shard(): `in` into `out_address` with `c`, a part of
@@ -755,16 +764,6 @@ Result<std::unique_ptr<Dataset>> Narrow(std::unique_ptr<Dataset> in, const Conve
                                  std::max(1, c.threads), report);
 }
 
-// Where duplicates.json goes: in the directory of a shard pattern, else beside the
-// output as "<output>.duplicates.json".
-Result<std::string> SidecarPath(std::string_view dst, std::string_view name) {
-  std::string path;
-  SK_ASSIGN_OR_RETURN(const formats::Format* fmt, formats::Resolve(dst, true, &path));
-  if (fmt->writes_shards && paths::CheckShardPattern(path).ok()) return io::DirName(path) + "/" + std::string(name);
-  while (path.size() > 1 && path.back() == '/') path.pop_back();
-  return path + "." + std::string(name);
-}
-
 // The selection's part of the summary, and duplicates.json (written whole, then renamed,
 // after the output is complete; by every part alike, the same bytes).
 Status FinishSelection(std::string_view src, std::string_view dst, const ConvertOptions& c,
@@ -777,11 +776,9 @@ Status FinishSelection(std::string_view src, std::string_view dst, const Convert
     sum->notes.push_back(fmt::format("{} of the {} keys listed by --select {} are not in the source",
                                      report.keys_not_found, report.keys_listed, c.select));
   if (!c.dedup) return Status::OK();
-  SK_ASSIGN_OR_RETURN(std::string path, SidecarPath(dst, "duplicates.json"));
-  SK_ASSIGN_OR_RETURN(std::shared_ptr<FileSystem> fs, io::FileSystemOf(path, c.write.filesystem));
-  SK_ASSIGN_OR_RETURN(auto file, io::AtomicFile::Create(path, /*overwrite=*/true, fs));
-  SK_RETURN_IF_ERROR(file->Write(pipeline::DuplicatesJson(io::RedactAddress(src), report)));
-  SK_RETURN_IF_ERROR(file->Commit());
+  SK_ASSIGN_OR_RETURN(std::string path, WriteSidecar(dst, "duplicates.json",
+                                                     pipeline::DuplicatesJson(io::RedactAddress(src), report),
+                                                     c.write.filesystem));
   sum->duplicates_file = path;
   return Status::OK();
 }

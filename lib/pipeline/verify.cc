@@ -37,6 +37,7 @@
 #include "core/paths.h"
 #include "formats/registry.h"
 #include "io/shard_cache.h"
+#include "pipeline/select.h"
 
 
 namespace shardkit {
@@ -763,7 +764,15 @@ class Verifier {
 
 Result<VerifyReport> Verify(std::string_view address, const VerifyOptions& opts) {
   Verifier v(address, opts);
-  return v.Run();
+  SK_ASSIGN_OR_RETURN(VerifyReport report, v.Run());
+  if (opts.duplicates) {
+    const auto t0 = std::chrono::steady_clock::now();
+    SK_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, Open(address, opts.open));
+    const int threads = opts.threads > 0 ? opts.threads : std::max(1, core::UsableCores());
+    SK_ASSIGN_OR_RETURN(report.duplicate_images, pipeline::FindDuplicates(*ds, threads));
+    report.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  return report;
 }
 
 }  // namespace shardkit

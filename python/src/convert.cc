@@ -36,6 +36,12 @@ py::dict SummaryToDict(const ConvertSummary& s) {
   d["source_checksums_checked"] = s.source_checksums_checked;
   d["notes"] = s.notes;
   if (!s.transform.empty()) d["transform"] = py::module_::import("json").attr("loads")(s.transform);
+  if (s.source_samples > 0) {
+    d["source_samples"] = s.source_samples;
+    d["selected"] = s.selected;
+    d["duplicates"] = s.duplicates;
+    if (!s.duplicates_file.empty()) d["duplicates_file"] = s.duplicates_file;
+  }
   if (!s.skipped_file.empty()) {
     d["skipped"] = s.skipped;
     d["skipped_file"] = s.skipped_file;
@@ -168,8 +174,10 @@ void BindConvert(py::module_& m) {
            const py::object& part, bool resume, const std::map<std::string, std::string>& source_options,
            const std::string& encode, const std::string& staging_dir, bool trust_manifest, bool verify_source,
            bool allow_empty, const std::map<std::string, std::string>& format_options, const std::string& resize,
-           bool skip_bad, uint64_t max_pixels) {
+           bool skip_bad, uint64_t max_pixels, const std::string& select, bool dedup) {
           ConvertOptions o;
+          o.select = select;
+          o.dedup = dedup;
           o.resize = resize;
           o.skip_bad = skip_bad;
           o.max_pixels = max_pixels;
@@ -208,7 +216,7 @@ void BindConvert(py::module_& m) {
         py::arg("encode") = "", py::arg("staging_dir") = "", py::arg("trust_manifest") = false,
         py::arg("verify_source") = true, py::arg("allow_empty") = false,
         py::arg("format_options") = std::map<std::string, std::string>{}, py::arg("resize") = "",
-        py::arg("skip_bad") = false, py::arg("max_pixels") = 0,
+        py::arg("skip_bad") = false, py::arg("max_pixels") = 0, py::arg("select") = "", py::arg("dedup") = false,
         R"doc(Copies every sample of the dataset `src` into a new dataset `dst` (any formats).
 
 Keeps dataset order, or with shuffle=True writes a seeded global permutation (needs random
@@ -231,7 +239,12 @@ upright by its EXIF orientation. encode: "" or "keep" copies image bytes (decode
 images); with resize the default is "jpeg:90". The manifest records the transform
 (docs/formats.md, "Transforms"). skip_bad: leave out samples whose image does not decode,
 listed in skipped.json beside the output (summary: skipped, skipped_file). max_pixels: the
-decoder's limit (width * height) for those images, 0 the default (200,000,000). progress: a callable taking a dict
+decoder's limit (width * height) for those images, 0 the default (200,000,000). select:
+"classes=a,b" (names or label numbers), "keys-from=FILE" or "fraction=F" (exactly
+round(F * n) samples, chosen by seed) writes only those, in source order (shuffle after).
+dedup: drop samples whose image bytes repeat an earlier one's, listed in duplicates.json
+beside the output (summary: source_samples, selected, duplicates, duplicates_file); both
+read every sample once first and need random access. progress: a callable taking a dict
 {samples, bytes, elapsed, total}, called about ten times a second on this thread.
 part: write only part I of N of a tar shard output ("I/N", (I, N), or "env" for the
 launcher's variables); merge(dst) then writes the manifest (docs/cluster.md). resume:
@@ -250,8 +263,10 @@ succeeds.)doc");
            const std::string& key_dots, const std::map<std::string, std::string>& field_map,
            const py::object& progress, const py::object& part, bool resume, const std::string& staging_dir,
            bool verify_source, bool allow_empty, const std::string& resize, const std::string& encode,
-           bool skip_bad, uint64_t max_pixels) {
+           bool skip_bad, uint64_t max_pixels, const std::string& select, bool dedup) {
           ShardOptions o;
+          o.select = select;
+          o.dedup = dedup;
           o.resize = resize;
           o.encode = encode;
           o.skip_bad = skip_bad;
@@ -282,11 +297,12 @@ succeeds.)doc");
         py::arg("progress") = py::none(), py::arg("part") = py::none(), py::arg("resume") = false,
         py::arg("staging_dir") = "", py::arg("verify_source") = true, py::arg("allow_empty") = false,
         py::arg("resize") = "", py::arg("encode") = "", py::arg("skip_bad") = false, py::arg("max_pixels") = 0,
+        py::arg("select") = "", py::arg("dedup") = false,
         R"doc(Re-shards any dataset into WebDataset tar shards named by the printf pattern `dst`
 (e.g. "out/train-%06d.tar"). Cut by exactly one of num_shards (counts differ by at most
 one), samples_per_shard, shard_size (bytes or "1GiB"); none given: 1 GiB shards.
 Other arguments as in convert() (part, resume, staging_dir, verify_source, resize, encode,
-skip_bad and max_pixels included). Returns a summary dict.)doc");
+skip_bad, max_pixels, select and dedup included). Returns a summary dict.)doc");
 
   m.def("merge",
         [](const std::string& dst, bool checksums) {

@@ -44,6 +44,14 @@ py::dict ReportToDict(const VerifyReport& r) {
   d["counts"] = counts;
   d["total_findings"] = r.total_findings();
   d["notes"] = r.notes;
+  py::list dups;
+  for (const auto& [k, o] : r.duplicate_images) {
+    py::dict e;
+    e["key"] = k;
+    e["duplicate_of"] = o;
+    dups.append(e);
+  }
+  d["duplicate_images"] = dups;
   return d;
 }
 
@@ -54,10 +62,11 @@ void BindVerify(py::module_& m) {
   m.def("verify",
         [](const std::string& address, const std::optional<std::string>& against, bool decode, int threads,
            uint64_t max_findings, const std::map<std::string, std::string>& field_map,
-           const py::object& progress, bool trust_manifest, uint64_t max_pixels) {
+           const py::object& progress, bool trust_manifest, uint64_t max_pixels, bool duplicates) {
           VerifyOptions o;
           o.against = against.value_or("");
           o.decode = decode;
+          o.duplicates = duplicates;
           o.threads = threads;
           if (max_pixels == 0) throw py::value_error("max_pixels must be positive");
           o.max_pixels = max_pixels;
@@ -96,6 +105,7 @@ void BindVerify(py::module_& m) {
         py::arg("threads") = 0, py::arg("max_findings") = 0,
         py::arg("field_map") = std::map<std::string, std::string>{}, py::arg("progress") = py::none(),
         py::arg("trust_manifest") = false, py::arg("max_pixels") = VerifyOptions{}.max_pixels,
+        py::arg("duplicates") = false,
         R"doc(Reads the whole dataset at `address` and reports what is wrong with it.
 
 Returns a dict: ok (True only with no finding), findings [{kind, message, file, shard,
@@ -105,7 +115,9 @@ raised; shardkit.Error is raised only when the check cannot run (no such dataset
 address, unreadable `against`). against: a source dataset to compare with, sample by
 sample by key. decode: decode every image (on `threads` threads, 0 = one per core);
 an image declaring more than max_pixels (width * height, default 200_000_000) is a
-decode finding, refused before its pixels are allocated.
+decode finding, refused before its pixels are allocated. duplicates: also list, under
+duplicate_images [{key, duplicate_of}], the samples whose image bytes repeat an earlier
+sample's (what convert(dedup=True) drops); they are not findings.
 progress: a callable taking {phase, samples, bytes, total, elapsed}.)doc");
 }
 

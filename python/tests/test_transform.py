@@ -79,3 +79,29 @@ def test_bad_values_and_skip_bad(tmp_path):
     (only_ok / "a" / "ok.jpg").write_bytes(_jpeg((64, 64), (10, 20, 30)))
     with pytest.raises(shardkit.Error, match="64x64"):
         shardkit.convert(str(only_ok), "wds:" + str(tmp_path / "w/t-%06d.tar"), encode="jpeg:80", max_pixels=1000)
+
+
+def test_select_and_dedup(tmp_path):
+    """select= and dedup= choose in source order; duplicates.json and verify(duplicates=True) agree."""
+    if not shardkit.HAVE_CONVERT:
+        pytest.skip("no convert in this build")
+    root = tmp_path / "in"
+    for c in ("cat", "dog"):
+        os.makedirs(root / c)
+        for i in range(5):
+            (root / c / ("%d.jpg" % i)).write_bytes(_jpeg((32, 24), (10 + 40 * i, 80 if c == "cat" else 160, 30)))
+    (root / "dog" / "dup.jpg").write_bytes((root / "cat" / "2.jpg").read_bytes())
+    v = shardkit.verify(str(root), duplicates=True)
+    assert v["ok"]
+    assert v["duplicate_images"] == [{"key": "dog/dup", "duplicate_of": "cat/2"}]
+    out = tmp_path / "out"
+    s = shardkit.convert(str(root), "wds:" + str(out / "t-%03d.tar"), select="classes=dog", dedup=True)
+    assert (s["source_samples"], s["selected"], s["duplicates"], s["samples"]) == (11, 6, 0, 6)
+    s = shardkit.shard(str(root), str(out / "u-%03d.tar"), dedup=True, num_shards=2, overwrite=True)
+    assert (s["duplicates"], s["samples"]) == (1, 10)
+    listed = json.loads((out / "duplicates.json").read_text())
+    assert listed["dropped"] == [{"key": "dog/dup", "duplicate_of": "cat/2"}]
+    s = shardkit.convert(str(root), "lmdb:" + str(tmp_path / "f.lmdb"), select="fraction=0.5", seed=3)
+    assert s["samples"] == 6  # round(0.5 * 11): 5.5 rounds away from zero
+    with pytest.raises(shardkit.Error, match="--select"):
+        shardkit.convert(str(root), "wds:" + str(tmp_path / "bad/x-%02d.tar"), select="fraction=2")
