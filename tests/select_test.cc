@@ -97,6 +97,20 @@ TEST_CASE("select: --dedup drops repeated image bytes in source order and lists 
   REQUIRE(shardkit::Convert(src, "lmdb:" + t / "o.lmdb", o).ok());
   CHECK(Keys(ReadBack(t / "o.lmdb")) == expect);
   CHECK(fs::exists(t / "o.lmdb.duplicates.json"));
+  // verify --duplicates lists the same pairs in the source and none in the output, and
+  // passes both: duplicates are not damage.
+  auto v = Cli("verify " + Q(src) + " --duplicates --json");
+  INFO(v.err);
+  CHECK(v.exit_code == 0);
+  auto jv = nlohmann::json::parse(v.out);
+  REQUIRE(jv["duplicate_images"].size() == dropped.size());
+  for (size_t i = 0; i < dropped.size(); ++i) {
+    CHECK(jv["duplicate_images"][i]["key"] == dropped[i].first);
+    CHECK(jv["duplicate_images"][i]["duplicate_of"] == dropped[i].second);
+  }
+  auto vo = Cli("verify " + Q(t / "out/t.manifest.json") + " --duplicates");
+  CHECK(vo.exit_code == 0);
+  CHECK_THAT(vo.out, Catch::Contains("duplicates: 0 samples"));
 }
 
 TEST_CASE("select: classes, keys-from and fraction choose in source order, fraction exactly and by seed", "[select]") {
