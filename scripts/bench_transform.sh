@@ -6,7 +6,8 @@
 # short side to 256 with Image.BILINEAR (PIL's antialiased bilinear: the same widening
 # triangle filter shardkit uses; no draft()/reduce) and saves it with quality=90 into a
 # folder; then the CPU loader (`shardkit bench --loader`) on the resized output against the
-# same corpus converted as it is (--encode keep). Not a test.
+# same corpus converted as it is (--encode keep); and `convert --dedup` against the same
+# plain conversion (goal: at least 0.9x). Not a test.
 #   scripts/bench_transform.sh [CORPUS_DIR] [--count N] [--runs R] [--threads N]
 # CORPUS_DIR default .bench/corpus-xform (made with ../shared/corpus/make_corpus.py when
 # missing; --count default 2000); --threads default nproc; best of R runs (default 2).
@@ -111,4 +112,13 @@ r_small=$(rate "$OUT/sk/t.manifest.json")
 printf "loader (%s threads), original: %8.1f images/s\n" "$THREADS" "$r_orig"
 printf "loader (%s threads), resized:  %8.1f images/s\n" "$THREADS" "$r_small"
 printf "ratio: %.2fx\n" "$(echo "$r_small / $r_orig" | bc -l)"
+
+# --dedup (a hashing read of every image before the write) against the plain conversion.
+plain() { rm -rf "$OUT/plain"; "$SK" convert "$CORPUS" "wds:$OUT/plain/t-%06d.tar" --threads "$THREADS"; }
+dedup() { rm -rf "$OUT/dedup"; "$SK" convert "$CORPUS" "wds:$OUT/dedup/t-%06d.tar" --threads "$THREADS" --dedup; }
+t_plain=$(best plain)
+t_dedup=$(best dedup)
+printf "convert (plain):   %8.1f images/s (%.2f s)\n" "$(echo "$N / $t_plain" | bc -l)" "$t_plain"
+printf "convert --dedup:   %8.1f images/s (%.2f s)\n" "$(echo "$N / $t_dedup" | bc -l)" "$t_dedup"
+printf "ratio: %.2fx\n" "$(echo "$t_plain / $t_dedup" | bc -l)"
 [ -n "${BENCH_OUT:-}" ] || rm -rf "$OUT"

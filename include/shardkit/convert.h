@@ -109,7 +109,7 @@ struct ConvertOptions {
   // unless this is set (`--allow-empty`): then an empty output is written. A part
   // (ConvertOptions::part) of a non-empty source may hold no samples either way.
   bool allow_empty = false;
-  // Which samples are written (docs/convert.md, "Choosing samples"): "" all,
+  // Which samples are written (docs/formats.md, "Choosing samples"): "" all,
   // "classes=a,b" (names or label numbers), "keys-from=FILE" (one key per line), or
   // "fraction=F" (exactly round(F * n) samples, chosen by `seed`). In source order; the
   // shuffle applies after. Needs random access, and reads every sample once first.
