@@ -230,3 +230,42 @@ TEST_CASE("select: the command refuses a malformed --select and --seed without a
   CHECK_THAT(missing.err, Catch::Contains("nope.txt"));
   CHECK_FALSE(fs::exists(t / "o/x.manifest.json"));
 }
+
+TEST_CASE("select: verify --against chooses from the source as the record says, and reads skipped.json", "[select][verify]") {
+  TempDir t;
+  const std::string src = FolderWithDuplicates(t);
+  auto conv = Cli(fmt::format("convert {} {} --select fraction=0.7 --seed 2 --dedup", Q(src),
+                              Q("wds:" + t / "a/t-%03d.tar")));
+  INFO(conv.err);
+  REQUIRE(conv.exit_code == 0);
+  auto v = Cli(fmt::format("verify {} --against {}", Q(t / "a/t.manifest.json"), Q(src)));
+  INFO(v.out);
+  CHECK(v.exit_code == 0);
+  CHECK_THAT(v.out, Catch::Contains("chosen alike") && Catch::Contains("result: intact"));
+  // The same output against the whole source, when the record is not there to say so,
+  // misses samples: take it out of the manifest.
+  auto m = nlohmann::json::parse(ReadFile(t / "a/t.manifest.json"));
+  REQUIRE(m.contains("transform"));
+  CHECK(m["transform"]["select"] == "fraction=0.7");
+  CHECK(m["transform"]["dedup"] == true);
+  m.erase("transform");
+  WriteFile(t / "a/t.manifest.json", m.dump());
+  auto bare = Cli(fmt::format("verify {} --against {}", Q(t / "a/t.manifest.json"), Q(src)));
+  CHECK(bare.exit_code != 0);
+  CHECK_THAT(bare.out, Catch::Contains("missing"));
+  // --skip-bad: the samples it left out are listed, not findings; with the list gone,
+  // they are.
+  WriteFile(src + "/c1/broken.JPEG", std::string("\xFF\xD8\xFF\xE0 not a jpeg", 16));
+  auto sk = Cli(fmt::format("convert {} {} --resize short:8 --skip-bad", Q(src), Q("wds:" + t / "b/t-%03d.tar")));
+  INFO(sk.err);
+  REQUIRE(sk.exit_code == 0);
+  REQUIRE(fs::exists(t / "b/skipped.json"));
+  auto vs = Cli(fmt::format("verify {} --against {}", Q(t / "b/t.manifest.json"), Q(src)));
+  INFO(vs.out);
+  CHECK(vs.exit_code == 0);
+  CHECK_THAT(vs.out, Catch::Contains("left out by --skip-bad"));
+  fs::remove(t / "b/skipped.json");
+  auto gone = Cli(fmt::format("verify {} --against {}", Q(t / "b/t.manifest.json"), Q(src)));
+  CHECK(gone.exit_code != 0);
+  CHECK_THAT(gone.out, Catch::Contains("cannot be read") && Catch::Contains("c1/broken"));
+}

@@ -550,6 +550,19 @@ Result<ConvertSummary> CopyInto(const Dataset& in, std::string_view src, const s
     SK_ASSIGN_OR_RETURN(std::optional<decode::TransformSpec> t,
                         decode::ParseTransform(c.resize, c.encode, c.max_pixels));
     if (t) c.write.transform = t->RecordJson();
+    // How the samples were chosen, in the same record, so that verify --against chooses
+    // alike from the source (and knows which samples --skip-bad left out).
+    if (!c.select.empty() || c.dedup || c.skip_bad) {
+      nlohmann::ordered_json j = c.write.transform.empty() ? nlohmann::ordered_json::object()
+                                                           : nlohmann::ordered_json::parse(c.write.transform);
+      if (!c.select.empty()) {
+        j["select"] = c.select;
+        if (c.select.rfind("fraction=", 0) == 0) j["seed"] = c.seed;
+      }
+      if (c.dedup) j["dedup"] = true;
+      if (c.skip_bad) j["skip_bad"] = true;
+      c.write.transform = j.dump();
+    }
   }
   // The channel order of decoded arrays, as the source says it ("decoded arrays: bgr ...",
   // the words convert's --encode check reads): every writer records it beside the arrays

@@ -29,6 +29,7 @@
 #include <tbb/task_arena.h>
 
 #include "core/cores.h"
+#include "io/any_file.h"
 #include "io/file.h"
 #include "core/pickle.h"
 #include "decode/jpeg.h"
@@ -154,14 +155,30 @@ class Verifier {
     const auto& extra = (*ds)->info().extra;
     auto it = extra.find("transform");
     if (it == extra.end()) return Status::OK();
-    std::string resize;
+    std::string resize, select;
+    bool encoded = false;
     try {
       auto j = nlohmann::json::parse(it->second);
+      if (!j.is_object()) throw std::runtime_error("not a JSON object");
       resize = j.value("resize", std::string());
+      encoded = j.contains("encode");
+      select = j.value("select", std::string());
+      select_seed_ = j.value("seed", uint64_t(0));
+      dedup_ = j.value("dedup", false);
+      skip_bad_ = j.value("skip_bad", false);
     } catch (const std::exception& e) {
       return Status::Corrupt(fmt::format("the dataset's transform record does not parse: {}", e.what()),
                              Location{.file = address_});
     }
+    if (!select.empty() || dedup_) {
+      auto spec = pipeline::ParseSelect(select);
+      if (!spec.ok())
+        return Status::Corrupt(fmt::format("the dataset's transform record: {}", spec.status().message()),
+                               Location{.file = address_});
+      select_ = *spec;
+      select_text_ = select;
+    }
+    if (!encoded) return Status::OK();
     decode::ResizeRule rule;
     if (!resize.empty()) {
       auto r = decode::ParseResize(resize);
@@ -175,6 +192,31 @@ class Verifier {
                          "rule, not their bytes",
                          it->second));
     return Status::OK();
+  }
+
+  // The keys --skip-bad left out, from the list beside the dataset (skipped.json in a
+  // shard pattern's directory, else DATASET.skipped.json); false when it cannot be read.
+  bool ReadSkippedList(std::set<std::string>* keys, std::string* where) {
+    std::string path;
+    auto fmt = formats::Resolve(address_, false, &path);
+    if (!fmt.ok()) return false;
+    if ((*fmt)->writes_shards) {
+      *where = io::DirName(path) + "/skipped.json";
+    } else {
+      while (path.size() > 1 && path.back() == '/') path.pop_back();
+      *where = path + ".skipped.json";
+    }
+    auto fs = io::FileSystemOf(*where, opts_.open.filesystem);
+    if (!fs.ok()) return false;
+    auto text = (*fs)->ReadFile(*where);
+    if (!text.ok()) return false;
+    try {
+      auto j = nlohmann::json::parse(*text);
+      for (const auto& e : j.at("skipped")) keys->insert(e.at("key").get<std::string>());
+    } catch (const std::exception&) {
+      return false;
+    }
+    return true;
   }
 
   // The source image's size after the transform's resize rule (SourceEntry::want_w/_h).
@@ -234,6 +276,23 @@ class Verifier {
       return Status(s.code(), "--against source: " + s.message(), s.where());
     }
     source_classes_ = (*src)->info().class_names;
+    if (select_) {
+      // The dataset was written from a choice of the source's samples: choose alike.
+      pipeline::SelectReport chosen;
+      const int threads = opts_.threads > 0 ? opts_.threads : std::max(1, core::UsableCores());
+      auto narrowed = pipeline::SelectSamples(std::shared_ptr<const Dataset>(std::move(*src)), *select_, dedup_,
+                                              select_seed_, threads, &chosen);
+      if (!narrowed.ok()) {
+        Status s = std::move(narrowed).take_status();
+        return Status(s.code(), "--against source: " + s.message(), s.where());
+      }
+      src = std::move(narrowed);
+      NoteOnce(fmt::format("the dataset records a choice of samples ({}{}): compared with the source's {} of {} "
+                           "samples chosen alike (source indices count the chosen ones)",
+                           select_text_.empty() ? "" : "select " + select_text_,
+                           dedup_ ? (select_text_.empty() ? "dedup" : ", dedup") : "", chosen.kept,
+                           chosen.source_samples));
+    }
     phase_ = "source";
     phase_total_ = (*src)->info().num_samples;
     SK_ASSIGN_OR_RETURN(auto reader, (*src)->NewReader());
@@ -707,9 +766,25 @@ class Verifier {
     for (const auto& [key, e] : source_)
       if (!e.seen) missing.emplace_back(e.index, &key);
     std::sort(missing.begin(), missing.end());
-    for (const auto& [index, key] : missing)
+    std::set<std::string> skipped;
+    std::string skipped_list;
+    if (skip_bad_ && !missing.empty()) {
+      if (ReadSkippedList(&skipped, &skipped_list)) {
+        uint64_t listed = 0;
+        for (const auto& [index, key] : missing) listed += skipped.count(*key);
+        NoteOnce(fmt::format("{} of the source's samples are left out by --skip-bad as {} lists them (not findings)",
+                             listed, skipped_list));
+      } else {
+        NoteOnce(fmt::format("the dataset records --skip-bad but its list {} cannot be read: every sample it lacks "
+                             "is a finding",
+                             skipped_list));
+      }
+    }
+    for (const auto& [index, key] : missing) {
+      if (skipped.count(*key)) continue;
       Add(FindingKind::kMissing, Location{.key = *key},
           fmt::format("source sample {} ('{}') is not in the dataset", index, opts_.against));
+    }
     if (!source_classes_.empty() && !classes_.empty() && source_classes_ != classes_)
       Add(FindingKind::kDifferent, Location{.file = manifest_.empty() ? units_.empty() ? "" : units_[0].path : manifest_},
           fmt::format("class names differ from the source's ({} here, {} there)", classes_.size(),
@@ -757,6 +832,11 @@ class Verifier {
 
   std::unordered_map<std::string, SourceEntry> source_;
   std::optional<decode::ResizeRule> transform_;  // ReadTransform(): the dataset records a transform
+  // ReadTransform(): the record's choice of samples (select, dedup) and --skip-bad.
+  std::optional<pipeline::SelectSpec> select_;
+  std::string select_text_;
+  uint64_t select_seed_ = 0;
+  bool dedup_ = false, skip_bad_ = false;
   uint64_t source_dups_ = 0;
 };
 
