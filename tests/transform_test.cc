@@ -430,6 +430,98 @@ TEST_CASE("transform: verify --against checks a transformed dataset by keys, lab
   CHECK(cli_ok.exit_code == 0);
 }
 
+TEST_CASE("transform: every output format records the transform, gives it back and verify --against passes",
+          "[transform][verify]") {
+  TempDir t;
+  MakeSource(t / "in");
+  sk_test::WriteFile(t / "in/c0/e.jpg", WithOrientation(Gradient(400, 300, 5), 6));
+  struct Case {
+    std::string format, out, open, record;  // record: the file holding it (hdf5: the file of the attribute)
+  };
+  const std::vector<Case> cases = {
+      {"lmdb", "lmdb:" + (t / "l.lmdb"), "lmdb:" + (t / "l.lmdb"), t / "l.lmdb/shardkit.json"},
+      {"hdf5", "hdf5:" + (t / "h.h5"), "hdf5:" + (t / "h.h5"), t / "h.h5"},
+      {"mds", "mds:" + (t / "m"), "mds:" + (t / "m"), t / "m/shardkit.json"},
+      {"tfrecord", "tfrecord:" + (t / "f/t-%05d.tfrecord"), t / "f/t.tfrecord.json", t / "f/t.tfrecord.json"},
+      {"recordio", "recordio:" + (t / "r/t.rec"), "recordio:" + (t / "r/t.rec"), t / "r/t.shardkit.json"},
+      {"folder", "folder:" + (t / "d"), "folder:" + (t / "d"), t / "d/.shardkit-folder.json"},
+  };
+  const nlohmann::json want = {{"resize", "short:100"}, {"encode", "jpeg:90"}, {"orientation", "applied"}};
+  for (const Case& c : cases) {
+    INFO(c.format);
+    ConvertOptions o;
+    o.resize = "short:100";
+    auto r = Convert(t / "in", c.out, o);
+    INFO(r.status().ToString());
+    REQUIRE(r.ok());
+    CHECK(nlohmann::json::parse(r->transform) == want);
+    auto ds = Open(c.open);
+    INFO(ds.status().ToString());
+    REQUIRE(ds.ok());
+    const auto& extra = (*ds)->info().extra;
+    auto it = extra.find("transform");
+    REQUIRE(it != extra.end());
+    CHECK(it->second == nlohmann::json::parse(r->transform).dump());  // the record, compact
+    CHECK(nlohmann::json::parse(it->second) == want);
+    // The record in the format's own metadata.
+    if (c.format == "hdf5") {
+      auto py = sk_test::Run(fmt::format("{} -c {} {}", kPy,
+                                         Q("import sys, h5py; v = h5py.File(sys.argv[1], 'r').attrs['transform']; "
+                                           "print(v.decode() if isinstance(v, bytes) else v)"),
+                                         Q(c.record)));
+      INFO(py.err);
+      REQUIRE(py.exit_code == 0);
+      CHECK(nlohmann::json::parse(py.out) == want);
+    } else {
+      CHECK(nlohmann::json::parse(sk_test::ReadFile(c.record))["transform"] == want);
+    }
+    // verify --against: the images differ by design; keys, labels and sizes agree.
+    VerifyOptions v;
+    v.against = t / "in";
+    auto good = Verify(c.open, v);
+    INFO(good.status().ToString());
+    REQUIRE(good.ok());
+    INFO((good->findings.empty() ? std::string() : good->findings[0].message));
+    CHECK(good->findings.empty());
+    auto cli = sk_test::Cli(fmt::format("verify {} --against {}", Q(c.open), Q(t / "in")));
+    INFO(cli.out << cli.err);
+    CHECK(cli.exit_code == 0);
+  }
+
+  // A record that is not a JSON object is refused, naming the file that holds it.
+  for (const Case& c : cases) {
+    INFO(c.format);
+    if (c.format == "hdf5") {
+      auto py = sk_test::Run(fmt::format("{} -c {} {}", kPy,
+                                         Q("import sys, h5py; f = h5py.File(sys.argv[1], 'r+'); "
+                                           "f.attrs['transform'] = '\"short:100\"'; f.close()"),
+                                         Q(c.record)));
+      INFO(py.err);
+      REQUIRE(py.exit_code == 0);
+    } else {
+      auto j = nlohmann::json::parse(sk_test::ReadFile(c.record));
+      j["transform"] = "short:100";
+      sk_test::WriteFile(c.record, j.dump());
+    }
+    auto ds = Open(c.open);
+    REQUIRE_FALSE(ds.ok());
+    CHECK(ds.status().code() == Code::kCorrupt);
+    CHECK_THAT(ds.status().ToString(), Catch::Contains("transform is not a JSON object"));
+    CHECK_THAT(ds.status().ToString(), Catch::Contains(c.record));
+  }
+
+  // A transform to record that is not a JSON object is the caller's error.
+  WriteOptions w;
+  w.transform = "[1]";
+  w.class_names = {"c0"};
+  auto wr = Create("lmdb:" + (t / "bad.lmdb"), w);
+  REQUIRE(wr.ok());
+  auto fin = (*wr)->Finish();
+  REQUIRE_FALSE(fin.ok());
+  CHECK(fin.status().code() == Code::kInvalidArgument);
+  CHECK_THAT(fin.status().message(), Catch::Contains("not a JSON object"));
+}
+
 TEST_CASE("transform: bad --resize and --encode values are usage errors", "[transform][cli]") {
   TempDir t;
   MakeSource(t / "in");

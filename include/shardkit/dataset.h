@@ -223,8 +223,10 @@ struct WriteOptions {
   std::string array_channels;
   // What convert did to the images (ConvertOptions::resize, ::encode), as a JSON object's
   // text: {"resize": "short:256", "encode": "jpeg:90", "orientation": "applied"}; empty:
-  // images copied as they are. The tar-shard manifest records it ("transform"), and its
-  // reader gives it back as DatasetInfo::extra["transform"] (verify --against reads it).
+  // images copied as they are. Every format with metadata records it ("transform": the
+  // tar-shard and TFRecord manifests, shardkit.json of LMDB and MDS, the HDF5 attribute,
+  // RecordIO's sidecars, the folder marker), and its reader gives it back as
+  // DatasetInfo::extra["transform"] (verify --against reads it).
   std::string transform;
   // wds, lmdb: continue an interrupted write of the same source with the same
   // options. The writer reads its journal (wds: "<manifest>.partial"; lmdb: the

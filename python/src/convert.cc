@@ -236,7 +236,7 @@ extension). source_options: read options of the source, e.g. {"lmdb.layout": "pi
 "short:S", "max:M" or "fit:WxH" shrinks every image (never enlarging one), after turning it
 upright by its EXIF orientation. encode: "" or "keep" copies image bytes (decoded arrays stay
 .npy); "jpeg[:Q]", "webp[:Q]" or "png" re-encodes every image (and writes decoded arrays as
-images); with resize the default is "jpeg:90". The manifest records the transform
+images); with resize the default is "jpeg:90". The output's metadata records the transform
 (docs/formats.md, "Transforms"). skip_bad: leave out samples whose image does not decode,
 listed in skipped.json beside the output (summary: skipped, skipped_file). max_pixels: the
 decoder's limit (width * height) for those images, 0 the default (200,000,000). select:

@@ -8,7 +8,7 @@
 //
 // Writing: every file goes into a fresh sibling directory `<root>.partial-*`
 // (no per-file fsync); Finish() writes the layout marker (with the channel order
-// of decoded arrays), syncs the file system (syncfs), and renames the directory
+// of decoded arrays and the transform applied at conversion), syncs the file system (syncfs), and renames the directory
 // to `<root>`. Nothing is under `<root>`
 // before Finish() succeeds; a writer destroyed without Finish() removes the
 // partial directory.
@@ -29,6 +29,7 @@
 #include "io/any_file.h"
 #include "core/paths.h"
 #include "formats/channel_order.h"
+#include "formats/transform_record.h"
 #include "formats/registry.h"
 
 namespace shardkit::formats {
@@ -324,11 +325,13 @@ int CompareKeys(std::string_view da, std::string_view sa, std::string_view db, s
   }
 }
 
-// What the marker records: the layout and the channel order of decoded arrays
-// ("bgr", "rgb" or "" when it records none).
+// What the marker records: the layout, the channel order of decoded arrays
+// ("bgr", "rgb" or "" when it records none) and the transform applied at conversion
+// (its JSON object as text, or "").
 struct Marker {
   Layout layout = Layout::kUnknown;
   std::string channel_order;
+  std::string transform;
   std::string path;  // empty when there is no marker
 };
 
@@ -350,6 +353,11 @@ Result<Marker> ReadMarker(const std::string& root) {
     if (!co->is_string() || (*co != "bgr" && *co != "rgb"))
       return Status::Corrupt("bad layout marker: channel_order is not \"bgr\" or \"rgb\"", Location{.file = path});
     m.channel_order = co->get<std::string>();
+  }
+  if (auto t = j.find("transform"); t != j.end()) {
+    if (!t->is_object())
+      return Status::Corrupt("bad layout marker: transform is not a JSON object", Location{.file = path});
+    m.transform = t->dump();
   }
   return m;
 }
@@ -619,6 +627,7 @@ Result<std::unique_ptr<Dataset>> OpenFolder(const std::string& path_in, const Op
     info.extra["ignored_root_files"] = std::to_string(ignored_root);
     info.extra["ignored_root_example"] = Join(root, ignored_example);
   }
+  if (!marker->transform.empty()) info.extra["transform"] = marker->transform;  // as the marker records it
   // Decoded arrays: the order the marker records, or folder.channels.
   SK_ASSIGN_OR_RETURN(bool to_rgb, ApplyChannelOrder(marker->channel_order, marker->path.empty() ? root : marker->path,
                                                      "folder.channels", opts, &info));
@@ -741,6 +750,9 @@ class FolderWriter : public SampleWriter {
     for (const auto& c : opts_.class_names) SK_RETURN_IF_ERROR(MakeDir(c));  // empty classes too
     nlohmann::json mj{{"layout", opts_.class_names.empty() ? "flat" : "classes"}};
     if (arrays_ && !opts_.array_channels.empty()) mj["channel_order"] = opts_.array_channels;
+    if (!opts_.transform.empty()) {  // the transform applied at conversion (a JSON object)
+      SK_ASSIGN_OR_RETURN(mj["transform"], TransformRecord(opts_.transform, Location{.file = root_}));
+    }
     std::string marker = mj.dump() + "\n";
     SK_RETURN_IF_ERROR(WriteNew(Join(partial_, kMarker), marker, Join(partial_, kMarker)));
     SK_RETURN_IF_ERROR(fs_->SyncTree(partial_));

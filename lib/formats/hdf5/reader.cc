@@ -21,6 +21,7 @@
 
 #include "core/per_thread.h"
 #include "formats/hdf5/arrays.h"
+#include "formats/transform_record.h"
 
 namespace shardkit::formats::hdf5 {
 
@@ -87,6 +88,9 @@ class Hdf5Data {
   // root's shardkit_format_version (then a label < 0 means "none") and class_names, and
   // the `images` attribute channel_order. Lock held.
   Status ReadNativeExtras(hid_t file, bool has_keys, const OpenOptions& opts);
+  // The root attribute transform of a shardkit-written file (WriteOptions::transform:
+  // one string, a JSON object) into info.extra["transform"]. Lock held.
+  Status ReadTransform(hid_t file);
   // OpenOptions::format_options["hdf5.channels"] = "bgr-to-rgb": channels 0 and 2 of
   // 3- and 4-channel arrays swapped on read (in the .npy copy just made).
   Status SwapChannels(const pickle::NdArray& a, Bytes* npy, const Location& at) const;
@@ -674,6 +678,7 @@ Status Hdf5Data::OpenShardkit(hid_t file, uint64_t file_size) {
     Hid a(H5Aopen(file, "class_names", H5P_DEFAULT), H5Aclose);
     SK_ASSIGN_OR_RETURN(info.class_names, ReadStrings(a.get(), true, "class_names (attribute)"));
   }
+  SK_RETURN_IF_ERROR(ReadTransform(file));
   {
     SK_ASSIGN_OR_RETURN(Hid d, OpenDataset(file, "keys", "keys"));
     SK_ASSIGN_OR_RETURN(n, Length1D(d.get(), "keys", path_));
@@ -917,6 +922,7 @@ Status Hdf5Data::ReadNativeExtras(hid_t file, bool has_keys, const OpenOptions& 
       Hid a(H5Aopen(file, "class_names", H5P_DEFAULT), H5Aclose);
       SK_ASSIGN_OR_RETURN(info.class_names, ReadStrings(a.get(), true, "class_names (attribute)"));
     }
+    SK_RETURN_IF_ERROR(ReadTransform(file));
   }
   bool any_arrays = false, file_bgr = false, file_rgb = false;
   std::string attr_of;
@@ -947,6 +953,16 @@ Status Hdf5Data::ReadNativeExtras(hid_t file, bool has_keys, const OpenOptions& 
   }
   if (info.extra.count("channel_order")) info.extra["channel_option"] = "hdf5.channels";
   return Status::OK();
+}
+
+Status Hdf5Data::ReadTransform(hid_t file) {
+  if (H5Aexists(file, "transform") <= 0) return Status::OK();
+  Hid a(H5Aopen(file, "transform", H5P_DEFAULT), H5Aclose);
+  SK_ASSIGN_OR_RETURN(auto v, ReadStrings(a.get(), true, "transform (attribute)"));
+  if (v.size() != 1)
+    return Status::Corrupt(fmt::format("attribute 'transform': holds {} strings, expected one (a JSON object)", v.size()),
+                           Location{.file = path_});
+  return TakeTransformText(v[0], "attribute 'transform'", path_, &info);
 }
 
 Status Hdf5Data::ReadShapes(hid_t file, TpField* images) {

@@ -20,6 +20,7 @@
 #include <fmt/ranges.h>
 
 #include "formats/array_sample.h"
+#include "formats/transform_record.h"
 #include "formats/hdf5/arrays.h"
 
 namespace shardkit::formats::hdf5 {
@@ -468,7 +469,8 @@ class Hdf5Writer : public SampleWriter {
     return Status::OK();
   }
 
-  // Root attributes: shardkit_format_version and class_names (when given). Lock held.
+  // Root attributes: shardkit_format_version, class_names (when given) and transform
+  // (WriteOptions::transform, when given: compact JSON text). Lock held.
   Status WriteRootAttributes(hid_t file, const Location& at) {
     auto fail = [&](std::string what) { return Status::IOError(fmt::format("{}: {}", what, H5Message()), at); };
     {
@@ -497,7 +499,17 @@ class Hdf5Writer : public SampleWriter {
       if (!attr.ok() || H5Awrite(attr.get(), type.get(), ptrs.data()) < 0)
         return fail("cannot write attribute 'class_names'");
     }
-
+    if (!opts_.transform.empty()) {  // the transform applied at conversion, as compact JSON text
+      SK_ASSIGN_OR_RETURN(nlohmann::json record, TransformRecord(opts_.transform, at));
+      const std::string text = record.dump();
+      Hid type(H5Tcopy(H5T_C_S1), H5Tclose);
+      H5Tset_size(type.get(), H5T_VARIABLE);
+      H5Tset_cset(type.get(), H5T_CSET_UTF8);
+      Hid space(H5Screate(H5S_SCALAR), H5Sclose);
+      Hid attr(H5Acreate2(file, "transform", type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+      const char* p = text.c_str();
+      if (!attr.ok() || H5Awrite(attr.get(), type.get(), &p) < 0) return fail("cannot write attribute 'transform'");
+    }
     return Status::OK();
   }
 
@@ -507,7 +519,7 @@ class Hdf5Writer : public SampleWriter {
   //           array has one shape; else 1-D vlen uint8 (each array flattened) + shapes
   //           int64 [N, rank];
   //   labels  int64 [N] (-1: none), keys (vlen strings), root attributes
-  //   shardkit_format_version and class_names, and images' attribute channel_order
+  //   shardkit_format_version, class_names and transform, and images' attribute channel_order
   //   ("rgb", or "bgr" when the source said so: WriteOptions::array_channels).
   Status WriteArraysHdf5() {
     H5Lock lock;

@@ -21,6 +21,7 @@
 
 #include "core/per_thread.h"
 #include "core/resume.h"
+#include "formats/transform_record.h"
 
 namespace shardkit::formats::lmdb {
 
@@ -261,6 +262,7 @@ class LmdbDataset : public Dataset {
                                            dir, env.entries()),
                                Location{.file = env.data_path()});
       info.extra["metadata"] = kMetaName;
+      if (auto t = j.find("transform"); t != j.end()) SK_RETURN_IF_ERROR(TakeTransform(*t, kMetaName, meta_path, &info));
       if (d->layout_ == Layout::kWild) {
         SK_RETURN_IF_ERROR(d->ScanWild(wild::Kind::kPickle));
         auto cat = std::make_shared<wild::Catalog>(*d->wild_);

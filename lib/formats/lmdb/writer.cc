@@ -22,6 +22,7 @@
 #include "core/resume.h"
 #include "shardkit/convert.h"
 #include "formats/array_sample.h"
+#include "formats/transform_record.h"
 
 namespace shardkit::formats::lmdb {
 
@@ -207,6 +208,10 @@ class LmdbWriter : public SampleWriter {
     j["fields"] = std::vector<std::string>(fields_.begin(), fields_.end());
     j["payload_bytes"] = payload_bytes_;
     j["data_file"] = {{"path", "data.mdb"}, {"bytes", data_bytes}, {"checksum", shard.checksum}};
+    // The transform applied at conversion (WriteOptions::transform, a JSON object).
+    if (!opts_.transform.empty()) {
+      SK_ASSIGN_OR_RETURN(j["transform"], TransformRecord(opts_.transform, loc));
+    }
     if (pickle_) {
       j["key"] = "f\"{idx}\" sample index (decimal, no padding; read in numeric order)";
       j["value"] = "pickle.dumps((numpy.ndarray, label int or None), protocol=4)";

@@ -301,6 +301,11 @@ Result<Index> ReadIndex(const std::string& dir, const std::shared_ptr<FileSystem
         return Bad(side, "shardkit.json: channel_order is not \"bgr\" or \"rgb\"");
       idx.channel_order = co->get<std::string>();
     }
+    auto tr = j.find("transform");
+    if (tr != j.end()) {
+      if (!tr->is_object()) return Bad(side, "shardkit.json: transform is not a JSON object");
+      idx.transform = tr->dump();
+    }
   }
   return idx;
 }

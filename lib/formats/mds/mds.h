@@ -74,6 +74,7 @@ struct Index {
   uint64_t num_samples = 0;
   std::vector<std::string> class_names;  // from shardkit.json, if any
   std::string channel_order;             // of decoded arrays, from shardkit.json: "bgr", "rgb" or ""
+  std::string transform;                 // from shardkit.json: the transform's JSON object as text, or ""
   std::vector<std::string> fields;       // union over shards, sorted
 };
 

@@ -267,6 +267,7 @@ Result<std::unique_ptr<Dataset>> OpenMds(const std::string& path, const OpenOpti
     info.extra["columns"] = cols;
   }
   info.extra["index"] = idx.index_path;
+  if (!idx.transform.empty()) info.extra["transform"] = idx.transform;  // as shardkit.json records it
   // Decoded arrays: the order shardkit.json records, or mds.channels.
   SK_ASSIGN_OR_RETURN(bool to_rgb, ApplyChannelOrder(idx.channel_order, "shardkit.json", "mds.channels", opts, &info));
   auto shared = std::make_shared<const Index>(std::move(idx));

@@ -15,6 +15,7 @@
 #include "io/file.h"
 #include "core/paths.h"
 #include "formats/mds/mds.h"
+#include "formats/transform_record.h"
 
 namespace shardkit::formats::mds {
 
@@ -404,6 +405,10 @@ class MdsWriter : public SampleWriter {
     side["class_names"] = opts_.class_names;
     side["format"] = "mds";
     side["samples"] = samples_;
+    // The transform applied at conversion (WriteOptions::transform, a JSON object).
+    if (!opts_.transform.empty()) {
+      SK_ASSIGN_OR_RETURN(side["transform"], TransformRecord(opts_.transform, Location{.file = root_}));
+    }
     side["version"] = 1;
     std::string side_text = PyDumps(side) + "\n";
     SK_RETURN_IF_ERROR(WriteNew(partial_ + "/" + kSidecarName, side_text, {}, root_ + "/" + kSidecarName));

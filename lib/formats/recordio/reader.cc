@@ -3,7 +3,7 @@
 // there is one); random access goes through the .idx (sorted by offset at
 // open, so both orders agree). Keys, class names and per-sample checksums come
 // from FILE.shardkit.json when shardkit wrote the file (with the channel order
-// of decoded arrays), else keys are the .idx keys or, without an .idx, each
+// of decoded arrays and the transform applied at conversion), else keys are the .idx keys or, without an .idx, each
 // record's header id.
 
 #include <algorithm>
@@ -73,6 +73,7 @@ struct Meta {
   std::map<uint64_t, std::string> exts;  // record -> payload extension, where sniffing says otherwise
   std::set<uint64_t> unlabeled;          // records whose sample had no label (the header holds 0)
   std::string channel_order;             // of decoded arrays: "bgr", "rgb" or "" (not recorded)
+  std::string transform;                 // the transform's JSON object as text, or "" (not recorded)
 };
 
 Result<Meta> ReadMeta(const std::string& rec_path) {
@@ -96,6 +97,10 @@ Result<Meta> ReadMeta(const std::string& rec_path) {
     if (j.contains("unlabeled"))
       for (uint64_t i : j.at("unlabeled").get<std::vector<uint64_t>>()) m.unlabeled.insert(i);
     m.channel_order = j.value("channel_order", std::string());
+    if (auto t = j.find("transform"); t != j.end()) {
+      if (!t->is_object()) return bad("transform is not a JSON object");
+      m.transform = t->dump();
+    }
   } catch (const std::exception& e) {
     return bad(e.what());
   }
@@ -345,6 +350,8 @@ Result<std::unique_ptr<Dataset>> Open(const std::string& path, const OpenOptions
   bool known = true, sums = !list.empty(), fields_known = true;
   uint64_t total = 0;
   std::string no_idx, recorded, recorded_in;
+  std::string transform;                     // as the first sidecar records it ("" none)
+  std::optional<std::string> transform_in;   // that sidecar
   for (size_t i = 0; i < list.size(); ++i) {
     Shard sh;
     sh.path = list[i];
@@ -364,6 +371,19 @@ Result<std::unique_ptr<Dataset>> Open(const std::string& path, const OpenOptions
       } else if (sh.meta.channel_order != recorded) {
         return Status::Corrupt(fmt::format("the channel order of decoded arrays is '{}' here but '{}' in '{}'",
                                            sh.meta.channel_order, recorded, recorded_in),
+                               Location{.file = MetaPathFor(sh.path), .shard = sh.number});
+      }
+    }
+    // Files with a sidecar record one transform (or none): a mix would have the images
+    // of one file checked against another's rule.
+    if (sh.meta.present) {
+      if (!transform_in) {
+        transform = sh.meta.transform;
+        transform_in = MetaPathFor(sh.path);
+      } else if (sh.meta.transform != transform) {
+        return Status::Corrupt(fmt::format("the transform recorded here is {} but {} in '{}'",
+                                           sh.meta.transform.empty() ? "none" : sh.meta.transform,
+                                           transform.empty() ? "none" : transform, *transform_in),
                                Location{.file = MetaPathFor(sh.path), .shard = sh.number});
       }
     }
@@ -393,6 +413,7 @@ Result<std::unique_ptr<Dataset>> Open(const std::string& path, const OpenOptions
     info.sample_checksums = SampleChecksums::kList;
     info.sample_checksums_where = "xxh3 list in FILE.shardkit.json beside each .rec";
   }
+  if (!transform.empty()) info.extra["transform"] = transform;
   // Decoded arrays: the order the sidecars record, or recordio.channels.
   ds->shards_ = std::move(shards);
   SK_ASSIGN_OR_RETURN(bool to_rgb, ApplyChannelOrder(recorded, recorded_in.empty() ? path : recorded_in,

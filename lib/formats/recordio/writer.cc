@@ -17,6 +17,7 @@
 #include "io/file.h"
 #include "core/paths.h"
 #include "formats/recordio/recordio.h"
+#include "formats/transform_record.h"
 #include "shardkit/version.h"
 
 namespace shardkit::formats::recordio {
@@ -208,6 +209,10 @@ class RecWriter : public SampleWriter {
               {"exts", exts_},
               {"unlabeled", unlabeled_}};
     if (fields_.count("npy") && !opts_.array_channels.empty()) meta["channel_order"] = opts_.array_channels;
+    // The transform applied at conversion (WriteOptions::transform, a JSON object).
+    if (!opts_.transform.empty()) {
+      SK_ASSIGN_OR_RETURN(meta["transform"], TransformRecord(opts_.transform, Location{.file = MetaPathFor(p)}));
+    }
     std::string text = meta.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
     SK_RETURN_IF_ERROR(io::WriteFileAtomic(IdxPathFor(p), idx_, true, opts_.filesystem));
     committed_.push_back(IdxPathFor(p));

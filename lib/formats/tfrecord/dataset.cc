@@ -36,6 +36,7 @@ struct ManifestInfo {
   std::vector<ShardListing::Shard> shards;
   std::optional<uint64_t> num_samples;
   std::string channel_order;  // of decoded arrays: "bgr", "rgb" or "" (not recorded)
+  std::string transform;      // the transform's JSON object as text, or "" (not recorded)
 };
 
 Result<ManifestInfo> ReadManifest(const std::string& path, bool trust) {
@@ -54,6 +55,10 @@ Result<ManifestInfo> ReadManifest(const std::string& path, bool trust) {
     if (m.channel_order != "" && m.channel_order != "bgr" && m.channel_order != "rgb")
       return Status::Corrupt(fmt::format("TFRecord manifest: channel_order '{}' is not bgr or rgb", m.channel_order),
                              at);
+    if (auto t = j.find("transform"); t != j.end()) {
+      if (!t->is_object()) return Status::Corrupt("TFRecord manifest: transform is not a JSON object", at);
+      m.transform = t->dump();
+    }
     const paths::Confinement inside(path, trust);
     size_t i = 0;
     for (const auto& s : j.at("shards")) {
@@ -236,6 +241,7 @@ Result<std::unique_ptr<Dataset>> TfDataset::Open(const std::string& path, const 
   d->info_.address = "tfrecord:" + path;
   d->info_.num_samples = d->total_;
   d->info_.extra["preset"] = d->mapping_.preset;
+  if (!man.transform.empty()) d->info_.extra["transform"] = man.transform;  // as the manifest records it
   d->info_.extra["compression"] = compressions;
   d->info_.extra["index"] = any_idx ? "DALI .idx beside the files (checked)" : "scanned at open";
   d->info_.sample_checksums = SampleChecksums::kInRecords;

@@ -18,6 +18,7 @@
 #include "formats/tfrecord/example.h"
 #include "formats/tfrecord/frames.h"
 #include "formats/tfrecord/tfrecord.h"
+#include "formats/transform_record.h"
 
 namespace shardkit::formats::tfrecord {
 
@@ -70,6 +71,12 @@ class TfWriter : public SampleWriter {
     j["num_samples"] = total_;
     j["class_names"] = opts_.class_names;
     if (arrays_ && !opts_.array_channels.empty()) j["channel_order"] = opts_.array_channels;
+    // The transform applied at conversion (WriteOptions::transform, a JSON object).
+    if (!opts_.transform.empty()) {
+      auto record = TransformRecord(opts_.transform, Location{.file = manifest_});
+      if (!record.ok()) return Keep(record.status());
+      j["transform"] = std::move(record).value();
+    }
     j["shards"] = nlohmann::json::array();
     std::string dir = io::DirName(manifest_);
     for (const auto& si : summary_.shards) {
