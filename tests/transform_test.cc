@@ -311,6 +311,12 @@ TEST_CASE("transform: the output is the same for any thread count and for parts,
   auto killed = sk_test::Run(fmt::format("SHARDKIT_TEST_RAISE=15@3 {} {}", Q(SHARDKIT_CLI), cmd));
   CHECK(killed.exit_code == 143);
   CHECK_FALSE(fs::exists(t / "res/t.manifest.json"));
+  // A resume with another rule is refused by name, before a byte is written.
+  const std::string other = fmt::format("convert {} {} --resize max:64 --samples-per-shard 2 --threads 2 --resume",
+                                        Q(t / "in"), Q("wds:" + (t / "res/t-%06d.tar")));
+  auto refused = sk_test::Cli(other);
+  CHECK(refused.exit_code != 0);
+  CHECK_THAT(refused.err, Catch::Contains("transform") && Catch::Contains("max:128"));
   auto resumed = sk_test::Cli(cmd + " --resume");
   INFO(resumed.err);
   REQUIRE(resumed.exit_code == 0);

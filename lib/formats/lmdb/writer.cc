@@ -264,6 +264,9 @@ class LmdbWriter : public SampleWriter {
     json o;
     o["layout"] = layout_ == Layout::kShardkit ? "shardkit" : "caffe";
     o["class_names"] = opts_.class_names;
+    // The transform and the choice of samples (WriteOptions::transform): a resume with
+    // other ones is refused by name. Absent when there is none, as journals before it.
+    if (!opts_.transform.empty()) o["transform"] = opts_.transform;
     return o;
   }
 

@@ -48,6 +48,9 @@ json WdsWriter::OptionsJson() const {
   o["key_dots"] = opts_.key_dots == KeyDots::kReplace ? "replace" : "error";
   o["write_index"] = opts_.write_index;
   o["shard_plan"] = opts_.shard_plan;
+  // The transform and the choice of samples (WriteOptions::transform): a resume with
+  // other ones is refused by name. Absent when there is none, as journals before it.
+  if (!opts_.transform.empty()) o["transform"] = opts_.transform;
   if (part()) {
     o["part"] = fmt::format("{}/{}", opts_.part.index, opts_.part.count);
     o["first_shard"] = opts_.part.first_shard;
