@@ -26,20 +26,7 @@ while [ $# -gt 0 ]; do
 done
 SK=${SK:-build/tools/shardkit}
 [ -x "$SK" ] || cmake --build build --target shardkit_cli >/dev/null
-if [ ! -d "$CORPUS" ]; then
-  echo "making $COUNT images in $CORPUS ..." >&2
-  mkdir -p "$(dirname "$CORPUS")"
-  # make_corpus.py opens every file in its sources/ folder as an image, and that folder
-  # also holds SOURCES.md: run a copy beside the images only.
-  MK="${MAKE_CORPUS:-../shared/corpus/make_corpus.py}"
-  GEN="$(mktemp -d)"
-  cp "$MK" "$GEN/make_corpus.py"
-  mkdir "$GEN/sources"
-  find "$(dirname "$MK")/sources" -maxdepth 1 -type f \( -iname '*.png' -o -iname '*.jpg' -o -iname '*.jpeg' \) \
-    -exec cp {} "$GEN/sources/" \;
-  /usr/bin/python3 "$GEN/make_corpus.py" "$CORPUS" --count "$COUNT" >&2
-  rm -rf "$GEN"
-fi
+scripts/make-corpus.sh "$CORPUS" "$COUNT"
 OUT="${BENCH_OUT:-$(mktemp -d "$(dirname "$(realpath "$CORPUS")")/bench-out.XXXXXX")}"
 trap 'rm -rf "$OUT"' EXIT
 BYTES=$(find "$CORPUS" -type f -printf '%s\n' | awk '{s+=$1} END {print s}')

@@ -35,18 +35,7 @@ while [ $# -gt 0 ]; do
 done
 SK=${SK:-build/tools/shardkit}
 [ -x "$SK" ] || cmake --build build --target shardkit_cli >/dev/null
-if [ ! -d "$CORPUS" ]; then
-  echo "making $COUNT images in $CORPUS ..." >&2
-  mkdir -p "$(dirname "$CORPUS")"
-  MK="${MAKE_CORPUS:-../shared/corpus/make_corpus.py}"
-  GEN="$(mktemp -d)"
-  cp "$MK" "$GEN/make_corpus.py"
-  mkdir "$GEN/sources"
-  find "$(dirname "$MK")/sources" -maxdepth 1 -type f \( -iname '*.png' -o -iname '*.jpg' -o -iname '*.jpeg' \) \
-    -exec cp {} "$GEN/sources/" \;
-  /usr/bin/python3 "$GEN/make_corpus.py" "$CORPUS" --count "$COUNT" >&2
-  rm -rf "$GEN"
-fi
+scripts/make-corpus.sh "$CORPUS" "$COUNT"
 OUT="${BENCH_OUT:-$(mktemp -d "$(dirname "$(realpath "$CORPUS")")/bench-parts.XXXXXX")}"
 trap 'rm -rf "$OUT"' EXIT
 CORES=$(nproc)

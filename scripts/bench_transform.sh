@@ -29,20 +29,7 @@ while [ $# -gt 0 ]; do
 done
 SK=${SK:-build/tools/shardkit}
 PY=/usr/bin/python3  # Debian's, with Pillow
-if [ ! -d "$CORPUS" ]; then
-  echo "making $COUNT images in $CORPUS ..." >&2
-  mkdir -p "$(dirname "$CORPUS")"
-  # make_corpus.py reads every file of its sources/ folder as an image: run a copy beside
-  # the images only (as scripts/bench_convert.sh does).
-  MK="${MAKE_CORPUS:-../shared/corpus/make_corpus.py}"
-  GEN="$(mktemp -d)"
-  cp "$MK" "$GEN/make_corpus.py"
-  mkdir "$GEN/sources"
-  find "$(dirname "$MK")/sources" -maxdepth 1 -type f \( -iname '*.png' -o -iname '*.jpg' -o -iname '*.jpeg' \) \
-    -exec cp {} "$GEN/sources/" \;
-  $PY "$GEN/make_corpus.py" "$CORPUS" --count "$COUNT" >&2
-  rm -rf "$GEN"
-fi
+scripts/make-corpus.sh "$CORPUS" "$COUNT"
 OUT=${BENCH_OUT:-$(mktemp -d "$(dirname "$CORPUS")/bench-xform.XXXXXX")}
 mkdir -p "$OUT"
 N=$(find "$CORPUS" -type f | wc -l)
