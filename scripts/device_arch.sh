@@ -19,7 +19,10 @@ T0=$(date +%s)
 say() { echo "== device_arch [$(( $(date +%s) - T0 ))s] $*"; }
 [[ "${CMAKE_PREFIX_PATH:-}" == */opt/deps/* ]] || source .deps/unpack.sh
 export PATH=/usr/local/cuda/bin:$PATH
-OUTDIR=${OUT:-/tmp/arch-out}; mkdir -p "$OUTDIR"
+# Logs go to one folder, packed into $OUT/device_arch_logs.tgz at the end (the device
+# returns at most 8 files).
+OUTDIR=/tmp/arch-out; mkdir -p "$OUTDIR"
+[ -n "${OUT:-}" ] && trap 'tar -czf "$OUT/device_arch_logs.tgz" -C "$OUTDIR" . 2>/dev/null' EXIT
 W=/tmp/arch; mkdir -p "$W"
 NEW=$W/build-new; OLD=$W/build-old
 PY=$(command -v python3)
@@ -71,8 +74,8 @@ if [ "$stage" = test ] || [ "$stage" = device ] || [ "$stage" = all ]; then
   $NEW/tests/test_gpu > "$OUTDIR/gpu_tests.log" 2>&1 || rc=1
   tail -3 "$OUTDIR/gpu_tests.log"; grep -B3 -A12 FAILED "$OUTDIR/gpu_tests.log" | head -60
   say "python/tests with $($PY -c 'import torch; print("torch", torch.__version__)')"
-  PYTHONPATH=$NEW/python timeout 300 $PY -m pytest -q -p no:cacheprovider -rs python/tests > "$OUTDIR/pytest.log" 2>&1 || rc=1
-  grep -E "passed|failed|SKIPPED|FAILED" "$OUTDIR/pytest.log" | tail -20
+  PYTHONPATH=$NEW/python timeout 300 $PY -m pytest -q -p no:cacheprovider -rfs python/tests > "$OUTDIR/pytest.log" 2>&1 || rc=1
+  grep -E "^FAILED" "$OUTDIR/pytest.log" | cut -c1-300; grep -E "passed|failed" "$OUTDIR/pytest.log" | tail -2
   for order in "import shardkit; import torch" "import torch; import shardkit"; do
     PYTHONPATH=$NEW/python $PY -c "$order; print('ok')" > "$OUTDIR/imp.log" 2>&1; echo "[$order] rc=$? $(tail -1 "$OUTDIR/imp.log")"
   done

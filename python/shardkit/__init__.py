@@ -57,6 +57,10 @@ from ._shardkit import Dataset, Error, __version__, detect_format, formats, info
 
 HAVE_CONVERT = _shardkit.HAVE_CONVERT
 HAVE_LOADER = _shardkit.HAVE_LOADER
+# Image codecs beyond JPEG and PNG that this build decodes (WebP also encodes).
+HAVE_WEBP = _shardkit.HAVE_WEBP
+HAVE_AVIF = _shardkit.HAVE_AVIF
+HAVE_JXL = _shardkit.HAVE_JXL
 
 if HAVE_CONVERT:
     from ._shardkit import format_options, merge, shard

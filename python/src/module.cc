@@ -11,6 +11,22 @@ PYBIND11_MODULE(_shardkit, m) {
   shardkit::python::BindDataset(m);
   shardkit::python::BindConvert(m);
   shardkit::python::BindLoader(m);
+  // The image codecs beyond JPEG and PNG this build decodes (cmake/ShardkitDeps.cmake).
+#ifdef SHARDKIT_HAVE_WEBP
+  m.attr("HAVE_WEBP") = true;
+#else
+  m.attr("HAVE_WEBP") = false;
+#endif
+#ifdef SHARDKIT_HAVE_AVIF
+  m.attr("HAVE_AVIF") = true;
+#else
+  m.attr("HAVE_AVIF") = false;
+#endif
+#ifdef SHARDKIT_HAVE_JXL
+  m.attr("HAVE_JXL") = true;
+#else
+  m.attr("HAVE_JXL") = false;
+#endif
 #if SHARDKIT_PY_HAVE_VERIFY
   shardkit::python::BindVerify(m);
 #else
