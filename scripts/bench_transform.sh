@@ -28,7 +28,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 SK=${SK:-build/tools/shardkit}
-PY=/usr/bin/python3  # Debian's, with Pillow
+PY=${PY:-/usr/bin/python3}  # Debian's, with Pillow (PY: another python3 with Pillow)
 scripts/make-corpus.sh "$CORPUS" "$COUNT"
 OUT=${BENCH_OUT:-$(mktemp -d "$(dirname "$CORPUS")/bench-xform.XXXXXX")}
 mkdir -p "$OUT"
@@ -65,6 +65,7 @@ if __name__ == "__main__":
     main(sys.argv[1], sys.argv[2], int(sys.argv[3]))
 PYEOF
 
+calc() { awk "BEGIN{print $1}"; }  # arithmetic without bc (not on every machine)
 best() {  # best (least) seconds of RUNS runs of "$@"
   local b=""
   for _ in $(seq "$RUNS"); do
@@ -72,8 +73,8 @@ best() {  # best (least) seconds of RUNS runs of "$@"
     t0=$(date +%s.%N)
     "$@" >/dev/null
     t1=$(date +%s.%N)
-    s=$(echo "$t1 - $t0" | bc -l)
-    if [ -z "$b" ] || (( $(echo "$s < $b" | bc -l) )); then b=$s; fi
+    s=$(calc "$t1 - $t0")
+    if [ -z "$b" ] || awk "BEGIN{exit !($s < $b)}"; then b=$s; fi
   done
   echo "$b"
 }
@@ -82,9 +83,9 @@ pil() { rm -rf "$OUT/pil"; $PY "$OUT/pil_resize.py" "$CORPUS" "$OUT/pil" "$THREA
 echo "corpus: $CORPUS ($N images), $THREADS threads / processes, $(nproc) cores, best of $RUNS"
 t_sk=$(best conv)
 t_pil=$(best pil)
-printf "shardkit convert --resize short:256 --encode jpeg:90: %8.1f images/s (%.2f s)\n" "$(echo "$N / $t_sk" | bc -l)" "$t_sk"
-printf "PIL ProcessPoolExecutor (BILINEAR, quality=90):        %8.1f images/s (%.2f s)\n" "$(echo "$N / $t_pil" | bc -l)" "$t_pil"
-printf "ratio: %.2fx\n" "$(echo "$t_pil / $t_sk" | bc -l)"
+printf "shardkit convert --resize short:256 --encode jpeg:90: %8.1f images/s (%.2f s)\n" "$(calc "$N / $t_sk")" "$t_sk"
+printf "PIL ProcessPoolExecutor (BILINEAR, quality=90):        %8.1f images/s (%.2f s)\n" "$(calc "$N / $t_pil")" "$t_pil"
+printf "ratio: %.2fx\n" "$(calc "$t_pil / $t_sk")"
 
 # The CPU loader on the resized output against the original bytes.
 rm -rf "$OUT/orig"
@@ -98,14 +99,14 @@ r_orig=$(rate "$OUT/orig/t.manifest.json")
 r_small=$(rate "$OUT/sk/t.manifest.json")
 printf "loader (%s threads), original: %8.1f images/s\n" "$THREADS" "$r_orig"
 printf "loader (%s threads), resized:  %8.1f images/s\n" "$THREADS" "$r_small"
-printf "ratio: %.2fx\n" "$(echo "$r_small / $r_orig" | bc -l)"
+printf "ratio: %.2fx\n" "$(calc "$r_small / $r_orig")"
 
 # --dedup (a hashing read of every image before the write) against the plain conversion.
 plain() { rm -rf "$OUT/plain"; "$SK" convert "$CORPUS" "wds:$OUT/plain/t-%06d.tar" --threads "$THREADS"; }
 dedup() { rm -rf "$OUT/dedup"; "$SK" convert "$CORPUS" "wds:$OUT/dedup/t-%06d.tar" --threads "$THREADS" --dedup; }
 t_plain=$(best plain)
 t_dedup=$(best dedup)
-printf "convert (plain):   %8.1f images/s (%.2f s)\n" "$(echo "$N / $t_plain" | bc -l)" "$t_plain"
-printf "convert --dedup:   %8.1f images/s (%.2f s)\n" "$(echo "$N / $t_dedup" | bc -l)" "$t_dedup"
-printf "ratio: %.2fx\n" "$(echo "$t_plain / $t_dedup" | bc -l)"
+printf "convert (plain):   %8.1f images/s (%.2f s)\n" "$(calc "$N / $t_plain")" "$t_plain"
+printf "convert --dedup:   %8.1f images/s (%.2f s)\n" "$(calc "$N / $t_dedup")" "$t_dedup"
+printf "ratio: %.2fx\n" "$(calc "$t_plain / $t_dedup")"
 [ -n "${BENCH_OUT:-}" ] || rm -rf "$OUT"

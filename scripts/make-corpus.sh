@@ -17,4 +17,4 @@ cp "$MK" "$GEN/make_corpus.py"
 mkdir "$GEN/sources"
 find "$(dirname "$MK")/sources" -maxdepth 1 -type f \( -iname '*.png' -o -iname '*.jpg' -o -iname '*.jpeg' \) \
   -exec cp {} "$GEN/sources/" \;
-/usr/bin/python3 "$GEN/make_corpus.py" "$DIR" --count "$COUNT" >&2
+"${PY:-/usr/bin/python3}" "$GEN/make_corpus.py" "$DIR" --count "$COUNT" >&2
