@@ -5,8 +5,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 #include <memory>
 #include <vector>
 
@@ -107,18 +111,19 @@ JpegHead ScanJpeg(const uint8_t* d, size_t n) {
 // source with 14-bit fixed-point weights that sum to exactly 1 << 14.
 constexpr int kShift = 14;
 struct Axis {
-  int taps = 0;
-  std::vector<int> start, count;
-  std::vector<int32_t> w;  // taps per output pixel
+  int taps = 0;            // the same number of weights for every output pixel
+  std::vector<int> start;  // the first input pixel of each output pixel's taps
+  std::vector<int32_t> w;  // taps per output pixel (zero where the filter is)
 };
 void MakeAxis(int in, int out, Axis* a) {
   const double scale = double(in) / out;
   const double support = std::max(scale, 1.0);
-  a->taps = int(std::ceil(support)) * 2 + 1;
+  // Every output pixel gets `taps` weights over [start, start + taps), start clamped into
+  // the image, so the inner loops have one trip count (the zeros add nothing).
+  a->taps = std::min(in, int(std::ceil(support)) * 2 + 1);
   a->start.assign(out, 0);
-  a->count.assign(out, 0);
   a->w.assign(size_t(out) * a->taps, 0);
-  std::vector<double> f(a->taps);
+  std::vector<double> f(size_t(a->taps) + 1);
   for (int i = 0; i < out; ++i) {
     const double c = (i + 0.5) * scale;
     int x0 = std::max(0, int(std::floor(c - support + 0.5)));
@@ -136,7 +141,8 @@ void MakeAxis(int in, int out, Axis* a) {
       n = 1;
       f[0] = sum = 1;
     }
-    int32_t* w = &a->w[size_t(i) * a->taps];
+    const int s0 = std::clamp(x0, 0, in - a->taps);
+    int32_t* w = &a->w[size_t(i) * a->taps] + (x0 - s0);
     int32_t total = 0, big = 0;
     for (int k = 0; k < n; ++k) {
       w[k] = int32_t(std::lround(f[k] / sum * (1 << kShift)));
@@ -144,8 +150,7 @@ void MakeAxis(int in, int out, Axis* a) {
       if (w[k] > w[big]) big = k;
     }
     w[big] += (1 << kShift) - total;  // exact unit sum: a flat image stays flat
-    a->start[i] = x0;
-    a->count[i] = n;
+    a->start[i] = s0;
   }
 }
 
@@ -274,54 +279,184 @@ Result<std::optional<TransformSpec>> ParseTransform(std::string_view resize, std
   return std::optional<TransformSpec>(std::move(t));
 }
 
-void ResizeRgb(const uint8_t* src, int sw, int sh, size_t sstride, uint8_t* dst, int dw, int dh) {
-  thread_local Axis ax, ay;
-  thread_local std::vector<uint8_t> tmp;
-  // Horizontal pass over every source row into tmp (dw x sh), then the vertical one.
-  const uint8_t* mid = src;
-  size_t mid_stride = sstride;
-  if (dw != sw) {
-    MakeAxis(sw, dw, &ax);
-    tmp.resize(size_t(dw) * 3 * size_t(sh));
-    for (int y = 0; y < sh; ++y) {
-      const uint8_t* row = src + sstride * size_t(y);
-      uint8_t* out = tmp.data() + size_t(dw) * 3 * size_t(y);
-      for (int x = 0; x < dw; ++x) {
-        const int32_t* w = &ax.w[size_t(x) * ax.taps];
-        const uint8_t* p = row + size_t(ax.start[x]) * 3;
-        int32_t r = 0, g = 0, b = 0;
-        for (int k = 0, n = ax.count[x]; k < n; ++k, p += 3) {
-          r += w[k] * p[0];
-          g += w[k] * p[1];
-          b += w[k] * p[2];
-        }
-        out[3 * x] = Clamp8(r);
-        out[3 * x + 1] = Clamp8(g);
-        out[3 * x + 2] = Clamp8(b);
-      }
-    }
-    mid = tmp.data();
-    mid_stride = size_t(dw) * 3;
-  }
-  const size_t row_bytes = size_t(dw) * 3;
-  if (dh == sh) {
-    for (int y = 0; y < dh; ++y) std::memcpy(dst + row_bytes * size_t(y), mid + mid_stride * size_t(y), row_bytes);
-    return;
-  }
-  MakeAxis(sh, dh, &ay);
+namespace {
+// Rows of `row` bytes: out row y = the taps of ay over src's rows.
+void VerticalPassScalar(const uint8_t* src, size_t sstride, size_t row, const Axis& ay, int dh, uint8_t* dst,
+                        size_t dstride) {
   thread_local std::vector<int32_t> acc;
-  acc.resize(row_bytes);
+  acc.resize(row);
   for (int y = 0; y < dh; ++y) {
     std::fill(acc.begin(), acc.end(), 0);
     const int32_t* w = &ay.w[size_t(y) * ay.taps];
-    for (int k = 0, n = ay.count[y]; k < n; ++k) {
-      const uint8_t* row = mid + mid_stride * size_t(ay.start[y] + k);
+    for (int k = 0; k < ay.taps; ++k) {
+      const uint8_t* p = src + sstride * size_t(ay.start[y] + k);
       const int32_t wk = w[k];
-      for (size_t i = 0; i < row_bytes; ++i) acc[i] += wk * row[i];
+      for (size_t i = 0; i < row; ++i) acc[i] += wk * p[i];
     }
-    uint8_t* out = dst + row_bytes * size_t(y);
-    for (size_t i = 0; i < row_bytes; ++i) out[i] = Clamp8(acc[i]);
+    uint8_t* out = dst + dstride * size_t(y);
+    for (size_t i = 0; i < row; ++i) out[i] = Clamp8(acc[i]);
   }
+}
+
+// RGB rows to rows of ax's output width.
+void HorizontalPassScalar(const uint8_t* src, size_t sstride, const Axis& ax, int dw, int h, uint8_t* dst,
+                          size_t dstride) {
+  for (int y = 0; y < h; ++y) {
+    const uint8_t* row = src + sstride * size_t(y);
+    uint8_t* out = dst + dstride * size_t(y);
+    for (int x = 0; x < dw; ++x) {
+      const int32_t* w = &ax.w[size_t(x) * ax.taps];
+      const uint8_t* p = row + size_t(ax.start[x]) * 3;
+      int32_t r = 0, g = 0, b = 0;
+      for (int k = 0; k < ax.taps; ++k, p += 3) {
+        r += w[k] * p[0];
+        g += w[k] * p[1];
+        b += w[k] * p[2];
+      }
+      out[3 * x] = Clamp8(r);
+      out[3 * x + 1] = Clamp8(g);
+      out[3 * x + 2] = Clamp8(b);
+    }
+  }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define SK_RESAMPLE_AVX2 1
+// The same passes with AVX2 (chosen at run time): 8 bytes per instruction in the vertical
+// pass, one pixel's three channels per instruction in the horizontal one. The results are
+// the scalar passes' to the bit (the same integer arithmetic).
+__attribute__((target("avx2"))) void VerticalPassAvx2(const uint8_t* src, size_t sstride, size_t row,
+                                                      const Axis& ay, int dh, uint8_t* dst, size_t dstride) {
+  const __m256i half = _mm256_set1_epi32(1 << (kShift - 1));
+  for (int y = 0; y < dh; ++y) {
+    const int32_t* w = &ay.w[size_t(y) * ay.taps];
+    const uint8_t* rows = src + sstride * size_t(ay.start[y]);
+    uint8_t* out = dst + dstride * size_t(y);
+    size_t i = 0;
+    for (; i + 16 <= row; i += 16) {
+      __m256i a0 = half, a1 = half;
+      const uint8_t* p = rows + i;
+      for (int k = 0; k < ay.taps; ++k, p += sstride) {
+        const __m256i wk = _mm256_set1_epi32(w[k]);
+        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+        a0 = _mm256_add_epi32(a0, _mm256_mullo_epi32(wk, _mm256_cvtepu8_epi32(v)));
+        a1 = _mm256_add_epi32(a1, _mm256_mullo_epi32(wk, _mm256_cvtepu8_epi32(_mm_srli_si128(v, 8))));
+      }
+      a0 = _mm256_srai_epi32(a0, kShift);
+      a1 = _mm256_srai_epi32(a1, kShift);
+      // Saturating packs clamp to 0..255; packs work per 128-bit lane, hence the permute.
+      const __m256i w16 = _mm256_permute4x64_epi64(_mm256_packus_epi32(a0, a1), 0xD8);
+      const __m128i b8 = _mm_packus_epi16(_mm256_castsi256_si128(w16), _mm256_extracti128_si256(w16, 1));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), b8);
+    }
+    for (; i < row; ++i) {  // the tail
+      int32_t a = 0;
+      const uint8_t* p = rows + i;
+      for (int k = 0; k < ay.taps; ++k, p += sstride) a += w[k] * *p;
+      out[i] = Clamp8(a);
+    }
+  }
+}
+
+// Every row must have 8 readable bytes after its last pixel: taps are loaded in pairs, 8
+// bytes each (two pixels and 2 more). Each pair's two weights multiply the two pixels'
+// channels as 16-bit integers and are summed into 32 bits by one pmaddwd.
+__attribute__((target("avx2"))) void HorizontalPassAvx2(const uint8_t* src, size_t sstride, const Axis& ax,
+                                                        int dw, int h, uint8_t* dst, size_t dstride) {
+  const int pairs = (ax.taps + 1) / 2;
+  thread_local std::vector<int16_t> wv;  // per output pixel and pair: w0 w1 w0 w1 w0 w1 0 0
+  wv.assign(size_t(dw) * pairs * 8, 0);
+  for (int x = 0; x < dw; ++x)
+    for (int j = 0; j < pairs; ++j) {
+      const int32_t* w = &ax.w[size_t(x) * ax.taps + 2 * j];
+      const int16_t w0 = int16_t(w[0]), w1 = int16_t(2 * j + 1 < ax.taps ? w[1] : 0);
+      int16_t* v = &wv[(size_t(x) * pairs + j) * 8];
+      v[0] = v[2] = v[4] = w0;
+      v[1] = v[3] = v[5] = w1;
+    }
+  // R0 R1 G0 G1 B0 B1 as 16-bit lanes from the bytes R0 G0 B0 R1 G1 B1.
+  const __m128i order = _mm_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1);
+  const __m128i half = _mm_set1_epi32(1 << (kShift - 1));
+  for (int y = 0; y < h; ++y) {
+    const uint8_t* row = src + sstride * size_t(y);
+    uint8_t* out = dst + dstride * size_t(y);
+    const int16_t* w = wv.data();
+    for (int x = 0; x < dw; ++x) {
+      const uint8_t* p = row + size_t(ax.start[x]) * 3;
+      __m128i a = half;
+      for (int j = 0; j < pairs; ++j, p += 6, w += 8) {
+        const __m128i v = _mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)), order);
+        a = _mm_add_epi32(a, _mm_madd_epi16(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(w))));
+      }
+      a = _mm_srai_epi32(a, kShift);
+      const uint32_t o = uint32_t(_mm_cvtsi128_si32(_mm_packus_epi16(_mm_packus_epi32(a, a), a)));
+      out[3 * x] = uint8_t(o);
+      out[3 * x + 1] = uint8_t(o >> 8);
+      out[3 * x + 2] = uint8_t(o >> 16);
+    }
+  }
+}
+#endif
+
+std::atomic<bool> g_simd{true};
+
+bool UseAvx2() {
+#ifdef SK_RESAMPLE_AVX2
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  return avx2 && g_simd.load(std::memory_order_relaxed);
+#else
+  return false;
+#endif
+}
+
+void VerticalPass(const uint8_t* src, size_t sstride, size_t row, const Axis& ay, int dh, uint8_t* dst,
+                  size_t dstride) {
+#ifdef SK_RESAMPLE_AVX2
+  if (UseAvx2()) return VerticalPassAvx2(src, sstride, row, ay, dh, dst, dstride);
+#endif
+  VerticalPassScalar(src, sstride, row, ay, dh, dst, dstride);
+}
+
+// src's rows must have 8 readable bytes after their last pixel.
+void HorizontalPass(const uint8_t* src, size_t sstride, const Axis& ax, int dw, int h, uint8_t* dst,
+                    size_t dstride) {
+#ifdef SK_RESAMPLE_AVX2
+  if (UseAvx2()) return HorizontalPassAvx2(src, sstride, ax, dw, h, dst, dstride);
+#endif
+  HorizontalPassScalar(src, sstride, ax, dw, h, dst, dstride);
+}
+}  // namespace
+
+bool SetResampleSimd(bool on) {
+  g_simd.store(on);
+  return UseAvx2();
+}
+
+void ResizeRgb(const uint8_t* src, int sw, int sh, size_t sstride, uint8_t* dst, int dw, int dh) {
+  thread_local Axis ax, ay;
+  thread_local std::vector<uint8_t> tmp;
+  // The vertical pass first, over whole rows (vectorised), into tmp (sw x dh); then the
+  // horizontal one over the dh rows left. Intermediate values are rounded to 8 bits.
+  const size_t in_row = size_t(sw) * 3, out_row = size_t(dw) * 3;
+  if (dh == sh && dw == sw) {
+    for (int y = 0; y < dh; ++y) std::memcpy(dst + out_row * size_t(y), src + sstride * size_t(y), out_row);
+    return;
+  }
+  // tmp's rows: whole vectors, with 8 spare bytes for the horizontal pass's loads.
+  const size_t row_vec = (in_row + 8 + 15) / 16 * 16;
+  tmp.resize(row_vec * size_t(dh));
+  if (dh != sh) {
+    MakeAxis(sh, dh, &ay);
+    VerticalPass(src, sstride, in_row, ay, dh, tmp.data(), row_vec);
+  } else {
+    for (int y = 0; y < dh; ++y) std::memcpy(tmp.data() + row_vec * size_t(y), src + sstride * size_t(y), in_row);
+  }
+  if (dw == sw) {
+    for (int y = 0; y < dh; ++y) std::memcpy(dst + out_row * size_t(y), tmp.data() + row_vec * size_t(y), out_row);
+    return;
+  }
+  MakeAxis(sw, dw, &ax);
+  HorizontalPass(tmp.data(), row_vec, ax, dw, dh, dst, out_row);
 }
 
 Result<Bytes> TransformImage(const uint8_t* data, size_t size, const TransformSpec& spec, int* out_w, int* out_h) {

@@ -100,5 +100,9 @@ Status UprightImageSize(const uint8_t* data, size_t size, const Limits& limits, 
 // Resizes 8-bit RGB pixels (rows `src_stride` bytes apart) to dst_w x dst_h (rows
 // dst_w * 3 bytes apart) with the widening triangle filter; fixed point, deterministic.
 void ResizeRgb(const uint8_t* src, int src_w, int src_h, size_t src_stride, uint8_t* dst, int dst_w, int dst_h);
+// ResizeRgb's passes use AVX2 where the CPU has it, with results equal to the bit to the
+// portable passes'. SetResampleSimd(false) keeps them to the portable ones (tests compare
+// the two); it returns whether the SIMD passes are in use now.
+bool SetResampleSimd(bool on);
 
 }  // namespace shardkit::decode

@@ -231,6 +231,7 @@ def test_fields_and_decoded_arrays_on_the_device_paths(tmp_path, decoder):
     src = str(tmp_path / "a.h5")
     with h5py.File(src, "w") as f:
         f.create_dataset("images", data=rng.integers(0, 256, (10, 20, 24, 3), dtype=np.uint8))
+        f["images"].attrs["channel_order"] = "rgb"  # the loader refuses colour arrays of unknown order
         f.create_dataset("labels", data=np.arange(10))
     kw = dict(dtype="uint8", layout="NHWC", seed=3)
     cpu = [i.clone() for i, _ in loader(src, **kw)]
