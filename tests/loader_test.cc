@@ -211,10 +211,18 @@ TEST_CASE("resume from a saved state equals the uninterrupted run, batch for bat
     l->set_epoch(4);
     CHECK(Drain(*b) == Drain(*l));
   }
-  // A state from another configuration is refused.
+  // A state from another seed or dataset is refused, naming what differs (another world
+  // size is an elastic resume: elastic_test.cc).
   LoaderState s = l->save_state();
-  s.world_size = 3;
-  CHECK(l->restore(s).code() == Code::kInvalidArgument);
+  s.seed = o.seed + 1;
+  Status other = l->restore(s);
+  CHECK(other.code() == Code::kInvalidArgument);
+  CHECK_THAT(other.message(), Catch::Contains("seed"));
+  s = l->save_state();
+  s.num_samples = 51;
+  other = l->restore(s);
+  CHECK(other.code() == Code::kInvalidArgument);
+  CHECK_THAT(other.message(), Catch::Contains("51 samples"));
   // A next batch beyond the epoch is refused (pipeline::CheckRestore, shared with the GPU
   // loader); the end of the epoch itself is a position.
   s = l->save_state();

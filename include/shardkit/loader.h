@@ -19,6 +19,14 @@
 // [0, N) that is a pure function of (seed, e); rank r of W takes positions r, r+W, ...
 // of it; the crop box and flip of a sample are a pure function of (seed, e, sample
 // index). Thread count, timing, resume and rank count never change them.
+// Mixtures (LoaderOptions::sources): several datasets read as one epoch whose order is
+// a pure function of (seed, e, the sources' sizes and counts): each source keeps its own
+// keyed permutation and gives exactly its count of samples per epoch, interleaved in
+// proportion (docs/loader.md, "Mixtures"). A row's source is Batch::sources()[i].
+// Elastic resume: save_state() records the global position in the epoch's order (the
+// positions every rank together consumed), so restore() on another world size or batch
+// size continues that order from there: each sample of the epoch is delivered once
+// across the ranks before and after (random access only).
 // Streamed mode (LoaderOptions::stream, or a dataset without random access): the
 // shards are permuted by (seed, e), rank r reads the r-th contiguous 1/W of that
 // sequence (cut at sample granularity), through a shuffle buffer of `shuffle_buffer`
@@ -50,6 +58,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "shardkit/dataset.h"
@@ -92,6 +101,16 @@ enum class MissingFieldPolicy {
            // dataset's shard table says, the shard and its file; Next() returns it, or
            // under DecodeErrorPolicy::kSkip the sample is skipped and listed
   kNull,   // the row's value is absent: Batch::field(f)[i] is nullopt
+};
+
+// One dataset of a mixture (LoaderOptions::sources).
+struct MixSourceSpec {
+  std::string address;   // as for Loader::Create (format, local or remote); random access
+  double weight = 1.0;   // share of the epoch among the sources without repeat or choose
+  // At most one of these two (both unset: the weight decides):
+  double repeat = 0;     // > 0: round(repeat * size) samples per epoch (0.5: half, 3: three passes)
+  uint64_t choose = 0;   // > 0: exactly this many samples per epoch
+  int64_t label_offset = 0;  // added to the source's labels (>= 0), into one label space
 };
 
 struct LoaderOptions {
@@ -174,6 +193,11 @@ struct LoaderOptions {
   // skips and resume. A sample without one: missing_fields.
   std::vector<std::string> fields;
   MissingFieldPolicy missing_fields = MissingFieldPolicy::kError;
+  // A mixture of datasets instead of one address (Loader::Create's address is then
+  // empty). Source i gives m_i samples to each epoch: `choose`, or round(repeat * n_i),
+  // or, for the sources with neither, a share by weight of their total size (largest
+  // remainders, so the shares add up exactly). Every source needs random access.
+  std::vector<MixSourceSpec> sources;
 };
 
 // Checks `o` as Loader::Create does, without opening anything: OK, or kInvalidArgument
@@ -200,19 +224,30 @@ struct StreamState {
 
 // The position of a loader, enough to continue in a new process.
 struct SHARDKIT_API LoaderState {
+  int version = 2;           // 1: written before elastic resume (a per-rank cursor only)
   uint64_t seed = 0;
   uint64_t epoch = 0;
   uint64_t next_batch = 0;   // index in this rank's epoch of the next batch Next() yields
-  uint64_t num_samples = 0;  // dataset size (checked on restore)
+  uint64_t num_samples = 0;  // dataset size (a mixture: its items; checked on restore)
   int rank = 0, world_size = 1;
   uint32_t batch_size = 0;
+  // Version 2, random access: the global position. `position` positions of the epoch's
+  // order were consumed by all ranks together before next_batch; the rank's plan began
+  // at `start` (0, or where an elastic resume continued); the order has `epoch_size`
+  // positions (the dataset's size, or a mixture's sum of counts). A restore with the same
+  // world size and batch size continues at next_batch of the plan from `start`; with
+  // others, from `position` (next_batch 0 of a new plan). `sources`: a mixture's (size,
+  // count) per source, empty for one dataset; checked on restore.
+  uint64_t position = 0, start = 0, epoch_size = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> sources;
   // Streamed mode: where the reader and shuffle buffer stand before batch next_batch.
   // A streamed loader given a state without it (has_stream false), or with one taken at
   // another (epoch, next_batch), replays the epoch's stream up to next_batch (reading,
   // not decoding: slower, same batches) instead.
   bool has_stream = false;
   StreamState stream;
-  // {"version":1,"seed":..,"epoch":..,"next_batch":..,...,"stream":{...}}
+  // {"version":2,"seed":..,"epoch":..,"next_batch":..,...,"position":..,"stream":{...}};
+  // FromJson also reads version 1.
   std::string ToJson() const;
   static Result<LoaderState> FromJson(std::string_view json);
 };
@@ -248,6 +283,10 @@ class SHARDKIT_API Batch {
   const std::vector<int64_t>& labels() const { return labels_; }   // -1 where no `cls`
   const std::vector<std::string>& keys() const { return keys_; }
   const std::vector<uint64_t>& indices() const { return indices_; } // dataset indices
+  const std::vector<uint32_t>& sources() const { return sources_; }
+  // A mixture's source of each row (index into LoaderOptions::sources); empty otherwise.
+  // indices() are then the mixture's items: a source's sample in one of its passes
+  // (docs/loader.md, "Mixtures").
   // LoaderOptions::fields of the valid rows: field(f)[i] is row i's value of
   // options().fields[f]; nullopt where the sample has none (MissingFieldPolicy::kNull).
   size_t num_fields() const { return fields_.size(); }
@@ -270,6 +309,7 @@ class SHARDKIT_API Batch {
   std::vector<int64_t> labels_;
   std::vector<std::string> keys_;
   std::vector<uint64_t> indices_;
+  std::vector<uint32_t> sources_;
   std::vector<std::vector<std::optional<Bytes>>> fields_;  // [field][row]
   uint64_t epoch_ = 0, index_ = 0;
 };
@@ -286,12 +326,18 @@ class SHARDKIT_API Loader {
   static Result<std::unique_ptr<Loader>> Create(std::shared_ptr<RandomAccess> data, const LoaderOptions& opts);
   ~Loader();
 
+  // Opens o.sources as one mixture (o.sources non-empty; each source opened with o.open).
+  static Result<std::unique_ptr<Loader>> Create(const LoaderOptions& o);
   // Starts epoch e from its first batch (cancels work in flight for the old position).
   void set_epoch(uint64_t e);
   uint64_t epoch() const;
-  // Batches this rank yields per epoch (the same on every rank).
+  // Batches this rank yields in the current epoch (the same on every rank; after an
+  // elastic restore, the batches left from the resumed position).
   uint64_t num_batches() const;
-  uint64_t num_samples() const;  // dataset size
+  uint64_t num_samples() const;  // dataset size (a mixture: its items)
+  uint64_t epoch_size() const;   // positions of an epoch's order (a mixture: sum of counts)
+  // A mixture's sources: (samples, samples per epoch) of each; empty for one dataset.
+  std::vector<std::pair<uint64_t, uint64_t>> mixture() const;
   int rank() const;
   int world_size() const;
   const LoaderOptions& options() const;
@@ -335,8 +381,12 @@ class SHARDKIT_API Loader {
 
   // The position: the batch that the next Next() returns.
   LoaderState save_state() const;
-  // Continues from `s` (taken from a loader over the same dataset, seed, batch size,
-  // rank and world size; anything else is kInvalidArgument).
+  // Continues from `s`, taken from a loader over the same dataset (or mixture) and seed.
+  // Same world size and batch size: at s.next_batch (any rank's state will do: ranks
+  // move in step). Other world size or batch size (version 2, random access): from the
+  // global position s.position, every sample of the epoch's order that no rank consumed
+  // yet delivered once across the new ranks (the rest of the epoch is cut by the usual
+  // drop_last / padding rule). Anything else is kInvalidArgument naming what differs.
   Status restore(const LoaderState& s);
 
  private:

@@ -17,6 +17,10 @@ struct CopyImpl final : ProducerImpl {
   std::deque<Pending> pending;  // host batches whose copy may still be running (producer)
   std::vector<cudaEvent_t> free_events;
   size_t max_pending = 2;
+  // restore(): the state the next BeginEpoch gives the CPU loader (an elastic resume), and
+  // where the current plan starts (consumer thread).
+  std::optional<LoaderState> pending_state;
+  uint64_t plan_start = 0;
 
   ~CopyImpl() override {
     Stop();
@@ -58,8 +62,14 @@ struct CopyImpl final : ProducerImpl {
   }
 
   Status BeginEpoch(uint64_t e, uint64_t start) override {
-    if (start == 0) {
+    if (pending_state) {
+      LoaderState st = std::move(*pending_state);
+      pending_state.reset();
+      SK_RETURN_IF_ERROR(loader->restore(st));
+      plan_start = loader->save_state().start;
+    } else if (start == 0) {
       loader->set_epoch(e);
+      plan_start = 0;
     } else {
       LoaderState st = loader->save_state();
       st.epoch = e;
@@ -70,6 +80,18 @@ struct CopyImpl final : ProducerImpl {
   }
   uint64_t NumBatches() const override { return loader->num_batches(); }
   uint64_t NumSamples() const override { return loader->num_samples(); }
+  pipeline::PlanShape Shape() const override {
+    pipeline::PlanShape s = pipeline::ShapeOf(loader->num_samples(), nullptr, loader->streaming());
+    s.epoch_size = loader->epoch_size();
+    s.sources = loader->mixture();
+    return s;
+  }
+  uint64_t PlanStart() const override { return plan_start; }
+  Status RestoreState(const LoaderState& s) override {
+    SK_ASSIGN_OR_RETURN(pipeline::ResumeAt at, pipeline::PlanRestore(s, o, Shape()));
+    pending_state = s;
+    return Restore(s.epoch, at.next_batch);
+  }
 
   // Returns host batches whose copy has finished to the CPU loader's pool; waits for the
   // oldest while max_pending are out, or for every one with `all`.

@@ -34,6 +34,24 @@ Result<std::unique_ptr<Feed>> Feed::Create(std::string_view address, const Loade
     std::string why = GpuDecoderUnavailable(fopts.device);
     if (!why.empty()) return Status::Unsupported(why);
   }
+  if (!opts.sources.empty()) {  // a mixture: each loader opens its sources
+    if (!address.empty())
+      return Status::Invalid(fmt::format("give an address ('{}') or LoaderOptions::sources (a mixture), not both",
+                                         address));
+    if (fopts.device >= 0 && CudaCompiled()) {
+      GpuOptions g = fopts.gpu;
+      g.device = fopts.device;
+      Result<std::unique_ptr<GpuLoader>> gl = GpuLoader::Create("", opts, g);
+      if (gl.ok()) {
+        f->device_ = std::move(gl).value();
+        return f;
+      }
+      if (gl.status().code() != Code::kUnsupported || asked == DecoderKind::kGpu) return gl.status();
+      f->fallback_ = fmt::format("device batches unavailable ({}); decoding on the host", gl.status().message());
+    }
+    SK_ASSIGN_OR_RETURN(f->host_, Loader::Create(opts));
+    return f;
+  }
   // One open: the loaders take the dataset (a fallback opens it again).
   SK_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, Open(address, opts.open));
   f->class_names_ = ds->info().class_names;

@@ -19,8 +19,14 @@ Result<std::unique_ptr<GpuLoader::Impl>> MakeImpl(std::shared_ptr<RandomAccess> 
   // The decoder first: the thread default depends on it.
   // The decode path reads by random access: a streamed read (LoaderOptions::stream) goes
   // through the copy path, whose CPU Loader streams.
+  // A mixture (LoaderOptions::sources) also goes through the copy path.
   DecoderKind kind = gopts.decoder;
-  if (kind == DecoderKind::kAuto) kind = NvjpegCompiled() && !opts.stream ? DecoderKind::kGpu : DecoderKind::kCpu;
+  const bool mixture = !opts.sources.empty();
+  if (kind == DecoderKind::kAuto)
+    kind = NvjpegCompiled() && !opts.stream && !mixture ? DecoderKind::kGpu : DecoderKind::kCpu;
+  if (kind == DecoderKind::kGpu && mixture)
+    return Status::Unsupported("decoder=gpu reads one dataset; a mixture of sources is decoded on the host and "
+                               "copied to the device: use decoder=cpu or auto");
   if (kind == DecoderKind::kGpu && opts.stream)
     return Status::Unsupported("decoder=gpu reads the dataset by random access; a streamed read (stream=True) is "
                                "decoded on the host: use decoder=cpu or auto");
@@ -91,13 +97,10 @@ Result<DeviceBatch> GpuLoader::Next() {
 }
 
 LoaderState GpuLoader::save_state() const {
-  return impl_->out.State(impl_->o, impl_->NumSamples());
+  return impl_->out.State(impl_->o, impl_->Shape(), impl_->PlanStart());
 }
 
-Status GpuLoader::restore(const LoaderState& s) {
-  SK_RETURN_IF_ERROR(pipeline::CheckRestore(s, impl_->o, impl_->NumSamples(), impl_->NumBatches()));
-  return impl_->Restore(s.epoch, s.next_batch);
-}
+Status GpuLoader::restore(const LoaderState& s) { return impl_->RestoreState(s); }
 
 GpuLoader::Profile GpuLoader::profile() const { return impl_->Profile(); }
 

@@ -24,6 +24,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "decode/jpeg.h"
@@ -33,6 +34,7 @@
 #include "gpu/ring.h"
 #include "gpu/weights.h"
 #include "pipeline/engine.h"
+#include "pipeline/mixture.h"
 #include "pipeline/placement.h"
 #include "pipeline/plan.h"
 #include "pipeline/resize.h"
@@ -104,6 +106,21 @@ struct GpuLoader::Impl {
   virtual Result<DeviceBatch> Next() = 0;
   virtual uint64_t NumBatches() const = 0;
   virtual uint64_t NumSamples() const = 0;
+  // The plan's shape and start (save_state's global position; pipeline/engine.h).
+  virtual pipeline::PlanShape Shape() const { return pipeline::ShapeOf(NumSamples(), nullptr, false); }
+  virtual uint64_t PlanStart() const { return 0; }
+  // restore(): the decode path continues a plan from position 0 on the same world size
+  // and batch size only; the copy path (its CPU loader) also resumes elastically.
+  virtual Status RestoreState(const LoaderState& s) {
+    SK_ASSIGN_OR_RETURN(pipeline::ResumeAt at, pipeline::PlanRestore(s, o, Shape()));
+    if (at.elastic || at.start != 0)
+      return Status::Unsupported(fmt::format(
+          "loader state is of rank {} of {} with batch size {} at position {} of its epoch: the GPU decode path "
+          "resumes on the same world size and batch size only (decoder=cpu or auto resume on others, through "
+          "the copy path)",
+          s.rank, s.world_size, s.batch_size, s.position));
+    return Restore(s.epoch, at.next_batch);
+  }
   virtual std::vector<Status> Skipped() const = 0;
   virtual GpuLoader::Profile Profile() const { return {}; }
   // Consumer thread, after each Next() that returned a batch: how long it waited in

@@ -1,5 +1,6 @@
 // The batch engine's shared parts (see engine.h).
 #include "pipeline/engine.h"
+#include "pipeline/plan.h"
 
 #include <cstdlib>
 #include <thread>
@@ -330,7 +331,72 @@ LoaderState MakeState(const LoaderOptions& o, uint64_t n, uint64_t epoch, uint64
   return s;
 }
 
+LoaderState MakeState(const LoaderOptions& o, const PlanShape& shape, uint64_t epoch, uint64_t next_batch,
+                      uint64_t start) {
+  LoaderState s = MakeState(o, shape.n, epoch, next_batch);
+  s.epoch_size = shape.epoch_size;
+  s.start = std::min(start, shape.epoch_size);
+  const __uint128_t done = __uint128_t(next_batch) * o.batch_size * uint64_t(o.world_size);
+  s.position = s.start + uint64_t(std::min<__uint128_t>(done, shape.epoch_size - s.start));
+  s.sources = shape.sources;
+  return s;
+}
+
 LoaderState Delivery::State(const LoaderOptions& o, uint64_t n) const { return MakeState(o, n, epoch, next); }
+LoaderState Delivery::State(const LoaderOptions& o, const PlanShape& shape, uint64_t start) const {
+  return MakeState(o, shape, epoch, next, start);
+}
+
+namespace {
+std::string SourcesText(const std::vector<std::pair<uint64_t, uint64_t>>& v) {
+  if (v.empty()) return "one dataset";
+  std::string t;
+  for (size_t i = 0; i < v.size(); ++i)
+    t += fmt::format("{}{} of {} samples", i ? ", " : "", v[i].second, v[i].first);
+  return fmt::format("a mixture of {} sources ({} per epoch)", v.size(), t);
+}
+}  // namespace
+
+Result<ResumeAt> PlanRestore(const LoaderState& s, const LoaderOptions& o, const PlanShape& shape) {
+  if (s.seed != o.seed)
+    return Status::Invalid(fmt::format("loader state has seed {}; this loader's is {}", s.seed, o.seed));
+  if (s.version >= 2 && s.sources != shape.sources)
+    return Status::Invalid(fmt::format("loader state is of {}; this loader reads {}", SourcesText(s.sources),
+                                       SourcesText(shape.sources)));
+  if (s.num_samples != shape.n)
+    return Status::Invalid(fmt::format("loader state is of a dataset of {} samples; this loader's has {}",
+                                       s.num_samples, shape.n));
+  const bool same = s.world_size == o.world_size && s.batch_size == o.batch_size;
+  if (s.version < 2 || shape.streaming || s.has_stream) {
+    // A per-rank cursor: the same rank, world size and batch size only.
+    if (!same || s.rank != o.rank) {
+      const char* why = s.version < 2 ? "a version-1 state (written before elastic resume) records a per-rank cursor"
+                                      : "a streamed loader's state records a per-rank stream position";
+      return Status::Invalid(fmt::format(
+          "loader state is of rank {} of {} with batch size {}; this loader is rank {} of {} with batch size {}: "
+          "{}, so it resumes only on the same rank, world size and batch size",
+          s.rank, s.world_size, s.batch_size, o.rank, o.world_size, o.batch_size, why));
+    }
+    SK_RETURN_IF_ERROR(CheckRestore(s, o, shape.n,
+                                    PartitionEpoch(shape.epoch_size, uint32_t(o.world_size), o.batch_size,
+                                                   o.drop_last).num_batches));
+    return ResumeAt{0, s.next_batch, false};
+  }
+  if (s.epoch_size != shape.epoch_size)
+    return Status::Invalid(fmt::format("loader state's epochs have {} positions; this loader's have {}",
+                                       s.epoch_size, shape.epoch_size));
+  if (s.start > s.epoch_size || s.position > s.epoch_size || s.position < s.start)
+    return Status::Invalid(fmt::format("loader state's position {} (plan from {}) is outside its epoch of {}",
+                                       s.position, s.start, s.epoch_size));
+  if (same) {
+    const uint64_t nb =
+        PartitionEpoch(shape.epoch_size - s.start, uint32_t(o.world_size), o.batch_size, o.drop_last).num_batches;
+    if (s.next_batch > nb)
+      return Status::Invalid(fmt::format("loader state is at batch {} of an epoch of {}", s.next_batch, nb));
+    return ResumeAt{s.start, s.next_batch, false};
+  }
+  return ResumeAt{s.position, 0, true};
+}
 
 Status CheckRestore(const LoaderState& s, const LoaderOptions& o, uint64_t n, uint64_t num_batches) {
   if (s.seed != o.seed || s.num_samples != n || s.rank != o.rank || s.world_size != o.world_size ||

@@ -196,6 +196,15 @@ Status SettleRows(const std::vector<Status>& rows, DecodeErrorPolicy policy, std
 // cancelled: kCancelled "loader stopped", on both paths.
 inline Status Stopped() { return Status::Cancelled("loader stopped"); }
 
+// What a loader's epochs look like, for save_state and restore: n items (num_samples),
+// an order of epoch_size positions, a mixture's (size, count) per source.
+struct PlanShape {
+  uint64_t n = 0;
+  uint64_t epoch_size = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> sources;
+  bool streaming = false;
+};
+
 // The consumer's side of a loader, one definition for both paths: where it stands in the
 // epoch's plan (epoch, and `next`, the batch the next Next() hands out: what save_state
 // reports), the error that failed a batch (sticky: every Next() returns it until
@@ -233,10 +242,26 @@ struct Delivery {
   }
   // save_state's position (MakeState) for options `o` over n samples.
   LoaderState State(const LoaderOptions& o, uint64_t n) const;
+  // The same with the global position, the plan having started at `start`.
+  LoaderState State(const LoaderOptions& o, const PlanShape& shape, uint64_t start) const;
 };
 
 // The position "batch next_batch of epoch e" of a loader with options `o` over n samples.
 LoaderState MakeState(const LoaderOptions& o, uint64_t n, uint64_t epoch, uint64_t next_batch);
+
+// The position "batch next_batch of epoch e, the plan starting at `start`", with the
+// global position (version 2).
+LoaderState MakeState(const LoaderOptions& o, const PlanShape& shape, uint64_t epoch, uint64_t next_batch,
+                      uint64_t start);
+// Where a restore of `s` continues in a loader with options `o` and epochs of `shape`:
+// batch `next_batch` of the plan from position `start`. Same world size and batch size:
+// s.start and s.next_batch; otherwise (version 2, random access) s.position and 0.
+// kInvalidArgument naming what differs (seed, dataset size, sources, version, streamed).
+struct ResumeAt {
+  uint64_t start = 0, next_batch = 0;
+  bool elastic = false;  // the plan changes (another world size or batch size)
+};
+Result<ResumeAt> PlanRestore(const LoaderState& s, const LoaderOptions& o, const PlanShape& shape);
 
 // Whether `s` can be restored into a loader with options `o` over n samples whose epochs
 // have num_batches batches: same seed, dataset size, batch size, rank and world size, and

@@ -39,6 +39,7 @@
 
 #include "decode/jpeg.h"
 #include "pipeline/engine.h"
+#include "pipeline/mixture.h"
 #include "pipeline/plan.h"
 #include "pipeline/resize.h"
 #include "pipeline/stream.h"
@@ -85,10 +86,17 @@ std::shared_ptr<HostAllocator> DefaultHostAllocator() {
 // ---- LoaderState ----
 
 std::string LoaderState::ToJson() const {
-  nlohmann::json j = {{"version", 1},          {"seed", seed},
+  nlohmann::json j = {{"version", 2},          {"seed", seed},
                       {"epoch", epoch},        {"next_batch", next_batch},
                       {"num_samples", num_samples}, {"rank", rank},
-                      {"world_size", world_size},   {"batch_size", batch_size}};
+                      {"world_size", world_size},   {"batch_size", batch_size},
+                      {"position", position},       {"start", start},
+                      {"epoch_size", epoch_size}};
+  if (!sources.empty()) {
+    nlohmann::json src = nlohmann::json::array();
+    for (const auto& [size, count] : sources) src.push_back({{"samples", size}, {"per_epoch", count}});
+    j["sources"] = std::move(src);
+  }
   if (has_stream) {
     nlohmann::json buf = nlohmann::json::array();
     for (const auto& e : stream.buffer) buf.push_back(nlohmann::json::array({e.shard, e.offset, e.key}));
@@ -105,7 +113,10 @@ Result<LoaderState> LoaderState::FromJson(std::string_view text) {
   if (j.is_discarded() || !j.is_object()) return Status::Invalid("loader state is not a JSON object");
   LoaderState s;
   try {
-    if (j.at("version").get<int>() != 1) return Status::Invalid("unknown loader state version");
+    s.version = j.at("version").get<int>();
+    if (s.version != 1 && s.version != 2)
+      return Status::Invalid(fmt::format("loader state version {} is not known to this shardkit (it reads 1 and 2)",
+                                         s.version));
     s.seed = j.at("seed").get<uint64_t>();
     s.epoch = j.at("epoch").get<uint64_t>();
     s.next_batch = j.at("next_batch").get<uint64_t>();
@@ -113,6 +124,16 @@ Result<LoaderState> LoaderState::FromJson(std::string_view text) {
     s.rank = j.at("rank").get<int>();
     s.world_size = j.at("world_size").get<int>();
     s.batch_size = j.at("batch_size").get<uint32_t>();
+    if (s.version >= 2) {
+      s.position = j.at("position").get<uint64_t>();
+      s.start = j.at("start").get<uint64_t>();
+      s.epoch_size = j.at("epoch_size").get<uint64_t>();
+      if (j.contains("sources"))
+        for (const auto& e : j.at("sources"))
+          s.sources.emplace_back(e.at("samples").get<uint64_t>(), e.at("per_epoch").get<uint64_t>());
+    } else {  // one dataset, every plan from 0
+      s.epoch_size = s.num_samples;
+    }
     if (j.contains("stream")) {
       const nlohmann::json& st = j.at("stream");
       s.has_stream = true;
@@ -174,6 +195,7 @@ Batch& Batch::operator=(Batch&& o) noexcept {
   labels_ = std::move(o.labels_);
   keys_ = std::move(o.keys_);
   indices_ = std::move(o.indices_);
+  sources_ = std::move(o.sources_);
   fields_ = std::move(o.fields_);
   epoch_ = o.epoch_;
   index_ = o.index_;
@@ -189,6 +211,7 @@ void Batch::Release() {
   labels_.clear();
   keys_.clear();
   indices_.clear();
+  sources_.clear();
   fields_.clear();
 }
 
@@ -296,6 +319,16 @@ struct Loader::Impl {
   pipeline::Delivery out;
   uint64_t submitted = 0;
   pipeline::RankOrder order;  // evaluated per position: no table of the rank's indices
+  // A mixture (LoaderOptions::sources): its plan and the sources' label offsets; null for
+  // one dataset. `n` is then the mixture's items.
+  std::shared_ptr<const pipeline::Mixture> mix;
+  std::vector<int64_t> label_offsets;
+
+  // Epoch e's order over the dataset or the mixture.
+  pipeline::EpochOrder OrderOf(uint64_t e) const {
+    return mix ? pipeline::EpochOrder(mix, o.seed, e, o.shuffle) : pipeline::EpochOrder(n, o.seed, e, o.shuffle);
+  }
+  pipeline::PlanShape Shape() const { return pipeline::ShapeOf(n, mix.get(), streaming); }
 
   // ---- Streamed mode (see pipeline/stream.h). The reader thread runs the
   // StreamReader and queues up to kReadAhead batches of samples in `inputs`;
@@ -488,14 +521,17 @@ struct Loader::Impl {
   }
 
   // `adopt` (set_epoch): batch 0 of the prefetched next epoch keeps what was prefetched.
-  void Reset(uint64_t e, uint64_t start, bool adopt = false) {
+  // Batch `start` of epoch e; random access: of the plan from position `from` of the
+  // epoch's order (0, or where an elastic restore continues).
+  void Reset(uint64_t e, uint64_t start, bool adopt = false, uint64_t from = 0) {
     if (adopt && start == 0 && Adopt(e)) return;
     if (streaming) {
       (void)StreamReset(e, start, nullptr);  // an error is kept in `out.sticky` for Next()
       return;
     }
     Stop();
-    order = pipeline::RankOrder(n, o, e);
+    order = pipeline::RankOrder(OrderOf(e), from, o);
+    part = order.partition();
     out.Start(e, std::min(start, part.num_batches));
     submitted = out.next;
     std::lock_guard<std::mutex> lk(pool->mu);
@@ -523,6 +559,7 @@ struct Loader::Impl {
     }
     out.Start(e, 0);  // (the reader thread waits for this epoch before it reads epoch e + 1)
     order = std::move(ahead.order);
+    if (!streaming) part = order.partition();
     jobs = std::move(ahead.jobs);
     submitted = ahead.submitted;
     pstats.adopted += jobs.size();
@@ -585,7 +622,7 @@ struct Loader::Impl {
       gen = ahead_gen;
       e = ahead.epoch;
     }
-    pipeline::RankOrder ord(n, o, e);
+    pipeline::RankOrder ord(OrderOf(e), 0, o);
     std::lock_guard<std::mutex> lk(p->mu);
     if (gen == ahead_gen && ahead.on && ahead.epoch == e) {
       ahead.order = std::move(ord);
@@ -599,7 +636,8 @@ struct Loader::Impl {
   // batch of the epoch is submitted.
   bool SubmitEpochLocked(uint64_t e, const pipeline::RankOrder& ord, uint64_t& sub,
                          std::map<uint64_t, std::shared_ptr<Job>>& js, bool speculative) {
-    while (sub < part.num_batches) {
+    const uint64_t num_batches = streaming ? part.num_batches : ord.num_batches();
+    while (sub < num_batches) {
       const int slot = FreeSlotLocked();
       if (slot < 0) return false;
       std::shared_ptr<StreamInput> in;
@@ -628,7 +666,7 @@ struct Loader::Impl {
           job->error = in->error;
           job->done = true;
           js[sub] = job;
-          sub = part.num_batches;  // nothing after it
+          sub = num_batches;  // nothing after it
           return true;
         }
       } else {
@@ -704,6 +742,7 @@ struct Loader::Impl {
         [&](const pipeline::RowHead& h) -> Status {
           *key = h.sample->key;
           *label = h.label;
+          if (mix && h.label >= 0) *label += label_offsets[mix->SourceOf(index).first];
           for (size_t f = 0; f < h.fields.size(); ++f) job.fields[f][row] = h.fields[f];
           pipeline::Augment aug;
           decode::Region r;
@@ -841,6 +880,10 @@ struct Loader::Impl {
     b.labels_ = std::move(job->labels);
     b.keys_ = std::move(job->keys);
     b.indices_ = std::move(job->indices);
+    if (mix) {
+      b.sources_.resize(b.indices_.size());
+      for (size_t i = 0; i < b.indices_.size(); ++i) b.sources_[i] = uint32_t(mix->SourceOf(b.indices_[i]).first);
+    }
     b.fields_ = std::move(job->fields);
     b.epoch_ = out.epoch;
     b.index_ = job->batch;
@@ -963,7 +1006,33 @@ Result<std::unique_ptr<Loader>> Loader::CreateStreamed(std::unique_ptr<Dataset> 
   return std::unique_ptr<Loader>(new Loader(std::move(impl)));
 }
 
+Result<std::unique_ptr<Loader>> Loader::Create(const LoaderOptions& opts) {
+  if (opts.sources.empty()) return Status::Invalid("Loader::Create(options): no sources (LoaderOptions::sources)");
+  auto impl = std::make_unique<Impl>();
+  impl->o = opts;
+  SK_RETURN_IF_ERROR(pipeline::ResolveOptions(&impl->o));
+  if (impl->o.stream)
+    return Status::Unsupported("a mixture of sources is read with random access; streamed mixtures are not "
+                               "supported yet (LoaderOptions::stream)");
+  SK_ASSIGN_OR_RETURN(pipeline::OpenedMixture m, pipeline::OpenMixture(impl->o));
+  impl->data = std::move(m.data);
+  impl->mix = std::move(m.mix);
+  impl->label_offsets = std::move(m.label_offsets);
+  impl->n = impl->data->size();
+  impl->facts = std::move(m.facts);
+  SK_RETURN_IF_ERROR(pipeline::CheckArrayColours(impl->data.get(), impl->o, impl->facts));
+  SK_RETURN_IF_ERROR(impl->Init());
+  impl->Reset(0, 0);
+  return std::unique_ptr<Loader>(new Loader(std::move(impl)));
+}
+
 Result<std::unique_ptr<Loader>> Loader::Create(std::string_view address, const LoaderOptions& opts) {
+  if (!opts.sources.empty()) {
+    if (!address.empty())
+      return Status::Invalid(fmt::format("give an address ('{}') or LoaderOptions::sources (a mixture), not both",
+                                         address));
+    return Create(opts);
+  }
   SK_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, Open(address, opts.open));
   return Create(std::move(ds), opts);
 }
@@ -996,6 +1065,8 @@ void Loader::set_epoch(uint64_t e) { impl_->Reset(e, 0, /*adopt=*/true); }
 uint64_t Loader::epoch() const { return impl_->out.epoch; }
 uint64_t Loader::num_batches() const { return impl_->part.num_batches; }
 uint64_t Loader::num_samples() const { return impl_->n; }
+uint64_t Loader::epoch_size() const { return impl_->mix ? impl_->mix->epoch_size() : impl_->n; }
+std::vector<std::pair<uint64_t, uint64_t>> Loader::mixture() const { return impl_->Shape().sources; }
 int Loader::rank() const { return impl_->o.rank; }
 int Loader::world_size() const { return impl_->o.world_size; }
 const LoaderOptions& Loader::options() const { return impl_->o; }
@@ -1024,7 +1095,7 @@ Loader::StreamStats Loader::stream_stats() const {
 }
 
 LoaderState Loader::save_state() const {
-  LoaderState s = impl_->out.State(impl_->o, impl_->n);
+  LoaderState s = impl_->out.State(impl_->o, impl_->Shape(), impl_->streaming ? 0 : impl_->order.start());
   if (impl_->streaming) {
     s.has_stream = true;
     s.stream = FromPos(impl_->pos_next);
@@ -1036,11 +1107,11 @@ LoaderState Loader::save_state() const {
 
 Status Loader::restore(const LoaderState& s) {
   const auto& o = impl_->o;
-  SK_RETURN_IF_ERROR(pipeline::CheckRestore(s, o, impl_->n, impl_->part.num_batches));
+  if (!impl_->streaming && s.has_stream)
+    return Status::Invalid("loader state is from a streamed loader; this loader reads with random access");
+  SK_ASSIGN_OR_RETURN(pipeline::ResumeAt at_plan, pipeline::PlanRestore(s, o, impl_->Shape()));
   if (!impl_->streaming) {
-    if (s.has_stream)
-      return Status::Invalid("loader state is from a streamed loader; this loader reads with random access");
-    impl_->Reset(s.epoch, s.next_batch);
+    impl_->Reset(s.epoch, at_plan.next_batch, false, at_plan.start);
     return Status::OK();
   }
   // No position, or one from elsewhere (e.g. the GPU loader moving a saved state to

@@ -98,12 +98,87 @@ std::vector<uint64_t> RankIndices(const std::vector<uint64_t>& perm, uint32_t ra
   return out;
 }
 
+Mixture::Mixture(std::vector<MixSource> sources) : src_(std::move(sources)) {
+  for (auto& s : src_) {
+    s.passes = s.size == 0 ? 0 : (s.count + s.size - 1) / s.size;
+    s.base = items_;
+    items_ += s.size * s.passes;
+    total_ += s.count;
+  }
+}
+
+uint64_t Mixture::Position(size_t i, uint64_t k) const {
+  // Draws l of source j before draw k of source i: (2l + 1) / m_j < (2k + 1) / m_i, or equal
+  // with j < i. With A / B = (2k + 1) m_j / m_i: l < (A/B - 1) / 2, i.e. floor(ceil(A/B) / 2)
+  // of them; with ties, floor((floor(A/B) + 1) / 2).
+  const uint64_t mi = src_[i].count;
+  uint64_t pos = k;
+  for (size_t j = 0; j < src_.size(); ++j) {
+    const uint64_t mj = src_[j].count;
+    if (j == i || mj == 0) continue;
+    const __uint128_t A = __uint128_t(2 * k + 1) * mj;
+    const __uint128_t q = A / mi;
+    const __uint128_t c = j < i ? (q + 1) / 2 : (q + (A % mi != 0)) / 2;
+    pos += uint64_t(std::min<__uint128_t>(c, mj));
+  }
+  return pos;
+}
+
+std::pair<size_t, uint64_t> Mixture::At(uint64_t t) const {
+  for (size_t i = 0; i < src_.size(); ++i) {
+    const uint64_t m = src_[i].count;
+    if (m == 0) continue;
+    uint64_t lo = 0, hi = m;  // the first k with Position(i, k) >= t
+    while (lo < hi) {
+      const uint64_t mid = lo + (hi - lo) / 2;
+      if (Position(i, mid) < t) lo = mid + 1;
+      else hi = mid;
+    }
+    if (lo < m && Position(i, lo) == t) return {i, lo};
+  }
+  return {src_.size(), 0};  // t >= epoch_size(): not reached by the loader
+}
+
+std::pair<size_t, uint64_t> Mixture::SourceOf(uint64_t item) const {
+  size_t i = 0;
+  while (i + 1 < src_.size() && item >= src_[i + 1].base) ++i;
+  while (i < src_.size() && src_[i].size == 0) ++i;
+  if (i >= src_.size()) return {src_.size(), 0};
+  return {i, (item - src_[i].base) % src_[i].size};
+}
+
+EpochOrder::EpochOrder(uint64_t n, uint64_t seed, uint64_t epoch, bool shuffle)
+    : single_(n, seed, PermutationStream(epoch), shuffle), seed_(seed), epoch_(epoch), shuffle_(shuffle) {}
+
+EpochOrder::EpochOrder(std::shared_ptr<const Mixture> mix, uint64_t seed, uint64_t epoch, bool shuffle)
+    : mix_(std::move(mix)), seed_(seed), epoch_(epoch), shuffle_(shuffle) {}
+
+uint64_t EpochOrder::operator()(uint64_t t) const {
+  if (!mix_) return single_(t);
+  const auto [i, k] = mix_->At(t);
+  const MixSource& s = mix_->sources()[i];
+  const uint64_t pass = k / s.size;
+  const Bijection b(s.size, seed_, SourceStream(epoch_, i, pass), shuffle_);
+  return s.base + pass * s.size + b(k % s.size);
+}
+
 RankOrder::RankOrder(uint64_t n, const LoaderOptions& o, uint64_t epoch)
-    : order_(n, o.seed, PermutationStream(epoch), o.shuffle),
-      n_(n == 0 ? 1 : n),
-      rank_(uint64_t(o.rank)),
-      world_(uint64_t(o.world_size)),
-      size_(n == 0 ? 0 : PartitionEpoch(n, uint32_t(o.world_size), o.batch_size, o.drop_last).per_rank) {}
+    : RankOrder(EpochOrder(n, o.seed, epoch, o.shuffle), 0, o) {}
+
+RankOrder::RankOrder(EpochOrder order, uint64_t start, const LoaderOptions& o)
+    : order_(std::move(order)), rank_(uint64_t(o.rank)), world_(uint64_t(o.world_size)), batch_(o.batch_size) {
+  const uint64_t e = order_.size();
+  start_ = std::min(start, e);
+  const uint64_t left = e - start_;
+  left_ = left == 0 ? 1 : left;
+  if (left > 0) part_ = PartitionEpoch(left, uint32_t(o.world_size), o.batch_size, o.drop_last);
+}
+
+uint64_t RankOrder::PositionAfter(uint64_t batches) const {
+  const uint64_t left = order_.size() - start_;
+  const __uint128_t done = __uint128_t(batches) * batch_ * world_;
+  return start_ + uint64_t(std::min<__uint128_t>(done, left));
+}
 
 std::vector<uint64_t> LoaderEpochOrder(uint64_t n, const LoaderOptions& o, uint64_t epoch) {
   // RankIndices(EpochPermutation(...)) without the permutation: this rank's positions only.

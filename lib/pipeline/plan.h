@@ -11,6 +11,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "decode/crop_box.h"
@@ -93,20 +95,92 @@ Partition PartitionEpoch(uint64_t n, uint32_t world, uint64_t batch_size, bool d
 // DistributedSampler.
 std::vector<uint64_t> RankIndices(const std::vector<uint64_t>& perm, uint32_t rank, uint32_t world,
                                   uint64_t batch_size, bool drop_last);
-// A loader rank's order of epoch e, evaluated per position in O(1) memory: element
-// k is the epoch's Bijection at position (rank + k * world) mod n (the pad wraps to
-// the first positions), for k < PartitionEpoch(...).per_rank; what LoaderEpochOrder
-// writes out. Copyable; const members are thread-safe.
+// ---- Mixtures (LoaderOptions::sources) ----
+//
+// Source i holds n_i samples and gives m_i of them to each epoch (MixtureCounts). The
+// epoch's M = sum m_i positions interleave the sources by ideal time: draw k of source i
+// has time (2k + 1) / (2 m_i), and positions follow time, ties going to the lower source
+// index. Per epoch every source gives exactly m_i samples, and any window of L
+// consecutive positions holds L * m_i / M of source i within +-(S + 1) (S sources; the
+// tests check a tighter bound on their mixes). Draw k of source i is pass p = k / n_i,
+// element k mod n_i of Bijection(n_i, seed, SourceStream(epoch, i, p)): a fresh keyed
+// permutation per pass, whose first m_i elements are the epoch's when m_i < n_i.
+// Source 0's first pass uses PermutationStream(epoch), so a one-source mixture without
+// repeat or choose is the single dataset's order.
+struct MixSource {
+  uint64_t size = 0;    // n_i
+  uint64_t count = 0;   // m_i
+  uint64_t passes = 0;  // ceil(m_i / n_i)
+  uint64_t base = 0;    // the first item of the source: sum over j < i of n_j * passes_j
+};
+class Mixture {
+ public:
+  explicit Mixture(std::vector<MixSource> sources);
+  const std::vector<MixSource>& sources() const { return src_; }
+  uint64_t epoch_size() const { return total_; }   // M
+  uint64_t items() const { return items_; }        // sum n_i * passes_i
+  // The position of draw k of source i in the epoch.
+  uint64_t Position(size_t i, uint64_t k) const;
+  // The (source, draw) at position t < M.
+  std::pair<size_t, uint64_t> At(uint64_t t) const;
+  // The source of an item, and its sample index within the source.
+  std::pair<size_t, uint64_t> SourceOf(uint64_t item) const;
+
+ private:
+  std::vector<MixSource> src_;
+  uint64_t total_ = 0, items_ = 0;
+};
+
+inline uint64_t SourceStream(uint64_t epoch, uint64_t source, uint64_t pass) {
+  if (source == 0 && pass == 0) return PermutationStream(epoch);
+  return Mix64(PermutationStream(epoch) ^ Mix64((source << 40) ^ pass ^ 0x6d1f6d1full));
+}
+
+// An epoch's order: position t in [0, size()) -> item. One dataset: Bijection(n, seed,
+// PermutationStream(epoch), shuffle), the item being the sample index. A mixture: the
+// item of draw k of source i is base_i + p * n_i + (Bijection_{i,p}(k mod n_i)), p the pass
+// (items of different passes differ, so that each gets its own crop and flip).
+// Copyable; const members are thread-safe.
+class EpochOrder {
+ public:
+  EpochOrder() = default;
+  EpochOrder(uint64_t n, uint64_t seed, uint64_t epoch, bool shuffle);
+  EpochOrder(std::shared_ptr<const Mixture> mix, uint64_t seed, uint64_t epoch, bool shuffle);
+  uint64_t size() const { return mix_ ? mix_->epoch_size() : single_.size(); }
+  uint64_t operator()(uint64_t t) const;
+
+ private:
+  Bijection single_{0, 0, 0, false};
+  std::shared_ptr<const Mixture> mix_;
+  uint64_t seed_ = 0, epoch_ = 0;
+  bool shuffle_ = true;
+};
+
+// A loader rank's order of epoch e from position `start` on (0, or where an elastic
+// resume continues), evaluated per position in O(1) memory: with R = size - start left
+// and PartitionEpoch(R, world, batch, drop_last)'s per_rank, element k is the epoch's
+// order at position start + (rank + k * world) mod R (the pad wraps to the first
+// positions left), for k < per_rank; what LoaderEpochOrder writes out. After b batches of
+// every rank, the positions [start, start + min(b * batch * world, R)) are consumed.
+// Copyable; const members are thread-safe.
 class RankOrder {
  public:
   RankOrder() = default;
   RankOrder(uint64_t n, const LoaderOptions& o, uint64_t epoch);
-  uint64_t size() const { return size_; }
-  uint64_t operator[](uint64_t k) const { return order_((rank_ + k * world_) % n_); }
+  RankOrder(EpochOrder order, uint64_t start, const LoaderOptions& o);
+  uint64_t size() const { return part_.per_rank; }
+  uint64_t num_batches() const { return part_.num_batches; }
+  const Partition& partition() const { return part_; }
+  uint64_t start() const { return start_; }
+  uint64_t epoch_size() const { return order_.size(); }
+  // The global position reached after `batches` batches of every rank.
+  uint64_t PositionAfter(uint64_t batches) const;
+  uint64_t operator[](uint64_t k) const { return order_(start_ + (rank_ + k * world_) % left_); }
 
  private:
-  Bijection order_{0, 0, 0, false};
-  uint64_t n_ = 1, rank_ = 0, world_ = 1, size_ = 0;
+  EpochOrder order_;
+  Partition part_;
+  uint64_t start_ = 0, left_ = 1, rank_ = 0, world_ = 1, batch_ = 1;
 };
 
 // A loader's order of epoch e (o.rank's share, `n` samples): RankIndices of

@@ -1,0 +1,40 @@
+// pipeline/mixture.h (internal): LoaderOptions::sources opened as one RandomAccess.
+//
+// The mixture's items (plan.h, Mixture) are the sources' samples, each source repeated
+// for each of its passes: item base_i + p * n_i + j is sample j of source i. Get(item)
+// reads source i's sample j; its errors name the source (its index and address).
+// Threading: as the sources' RandomAccess (Get and Prefetch from any thread).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pipeline/engine.h"
+#include "pipeline/plan.h"
+#include "shardkit/dataset.h"
+#include "shardkit/loader.h"
+
+namespace shardkit::pipeline {
+
+// Samples per epoch of each source (LoaderOptions::sources' rule): `choose`, or
+// round(repeat * size), or the weighted sources' total size shared by weight (largest
+// remainders, ties to the lower index). kInvalidArgument naming the source on a bad spec.
+Result<std::vector<uint64_t>> MixtureCounts(const std::vector<MixSourceSpec>& specs,
+                                            const std::vector<uint64_t>& sizes);
+
+struct OpenedMixture {
+  std::shared_ptr<RandomAccess> data;    // the items; owns the sources' datasets
+  std::shared_ptr<const Mixture> mix;
+  std::vector<int64_t> label_offsets;    // per source
+  SourceFacts facts;                     // the strictest of the sources' (channel order)
+};
+// Opens every source (o.open), checks that each has random access and samples, and
+// computes the counts. Errors name the source.
+Result<OpenedMixture> OpenMixture(const LoaderOptions& o);
+
+// The shape of a plan over one dataset of n samples, or over a mixture.
+PlanShape ShapeOf(uint64_t n, const Mixture* mix, bool streaming);
+
+}  // namespace shardkit::pipeline
