@@ -8,8 +8,10 @@
 #   train  scripts/bench_ddp.py (1 GPU, batch 256, bf16, channels_last): ResNet-18 and
 #          ResNet-50 from synthetic data (the ceiling), decoder="auto" and decoder="cpu",
 #          on the resized shards and on the original ones;
-#   all    the three.
-# There (carry .deps .corpus):  source .deps/unpack.sh && bash scripts/device_xform.sh [test|bench|train|all]
+#   mix    scripts/bench_mixture.sh at 16 threads (issue 42): the loader over a mixture of
+#          tar shards, LMDB and MDS against one tar dataset, and the elastic resume bench;
+#   all    the four.
+# There (carry .deps .corpus):  source .deps/unpack.sh && bash scripts/device_xform.sh [test|bench|train|mix|all]
 # The build and the corpus stay in /tmp/xf while the machine is warm. Env: STEPS (60), WARMUP (10).
 set -uo pipefail
 stage=${1:-all}
@@ -33,7 +35,7 @@ if [ ! -x "$SK" ]; then
   cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE="$PY" -DSHARDKIT_WITH_CUDA=ON -DSHARDKIT_WITH_REMOTE=OFF \
     -DCMAKE_CUDA_ARCHITECTURES=90 > "$OUTDIR/cfg.log" 2>&1 || { tail -30 "$OUTDIR/cfg.log"; exit 1; }
   grep "shardkit:" "$OUTDIR/cfg.log"
-  cmake --build "$B" -j"$(nproc)" --target shardkit_cli _shardkit > "$OUTDIR/build.log" 2>&1 \
+  cmake --build "$B" -j"$(nproc)" --target shardkit_cli _shardkit sk_mixture_bench > "$OUTDIR/build.log" 2>&1 \
     || { grep -E "error" -A5 "$OUTDIR/build.log" | head -60; exit 1; }
   wait $corpus
 fi
@@ -66,6 +68,11 @@ if [ "$stage" = train ] || [ "$stage" = all ]; then
       --feeds "$feeds" --steps "${STEPS:-60}" --warmup "${WARMUP:-10}" --workdir "$W" > "$OUTDIR/train-$ds.txt" 2>&1 || rc=1
     grep -vE '^\{' "$OUTDIR/train-$ds.txt" | tail -12
   done
+fi
+if [ "$stage" = mix ] || [ "$stage" = all ]; then
+  say "bench_mixture.sh, 16 threads"
+  SK=$SK MIXBENCH=$B/bench/sk_mixture_bench bash scripts/bench_mixture.sh "$W/imgs" --threads "$(nproc)" --rounds 3 \
+    2>&1 | tee "$OUTDIR/bench_mixture.txt" | grep -v "^shardkit: chose"
 fi
 say "done rc=$rc"
 exit $rc
