@@ -131,6 +131,8 @@ class SHARDKIT_API DeviceBatch {
   const std::vector<int64_t>& labels() const { return labels_; }
   const std::vector<std::string>& keys() const { return keys_; }
   const std::vector<uint64_t>& indices() const { return indices_; }
+  // A mixture's source of each row (as Batch::sources()); empty for one dataset.
+  const std::vector<uint32_t>& sources() const { return sources_; }
   // LoaderOptions::fields of the valid rows (host memory), as Batch::field.
   size_t num_fields() const { return fields_.size(); }
   const std::vector<std::optional<Bytes>>& field(size_t f) const { return fields_[f]; }
@@ -165,6 +167,7 @@ class SHARDKIT_API DeviceBatch {
   std::vector<int64_t> labels_;
   std::vector<std::string> keys_;
   std::vector<uint64_t> indices_;
+  std::vector<uint32_t> sources_;
   std::vector<std::vector<std::optional<Bytes>>> fields_;  // [field][row]
   uint64_t epoch_ = 0, index_ = 0;
   int device_ = 0;

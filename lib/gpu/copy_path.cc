@@ -162,7 +162,7 @@ struct CopyImpl final : ProducerImpl {
       for (size_t f = 0; f < fields.size(); ++f) fields[f] = hb.field(f);
       it.batch = GpuLoaderAccess::Make(ring, slot, o.dtype, o.layout, int64_t(hb.size()), o.output_height,
                                        o.output_width, hb.labels(), hb.keys(), hb.indices(), hb.epoch(), hb.index(),
-                                       std::move(fields));
+                                       std::move(fields), hb.sources());
       pending.push_back({std::move(hb), ev});
       Push(std::move(it));
       if (stop.load()) return;

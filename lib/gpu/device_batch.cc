@@ -201,6 +201,7 @@ DeviceBatch& DeviceBatch::operator=(DeviceBatch&& o) noexcept {
   labels_ = std::move(o.labels_);
   keys_ = std::move(o.keys_);
   indices_ = std::move(o.indices_);
+  sources_ = std::move(o.sources_);
   fields_ = std::move(o.fields_);
   epoch_ = o.epoch_;
   index_ = o.index_;

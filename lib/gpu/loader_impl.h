@@ -55,7 +55,8 @@ struct GpuLoaderAccess {
   static DeviceBatch Make(std::shared_ptr<detail::DeviceRing> ring, int slot, DType dtype, Layout layout, int64_t n,
                           int h, int w, std::vector<int64_t> labels, std::vector<std::string> keys,
                           std::vector<uint64_t> indices, uint64_t epoch, uint64_t index,
-                          std::vector<std::vector<std::optional<Bytes>>> fields = {}) {
+                          std::vector<std::vector<std::optional<Bytes>>> fields = {},
+                          std::vector<uint32_t> sources = {}) {
     DeviceBatch b;
     b.data_ = ring->slots[size_t(slot)].out;
     b.device_ = ring->device;
@@ -71,6 +72,7 @@ struct GpuLoaderAccess {
     b.labels_ = std::move(labels);
     b.keys_ = std::move(keys);
     b.indices_ = std::move(indices);
+    b.sources_ = std::move(sources);
     b.fields_ = std::move(fields);
     b.epoch_ = epoch;
     b.index_ = index;
