@@ -39,6 +39,87 @@ def _range(v, name):
     return (lo, hi)
 
 
+_SOURCE_KEYS = ("address", "weight", "repeat", "choose", "label_offset")
+
+
+def _is_address(v):
+    return isinstance(v, (str, os.PathLike))
+
+
+def _number(v, what, integer=False):
+    import math
+    import numbers
+
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral if integer else numbers.Real):
+        raise ValueError(f"{what} must be {'an integer' if integer else 'a number'}, not {v!r}")
+    if integer:
+        v = int(v)
+    else:
+        v = float(v)
+        if not math.isfinite(v):
+            raise ValueError(f"{what} must be finite, not {v!r}")
+    if v < 0:
+        raise ValueError(f"{what} must be >= 0, not {v!r}")
+    return v
+
+
+def _entry_number(entry, key, default, who, integer=False):
+    v = entry.get(key)
+    return default if v is None else _number(v, f"{who}: {key}", integer)
+
+
+def _mixture(source):
+    """A Loader's `source` as (address, sources): one dataset's address and no sources, or
+    "" and the mixture's (address, weight, repeat, choose, label_offset) per entry."""
+    if _is_address(source):
+        return os.fspath(source), []
+    if isinstance(source, dict):
+        raise ValueError("source must be an address or a list of entries; one dict is one entry: "
+                         f"wrap it in a list ([{source!r}])")
+    if not isinstance(source, (list, tuple)):
+        raise ValueError(f"source must be a dataset address or a list of (address, weight) tuples or dicts, "
+                         f"not {type(source).__name__} {source!r}")
+    if not source:
+        raise ValueError("source is an empty list: a mixture needs at least one (address, weight) entry")
+    if (isinstance(source, tuple) and len(source) == 2 and _is_address(source[0])
+            and not _is_address(source[1]) and not isinstance(source[1], (dict, list, tuple))):
+        raise ValueError(f"source {source!r} looks like one (address, weight) entry: a mixture is a list of "
+                         f"them ([{source!r}])")
+    out = []
+    for i, e in enumerate(source):
+        who = f"mixture entry {i} ({e!r})"
+        if _is_address(e):
+            e = {"address": e}
+        elif isinstance(e, (tuple, list)):
+            if not 1 <= len(e) <= 2:
+                raise ValueError(f"{who}: a tuple entry is (address, weight); use a dict for repeat, choose or "
+                                 "label_offset")
+            e = {"address": e[0], "weight": e[1]} if len(e) == 2 else {"address": e[0]}
+        elif not isinstance(e, dict):
+            raise ValueError(f"{who}: an entry is an (address, weight) tuple or a dict with keys "
+                             f"{', '.join(_SOURCE_KEYS)}, not {type(e).__name__}")
+        unknown = sorted(str(k) for k in e if k not in _SOURCE_KEYS)
+        if unknown:
+            raise ValueError(f"{who}: unknown key{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} "
+                             f"(an entry's keys: {', '.join(_SOURCE_KEYS)})")
+        if "address" not in e:
+            raise ValueError(f"{who}: no address")
+        address = e["address"]
+        if not _is_address(address) or not os.fspath(address):
+            raise ValueError(f"{who}: address must be a non-empty string, not {address!r}")
+        weight, repeat = _entry_number(e, "weight", 1.0, who), _entry_number(e, "repeat", 0.0, who)
+        choose = _entry_number(e, "choose", 0, who, integer=True)
+        label_offset = _entry_number(e, "label_offset", 0, who, integer=True)
+        if repeat > 0 and choose > 0:
+            raise ValueError(f"{who}: give repeat or choose, not both")
+        out.append((os.fspath(address), weight, repeat, choose, label_offset))
+    weighted = [w for _, w, r, c, _ in out if r == 0 and c == 0]
+    if weighted and sum(weighted) <= 0:
+        raise ValueError("mixture: the weights of the entries without repeat or choose add up to 0 "
+                         "(give one a weight > 0, or a repeat or choose)")
+    return "", out
+
+
 def _env_int(name):
     v = os.environ.get(name)
     return int(v) if v not in (None, "") else None
@@ -48,8 +129,16 @@ class Loader:
     """Iterates (images, labels) torch tensors, like a DataLoader with a DistributedSampler.
 
     Arguments (torchvision equivalents in docs/python.md):
-      address: a dataset address (tar shards, LMDB, HDF5, image folder); tar shards and
-        manifests may be http(s):// or s3:// addresses (docs/remote.md).
+      source: a dataset address (tar shards, LMDB, HDF5, MDS, image folder, ...); tar
+        shards and manifests may be http(s):// or s3:// addresses (docs/remote.md). Or a
+        mixture of datasets read as one epoch: a list of entries, each an address, an
+        (address, weight) tuple or a dict with the keys "address", "weight" (default 1),
+        "repeat" or "choose" (at most one) and "label_offset" (docs/python.md "Mixtures").
+        Entry i gives m_i samples to every epoch: `choose`, or round(repeat * size_i)
+        (half to even), or, for the entries with neither, the total size of those entries
+        shared by weight (largest remainders). Every source needs random access (no
+        `pipe:`, no stream=True). Each batch row's source: return_sources=True. The old
+        keyword name `address=` still works.
       cache_dir, cache_bytes: remote shards are downloaded whole on first use into
         cache_dir (bounded by cache_bytes, 0 = unbounded) so that later epochs read local
         disk. None: SHARDKIT_CACHE_DIR / SHARDKIT_CACHE_BYTES when set (read at this call;
@@ -98,6 +187,9 @@ class Loader:
         is held (default 10).
       return_keys: yield (images, labels, keys) with keys a list of sample keys (after the
         `fields` lists when there are any: (images, labels, *fields, keys)).
+      return_sources: yield each row's source as well, an int64 tensor (CPU) of indices into
+        the mixture's entries (all 0 for one dataset), last in the tuple:
+        (images, labels, *fields, [keys,] sources).
       fields: extra fields of each sample to yield beside images and labels, by extension,
         e.g. ("txt", "json") for image-text pairs: each batch is then (images, labels,
         txts, jsons), one Python list per field in batch order (row i of each list belongs
@@ -130,13 +222,15 @@ class Loader:
         load_state_dict), so the first batch of an epoch does not wait. Batches are the
         same either way; turn it off for a loader re-run at the same epoch (evaluation).
 
-    Order: the order of epoch e is a pure function of (seed, e); call set_epoch(e) before
-    each epoch as with DistributedSampler (without it every epoch repeats the same order).
-    Each `for` over the loader runs one epoch from its start, except right after
-    load_state_dict(), which continues from the saved position.
+    Order: the order of epoch e is a pure function of (seed, e) (a mixture: of the seed, e
+    and the sources' sizes and counts); call set_epoch(e) before each epoch as with
+    DistributedSampler (without it every epoch repeats the same order). Rank r of W takes
+    positions r, r + W, ... of that order. Each `for` over the loader runs one epoch from
+    its start, except right after load_state_dict(), which continues from the saved
+    position, on any number of ranks.
     """
 
-    def __init__(self, address, batch_size=256, shuffle=True, seed=0, rank=None, world_size=None,
+    def __init__(self, source=None, batch_size=256, shuffle=True, seed=0, rank=None, world_size=None,
                  decoder="auto", device="cpu", output_size=224, random_resized_crop=_DEFAULT_RRC,
                  center_crop=False, resize_size=None, flip=True, mean=_IMAGENET_MEAN, std=_IMAGENET_STD,
                  dtype="float32", layout="NCHW", threads=0, prefetch=4, drop_last=False,
@@ -144,7 +238,14 @@ class Loader:
                  buffer_wait=10.0, stream=False, shuffle_buffer=8192, prefetch_next_epoch=True,
                  hardware_load=None, profile=False, cache_dir=None, cache_bytes=0, fields=None,
                  missing_fields="raise", decode_fields=True, source_options=None, trust_manifest=False,
-                 max_pixels=200_000_000):
+                 max_pixels=200_000_000, return_sources=False, address=None):
+        if address is not None:  # the argument's earlier name
+            if source is not None:
+                raise ValueError("give source (or its old name address), not both")
+            source = address
+        if source is None:
+            raise ValueError("Loader needs a source: a dataset address or a list of (address, weight) entries")
+        address, sources = _mixture(source)
         if not _shardkit.HAVE_LOADER:
             raise NotImplementedError("this build of shardkit has no loader")
         if dtype not in _DTYPES:
@@ -188,9 +289,11 @@ class Loader:
         self._device = _parse_device(device)
         self._channels_last = layout == "channels_last"
         self._return_keys = bool(return_keys)
+        self._return_sources = bool(return_sources)
         self._fields = fields
         self._field_decoders = tuple(_field_decoder(f) if decode_fields else None for f in fields)
         self._address = address
+        self._sources = sources
         args = dict(
             batch_size=int(batch_size), shuffle=bool(shuffle), seed=int(seed),
             rank=-1 if rank is None else int(rank), world_size=-1 if world_size is None else int(world_size),
@@ -212,7 +315,10 @@ class Loader:
             cache_dir="" if cache_dir is None else str(cache_dir), cache_bytes=int(cache_bytes),
             # Confinement (docs/reliability.md): a manifest's files stay in its directory
             # unless the caller trusts it.
-            trust_manifest=bool(trust_manifest), max_pixels=int(max_pixels))
+            trust_manifest=bool(trust_manifest), max_pixels=int(max_pixels),
+            # A mixture (the address is then ""): one (address, weight, repeat, choose,
+            # label_offset) per entry, LoaderOptions::sources.
+            sources=sources)
         # The library decides (shardkit/feed.h): device batches (GpuLoader) for
         # device="cuda:N" when it can use the device, else host batches, copied with torch
         # for device="cuda:N"; the decoder; its fallback, reported here as a warning.
@@ -244,8 +350,21 @@ class Loader:
 
     # --- what a DataLoader offers -------------------------------------------------------
     def __len__(self):
-        """Batches this rank yields per epoch (the same on every rank)."""
-        return self._loader.num_batches
+        """Batches this rank yields per epoch (the same on every rank): those of a whole
+        epoch at this world size and batch size, also right after load_state_dict() (the
+        resumed epoch's own count is batches_left)."""
+        n, w, b = self._loader.epoch_size, self._loader.world_size, self.batch_size
+        if self.drop_last:
+            return (n // w) // b
+        return (-(-n // w) + b - 1) // b
+
+    @property
+    def batches_left(self):
+        """Batches of the current epoch this rank has not yielded yet: len(loader) after
+        set_epoch(), 0 once the epoch's `for` is over, and after load_state_dict() what the
+        resumed epoch still has for this rank (on another world size or batch size, the new
+        ranks' share of the rest of the epoch)."""
+        return self._loader.num_batches - self._loader.next_batch
 
     def __iter__(self):
         if not self._fresh:
@@ -260,13 +379,20 @@ class Loader:
         self._fresh = True
 
     def state_dict(self):
-        """The position (epoch and next batch) as a dict, for load_state_dict() in a new process."""
+        """The position as a dict (JSON-serialisable), for load_state_dict() in a new process:
+        the epoch, this rank's next batch and the global position in the epoch's order (the
+        samples all ranks together consumed; state version 2)."""
         return {"shardkit_loader": json.loads(self._loader.save_state())}
 
     def load_state_dict(self, state):
         """Continues from state_dict()'s position: the next `for` yields the batches the
-        interrupted run had not yielded yet. Needs the same dataset, seed, batch size,
-        rank and world size (else shardkit.Error)."""
+        interrupted run had not yielded yet. Needs the same dataset (or mixture) and seed
+        (else shardkit.Error). Ranks move in step, so any rank's state will do (rank 0's).
+        With the same world size and batch size every rank continues at its next batch; with
+        another world size or batch size the new ranks share what is left of the epoch's
+        order from the saved global position, each sample once across the runs before and
+        after (drop_last / padding apply to that rest). A state saved before version 2, or
+        by a streamed loader, resumes only on the same rank, world size and batch size."""
         s = state["shardkit_loader"] if "shardkit_loader" in state else state
         self._loader.restore(json.dumps(s))
         self._epoch = int(s["epoch"])
@@ -284,8 +410,25 @@ class Loader:
 
     @property
     def num_samples(self):
-        """Samples in the dataset (all ranks)."""
+        """Samples in the dataset (all ranks); a mixture: in its sources together, each
+        counted once (epoch_size says how many an epoch reads)."""
+        if self._sources:
+            return sum(n for n, _ in self._loader.mixture)
         return self._loader.num_samples
+
+    @property
+    def epoch_size(self):
+        """Samples of an epoch's order, all ranks together, before padding or dropping: the
+        dataset's size, or a mixture's sum of per-source counts."""
+        return self._loader.epoch_size
+
+    @property
+    def sources(self):
+        """A mixture's entries, in the order of `source` (the indices return_sources gives):
+        dicts with "address", "weight", "repeat", "choose", "label_offset", "samples" (the
+        source's size) and "per_epoch" (its samples in every epoch). [] for one dataset."""
+        return [dict(address=a, weight=w, repeat=r, choose=c, label_offset=lo, samples=n, per_epoch=m)
+                for (a, w, r, c, lo), (n, m) in zip(self._sources, self._loader.mixture)]
 
     @property
     def rank(self):
@@ -381,7 +524,9 @@ class Loader:
         return False
 
     def __repr__(self):
-        return (f"<shardkit.Loader {self._address!r} batch_size={self.batch_size} "
+        what = (f"mixture of {len(self._sources)} ({', '.join(repr(a) for a, *_ in self._sources)})"
+                if self._sources else repr(self._address))
+        return (f"<shardkit.Loader {what} batch_size={self.batch_size} "
                 f"rank={self.rank}/{self.world_size} batches={len(self)}>")
 
     # --- internals -----------------------------------------------------------------------
@@ -423,14 +568,16 @@ class Loader:
             images = torch.from_dlpack(b.images(self._channels_last))
             labels = torch.from_dlpack(b.labels())
             keys = b.keys if (self._return_keys or self._fields) else None
-            extra = self._field_values(b.fields(), keys) if self._fields else ()
+            extra = self._field_values(b.fields(), keys) if self._fields else []
+            if self._return_keys:
+                extra.append(keys)
+            if self._return_sources:
+                extra.append(torch.from_dlpack(b.sources()))
             b.drop()
             del b
             if self._device.type == "cuda" and not self._gpu:
                 images, labels = self._to_device(torch, images, labels)
-            if self._return_keys:
-                yield (images, labels, *extra, keys)
-            elif extra:
+            if extra:
                 yield (images, labels, *extra)
             else:
                 yield images, labels

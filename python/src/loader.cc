@@ -9,6 +9,7 @@
 // way with device kDLCUDA; __dlpack__(stream=s) makes s wait on the batch's ready event
 // and the deleter releases the ring slot on s (see HeldDeviceBatch). Labels are copied (a few bytes per sample) so that keeping
 // labels around never pins a pool buffer.
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <functional>
@@ -17,6 +18,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -249,6 +251,13 @@ class PyBatch {
     return t;
   }
   ExportTensor Labels() const { return Int64Tensor(b_->labels()); }
+  // Each row's source in a mixture (LoaderOptions::sources), 0 for every row of one dataset.
+  ExportTensor Sources() const {
+    const Batch& b = batch();
+    std::vector<int64_t> v(b.size(), 0);
+    for (size_t i = 0; i < b.sources().size() && i < v.size(); ++i) v[i] = int64_t(b.sources()[i]);
+    return Int64Tensor(std::move(v));
+  }
   py::list Fields() const {
     const Batch& b = batch();
     return FieldLists(b.num_fields(), [&](size_t f) -> const std::vector<std::optional<Bytes>>& { return b.field(f); });
@@ -277,8 +286,38 @@ class PyLoader {
       r = create();
     }
     feed_ = Unwrap(std::move(r));
+    // A mixture's (samples, per-epoch count) per source, from the state both paths keep
+    // (Feed has no accessor for it); the first item of each source follows from them.
+    LoaderState st;
+    {
+      py::gil_scoped_release nogil;
+      st = feed_->save_state();
+    }
+    epoch_size_ = st.epoch_size;
+    mixture_ = st.sources;
+    uint64_t base = 0;
+    for (const auto& [size, count] : mixture_) {
+      bases_.push_back(base);
+      base += size == 0 ? 0 : size * ((count + size - 1) / size);  // size x passes
+    }
   }
   ~PyLoader() { Close(); }
+
+  uint64_t epoch_size() const { return epoch_size_; }
+  const std::vector<std::pair<uint64_t, uint64_t>>& mixture() const { return mixture_; }
+
+  // Each row's source from its item (a mixture's items are laid out source by source,
+  // each source's samples once per pass: shardkit/loader.h, Batch::indices()); 0 for
+  // one dataset. Device batches carry no Batch::sources(), so they get theirs here.
+  std::vector<int64_t> SourcesOf(const std::vector<uint64_t>& items) const {
+    std::vector<int64_t> out(items.size(), 0);
+    if (bases_.size() < 2) return out;
+    for (size_t k = 0; k < items.size(); ++k) {
+      auto it = std::upper_bound(bases_.begin(), bases_.end(), items[k]);
+      out[k] = int64_t(it - bases_.begin()) - 1;
+    }
+    return out;
+  }
 
   // f(feed) under the lock, without the GIL; f must not touch Python objects.
   template <class F>
@@ -325,6 +364,9 @@ class PyLoader {
   }
   std::mutex mu_;
   std::unique_ptr<Feed> feed_;
+  uint64_t epoch_size_ = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> mixture_;
+  std::vector<uint64_t> bases_;  // a mixture's first item of each source
 };
 
 // DLPack's stream integer (Array API): 1 (or None) = the legacy default stream, 2 = the
@@ -354,7 +396,8 @@ struct HeldDeviceBatch {
 
 class PyDeviceBatch {
  public:
-  explicit PyDeviceBatch(DeviceBatch b) : h_(std::make_shared<HeldDeviceBatch>(std::move(b))) {}
+  PyDeviceBatch(DeviceBatch b, std::vector<int64_t> sources)
+      : h_(std::make_shared<HeldDeviceBatch>(std::move(b))), sources_(std::move(sources)) {}
 
   ExportTensor Images(bool channels_last) const {
     const DeviceBatch& b = get();
@@ -381,6 +424,7 @@ class PyDeviceBatch {
     return t;
   }
   ExportTensor Labels() const { return Int64Tensor(get().labels()); }
+  ExportTensor Sources() const { return Int64Tensor(sources_); }
   py::list Fields() const {
     const DeviceBatch& b = get();
     return FieldLists(b.num_fields(), [&](size_t f) -> const std::vector<std::optional<Bytes>>& { return b.field(f); });
@@ -403,6 +447,7 @@ class PyDeviceBatch {
     return h_->b;
   }
   std::shared_ptr<HeldDeviceBatch> h_;
+  std::vector<int64_t> sources_;  // each row's mixture source (PyLoader::SourcesOf)
 };
 
 py::object PyLoader::Next() {
@@ -426,7 +471,8 @@ py::object PyLoader::Next() {
   Check(std::move(st));
   if (device) {
     if (device->end_of_epoch()) return py::none();
-    return py::cast(PyDeviceBatch(std::move(*device)));
+    std::vector<int64_t> sources = SourcesOf(device->indices());
+    return py::cast(PyDeviceBatch(std::move(*device), std::move(sources)));
   }
   if (host->end_of_epoch()) return py::none();
   return py::cast(PyBatch(std::move(*host)));
@@ -505,6 +551,7 @@ tensor made from it is freed.)doc")
   py::class_<PyBatch>(m, "_Batch")
       .def("images", &PyBatch::Images, py::arg("channels_last") = false)
       .def("labels", &PyBatch::Labels)
+      .def("sources", &PyBatch::Sources)
       .def("fields", &PyBatch::Fields)
       .def_property_readonly("keys", [](const PyBatch& b) { return b.batch().keys(); })
       .def_property_readonly("indices", [](const PyBatch& b) { return b.batch().indices(); })
@@ -525,6 +572,7 @@ tensor made from it is freed.)doc")
   py::class_<PyDeviceBatch>(m, "_DeviceBatch")
       .def("images", &PyDeviceBatch::Images, py::arg("channels_last") = false)
       .def("labels", &PyDeviceBatch::Labels)
+      .def("sources", &PyDeviceBatch::Sources)
       .def("fields", &PyDeviceBatch::Fields)
       .def("synchronize", &PyDeviceBatch::Synchronize)
       .def_property_readonly("keys", [](const PyDeviceBatch& b) { return b.batch().keys(); })
@@ -549,7 +597,8 @@ tensor made from it is freed.)doc")
                        uint32_t shuffle_buffer, bool prefetch_next_epoch, double hardware_load, bool profile,
                        std::vector<std::string> fields, const std::string& missing_fields,
                        std::map<std::string, std::string> source_options, const std::string& cache_dir,
-                       uint64_t cache_bytes, bool trust_manifest, int local_world_size, uint64_t max_pixels) {
+                       uint64_t cache_bytes, bool trust_manifest, int local_world_size, uint64_t max_pixels,
+                       const std::vector<std::tuple<std::string, double, double, uint64_t, int64_t>>& sources) {
              LoaderOptions o = MakeOptions(batch_size, shuffle, seed, rank, world_size, drop_last, threads, prefetch,
                                            output_height, output_width, train, scale, ratio, flip_p, resize_size,
                                            dct_scaling, mean, std_, dtype, layout, on_error, image_field, stream,
@@ -559,6 +608,10 @@ tensor made from it is freed.)doc")
              o.max_pixels = max_pixels;
              // How the address and, streamed, each shard are opened (LoaderOptions::open).
              o.open = SourceOptions(source_options, cache_dir, cache_bytes, trust_manifest);
+             // A mixture (address empty): (address, weight, repeat, choose, label_offset)
+             // per source, checked in Python (shardkit/loader.py) and again by the library.
+             for (const auto& [addr, weight, repeat, choose, label_offset] : sources)
+               o.sources.push_back(MixSourceSpec{addr, weight, repeat, choose, label_offset});
              FeedOptions f;
              f.device = device;
              if (decoder == "cpu") f.gpu.decoder = DecoderKind::kCpu;
@@ -583,7 +636,8 @@ tensor made from it is freed.)doc")
            py::arg("fields") = std::vector<std::string>{}, py::arg("missing_fields") = "raise",
            py::arg("source_options") = std::map<std::string, std::string>{}, py::arg("cache_dir") = "",
            py::arg("cache_bytes") = 0, py::arg("trust_manifest") = false, py::arg("local_world_size") = 0,
-           py::arg("max_pixels") = LoaderOptions{}.max_pixels)
+           py::arg("max_pixels") = LoaderOptions{}.max_pixels,
+           py::arg("sources") = std::vector<std::tuple<std::string, double, double, uint64_t, int64_t>>{})
       .def("next", &PyLoader::Next)
       .def("set_epoch", &PyLoader::SetEpoch, py::arg("epoch"))
       .def("save_state", &PyLoader::SaveState)
@@ -595,6 +649,14 @@ tensor made from it is freed.)doc")
                              [](PyLoader& l) { return l.With([](Feed& x) { return x.num_batches(); }); })
       .def_property_readonly("num_samples",
                              [](PyLoader& l) { return l.With([](Feed& x) { return x.num_samples(); }); })
+      // Positions of an epoch's order, all ranks together (a mixture: the sum of its counts).
+      .def_property_readonly("epoch_size", &PyLoader::epoch_size)
+      // A mixture's (samples, samples per epoch) of each source; empty for one dataset.
+      .def_property_readonly("mixture", &PyLoader::mixture)
+      // The batch of this rank's current plan that the next next() hands out.
+      .def_property_readonly("next_batch",
+                             [](PyLoader& l) { return l.With([](Feed& x) { return x.save_state().next_batch; }); })
+      .def("sources_of", &PyLoader::SourcesOf, py::arg("items"))
       .def_property_readonly("rank", [](PyLoader& l) { return l.With([](Feed& x) { return x.rank(); }); })
       .def_property_readonly("world_size",
                              [](PyLoader& l) { return l.With([](Feed& x) { return x.world_size(); }); })

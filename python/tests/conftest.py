@@ -104,3 +104,27 @@ def data(request, tmp_path):
             pytest.skip(f"the folder format is not available: {why}")
         return "folder:" + root, samples, "folder"
     return make_tar_shards(str(tmp_path / "tar"), samples), samples, "tar"
+
+
+# Three datasets of different formats with disjoint keys and class names, for mixtures
+# (test_mixture.py, test_elastic.py): (name, classes, per class, format of the copy).
+MIX_PARTS = (("a", ("cat", "dog", "eel"), 4, "wds"),   # 12 samples, tar shards of 5
+             ("b", ("fox", "gnu"), 5, "lmdb"),          # 10 samples, LMDB
+             ("c", ("hen", "ibis"), 4, "mds"))          # 8 samples, MDS
+
+
+def make_mixture_sources(root):
+    """Converts three image folders (MIX_PARTS) with shardkit.convert into tar shards, an
+    LMDB and an MDS directory. Returns [(address, {key: label within its dataset})]."""
+    out = []
+    for name, classes, per_class, fmt in MIX_PARTS:
+        samples = make_image_folder(os.path.join(root, name), classes=classes, per_class=per_class)
+        if fmt == "wds":
+            shardkit.convert("folder:" + os.path.join(root, name), "wds:" + os.path.join(root, name + "-%06d.tar"),
+                             samples_per_shard=5)
+            address = os.path.join(root, name + ".manifest.json")
+        else:
+            address = f"{fmt}:" + os.path.join(root, f"{name}.{fmt}")
+            shardkit.convert("folder:" + os.path.join(root, name), address)
+        out.append((address, {k: label for k, (_, label, _) in samples.items()}))
+    return out

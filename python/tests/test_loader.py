@@ -165,11 +165,17 @@ def test_state_dict_resume_in_a_new_loader(data):
 
 
 def test_load_state_dict_refuses_other_settings(data):
+    # Another seed or dataset is refused; another batch size or world size is not (the
+    # state holds the global position: test_elastic.py).
     address, _ = data[:2]
     state = loader(address, seed=5).state_dict()
     with pytest.raises(shardkit.Error) as ei:
-        loader(address, seed=5, batch_size=3).load_state_dict(state)
-    assert ei.value.code == "invalid_argument"
+        loader(address, seed=6).load_state_dict(state)
+    assert ei.value.code == "invalid_argument" and "seed" in str(ei.value)
+    state["shardkit_loader"]["num_samples"] += 1
+    with pytest.raises(shardkit.Error) as ei:
+        loader(address, seed=5).load_state_dict(state)
+    assert ei.value.code == "invalid_argument" and "samples" in str(ei.value)
 
 
 def test_tensor_aliases_pool_memory(data):
