@@ -9,7 +9,6 @@
 // way with device kDLCUDA; __dlpack__(stream=s) makes s wait on the batch's ready event
 // and the deleter releases the ring slot on s (see HeldDeviceBatch). Labels are copied (a few bytes per sample) so that keeping
 // labels around never pins a pool buffer.
-#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <functional>
@@ -197,6 +196,14 @@ Layout ParseLayout(const std::string& s) {
   throw py::value_error("layout must be \"NCHW\" or \"NHWC\", not \"" + s + "\"");
 }
 
+// Each row's source in a mixture (LoaderOptions::sources; Batch::sources(),
+// DeviceBatch::sources()) as an int64 tensor; 0 for every row of one dataset.
+ExportTensor SourcesTensor(const std::vector<uint32_t>& sources, size_t rows) {
+  std::vector<int64_t> v(rows, 0);
+  for (size_t i = 0; i < sources.size() && i < rows; ++i) v[i] = int64_t(sources[i]);
+  return Int64Tensor(std::move(v));
+}
+
 // LoaderOptions::fields of a batch: one list per field, bytes (None where absent) per row.
 py::list FieldLists(size_t n, const std::function<const std::vector<std::optional<Bytes>>&(size_t)>& field) {
   py::list out;
@@ -251,13 +258,7 @@ class PyBatch {
     return t;
   }
   ExportTensor Labels() const { return Int64Tensor(b_->labels()); }
-  // Each row's source in a mixture (LoaderOptions::sources), 0 for every row of one dataset.
-  ExportTensor Sources() const {
-    const Batch& b = batch();
-    std::vector<int64_t> v(b.size(), 0);
-    for (size_t i = 0; i < b.sources().size() && i < v.size(); ++i) v[i] = int64_t(b.sources()[i]);
-    return Int64Tensor(std::move(v));
-  }
+  ExportTensor Sources() const { return SourcesTensor(batch().sources(), batch().size()); }
   py::list Fields() const {
     const Batch& b = batch();
     return FieldLists(b.num_fields(), [&](size_t f) -> const std::vector<std::optional<Bytes>>& { return b.field(f); });
@@ -286,8 +287,8 @@ class PyLoader {
       r = create();
     }
     feed_ = Unwrap(std::move(r));
-    // A mixture's (samples, per-epoch count) per source, from the state both paths keep
-    // (Feed has no accessor for it); the first item of each source follows from them.
+    // The epoch's size and a mixture's (samples, per-epoch count) per source, from the
+    // state both paths keep (Feed has no accessor for them); fixed for the loader's life.
     LoaderState st;
     {
       py::gil_scoped_release nogil;
@@ -295,29 +296,11 @@ class PyLoader {
     }
     epoch_size_ = st.epoch_size;
     mixture_ = st.sources;
-    uint64_t base = 0;
-    for (const auto& [size, count] : mixture_) {
-      bases_.push_back(base);
-      base += size == 0 ? 0 : size * ((count + size - 1) / size);  // size x passes
-    }
   }
   ~PyLoader() { Close(); }
 
   uint64_t epoch_size() const { return epoch_size_; }
   const std::vector<std::pair<uint64_t, uint64_t>>& mixture() const { return mixture_; }
-
-  // Each row's source from its item (a mixture's items are laid out source by source,
-  // each source's samples once per pass: shardkit/loader.h, Batch::indices()); 0 for
-  // one dataset. Device batches carry no Batch::sources(), so they get theirs here.
-  std::vector<int64_t> SourcesOf(const std::vector<uint64_t>& items) const {
-    std::vector<int64_t> out(items.size(), 0);
-    if (bases_.size() < 2) return out;
-    for (size_t k = 0; k < items.size(); ++k) {
-      auto it = std::upper_bound(bases_.begin(), bases_.end(), items[k]);
-      out[k] = int64_t(it - bases_.begin()) - 1;
-    }
-    return out;
-  }
 
   // f(feed) under the lock, without the GIL; f must not touch Python objects.
   template <class F>
@@ -366,7 +349,6 @@ class PyLoader {
   std::unique_ptr<Feed> feed_;
   uint64_t epoch_size_ = 0;
   std::vector<std::pair<uint64_t, uint64_t>> mixture_;
-  std::vector<uint64_t> bases_;  // a mixture's first item of each source
 };
 
 // DLPack's stream integer (Array API): 1 (or None) = the legacy default stream, 2 = the
@@ -396,8 +378,7 @@ struct HeldDeviceBatch {
 
 class PyDeviceBatch {
  public:
-  PyDeviceBatch(DeviceBatch b, std::vector<int64_t> sources)
-      : h_(std::make_shared<HeldDeviceBatch>(std::move(b))), sources_(std::move(sources)) {}
+  explicit PyDeviceBatch(DeviceBatch b) : h_(std::make_shared<HeldDeviceBatch>(std::move(b))) {}
 
   ExportTensor Images(bool channels_last) const {
     const DeviceBatch& b = get();
@@ -424,7 +405,7 @@ class PyDeviceBatch {
     return t;
   }
   ExportTensor Labels() const { return Int64Tensor(get().labels()); }
-  ExportTensor Sources() const { return Int64Tensor(sources_); }
+  ExportTensor Sources() const { return SourcesTensor(get().sources(), get().size()); }
   py::list Fields() const {
     const DeviceBatch& b = get();
     return FieldLists(b.num_fields(), [&](size_t f) -> const std::vector<std::optional<Bytes>>& { return b.field(f); });
@@ -447,7 +428,6 @@ class PyDeviceBatch {
     return h_->b;
   }
   std::shared_ptr<HeldDeviceBatch> h_;
-  std::vector<int64_t> sources_;  // each row's mixture source (PyLoader::SourcesOf)
 };
 
 py::object PyLoader::Next() {
@@ -471,8 +451,7 @@ py::object PyLoader::Next() {
   Check(std::move(st));
   if (device) {
     if (device->end_of_epoch()) return py::none();
-    std::vector<int64_t> sources = SourcesOf(device->indices());
-    return py::cast(PyDeviceBatch(std::move(*device), std::move(sources)));
+    return py::cast(PyDeviceBatch(std::move(*device)));
   }
   if (host->end_of_epoch()) return py::none();
   return py::cast(PyBatch(std::move(*host)));
@@ -656,7 +635,6 @@ tensor made from it is freed.)doc")
       // The batch of this rank's current plan that the next next() hands out.
       .def_property_readonly("next_batch",
                              [](PyLoader& l) { return l.With([](Feed& x) { return x.save_state().next_batch; }); })
-      .def("sources_of", &PyLoader::SourcesOf, py::arg("items"))
       .def_property_readonly("rank", [](PyLoader& l) { return l.With([](Feed& x) { return x.rank(); }); })
       .def_property_readonly("world_size",
                              [](PyLoader& l) { return l.With([](Feed& x) { return x.world_size(); }); })

@@ -288,8 +288,8 @@ def test_gpu_decode_path_makes_the_next_epoch_ahead(tar):
 
 def test_a_mixture_on_the_device_copy_path(tmp_path):
     # decoder "auto"/"cpu" decode a mixture on the host and copy it; the rows' sources
-    # (computed from the items for device batches) and uint8 pixels equal the CPU
-    # loader's, and a state saved on the device resumes on the host on another world.
+    # (DeviceBatch::sources()) and uint8 pixels equal the CPU loader's, and a state saved
+    # on the device resumes on the host on another world size.
     from conftest import make_mixture_sources
 
     parts = make_mixture_sources(str(tmp_path / "mix"))

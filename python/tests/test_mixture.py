@@ -145,11 +145,6 @@ def test_return_sources_names_the_dataset_of_each_row(mix):
     # Without return_keys: (images, labels, sources).
     images, labels, sources = next(iter(make(addresses, return_sources=True)))
     assert sources.shape == labels.shape
-    # The sources of device batches come from their items (the binding's sources_of):
-    # it agrees with the library's per-row sources.
-    raw = make(addresses)
-    b = raw._loader.next()
-    assert raw._loader.sources_of(b.indices) == torch.from_dlpack(b.sources()).tolist()
     # One dataset: every row's source is 0.
     one = make(addresses[1], return_sources=True, return_keys=True)
     assert one.sources == [] and one.epoch_size == 10
