@@ -150,6 +150,10 @@ TEST_CASE("mixture counts: weights share the weighted sources' size, repeat and 
   m = pipeline::MixtureCounts({spec(1, 2.5), spec(5, 0, 7), spec(1)}, {10, 3, 20});
   REQUIRE(m.ok());
   CHECK(*m == std::vector<uint64_t>{25, 7, 20});
+  // A weight of 0 gives nothing and adds nothing to the shared total.
+  m = pipeline::MixtureCounts({spec(3), spec(0), spec(1)}, {12, 10, 8});
+  REQUIRE(m.ok());
+  CHECK(*m == std::vector<uint64_t>{15, 0, 5});
   CHECK(pipeline::MixtureCounts({spec(-1)}, {5}).status().code() == Code::kInvalidArgument);
   CHECK(pipeline::MixtureCounts({spec(1, 2, 3)}, {5}).status().code() == Code::kInvalidArgument);
   CHECK(pipeline::MixtureCounts({spec(0)}, {5}).status().code() == Code::kInvalidArgument);

@@ -194,9 +194,10 @@ struct LoaderOptions {
   std::vector<std::string> fields;
   MissingFieldPolicy missing_fields = MissingFieldPolicy::kError;
   // A mixture of datasets instead of one address (Loader::Create's address is then
-  // empty). Source i gives m_i samples to each epoch: `choose`, or round(repeat * n_i),
-  // or, for the sources with neither, a share by weight of their total size (largest
-  // remainders, so the shares add up exactly). Every source needs random access.
+  // empty). Source i gives m_i samples to each epoch: `choose`, or repeat * n_i rounded
+  // to nearest (halves to even), or, for the sources with neither, a share by weight of
+  // the total size of those with a weight > 0 (largest remainders, so the shares add up
+  // exactly). Every source needs random access.
   std::vector<MixSourceSpec> sources;
 };
 

@@ -35,7 +35,7 @@ Result<std::vector<uint64_t>> MixtureCounts(const std::vector<MixSourceSpec>& sp
     } else {
       weighted.push_back(i);
       weight_sum += s.weight;
-      weighted_size += sizes[i];
+      if (s.weight > 0) weighted_size += sizes[i];  // a weight-0 source gives nothing and counts for nothing
     }
   }
   if (!weighted.empty()) {

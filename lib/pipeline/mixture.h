@@ -19,8 +19,9 @@
 namespace shardkit::pipeline {
 
 // Samples per epoch of each source (LoaderOptions::sources' rule): `choose`, or
-// round(repeat * size), or the weighted sources' total size shared by weight (largest
-// remainders, ties to the lower index). kInvalidArgument naming the source on a bad spec.
+// repeat * size rounded to nearest (halves to even), or the total size of the weighted
+// sources with a weight > 0 shared by weight (largest remainders, ties to the lower
+// index). kInvalidArgument naming the source on a bad spec.
 Result<std::vector<uint64_t>> MixtureCounts(const std::vector<MixSourceSpec>& specs,
                                             const std::vector<uint64_t>& sizes);
 

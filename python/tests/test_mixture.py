@@ -67,9 +67,9 @@ CASES = {
     # More than a pass: choose 20 of 12 (a pass and 8 of a second), repeat 1.25 of 10 =
     # 12.5, rounded half to even: 12; c by weight: 8.
     "passes": (lambda a, b, c: [{"address": a, "choose": 20}, {"address": b, "repeat": 1.25}, c], (20, 12, 8)),
-    # A weight of 0 among weighted entries gives nothing, yet its size counts in the total
-    # shared: 30 shared 3:0:1 = 22.5, 0, 7.5; the tie of remainders to the lower index.
-    "zero-weight": (lambda a, b, c: [(a, 3), (b, 0), (c, 1)], (23, 0, 7)),
+    # A weight of 0 gives nothing and its size adds nothing to the total shared: 12 + 8
+    # shared 3:0:1 = 15, 0, 5.
+    "zero-weight": (lambda a, b, c: [(a, 3), (b, 0), (c, 1)], (15, 0, 5)),
     # The weighted entries share their own total (12 + 8), whatever b's repeat takes.
     "mixed": (lambda a, b, c: [(a, 3), {"address": b, "repeat": 2}, c], (15, 20, 5)),
 }
