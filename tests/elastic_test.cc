@@ -292,7 +292,30 @@ TEST_CASE("elastic resume of a 3-source mixture of tar shards, LMDB and MDS", "[
   CHECK(shares[1] == std::make_pair<uint64_t, uint64_t>(20, 21));
   CHECK(shares[2] == std::make_pair<uint64_t, uint64_t>(10, 14));
   CHECK(probe->epoch_size() == 76);
-  // Labels: each source's own plus its offset; rows name their source.
+  // Labels: each source's own plus its offset; rows name their source; fields ride along
+  // (each row's `cls` field is its source's own label, before the offset).
+  {
+    LoaderOptions fo = Small(0, 1, 4);
+    fo.sources = src;
+    fo.fields = {"cls"};
+    auto lf = Must(Loader::Create(fo));
+    lf->set_epoch(0);
+    size_t rows_seen = 0;
+    for (;;) {
+      auto b = lf->Next();
+      REQUIRE(b.ok());
+      if (b->end_of_epoch()) break;
+      REQUIRE(b->num_fields() == 1);
+      for (size_t i = 0; i < b->size(); ++i) {
+        const auto& f = b->field(0)[i];
+        REQUIRE(f.has_value());
+        const int64_t own = std::stoll(std::string(f->view()));
+        CHECK(b->labels()[i] == own + (b->sources()[i] == 0 ? 0 : b->sources()[i] == 1 ? 100 : 200));
+        ++rows_seen;
+      }
+    }
+    CHECK(rows_seen == 76);
+  }
   probe->set_epoch(0);
   std::map<uint32_t, int> per_source;
   for (;;) {
