@@ -497,20 +497,11 @@ Result<PartPlan> MakePartPlan(const Dataset& in, const formats::Format& fmt, Con
   return p;
 }
 
-// Where a list beside the output goes (duplicates.json, skipped.json): in the
-// directory of a shard pattern, else beside the output as "<output>.<name>".
-Result<std::string> SidecarPath(std::string_view dst, std::string_view name) {
-  std::string path;
-  SK_ASSIGN_OR_RETURN(const formats::Format* fmt, formats::Resolve(dst, true, &path));
-  if (fmt->writes_shards && paths::CheckShardPattern(path).ok()) return io::DirName(path) + "/" + std::string(name);
-  while (path.size() > 1 && path.back() == '/') path.pop_back();
-  return path + "." + std::string(name);
-}
-
-// Writes `text` as the list `name` beside the output (SidecarPath): whole, then renamed.
+// Writes `text` as the list `name` beside the output (pipeline::SidecarPath): whole,
+// then renamed.
 Result<std::string> WriteSidecar(std::string_view dst, std::string_view name, const std::string& text,
                                  const std::shared_ptr<FileSystem>& local_fs) {
-  SK_ASSIGN_OR_RETURN(std::string path, SidecarPath(dst, name));
+  SK_ASSIGN_OR_RETURN(std::string path, pipeline::SidecarPath(dst, name, /*output=*/true));
   SK_ASSIGN_OR_RETURN(std::shared_ptr<FileSystem> fs, io::FileSystemOf(path, local_fs));
   SK_ASSIGN_OR_RETURN(auto file, io::AtomicFile::Create(path, /*overwrite=*/true, fs));
   SK_RETURN_IF_ERROR(file->Write(text));

@@ -336,8 +336,7 @@ LoaderState MakeState(const LoaderOptions& o, const PlanShape& shape, uint64_t e
   LoaderState s = MakeState(o, shape.n, epoch, next_batch);
   s.epoch_size = shape.epoch_size;
   s.start = std::min(start, shape.epoch_size);
-  const __uint128_t done = __uint128_t(next_batch) * o.batch_size * uint64_t(o.world_size);
-  s.position = s.start + uint64_t(std::min<__uint128_t>(done, shape.epoch_size - s.start));
+  s.position = PositionAfter(s.start, shape.epoch_size, next_batch, o.batch_size, uint64_t(o.world_size));
   s.sources = shape.sources;
   return s;
 }

@@ -288,7 +288,7 @@ struct Loader::Impl {
   std::vector<std::string> class_names;
   LoaderOptions o;
   uint64_t n = 0;
-  pipeline::Partition part;
+  pipeline::Partition stream_part;  // streamed mode's cut of every epoch (Init)
   pipeline::OutputSpec spec;
   pipeline::RrcParams rrc;
   pipeline::SourceFacts facts;  // the dataset's shard table and colour order, for rows
@@ -329,6 +329,8 @@ struct Loader::Impl {
     return mix ? pipeline::EpochOrder(mix, o.seed, e, o.shuffle) : pipeline::EpochOrder(n, o.seed, e, o.shuffle);
   }
   pipeline::PlanShape Shape() const { return pipeline::ShapeOf(n, mix.get(), streaming); }
+  // The current epoch's cut: streamed mode's, or the random-access plan's (`order`).
+  const pipeline::Partition& Part() const { return streaming ? stream_part : order.partition(); }
 
   // ---- Streamed mode (see pipeline/stream.h). The reader thread runs the
   // StreamReader and queues up to kReadAhead batches of samples in `inputs`;
@@ -409,7 +411,7 @@ struct Loader::Impl {
   void ReadLoop(uint64_t e, uint64_t first_batch) {
     for (;;) {
       if (!ReadEpoch(e, first_batch)) return;
-      if (!o.prefetch_next_epoch || part.num_batches == 0 || e == UINT64_MAX) return;
+      if (!o.prefetch_next_epoch || stream_part.num_batches == 0 || e == UINT64_MAX) return;
       {
         std::unique_lock<std::mutex> lk(pool->mu);
         // e may itself be a prefetched epoch: go on only once set_epoch(e) adopted it.
@@ -450,7 +452,7 @@ struct Loader::Impl {
   // Reads batches first_batch.. of epoch e into `inputs`. False when stopped or after a
   // reading error (queued as that batch).
   bool ReadEpoch(uint64_t e, uint64_t first_batch) {
-    for (uint64_t b = first_batch; b < part.num_batches; ++b) {
+    for (uint64_t b = first_batch; b < stream_part.num_batches; ++b) {
       {
         std::unique_lock<std::mutex> lk(pool->mu);
         pool->cv.wait(lk, [&] { return reader_stop.load() || inputs.size() < kReadAhead; });
@@ -462,7 +464,7 @@ struct Loader::Impl {
         in = std::make_shared<StreamInput>();
         in->epoch = e;
         in->batch = b;
-        const size_t count = pipeline::RowsOf(part.per_rank, o.batch_size, b).count();
+        const size_t count = pipeline::RowsOf(stream_part.per_rank, o.batch_size, b).count();
         in->samples.resize(count);
         in->indices.resize(count);
         for (size_t i = 0; i < count && st.ok(); ++i) {
@@ -496,11 +498,11 @@ struct Loader::Impl {
   // replaying the stream from the epoch's start) and starts the reader thread.
   Status StreamReset(uint64_t e, uint64_t start, const pipeline::StreamPos* at) {
     Stop();
-    start = std::min(start, part.num_batches);
+    start = std::min(start, stream_part.num_batches);
     out.Start(e, start);
     submitted = start;
     Status st = stream->Start(e, uint32_t(o.rank), uint32_t(o.world_size), o.batch_size, o.drop_last, at);
-    if (st.ok() && !at) st = stream->Skip(std::min<uint64_t>(start * o.batch_size, part.per_rank));
+    if (st.ok() && !at) st = stream->Skip(std::min<uint64_t>(start * o.batch_size, stream_part.per_rank));
     {
       std::lock_guard<std::mutex> lk(pool->mu);
       CountersLocked(&stats);
@@ -531,8 +533,7 @@ struct Loader::Impl {
     }
     Stop();
     order = pipeline::RankOrder(OrderOf(e), from, o);
-    part = order.partition();
-    out.Start(e, std::min(start, part.num_batches));
+    out.Start(e, std::min(start, order.num_batches()));
     submitted = out.next;
     std::lock_guard<std::mutex> lk(pool->mu);
     SubmitLocked();
@@ -559,7 +560,6 @@ struct Loader::Impl {
     }
     out.Start(e, 0);  // (the reader thread waits for this epoch before it reads epoch e + 1)
     order = std::move(ahead.order);
-    if (!streaming) part = order.partition();
     jobs = std::move(ahead.jobs);
     submitted = ahead.submitted;
     pstats.adopted += jobs.size();
@@ -581,7 +581,7 @@ struct Loader::Impl {
   // submitted, the next epoch's (planned first, in random-access mode).
   void SubmitLocked() {
     if (!SubmitEpochLocked(out.epoch, order, submitted, jobs, false)) return;
-    if (!o.prefetch_next_epoch || part.num_batches == 0 || out.epoch == UINT64_MAX) return;
+    if (!o.prefetch_next_epoch || Part().num_batches == 0 || out.epoch == UINT64_MAX) return;
     if (!streaming && !ahead.on) PlanAheadLocked();
     SubmitAheadLocked();
   }
@@ -636,7 +636,7 @@ struct Loader::Impl {
   // batch of the epoch is submitted.
   bool SubmitEpochLocked(uint64_t e, const pipeline::RankOrder& ord, uint64_t& sub,
                          std::map<uint64_t, std::shared_ptr<Job>>& js, bool speculative) {
-    const uint64_t num_batches = streaming ? part.num_batches : ord.num_batches();
+    const uint64_t num_batches = streaming ? stream_part.num_batches : ord.num_batches();
     while (sub < num_batches) {
       const int slot = FreeSlotLocked();
       if (slot < 0) return false;
@@ -802,7 +802,7 @@ struct Loader::Impl {
   Result<Batch> Next(const std::shared_ptr<detail::BatchPool>& p) {
     if (!out.sticky.ok()) return out.sticky;
     Batch b;
-    if (out.next >= part.num_batches) {
+    if (out.next >= Part().num_batches) {
       {
         // Buffers released since the last call go to the next epoch's batches.
         std::lock_guard<std::mutex> lk(p->mu);
@@ -909,7 +909,7 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<RandomAccess> dat
 Status Loader::Impl::Init() {
   Impl* impl = this;
   const LoaderOptions& o = impl->o;
-  impl->part = pipeline::PartitionEpoch(impl->n, uint32_t(o.world_size), o.batch_size, o.drop_last);
+  impl->stream_part = pipeline::PartitionEpoch(impl->n, uint32_t(o.world_size), o.batch_size, o.drop_last);
   impl->spec.width = o.output_width;
   impl->spec.height = o.output_height;
   impl->spec.dtype = o.dtype;
@@ -1063,7 +1063,7 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::unique_ptr<Dataset> ds, cons
 
 void Loader::set_epoch(uint64_t e) { impl_->Reset(e, 0, /*adopt=*/true); }
 uint64_t Loader::epoch() const { return impl_->out.epoch; }
-uint64_t Loader::num_batches() const { return impl_->part.num_batches; }
+uint64_t Loader::num_batches() const { return impl_->Part().num_batches; }
 uint64_t Loader::num_samples() const { return impl_->n; }
 uint64_t Loader::epoch_size() const { return impl_->mix ? impl_->mix->epoch_size() : impl_->n; }
 std::vector<std::pair<uint64_t, uint64_t>> Loader::mixture() const { return impl_->Shape().sources; }
@@ -1118,7 +1118,7 @@ Status Loader::restore(const LoaderState& s) {
   // another batch): replay the stream to next_batch.
   if (!s.has_stream || s.stream.epoch != s.epoch || s.stream.next_batch != s.next_batch)
     return impl_->StreamReset(s.epoch, s.next_batch, nullptr);
-  const uint64_t want = std::min<uint64_t>(s.next_batch * o.batch_size, impl_->part.per_rank);
+  const uint64_t want = std::min<uint64_t>(s.next_batch * o.batch_size, impl_->stream_part.per_rank);
   if (s.stream.emitted != want)
     return Status::Invalid(fmt::format("streamed loader state has {} samples handed out at batch {} (expected {})",
                                        s.stream.emitted, s.next_batch, want));

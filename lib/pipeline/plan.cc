@@ -174,10 +174,14 @@ RankOrder::RankOrder(EpochOrder order, uint64_t start, const LoaderOptions& o)
   if (left > 0) part_ = PartitionEpoch(left, uint32_t(o.world_size), o.batch_size, o.drop_last);
 }
 
+uint64_t PositionAfter(uint64_t start, uint64_t epoch_size, uint64_t batches, uint64_t batch, uint64_t world) {
+  start = std::min(start, epoch_size);
+  const __uint128_t done = __uint128_t(batches) * batch * world;
+  return start + uint64_t(std::min<__uint128_t>(done, epoch_size - start));
+}
+
 uint64_t RankOrder::PositionAfter(uint64_t batches) const {
-  const uint64_t left = order_.size() - start_;
-  const __uint128_t done = __uint128_t(batches) * batch_ * world_;
-  return start_ + uint64_t(std::min<__uint128_t>(done, left));
+  return pipeline::PositionAfter(start_, order_.size(), batches, batch_, world_);
 }
 
 std::vector<uint64_t> LoaderEpochOrder(uint64_t n, const LoaderOptions& o, uint64_t epoch) {

@@ -156,6 +156,11 @@ class EpochOrder {
   bool shuffle_ = true;
 };
 
+// The global position of a plan from `start` over an epoch of `epoch_size` positions
+// after `batches` batches of every one of `world` ranks: start + min(batches * batch *
+// world, epoch_size - start).
+uint64_t PositionAfter(uint64_t start, uint64_t epoch_size, uint64_t batches, uint64_t batch, uint64_t world);
+
 // A loader rank's order of epoch e from position `start` on (0, or where an elastic
 // resume continues), evaluated per position in O(1) memory: with R = size - start left
 // and PartitionEpoch(R, world, batch, drop_last)'s per_rank, element k is the epoch's

@@ -15,6 +15,9 @@
 #include <thread>
 #include <unordered_map>
 
+#include "core/paths.h"
+#include "formats/registry.h"
+#include "io/file.h"
 #include "pipeline/plan.h"
 #include "shardkit/convert.h"
 
@@ -363,6 +366,15 @@ Result<std::vector<std::pair<std::string, std::string>>> FindDuplicates(const Da
     if (!fresh) report.duplicates.emplace_back(s.key, it->second);
   }
   return std::move(report.duplicates);
+}
+
+Result<std::string> SidecarPath(std::string_view address, std::string_view name, bool output) {
+  std::string path;
+  SK_ASSIGN_OR_RETURN(const formats::Format* fmt, formats::Resolve(address, output, &path));
+  if (fmt->writes_shards && (!output || paths::CheckShardPattern(path).ok()))
+    return io::DirName(path) + "/" + std::string(name);
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  return path + "." + std::string(name);
 }
 
 std::string DuplicatesJson(std::string_view source, const SelectReport& report) {

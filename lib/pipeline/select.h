@@ -67,6 +67,12 @@ Result<std::unique_ptr<Dataset>> SelectSamples(std::shared_ptr<const Dataset> sr
 // (the bytes are not read twice to compare).
 Result<std::vector<std::pair<std::string, std::string>>> FindDuplicates(const Dataset& src, int threads);
 
+// Where a list beside a dataset goes (duplicates.json, skipped.json): in the directory
+// of a format that writes shards (`output`: only when `address` is a shard pattern), else
+// beside it as "<address>.<name>". `output`: `address` names a destination (a shard
+// pattern), not a dataset to read (a manifest).
+Result<std::string> SidecarPath(std::string_view address, std::string_view name, bool output);
+
 // duplicates.json's text: {"source": ..., "kept": N, "dropped": [{"key": k, "duplicate_of": o}, ...]}.
 std::string DuplicatesJson(std::string_view source, const SelectReport& report);
 

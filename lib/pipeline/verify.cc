@@ -197,15 +197,9 @@ class Verifier {
   // The keys --skip-bad left out, from the list beside the dataset (skipped.json in a
   // shard pattern's directory, else DATASET.skipped.json); false when it cannot be read.
   bool ReadSkippedList(std::set<std::string>* keys, std::string* where) {
-    std::string path;
-    auto fmt = formats::Resolve(address_, false, &path);
-    if (!fmt.ok()) return false;
-    if ((*fmt)->writes_shards) {
-      *where = io::DirName(path) + "/skipped.json";
-    } else {
-      while (path.size() > 1 && path.back() == '/') path.pop_back();
-      *where = path + ".skipped.json";
-    }
+    auto path = pipeline::SidecarPath(address_, "skipped.json", /*output=*/false);
+    if (!path.ok()) return false;
+    *where = *path;
     auto fs = io::FileSystemOf(*where, opts_.open.filesystem);
     if (!fs.ok()) return false;
     auto text = (*fs)->ReadFile(*where);
