@@ -118,8 +118,7 @@ struct GpuLoader::Impl {
     if (at.elastic || at.start != 0)
       return Status::Unsupported(fmt::format(
           "loader state is of rank {} of {} with batch size {} at position {} of its epoch: the GPU decode path "
-          "resumes on the same world size and batch size only (decoder=cpu or auto resume on others, through "
-          "the copy path)",
+          "resumes on the same world size and batch size only; decoder=cpu (the copy path) resumes on any",
           s.rank, s.world_size, s.batch_size, s.position));
     return Restore(s.epoch, at.next_batch);
   }
