@@ -212,8 +212,10 @@ class SHARDKIT_API GpuLoader {
   // device do not count). The same LoaderState as Loader's: a GpuLoader can resume a
   // CPU Loader's run and the reverse.
   LoaderState save_state() const;
-  // Continues from `s` (same dataset size, seed, batch size, rank and world size, else
-  // kInvalidArgument); the batches then equal those of the uninterrupted run.
+  // Continues from `s` as Loader::restore does, on both paths: the same world size and
+  // batch size at s.next_batch (the batches then equal those of the uninterrupted run),
+  // another one from the global position s.position (an elastic resume); anything else
+  // is kInvalidArgument naming what differs.
   Status restore(const LoaderState& s);
 
   struct Stats {

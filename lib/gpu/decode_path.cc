@@ -78,6 +78,7 @@ struct Set {
   std::chrono::steady_clock::time_point posted{};
   Status err;
   uint64_t epoch = 0, batch = 0;  // which batch the set holds (written by the producer)
+  uint64_t batches = 0;           // how many its epoch's plan has (its last: batch + 1)
   std::vector<uint64_t> index;    // its rows' sample indices, in order
   std::vector<size_t> keep;  // the rows kept (packer), decoded and resized (submitter)
 };
@@ -88,7 +89,12 @@ struct DecodeImpl final : ProducerImpl {
   std::shared_ptr<RandomAccess> data;
   pipeline::SourceFacts facts;  // of `dataset` (none when made from a RandomAccess)
   uint64_t n = 0;
-  pipeline::Partition part;
+  pipeline::Partition part;  // an epoch's cut from position 0 (every epoch after a resume)
+  // The consumer's epoch: its plan's cut and start (an elastic restore() continues the
+  // epoch's order from a position; pipeline/plan.h), and the start the next BeginEpoch
+  // takes (restore() sets it). Consumer thread.
+  pipeline::Partition plan_part;
+  uint64_t plan_start = 0, restore_from = 0;
   pipeline::RrcParams rrc;
   std::unique_ptr<RowPool> pool;  // the host threads (phase 1, CUDA-backend rows)
   std::unique_ptr<tbb::task_arena> pack_arena;
@@ -102,7 +108,7 @@ struct DecodeImpl final : ProducerImpl {
   // rest in phase 1. Each set holds its batch's rows, staging and nvJPEG outputs.
   static constexpr int kSets = 4;
   Set sets[kSets];
-  pipeline::RankOrder order;  // evaluated per position (plan.h)
+  pipeline::RankOrder order;  // the producer's epoch, evaluated per position (plan.h)
   double hw_load = 1.0;  // GpuOptions::hardware_load, resolved
 
   // Adaptive placement (decoder auto, hardware_load unset): pipeline/placement.h. Which
@@ -254,13 +260,25 @@ struct DecodeImpl final : ProducerImpl {
     return Start(0);
   }
 
-  uint64_t NumBatches() const override { return part.num_batches; }
+  uint64_t NumBatches() const override { return plan_part.num_batches; }
   uint64_t NumSamples() const override { return n; }
+  uint64_t PlanStart() const override { return plan_start; }
 
+  // Batch `start` of epoch e, in the plan from position restore_from of the epoch's order.
   Status BeginEpoch(uint64_t e, uint64_t) override {
-    order = pipeline::RankOrder(n, o, e);
+    order = pipeline::RankOrder(pipeline::EpochOrder(n, o.seed, e, o.shuffle), restore_from, o);
+    plan_part = order.partition();
+    plan_start = order.start();
+    restore_from = 0;
     ahead_skipped.clear();
     return Status::OK();  // (Start clears the skipped rows)
+  }
+  // Any world size and batch size (pipeline::PlanRestore): the plan of the saved epoch from
+  // the saved global position.
+  Status RestoreState(const LoaderState& s) override {
+    SK_ASSIGN_OR_RETURN(pipeline::ResumeAt at, pipeline::PlanRestore(s, o, Shape()));
+    restore_from = at.start;
+    return Restore(s.epoch, at.next_batch);
   }
 
   // Between epochs (LoaderOptions::prefetch_next_epoch): once the last batch of the
@@ -280,9 +298,11 @@ struct DecodeImpl final : ProducerImpl {
                            std::none_of(queue.begin(), queue.end(), [](const QueueItem& it) { return !it.st.ok(); });
       // Already at the start of epoch x (a set_epoch(x) right after Create or after an
       // adoption): the flow is making exactly these batches.
-      if (running && !out.ended && out.epoch == x && out.next == 0) return;
+      if (running && !out.ended && out.epoch == x && out.next == 0 && plan_start == 0) return;
       if (running && out.ended && Continues() && out.epoch != UINT64_MAX && x == out.epoch + 1) {
         adopted += QueuedBatches();
+        plan_part = part;  // (the epochs made ahead start at position 0)
+        plan_start = 0;
         out.Start(x, 0);  // (last_return was reset when Next() returned the end)
         out.skipped = std::move(ahead_skipped);
         ahead_skipped.clear();
@@ -415,7 +435,7 @@ struct DecodeImpl final : ProducerImpl {
         }
       }
       bad = !it.st.ok();
-      const bool last = !bad && set.batch + 1 == part.num_batches;
+      const bool last = !bad && set.batch + 1 == set.batches;
       Push(std::move(it));  // (an error stays until set_epoch)
       if (last) Push({Status::OK(), GpuLoaderAccess::End()});
       f.Mark(&f.finished, q + 1);
@@ -451,10 +471,10 @@ struct DecodeImpl final : ProducerImpl {
     });
     // An epoch with no batch left (restored at its end, or too small for one batch):
     // its end comes before anything of the next.
-    if (start >= part.num_batches) Push({Status::OK(), GpuLoaderAccess::End()});
+    if (start >= order.num_batches()) Push({Status::OK(), GpuLoaderAccess::End()});
     uint64_t ep = e, b = start;
     for (uint64_t q = 0;; ++q, ++b) {
-      if (b >= part.num_batches) {
+      if (b >= order.num_batches()) {
         if (!Continues() || ep == UINT64_MAX) break;
         // Epoch ep + 1 only once ep is the consumer's (ep may itself be one made ahead):
         // the flow runs at most one epoch ahead of the consumer.
@@ -485,6 +505,7 @@ struct DecodeImpl final : ProducerImpl {
       const pipeline::BatchRows rows = pipeline::RowsOf(order.size(), o.batch_size, b);
       set.epoch = ep;
       set.batch = b;
+      set.batches = order.num_batches();
       set.index.resize(rows.count());
       for (size_t i = 0; i < rows.count(); ++i) set.index[i] = order[rows.begin + i];
       if (set.err.ok()) data->Prefetch(set.index.data(), set.index.size());  // (remote shards: reads start now)

@@ -111,17 +111,9 @@ struct GpuLoader::Impl {
   // The plan's shape and start (save_state's global position; pipeline/engine.h).
   virtual pipeline::PlanShape Shape() const { return pipeline::ShapeOf(NumSamples(), nullptr, false); }
   virtual uint64_t PlanStart() const { return 0; }
-  // restore(): the decode path continues a plan from position 0 on the same world size
-  // and batch size only; the copy path (its CPU loader) also resumes elastically.
-  virtual Status RestoreState(const LoaderState& s) {
-    SK_ASSIGN_OR_RETURN(pipeline::ResumeAt at, pipeline::PlanRestore(s, o, Shape()));
-    if (at.elastic || at.start != 0)
-      return Status::Unsupported(fmt::format(
-          "loader state is of rank {} of {} with batch size {} at position {} of its epoch: the GPU decode path "
-          "resumes on the same world size and batch size only; decoder=cpu (the copy path) resumes on any",
-          s.rank, s.world_size, s.batch_size, s.position));
-    return Restore(s.epoch, at.next_batch);
-  }
+  // restore(): on any world size and batch size (pipeline::PlanRestore), each path from
+  // the saved global position of the epoch's order.
+  virtual Status RestoreState(const LoaderState& s) = 0;
   virtual std::vector<Status> Skipped() const = 0;
   virtual GpuLoader::Profile Profile() const { return {}; }
   // Consumer thread, after each Next() that returned a batch: how long it waited in

@@ -318,3 +318,39 @@ def test_a_mixture_on_the_device_copy_path(tmp_path):
     for ld in resumed:
         ld.load_state_dict(state)
     assert [ld.batches_left for ld in resumed] == [5, 5]  # 36 left: 18 each
+
+
+@pytest.mark.parametrize("decoder", ["gpu", "cpu"])
+def test_elastic_resume_on_the_device_paths(tar, decoder):
+    # A state of 2 ranks of batch 5 resumes on 3 ranks of batch 2, on the nvJPEG decode
+    # path and the copy path alike: each rank's rows are the CPU loader's for the same
+    # resume, and the two runs together deliver every sample (14 left: 5 per rank, the
+    # last position repeated once as the padding rule says).
+    if decoder == "gpu" and not _shardkit.NVJPEG_COMPILED:
+        pytest.skip("this build of shardkit has no nvJPEG")
+    address, samples = tar
+    kw = dict(dtype="uint8", layout="NHWC", return_keys=True)
+    before = []
+    for r in range(2):
+        ld = loader(address, device="cuda:0", decoder=decoder, rank=r, world_size=2, **kw)
+        ld.set_epoch(3)
+        it = iter(ld)
+        before += next(it)[2]
+        if r == 0:
+            state = ld.state_dict()
+        del it
+    assert state["shardkit_loader"]["position"] == 10
+    after = []
+    for r in range(3):
+        kw3 = dict(kw, rank=r, world_size=3, batch_size=2)
+        dev = loader(address, device="cuda:0", decoder=decoder, **kw3)
+        host = loader(address, **kw3)
+        dev.load_state_dict(state)
+        host.load_state_dict(state)
+        assert dev.decoder == decoder and dev.batches_left == host.batches_left == 3
+        rows = [k for _, _, keys in dev for k in keys]
+        assert rows == [k for _, _, keys in host for k in keys]
+        after += rows
+    assert len(before) == 10 and len(after) == 15
+    assert len(set(after[:-1])) == 14 and after[-1] in after[:-1]
+    assert set(before).isdisjoint(after) and sorted(set(before + after)) == sorted(samples)
