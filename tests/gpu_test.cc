@@ -21,6 +21,7 @@
 #include "gpu/weights.h"
 #include "gpu/testing.h"
 #include "pipeline/resize.h"
+#include "shardkit/convert.h"
 #include "shardkit/feed.h"
 #include "shardkit/gpu.h"
 #include "shardkit/loader.h"
@@ -648,6 +649,78 @@ TEST_CASE("GPU loaders resume elastically: another world size and batch size con
     }
     CHECK(seen.size() == 90);
     CHECK(std::all_of(seen.begin(), seen.end(), [](const auto& kv) { return kv.second == 1; }));
+  }
+}
+
+TEST_CASE("a mixture of tar shards, LMDB and MDS on both GPU paths: the CPU loader's rows, labels and sources",
+          "[gpu][mixture]") {
+  REQUIRE_GPU_OR_SKIP();
+  TempDir t;
+  REQUIRE(MakeImageFolder(t / "a", 3, 6, 1) == 18);
+  REQUIRE(MakeImageFolder(t / "b", 2, 5, 2) == 10);
+  REQUIRE(MakeImageFolder(t / "c", 2, 3, 3) == 6);
+  REQUIRE(Convert(t / "a", "wds:" + (t / "a.wds/t-%06d.tar")).ok());
+  REQUIRE(Convert(t / "b", "lmdb:" + (t / "b.lmdb")).ok());
+  REQUIRE(Convert(t / "c", "mds:" + (t / "c.mds")).ok());
+  LoaderOptions o = Opts(DType::kUint8, Layout::kNHWC, 8);
+  o.sources.resize(3);
+  o.sources[0] = {.address = t / "a.wds/t.manifest.json", .weight = 2};
+  o.sources[1] = {.address = "lmdb:" + (t / "b.lmdb"), .repeat = 2, .label_offset = 10};
+  o.sources[2] = {.address = "mds:" + (t / "c.mds"), .choose = 4, .label_offset = 20};
+  struct Rows {
+    std::vector<std::string> keys;
+    std::vector<int64_t> labels;
+    std::vector<uint32_t> sources;
+    std::vector<uint8_t> bytes;
+  };
+  std::vector<Rows> want;
+  {
+    auto cpu = Loader::Create(o);
+    INFO(cpu.status().ToString());
+    REQUIRE(cpu.ok());
+    CHECK((*cpu)->epoch_size() == 18 + 20 + 4);
+    (*cpu)->set_epoch(1);
+    for (;;) {
+      auto b = (*cpu)->Next();
+      REQUIRE(b.ok());
+      if (b->end_of_epoch()) break;
+      const uint8_t* p = static_cast<const uint8_t*>(b->data());
+      want.push_back({b->keys(), b->labels(), b->sources(), std::vector<uint8_t>(p, p + b->bytes())});
+    }
+  }
+  REQUIRE(want.size() == 6);
+  // The copy path, the decode path with every image on the host decoder (bit for bit),
+  // and the decode path with nvJPEG where built (rows, labels and sources; pixels close).
+  for (int path = 0; path < 3; ++path) {
+    if (path == 2 && !NvjpegCompiled()) continue;
+    INFO("path " << path);
+    GpuOptions g;
+    g.decoder = path == 0 ? DecoderKind::kCpu : DecoderKind::kGpu;
+    g.force_cpu_decode = path == 1;
+    auto l = GpuLoader::Create("", o, g);
+    INFO(l.status().ToString());
+    REQUIRE(l.ok());
+    CHECK((*l)->decoder() == g.decoder);
+    CHECK((*l)->save_state().sources.size() == 3);
+    (*l)->set_epoch(1);
+    for (size_t k = 0;; ++k) {
+      auto b = (*l)->Next();
+      INFO(b.status().ToString());
+      REQUIRE(b.ok());
+      if (b->end_of_epoch()) {
+        CHECK(k == want.size());
+        break;
+      }
+      REQUIRE(k < want.size());
+      CHECK(b->keys() == want[k].keys);
+      CHECK(b->labels() == want[k].labels);
+      CHECK(b->sources() == want[k].sources);
+      if (path < 2) {
+        std::vector<uint8_t> bytes(b->bytes());
+        REQUIRE(b->CopyToHost(bytes.data()).ok());
+        CHECK(bytes == want[k].bytes);
+      }
+    }
   }
 }
 

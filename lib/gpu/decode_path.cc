@@ -88,7 +88,11 @@ struct DecodeImpl final : ProducerImpl {
   std::unique_ptr<Dataset> dataset;
   std::shared_ptr<RandomAccess> data;
   pipeline::SourceFacts facts;  // of `dataset` (none when made from a RandomAccess)
-  uint64_t n = 0;
+  uint64_t n = 0;               // samples, or the mixture's items
+  // A mixture (LoaderOptions::sources): its plan and the sources' label offsets; null
+  // for one dataset.
+  std::shared_ptr<const pipeline::Mixture> mix;
+  std::vector<int64_t> label_offsets;
   pipeline::Partition part;  // an epoch's cut from position 0 (every epoch after a resume)
   // The consumer's epoch: its plan's cut and start (an elastic restore() continues the
   // epoch's order from a position; pipeline/plan.h), and the start the next BeginEpoch
@@ -217,7 +221,7 @@ struct DecodeImpl final : ProducerImpl {
 
   Status Init() {
     n = data->size();
-    part = pipeline::PartitionEpoch(n, uint32_t(o.world_size), o.batch_size, o.drop_last);
+    part = pipeline::RankOrder(pipeline::OrderOf(mix, n, o, 0), 0, o).partition();
     rrc = {o.scale_min, o.scale_max, o.ratio_min, o.ratio_max, o.flip_p};
     // Default: the CPUs minus two, one for the consumer's thread and one for the decoder,
     // which spins in nvJPEG's batched call for most of the engines' time (CUDA's default
@@ -262,11 +266,12 @@ struct DecodeImpl final : ProducerImpl {
 
   uint64_t NumBatches() const override { return plan_part.num_batches; }
   uint64_t NumSamples() const override { return n; }
+  pipeline::PlanShape Shape() const override { return pipeline::ShapeOf(n, mix.get(), false); }
   uint64_t PlanStart() const override { return plan_start; }
 
   // Batch `start` of epoch e, in the plan from position restore_from of the epoch's order.
   Status BeginEpoch(uint64_t e, uint64_t) override {
-    order = pipeline::RankOrder(pipeline::EpochOrder(n, o.seed, e, o.shuffle), restore_from, o);
+    order = pipeline::RankOrder(pipeline::OrderOf(mix, n, o, e), restore_from, o);
     plan_part = order.partition();
     plan_start = order.start();
     restore_from = 0;
@@ -486,7 +491,7 @@ struct DecodeImpl final : ProducerImpl {
         if (stop.load()) break;
         ++ep;
         b = 0;
-        order = pipeline::RankOrder(n, o, ep);  // (the producer's alone while it runs)
+        order = pipeline::RankOrder(pipeline::OrderOf(mix, n, o, ep), 0, o);  // (the producer's alone while it runs)
       }
       Set& set = sets[q % kSets];
       auto t0 = PClock::now();
@@ -662,7 +667,7 @@ struct DecodeImpl final : ProducerImpl {
     r.st = pipeline::RunRow(
         data.get(), o, index, nullptr, &r.sample,
         [&](const pipeline::RowHead& h) -> Status {
-          r.label = h.label;
+          r.label = pipeline::MixtureLabel(mix.get(), label_offsets, index, h.label);
           r.image = h.image;
           r.data = h.image->data.data();
           r.size = h.image->data.size();
@@ -823,9 +828,10 @@ struct DecodeImpl final : ProducerImpl {
       if (r.route != 0 && r.item.roi) ++counts->roi;
 #endif
     }
+    std::vector<uint32_t> sources = pipeline::MixtureSources(mix.get(), indices);
     return GpuLoaderAccess::Make(ring, slot, o.dtype, o.layout, int64_t(keep.size()), o.output_height,
                                  o.output_width, std::move(labels), std::move(keys), std::move(indices), e, b,
-                                 std::move(fields));
+                                 std::move(fields), std::move(sources));
   }
 
   // Phase 2: pack and upload, then decode on the GPU. kCorrupt: nvJPEG refused
@@ -993,6 +999,13 @@ Result<std::unique_ptr<GpuLoader::Impl>> MakeDecodeImpl(const LoaderOptions& o, 
   impl->kind_requested = g.decoder;
   if (data) {
     impl->data = std::move(data);
+  } else if (!o.sources.empty()) {  // a mixture: every source by random access
+    SK_ASSIGN_OR_RETURN(pipeline::OpenedMixture m, pipeline::OpenMixture(o));
+    impl->data = std::move(m.data);
+    impl->mix = std::move(m.mix);
+    impl->label_offsets = std::move(m.label_offsets);
+    impl->facts = std::move(m.facts);
+    SK_RETURN_IF_ERROR(pipeline::CheckArrayColours(impl->data.get(), o, impl->facts));
   } else {
     if (ds) {
       impl->dataset = std::move(ds);

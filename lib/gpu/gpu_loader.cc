@@ -19,14 +19,9 @@ Result<std::unique_ptr<GpuLoader::Impl>> MakeImpl(std::shared_ptr<RandomAccess> 
   // The decoder first: the thread default depends on it.
   // The decode path reads by random access: a streamed read (LoaderOptions::stream) goes
   // through the copy path, whose CPU Loader streams.
-  // A mixture (LoaderOptions::sources) also goes through the copy path.
+  // A mixture (LoaderOptions::sources) reads its sources by random access: both paths.
   DecoderKind kind = gopts.decoder;
-  const bool mixture = !opts.sources.empty();
-  if (kind == DecoderKind::kAuto)
-    kind = NvjpegCompiled() && !opts.stream && !mixture ? DecoderKind::kGpu : DecoderKind::kCpu;
-  if (kind == DecoderKind::kGpu && mixture)
-    return Status::Unsupported("decoder=gpu reads one dataset; a mixture of sources is decoded on the host and "
-                               "copied to the device: use decoder=cpu or auto");
+  if (kind == DecoderKind::kAuto) kind = NvjpegCompiled() && !opts.stream ? DecoderKind::kGpu : DecoderKind::kCpu;
   if (kind == DecoderKind::kGpu && opts.stream)
     return Status::Unsupported("decoder=gpu reads the dataset by random access; a streamed read (stream=True) is "
                                "decoded on the host: use decoder=cpu or auto");

@@ -325,9 +325,7 @@ struct Loader::Impl {
   std::vector<int64_t> label_offsets;
 
   // Epoch e's order over the dataset or the mixture.
-  pipeline::EpochOrder OrderOf(uint64_t e) const {
-    return mix ? pipeline::EpochOrder(mix, o.seed, e, o.shuffle) : pipeline::EpochOrder(n, o.seed, e, o.shuffle);
-  }
+  pipeline::EpochOrder OrderOf(uint64_t e) const { return pipeline::OrderOf(mix, n, o, e); }
   pipeline::PlanShape Shape() const { return pipeline::ShapeOf(n, mix.get(), streaming); }
   // The current epoch's cut: streamed mode's, or the random-access plan's (`order`).
   const pipeline::Partition& Part() const { return streaming ? stream_part : order.partition(); }
@@ -741,8 +739,7 @@ struct Loader::Impl {
         data.get(), o, index, given, &w.sample,
         [&](const pipeline::RowHead& h) -> Status {
           *key = h.sample->key;
-          *label = h.label;
-          if (mix && h.label >= 0) *label += label_offsets[mix->SourceOf(index).first];
+          *label = pipeline::MixtureLabel(mix.get(), label_offsets, index, h.label);
           for (size_t f = 0; f < h.fields.size(); ++f) job.fields[f][row] = h.fields[f];
           pipeline::Augment aug;
           decode::Region r;
@@ -880,10 +877,7 @@ struct Loader::Impl {
     b.labels_ = std::move(job->labels);
     b.keys_ = std::move(job->keys);
     b.indices_ = std::move(job->indices);
-    if (mix) {
-      b.sources_.resize(b.indices_.size());
-      for (size_t i = 0; i < b.indices_.size(); ++i) b.sources_[i] = uint32_t(mix->SourceOf(b.indices_[i]).first);
-    }
+    b.sources_ = pipeline::MixtureSources(mix.get(), b.indices_);
     b.fields_ = std::move(job->fields);
     b.epoch_ = out.epoch;
     b.index_ = job->batch;

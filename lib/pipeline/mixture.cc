@@ -162,4 +162,20 @@ PlanShape ShapeOf(uint64_t n, const Mixture* mix, bool streaming) {
   return s;
 }
 
+EpochOrder OrderOf(const std::shared_ptr<const Mixture>& mix, uint64_t n, const LoaderOptions& o, uint64_t epoch) {
+  return mix ? EpochOrder(mix, o.seed, epoch, o.shuffle) : EpochOrder(n, o.seed, epoch, o.shuffle);
+}
+
+int64_t MixtureLabel(const Mixture* mix, const std::vector<int64_t>& label_offsets, uint64_t item, int64_t label) {
+  return mix && label >= 0 ? label + label_offsets[mix->SourceOf(item).first] : label;
+}
+
+std::vector<uint32_t> MixtureSources(const Mixture* mix, const std::vector<uint64_t>& items) {
+  std::vector<uint32_t> out;
+  if (!mix) return out;
+  out.reserve(items.size());
+  for (uint64_t item : items) out.push_back(uint32_t(mix->SourceOf(item).first));
+  return out;
+}
+
 }  // namespace shardkit::pipeline

@@ -38,4 +38,14 @@ Result<OpenedMixture> OpenMixture(const LoaderOptions& o);
 // The shape of a plan over one dataset of n samples, or over a mixture.
 PlanShape ShapeOf(uint64_t n, const Mixture* mix, bool streaming);
 
+// What both loaders (the CPU loader, the GPU decode path) do with a mixture; `mix` null
+// for one dataset of n samples.
+// Epoch e's order over the mixture's items, or over the n samples.
+EpochOrder OrderOf(const std::shared_ptr<const Mixture>& mix, uint64_t n, const LoaderOptions& o, uint64_t epoch);
+// A row's label in the mixture's label space: its source's label_offset added (an
+// unlabelled row's -1 stays).
+int64_t MixtureLabel(const Mixture* mix, const std::vector<int64_t>& label_offsets, uint64_t item, int64_t label);
+// Each row's source (Batch::sources()); empty for one dataset.
+std::vector<uint32_t> MixtureSources(const Mixture* mix, const std::vector<uint64_t>& items);
+
 }  // namespace shardkit::pipeline
