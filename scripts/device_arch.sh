@@ -74,7 +74,7 @@ if [ "$stage" = test ] || [ "$stage" = device ] || [ "$stage" = all ]; then
   $NEW/tests/test_gpu > "$OUTDIR/gpu_tests.log" 2>&1 || rc=1
   tail -3 "$OUTDIR/gpu_tests.log"; grep -B3 -A12 FAILED "$OUTDIR/gpu_tests.log" | head -60
   say "python/tests with $($PY -c 'import torch; print("torch", torch.__version__)')"
-  PYTHONPATH=$NEW/python timeout 300 $PY -m pytest -q -p no:cacheprovider -rfs python/tests > "$OUTDIR/pytest.log" 2>&1 || rc=1
+  PYTHONPATH=$NEW/python timeout 400 $PY -m pytest -q -p no:cacheprovider -rfs python/tests > "$OUTDIR/pytest.log" 2>&1 || rc=1
   grep -E "^FAILED" "$OUTDIR/pytest.log" | cut -c1-300; grep -E "passed|failed" "$OUTDIR/pytest.log" | tail -2
   for order in "import shardkit; import torch" "import torch; import shardkit"; do
     PYTHONPATH=$NEW/python $PY -c "$order; print('ok')" > "$OUTDIR/imp.log" 2>&1; echo "[$order] rc=$? $(tail -1 "$OUTDIR/imp.log")"
