@@ -8,7 +8,7 @@
 # folder; then the CPU loader (`shardkit bench --loader`) on the resized output against the
 # same corpus converted as it is (--encode keep); and `convert --dedup` against the same
 # plain conversion (goal: at least 0.9x; alternated, best of 3 x R runs each). Not a test.
-#   scripts/bench_transform.sh [CORPUS_DIR] [--count N] [--runs R] [--threads N]
+#   scripts/bench_transform.sh [CORPUS_DIR] [--count N] [--runs R] [--threads N] [--only dedup]
 # CORPUS_DIR default .bench/corpus-xform (made with ../shared/corpus/make_corpus.py when
 # missing; --count default 2000); --threads default nproc; best of R runs (default 2).
 # SK: the shardkit binary (default build/tools/shardkit); BENCH_OUT: where outputs go.
@@ -18,11 +18,13 @@ CORPUS=.bench/corpus-xform
 COUNT=2000
 RUNS=2
 THREADS=$(nproc)
+ONLY=
 while [ $# -gt 0 ]; do
   case "$1" in
     --count) COUNT="$2"; shift 2 ;;
     --runs) RUNS="$2"; shift 2 ;;
     --threads) THREADS="$2"; shift 2 ;;
+    --only) ONLY="$2"; shift 2 ;;
     -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
     *) CORPUS="$1"; shift ;;
   esac
@@ -81,6 +83,7 @@ best() {  # best (least) seconds of RUNS runs of "$@"
 conv() { rm -rf "$OUT/sk"; "$SK" convert "$CORPUS" "wds:$OUT/sk/t-%06d.tar" --resize short:256 --encode jpeg:90 --threads "$THREADS"; }
 pil() { rm -rf "$OUT/pil"; $PY "$OUT/pil_resize.py" "$CORPUS" "$OUT/pil" "$THREADS"; }
 echo "corpus: $CORPUS ($N images), $THREADS threads / processes, $(nproc) cores, best of $RUNS"
+if [ "$ONLY" != dedup ]; then
 t_sk=$(best conv)
 t_pil=$(best pil)
 printf "shardkit convert --resize short:256 --encode jpeg:90: %8.1f images/s (%.2f s)\n" "$(calc "$N / $t_sk")" "$t_sk"
@@ -100,6 +103,7 @@ r_small=$(rate "$OUT/sk/t.manifest.json")
 printf "loader (%s threads), original: %8.1f images/s\n" "$THREADS" "$r_orig"
 printf "loader (%s threads), resized:  %8.1f images/s\n" "$THREADS" "$r_small"
 printf "ratio: %.2fx\n" "$(calc "$r_small / $r_orig")"
+fi
 
 # --dedup (a hashing read of every image before the write) against the plain conversion.
 plain() { rm -rf "$OUT/plain"; "$SK" convert "$CORPUS" "wds:$OUT/plain/t-%06d.tar" --threads "$THREADS"; }
