@@ -2,8 +2,8 @@
 # Issue 13's check on the GPU machine, in one call: builds the commit before the
 # architecture step (from .gl/base.tar, made here by
 #   git archive c165097 -o .gl/base.tar) and this tree side by side, then
-#   test    the GPU tests (CUDA + nvJPEG) and python/tests with the machine's pip torch,
-#           including the fresh-interpreter import-order tests;
+#   test    the GPU tests (CUDA + nvJPEG) and python/tests (PYTESTS: some of its files) with
+#           the machine's pip torch, including the fresh-interpreter import-order tests;
 #   bench   `shardkit bench` (views, copies) and `shardkit bench --loader` with the old
 #           and the new binary on the same files, alternated, three rounds (ROUNDS=N), then
 #           a table of medians, new / old (scripts/arch_compare.py).
@@ -74,7 +74,7 @@ if [ "$stage" = test ] || [ "$stage" = device ] || [ "$stage" = all ]; then
   $NEW/tests/test_gpu > "$OUTDIR/gpu_tests.log" 2>&1 || rc=1
   tail -3 "$OUTDIR/gpu_tests.log"; grep -B3 -A12 FAILED "$OUTDIR/gpu_tests.log" | head -60
   say "python/tests with $($PY -c 'import torch; print("torch", torch.__version__)')"
-  PYTHONPATH=$NEW/python timeout 400 $PY -m pytest -q -p no:cacheprovider -rfs python/tests > "$OUTDIR/pytest.log" 2>&1 || rc=1
+  PYTHONPATH=$NEW/python timeout 400 $PY -m pytest -q -p no:cacheprovider -rfs ${PYTESTS:-python/tests} > "$OUTDIR/pytest.log" 2>&1 || rc=1
   grep -E "^FAILED" "$OUTDIR/pytest.log" | cut -c1-300; grep -E "passed|failed" "$OUTDIR/pytest.log" | tail -2
   for order in "import shardkit; import torch" "import torch; import shardkit"; do
     PYTHONPATH=$NEW/python $PY -c "$order; print('ok')" > "$OUTDIR/imp.log" 2>&1; echo "[$order] rc=$? $(tail -1 "$OUTDIR/imp.log")"
