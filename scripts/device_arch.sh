@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 13's check on the GPU machine, in one call: builds the commit before the
 # architecture step (from .gl/base.tar, made here by
-#   git archive c165097 -o .gl/base.tar) and this tree side by side, then
+#   git archive 89c1698 -o .gl/base.tar for the second step) and this tree side by side, then
 #   test    the GPU tests (CUDA + nvJPEG) and python/tests (PYTESTS: some of its files) with
 #           the machine's pip torch, including the fresh-interpreter import-order tests;
 #   bench   `shardkit bench` (views, copies) and `shardkit bench --loader` with the old
