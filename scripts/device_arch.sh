@@ -62,8 +62,7 @@ make_corpus() {
 say "build old and new"
 case "$stage" in
   gpu | device) build_oldgpu & bo=$! ;;
-  test) build_old & bo=$! ;;  # (for a bench stage that follows on the same machine)
-  *) build_old & bo=$! ;;
+  *) build_old & bo=$! ;;  # (test too: a bench stage after it on the same machine only measures)
 esac
 build_new; bn=$?
 wait $bo; bo=$?
