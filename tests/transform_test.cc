@@ -10,6 +10,7 @@
 #include <random>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <zlib.h>
 
 #include "decode/encode.h"
 #include "decode/transform.h"
@@ -40,17 +41,45 @@ std::string Gradient(int w, int h, int seed, const decode::EncodeSpec& spec = {f
   return b->str();
 }
 
-// A JPEG with an APP1 Exif segment (big-endian TIFF) whose IFD0 holds Orientation = `o`,
-// right after SOI.
-std::string WithOrientation(const std::string& jpeg, int o) {
+// EXIF data: a big-endian TIFF block whose IFD0 holds Orientation = `o`.
+std::string TiffWithOrientation(int o) {
   const unsigned char tiff[] = {'M', 'M', 0, 42, 0, 0, 0, 8,  // header, IFD0 at 8
                                 0, 1,                           // one entry
                                 0x01, 0x12, 0, 3, 0, 0, 0, 1, 0, uint8_t(o), 0, 0,  // Orientation, SHORT, 1
                                 0, 0, 0, 0};                    // no next IFD
-  std::string payload = std::string("Exif\0\0", 6) + std::string(reinterpret_cast<const char*>(tiff), sizeof tiff);
+  return std::string(reinterpret_cast<const char*>(tiff), sizeof tiff);
+}
+
+// A JPEG with an APP1 Exif segment holding Orientation = `o`, right after SOI.
+std::string WithOrientation(const std::string& jpeg, int o) {
+  std::string payload = std::string("Exif\0\0", 6) + TiffWithOrientation(o);
   const size_t len = payload.size() + 2;
   std::string seg = {'\xFF', '\xE1', char(len >> 8), char(len & 0xFF)};
   return jpeg.substr(0, 2) + seg + payload + jpeg.substr(2);
+}
+
+std::string Le32(uint32_t v) { return {char(v), char(v >> 8), char(v >> 16), char(v >> 24)}; }
+std::string Be32(uint32_t v) { return {char(v >> 24), char(v >> 16), char(v >> 8), char(v)}; }
+
+// A simple-format WebP (RIFF, WEBP, one VP8/VP8L chunk) made an extended one (VP8X with
+// the EXIF flag) with an "EXIF" chunk holding Orientation = `o` after the image.
+std::string WebpWithOrientation(const std::string& webp, int w, int h, int o) {
+  REQUIRE(webp.compare(0, 4, "RIFF") == 0);
+  REQUIRE(webp.compare(8, 4, "WEBP") == 0);
+  std::string vp8x = "VP8X" + Le32(10) + std::string(1, char(0x08)) + std::string(3, '\0') +
+                     Le32(uint32_t(w - 1)).substr(0, 3) + Le32(uint32_t(h - 1)).substr(0, 3);
+  std::string exif = TiffWithOrientation(o);
+  std::string chunk = "EXIF" + Le32(uint32_t(exif.size())) + exif + std::string(exif.size() & 1, '\0');
+  std::string body = "WEBP" + vp8x + webp.substr(12) + chunk;
+  return "RIFF" + Le32(uint32_t(body.size())) + body;
+}
+
+// A PNG with an "eXIf" chunk holding Orientation = `o` right after IHDR.
+std::string PngWithOrientation(const std::string& png, int o) {
+  REQUIRE(png.compare(12, 4, "IHDR") == 0);
+  const std::string data = TiffWithOrientation(o), typed = "eXIf" + data;
+  const uLong crc = crc32(0, reinterpret_cast<const Bytef*>(typed.data()), uInt(typed.size()));
+  return png.substr(0, 33) + Be32(uint32_t(data.size())) + typed + Be32(uint32_t(crc)) + png.substr(33);
 }
 
 // The samples of a dataset, key -> sample.
@@ -249,6 +278,63 @@ TEST_CASE("transform: EXIF orientation 6 turns the image upright and the output 
         Q(t / "out.img")));
     INFO(px_at.out);
     CHECK_THAT(px_at.out, Catch::Matches(R"(\(\d+, \d+, 2\d\d\) \(2\d\d, \d+, \d+\)\s*)"));
+  }
+}
+
+TEST_CASE("transform: a WebP's EXIF chunk and a PNG's eXIf chunk turn the image upright too", "[transform]") {
+  TempDir t;
+  // 64 x 32 stored, top red and bottom blue (as above); orientation 6 makes it 32 x 64.
+  std::vector<uint8_t> px(64 * 32 * 3);
+  for (int y = 0; y < 32; ++y)
+    for (int x = 0; x < 64; ++x) {
+      uint8_t* p = &px[(size_t(y) * 64 + x) * 3];
+      p[0] = y < 16 ? 230 : 10;
+      p[1] = 10;
+      p[2] = y < 16 ? 10 : 230;
+    }
+  auto webp = decode::EncodePixels(px.data(), 64, 32, 3, 64 * 3, decode::EncodeSpec{false, 95, true});
+  auto png = decode::EncodePixels(px.data(), 64, 32, 3, 64 * 3, decode::EncodeSpec{});
+  REQUIRE(webp.ok());
+  REQUIRE(png.ok());
+  const std::map<std::string, std::string> src = {{"w.webp", WebpWithOrientation(webp->str(), 64, 32, 6)},
+                                                  {"p.png", PngWithOrientation(png->str(), 6)}};
+  for (const auto& [name, bytes] : src) {
+    INFO(name);
+    const auto* d = reinterpret_cast<const uint8_t*>(bytes.data());
+    CHECK(decode::ImageOrientation(d, bytes.size()) == 6);
+    sk_test::WriteFile(t / ("in/c0/" + name), bytes);
+    // Pillow reads the crafted chunk as orientation 6 too.
+    auto pil = sk_test::Run(fmt::format("{} -c {} {}", kPy,
+                                        Q("import sys; from PIL import Image; print(Image.open(sys.argv[1]).getexif()[0x0112])"),
+                                        Q(t / ("in/c0/" + name))));
+    CHECK(pil.out == "6\n");
+  }
+  // Without a chunk, or with a damaged one: 1, never a read past the end.
+  CHECK(decode::ImageOrientation(reinterpret_cast<const uint8_t*>(webp->data()), webp->size()) == 1);
+  CHECK(decode::ImageOrientation(reinterpret_cast<const uint8_t*>(png->data()), png->size()) == 1);
+  for (const auto& [name, bytes] : src)
+    for (size_t cut = 0; cut < bytes.size(); cut += 7)
+      CHECK(decode::ImageOrientation(reinterpret_cast<const uint8_t*>(bytes.data()), cut) >= 1);
+
+  const std::string out = t / "o";
+  ConvertOptions o;
+  o.encode = "png";
+  auto r = Convert(t / "in", "wds:" + out + "/t-%06d.tar", o);
+  INFO(r.status().ToString());
+  REQUIRE(r.ok());
+  auto samples = ReadAll(out + "/t.manifest.json");
+  REQUIRE(samples.size() == 2);
+  for (const auto& [key, s] : samples) {
+    INFO(key);
+    const Field* img = s.image();
+    REQUIRE(img != nullptr);
+    sk_test::WriteFile(t / "out.png", img->data.str());
+    const std::string name = key.find("/w") != std::string::npos ? "w.webp" : "p.png";
+    PilView v = Parse(PilCompare(t / ("in/c0/" + name), t / "out.png"));
+    CHECK(v.w == 32);
+    CHECK(v.h == 64);
+    CHECK(v.exif == 0);
+    CHECK(v.diff < 3);  // against Pillow's exif_transpose
   }
 }
 

@@ -42,11 +42,16 @@ uint32_t Get32(const uint8_t* p, bool le) {
             : uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | uint32_t(p[3]);
 }
 
-// The orientation tag of an APP1 segment's payload ("Exif\0\0" + TIFF), or 1.
+// The orientation tag of EXIF data: a TIFF block, after a "Exif\0\0" prefix where there
+// is one (JPEG's APP1 always, WebP's and PNG's chunks as some writers do); 1 without one.
 int ExifOrientation(const uint8_t* p, size_t n) {
-  if (n < 6 + 8 || std::memcmp(p, "Exif\0\0", 6) != 0) return 1;
-  const uint8_t* t = p + 6;
-  const size_t tn = n - 6;
+  if (n >= 6 && std::memcmp(p, "Exif\0\0", 6) == 0) {
+    p += 6;
+    n -= 6;
+  }
+  if (n < 8) return 1;
+  const uint8_t* t = p;
+  const size_t tn = n;
   bool le;
   if (t[0] == 'I' && t[1] == 'I') le = true;
   else if (t[0] == 'M' && t[1] == 'M') le = false;
@@ -105,6 +110,31 @@ JpegHead ScanJpeg(const uint8_t* d, size_t n) {
     i += 2 + len;
   }
   return h;
+}
+
+// WebP's EXIF: the "EXIF" chunk of the RIFF container (extended format), or 1.
+int WebpOrientation(const uint8_t* d, size_t n) {
+  if (n < 12 || std::memcmp(d, "RIFF", 4) != 0 || std::memcmp(d + 8, "WEBP", 4) != 0) return 1;
+  for (size_t i = 12; i + 8 <= n;) {
+    const size_t len = Get32(d + i + 4, /*le=*/true);
+    if (len > n - i - 8) break;
+    if (std::memcmp(d + i, "EXIF", 4) == 0) return ExifOrientation(d + i + 8, len);
+    i += 8 + len + (len & 1);  // (chunks are padded to an even size)
+  }
+  return 1;
+}
+
+// PNG's EXIF: the first "eXIf" chunk, or 1.
+int PngOrientation(const uint8_t* d, size_t n) {
+  if (n < 8 || std::memcmp(d, "\x89PNG\r\n\x1a\n", 8) != 0) return 1;
+  for (size_t i = 8; i + 12 <= n;) {
+    const size_t len = Get32(d + i, /*le=*/false);
+    if (len > n - i - 12) break;
+    if (std::memcmp(d + i + 4, "eXIf", 4) == 0) return ExifOrientation(d + i + 8, len);
+    if (std::memcmp(d + i + 4, "IEND", 4) == 0) break;
+    i += 12 + len;
+  }
+  return 1;
 }
 
 // One axis of the triangle filter: for output pixel i, taps [start, start + count) of the
@@ -248,6 +278,15 @@ void ResizedSize(const ResizeRule& r, int w, int h, int* ow, int* oh) {
 }
 
 int JpegOrientation(const uint8_t* data, size_t size) { return ScanJpeg(data, size).orientation; }
+
+int ImageOrientation(const uint8_t* data, size_t size) {
+  switch (Sniff(data, size)) {
+    case ImageFormat::kJpeg: return ScanJpeg(data, size).orientation;
+    case ImageFormat::kWebp: return WebpOrientation(data, size);
+    case ImageFormat::kPng: return PngOrientation(data, size);
+    default: return 1;  // AVIF's irot/imir and JPEG XL's orientation: applied by their decoders
+  }
+}
 
 std::string TransformSpec::RecordJson() const {
   nlohmann::ordered_json j;
@@ -477,7 +516,7 @@ Result<Bytes> TransformImage(const uint8_t* data, size_t size, const TransformSp
   ImageInfo info;
   SK_RETURN_IF_ERROR(dec.Decode(data, size, Whole, min_w, min_h, &reg, &info));
   // The output size from the image's real size (the decoder's, not the scan's).
-  const int o = head.orientation;
+  const int o = jpeg ? head.orientation : ImageOrientation(data, size);
   int uw, uh, tw, th;
   UprightSize(o, info.width, info.height, &uw, &uh);
   ResizedSize(spec.resize, uw, uh, &tw, &th);
@@ -540,8 +579,7 @@ Status TransformSampleImages(Sample* s, const TransformSpec& spec) {
 }
 
 Status UprightImageSize(const uint8_t* data, size_t size, const Limits& limits, int* w, int* h) {
-  const bool jpeg = Sniff(data, size) == ImageFormat::kJpeg;
-  const int o = jpeg ? ScanJpeg(data, size).orientation : 1;
+  const int o = ImageOrientation(data, size);
   ImageDecoder& dec = ThreadDecoder(limits);
   Region reg;
   ImageInfo info;

@@ -5,8 +5,10 @@
 // webp, ...; compound names such as "seg.png" are data and stay as they are) is
 //  1. decoded (ImageDecoder, under Limits: max_pixels from --max-pixels) to 8-bit RGB
 //     (grayscale and CMYK/YCCK as the decoder gives them: RGB);
-//  2. turned upright by its EXIF orientation (a JPEG's APP1 "Exif" segment, TIFF tag
-//     0x0112, values 1..8; anything else, or no EXIF, counts as 1);
+//  2. turned upright by its EXIF orientation (TIFF tag 0x0112, values 1..8, in a JPEG's
+//     first APP1 "Exif" segment, a WebP's "EXIF" chunk or a PNG's "eXIf" chunk; anything
+//     else, or no EXIF, counts as 1; AVIF's irot/imir and JPEG XL's orientation are
+//     applied by their decoders, decode/codecs.h);
 //  3. resized when it is larger than the rule allows (never enlarged): libjpeg's DCT
 //     scaling (1/2, 1/4, 1/8) while the decoded image still covers the output size, then a
 //     triangle filter whose support widens with the factor (PIL's BILINEAR) to the exact
@@ -59,6 +61,9 @@ void ResizedSize(const ResizeRule& rule, int w, int h, int* out_w, int* out_h);
 // The EXIF orientation of a JPEG (1..8); 1 when it has none or the segment does not parse.
 // Reads the markers before the first scan only, every offset bounds-checked.
 int JpegOrientation(const uint8_t* data, size_t size);
+// The same for any image (step 2 above): JPEG, WebP or PNG by magic bytes, every offset
+// bounds-checked; 1 for the others.
+int ImageOrientation(const uint8_t* data, size_t size);
 
 // The size of an image turned upright: orientations 5..8 swap width and height.
 inline void UprightSize(int orientation, int w, int h, int* out_w, int* out_h) {
