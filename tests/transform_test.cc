@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include <array>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -12,7 +13,9 @@
 #include <sstream>
 #include <zlib.h>
 
+#include "core/pickle.h"
 #include "decode/encode.h"
+#include "decode/jpeg.h"
 #include "decode/transform.h"
 #include "shardkit/shardkit.h"
 #include "support.h"
@@ -336,6 +339,56 @@ TEST_CASE("transform: a WebP's EXIF chunk and a PNG's eXIf chunk turn the image 
     CHECK(v.exif == 0);
     CHECK(v.diff < 3);  // against Pillow's exif_transpose
   }
+}
+
+TEST_CASE("transform: decoded arrays (npy) are resized by the rule and encoded as RGB images", "[transform]") {
+  decode::TransformSpec spec;
+  spec.resize = *decode::ParseResize("short:100");
+  spec.encode = decode::EncodeSpec{};  // png: lossless, so the pixels can be checked
+  // 300 x 200 of one colour, as [H, W] (gray), [H, W, 3] and [H, W, 4] (alpha dropped).
+  for (uint64_t c : {0, 3, 4}) {
+    INFO("channels " << c);
+    pickle::NdArray a;
+    a.shape = c ? std::vector<uint64_t>{200, 300, c} : std::vector<uint64_t>{200, 300};
+    std::vector<uint8_t> px(200 * 300 * std::max<uint64_t>(c, 1));
+    for (size_t i = 0; i < px.size(); ++i) px[i] = c == 0 ? 90 : uint8_t(std::array<int, 4>{200, 120, 40, 7}[i % c]);
+    a.data = Bytes::Copy(px.data(), px.size());
+    Sample s;
+    s.key = "k";
+    s.set("npy", pickle::ToNpy(a));
+    s.set("cls", Bytes::Copy("3", 1));
+    REQUIRE(decode::TransformSampleImages(&s, spec).ok());
+    CHECK(s.find("npy") == nullptr);
+    CHECK(s.find("cls") != nullptr);
+    const Field* img = s.find("png");
+    REQUIRE(img != nullptr);
+    decode::ImageDecoder dec;
+    decode::Region reg;
+    decode::ImageInfo info;
+    auto whole = [](const decode::ImageInfo& im) {
+      return decode::CropBox{0, 0, double(im.width), double(im.height)};
+    };
+    REQUIRE(dec.Decode(reinterpret_cast<const uint8_t*>(img->data.data()), img->data.size(), whole, 1, 1, &reg,
+                       &info)
+                .ok());
+    CHECK(info.width == 150);
+    CHECK(info.height == 100);
+    const uint8_t want[3] = {uint8_t(c ? 200 : 90), uint8_t(c ? 120 : 90), uint8_t(c ? 40 : 90)};
+    for (int y = 0; y < reg.height; y += 13)
+      for (int x = 0; x < reg.width; x += 17) CHECK(std::memcmp(reg.pixels + reg.stride * y + 3 * x, want, 3) == 0);
+  }
+  // An array that is no image is refused naming the sample.
+  pickle::NdArray f;
+  f.dtype = {'f', 4, '<'};
+  f.shape = {2, 2};
+  float v[4] = {};
+  f.data = Bytes::Copy(v, sizeof v);
+  Sample bad;
+  bad.key = "floats";
+  bad.set("npy", pickle::ToNpy(f));
+  Status st = decode::TransformSampleImages(&bad, spec);
+  CHECK(st.code() == Code::kUnsupported);
+  CHECK_THAT(st.message(), Catch::Contains("sample 'floats'") && Catch::Contains("uint8 only"));
 }
 
 TEST_CASE("transform: --resize and --encode jpeg, webp and png decode in Pillow to the rule's size",

@@ -126,8 +126,10 @@ Result<Bytes> EncodePixels(const uint8_t* pixels, int width, int height, int cha
   return out;
 }
 
-Result<Bytes> EncodeNpy(const Bytes& npy, const EncodeSpec& spec) {
-  SK_ASSIGN_OR_RETURN(pickle::NdArray a, pickle::ParseNpy(npy));
+Result<NpyImage> ParseNpyImage(const Bytes& npy) {
+  NpyImage img;
+  SK_ASSIGN_OR_RETURN(img.array, pickle::ParseNpy(npy));
+  const pickle::NdArray& a = img.array;
   if (a.dtype.kind != 'u' || a.dtype.itemsize != 1)
     return Status::Unsupported(fmt::format("cannot encode an array of dtype {} as an image (uint8 only)", a.dtype.descr()));
   if (a.fortran_order && a.shape.size() > 1) return Status::Unsupported("cannot encode a Fortran-order array");
@@ -140,7 +142,13 @@ Result<Bytes> EncodeNpy(const Bytes& npy, const EncodeSpec& spec) {
     return Status::Unsupported("cannot encode an array that is not [H, W], [H, W, 1], [H, W, 3] or [H, W, 4]");
   }
   if (h == 0 || w == 0 || h > 65535 || w > 65535) return Status::Unsupported(fmt::format("cannot encode a {}x{} image", w, h));
-  return EncodePixels(reinterpret_cast<const uint8_t*>(a.data.data()), int(w), int(h), int(c), size_t(w * c), spec);
+  img.width = int(w), img.height = int(h), img.channels = int(c);
+  return img;
+}
+
+Result<Bytes> EncodeNpy(const Bytes& npy, const EncodeSpec& spec) {
+  SK_ASSIGN_OR_RETURN(NpyImage img, ParseNpyImage(npy));
+  return EncodePixels(img.pixels(), img.width, img.height, img.channels, size_t(img.width) * img.channels, spec);
 }
 
 Status EncodeSampleArrays(Sample* s, const EncodeSpec& spec) {

@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/pickle.h"
 #include "shardkit/bytes.h"
 #include "shardkit/sample.h"
 #include "shardkit/status.h"
@@ -38,6 +39,15 @@ Result<EncodeSpec> ParseEncodeSpec(std::string_view s);
 // `stride` bytes apart.
 Result<Bytes> EncodePixels(const uint8_t* pixels, int width, int height, int channels, size_t stride,
                            const EncodeSpec& spec);
+
+// A .npy decoded array as image pixels: uint8 [H, W], [H, W, 1], [H, W, 3] or [H, W, 4]
+// in C order, rows packed (`array` keeps the bytes). kUnsupported naming what is not.
+struct NpyImage {
+  pickle::NdArray array;
+  int width = 0, height = 0, channels = 1;
+  const uint8_t* pixels() const { return reinterpret_cast<const uint8_t*>(array.data.data()); }
+};
+Result<NpyImage> ParseNpyImage(const Bytes& npy);
 
 // Encodes one .npy array as a PNG or JPEG file.
 Result<Bytes> EncodeNpy(const Bytes& npy, const EncodeSpec& spec);

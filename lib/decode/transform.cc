@@ -549,6 +549,30 @@ Result<Bytes> TransformImage(const uint8_t* data, size_t size, const TransformSp
   return EncodePixels(px, tw, th, 3, stride, spec.encode);
 }
 
+// A decoded array (NpyImage) through the same steps 3 and 4: as RGB (gray repeated, alpha
+// dropped, as the decoders give them), resized by the rule, encoded. No EXIF to apply.
+Result<Bytes> TransformArray(const Bytes& npy, const TransformSpec& spec) {
+  SK_ASSIGN_OR_RETURN(NpyImage img, ParseNpyImage(npy));
+  SK_RETURN_IF_ERROR(CheckDimensions(spec.limits, uint64_t(img.width), uint64_t(img.height)));
+  thread_local std::vector<uint8_t> rgb, small;
+  const uint8_t* px = img.pixels();
+  if (img.channels != 3) {
+    rgb.resize(size_t(img.width) * 3 * size_t(img.height));
+    const size_t n = size_t(img.width) * size_t(img.height);
+    for (size_t i = 0; i < n; ++i)
+      for (int c = 0; c < 3; ++c) rgb[i * 3 + size_t(c)] = px[i * size_t(img.channels) + (img.channels == 1 ? 0 : size_t(c))];
+    px = rgb.data();
+  }
+  int tw, th;
+  ResizedSize(spec.resize, img.width, img.height, &tw, &th);
+  if (tw != img.width || th != img.height) {
+    small.resize(size_t(tw) * 3 * size_t(th));
+    ResizeRgb(px, img.width, img.height, size_t(img.width) * 3, small.data(), tw, th);
+    px = small.data();
+  }
+  return EncodePixels(px, tw, th, 3, size_t(tw) * 3, spec.encode);
+}
+
 Status TransformSampleImages(Sample* s, const TransformSpec& spec) {
   const Field* img = nullptr;
   for (const auto& f : s->fields) {
@@ -560,6 +584,7 @@ Status TransformSampleImages(Sample* s, const TransformSpec& spec) {
                              Location{.key = s->key});
     img = &f;
   }
+  if (!img) img = s->find("npy");  // a decoded array, else nothing to transform
   if (!img) return Status::OK();
   const std::string ext = img->ext, out_ext = spec.encode.ext();
   if (ext != out_ext && s->find(out_ext))
@@ -567,7 +592,8 @@ Status TransformSampleImages(Sample* s, const TransformSpec& spec) {
                                        "would write as '{}'",
                                        s->key, out_ext, ext, out_ext),
                            Location{.key = s->key});
-  auto r = TransformImage(reinterpret_cast<const uint8_t*>(img->data.data()), img->data.size(), spec);
+  auto r = ext == "npy" ? TransformArray(img->data, spec)
+                        : TransformImage(reinterpret_cast<const uint8_t*>(img->data.data()), img->data.size(), spec);
   if (!r.ok()) {
     Status st = std::move(r).take_status();
     return Status(st.code(), fmt::format("sample '{}': field '{}': {}", s->key, ext, st.message()),

@@ -18,6 +18,9 @@
 //     The field takes the codec's extension (jpg, png, webp); the key is unchanged.
 // An image already within the rule is decoded, turned upright and re-encoded all the
 // same: every image of the output has the codec and orientation the record says.
+// A sample without an image field but with a decoded array ("npy": uint8 [H, W],
+// [H, W, 1], [H, W, 3] or [H, W, 4]) has the array taken as RGB (gray repeated, alpha
+// dropped) through steps 3 and 4 in its place.
 //
 // Exact sizes (w x h: the upright source; never more than w or h):
 //   short:S  short side > S: the short side becomes S, the long one round(long * S / short)
