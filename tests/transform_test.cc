@@ -602,6 +602,58 @@ TEST_CASE("transform: verify --against checks a transformed dataset by keys, lab
   CHECK(cli_ok.exit_code == 0);
 }
 
+TEST_CASE("transform: a dataset of decoded arrays converts with --resize and verify --against passes",
+          "[transform][verify]") {
+  TempDir t;
+  {
+    WriteOptions wo;
+    wo.class_names = {"a", "b"};
+    wo.array_channels = "rgb";
+    auto w = Create("wds:" + (t / "src/s-%06d.tar"), wo);
+    REQUIRE(w.ok());
+    for (int i = 0; i < 4; ++i) {
+      pickle::NdArray a;
+      const uint64_t h = 120 + 40 * uint64_t(i), wd = 260 - 30 * uint64_t(i);
+      a.shape = {h, wd, 3};
+      std::vector<uint8_t> px(h * wd * 3, uint8_t(40 * i));
+      a.data = Bytes::Copy(px.data(), px.size());
+      Sample s;
+      s.key = fmt::format("k{}", i);
+      s.set("npy", pickle::ToNpy(a));
+      s.set_label(i % 2);
+      REQUIRE((*w)->Write(s).ok());
+    }
+    REQUIRE((*w)->Finish().ok());
+  }
+  ConvertOptions o;
+  o.resize = "short:100";
+  o.encode = "png";
+  auto conv = Convert(t / "src/s.manifest.json", "wds:" + (t / "out/t-%06d.tar"), o);
+  INFO(conv.status().ToString());
+  REQUIRE(conv.ok());
+  auto samples = ReadAll(t / "out/t.manifest.json");
+  REQUIRE(samples.size() == 4);
+  CHECK(samples.at("k0").find("npy") == nullptr);
+  REQUIRE(samples.at("k0").find("png") != nullptr);
+  VerifyOptions v;
+  v.against = t / "src/s.manifest.json";
+  auto good = Verify(t / "out/t.manifest.json", v);
+  REQUIRE(good.ok());
+  INFO((good->findings.empty() ? std::string() : good->findings[0].message));
+  CHECK(good->findings.empty());
+  // Under a record that claims another rule, every array's image is off.
+  o.resize = "short:90";
+  REQUIRE(Convert(t / "src/s.manifest.json", "wds:" + (t / "b/t-%06d.tar"), o).ok());
+  std::string m = sk_test::ReadFile(t / "b/t.manifest.json");
+  const size_t at = m.find("short:90");
+  REQUIRE(at != std::string::npos);
+  m.replace(at, 8, "short:100");
+  sk_test::WriteFile(t / "b/t.manifest.json", m);
+  auto bad = Verify(t / "b/t.manifest.json", v);
+  REQUIRE(bad.ok());
+  CHECK(bad->count(FindingKind::kDifferent) == 4);
+}
+
 TEST_CASE("transform: every output format records the transform, gives it back and verify --against passes",
           "[transform][verify]") {
   TempDir t;

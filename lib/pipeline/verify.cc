@@ -90,6 +90,7 @@ struct SourceEntry {
   // applied to the upright source image); -1: no image, 0: the source's does not decode.
   int want_w = -1, want_h = -1;
   std::string image_error;  // why the source's image does not decode
+  bool array = false;       // the source's image is a decoded array ("npy", written as an image)
 };
 
 std::string Plural(uint64_t n, const char* word) { return fmt::format("{} {}{}", n, word, n == 1 ? "" : "s"); }
@@ -216,9 +217,18 @@ class Verifier {
   // The source image's size after the transform's resize rule (SourceEntry::want_w/_h).
   void ExpectImage(const Sample& s, SourceEntry* e) {
     const Field* img = s.image();
-    if (!img) return;
     int w = 0, h = 0;
-    Status st = decode::UprightImageSize(img->data.data(), img->data.size(), decode::Limits{}, &w, &h);
+    Status st;
+    if (img) {
+      st = decode::UprightImageSize(img->data.data(), img->data.size(), decode::Limits{}, &w, &h);
+    } else if ((img = s.find("npy"))) {  // a decoded array: its shape (decode/transform.h)
+      e->array = true;
+      auto a = decode::ParseNpyImage(img->data);
+      if (a.ok()) w = a->width, h = a->height;
+      else st = std::move(a).take_status();
+    } else {
+      return;
+    }
     if (!st.ok()) {
       e->want_w = e->want_h = 0;
       e->image_error = st.message();
@@ -232,7 +242,7 @@ class Verifier {
   void CompareTransformed(const Sample& s, SourceEntry& e, const Location& at) {
     std::vector<std::string> why;
     for (const auto& [ext, h] : e.fields) {
-      if (IsImageExt(ext)) continue;
+      if (IsImageExt(ext) || (e.array && ext == "npy")) continue;
       const Field* f = s.find(ext);
       if (!f) why.push_back(fmt::format("field '{}' missing", ext));
       else if (paths::Hash(f->data.data(), f->data.size()) != h)
