@@ -44,6 +44,19 @@ std::string Gradient(int w, int h, int seed, const decode::EncodeSpec& spec = {f
   return b->str();
 }
 
+// 64 x 32 RGB pixels: the top half red, the bottom half blue.
+std::vector<uint8_t> RedOverBlue() {
+  std::vector<uint8_t> px(64 * 32 * 3);
+  for (int y = 0; y < 32; ++y)
+    for (int x = 0; x < 64; ++x) {
+      uint8_t* p = &px[(size_t(y) * 64 + x) * 3];
+      p[0] = y < 16 ? 230 : 10;
+      p[1] = 10;
+      p[2] = y < 16 ? 10 : 230;
+    }
+  return px;
+}
+
 // EXIF data: a big-endian TIFF block whose IFD0 holds Orientation = `o`.
 std::string TiffWithOrientation(int o) {
   const unsigned char tiff[] = {'M', 'M', 0, 42, 0, 0, 0, 8,  // header, IFD0 at 8
@@ -233,16 +246,9 @@ TEST_CASE("transform: the SIMD resize passes equal the portable ones to the bit"
 TEST_CASE("transform: EXIF orientation 6 turns the image upright and the output carries no EXIF",
           "[transform]") {
   TempDir t;
-  // 64 x 32 stored: the top half red, the bottom half blue. Orientation 6 (rotate 90
-  // degrees clockwise to display): upright it is 32 x 64, the left half blue, the right red.
-  std::vector<uint8_t> px(64 * 32 * 3);
-  for (int y = 0; y < 32; ++y)
-    for (int x = 0; x < 64; ++x) {
-      uint8_t* p = &px[(size_t(y) * 64 + x) * 3];
-      p[0] = y < 16 ? 230 : 10;
-      p[1] = 10;
-      p[2] = y < 16 ? 10 : 230;
-    }
+  // Orientation 6 (rotate 90 degrees clockwise to display): upright the image is 32 x 64,
+  // the left half blue, the right red.
+  const std::vector<uint8_t> px = RedOverBlue();
   auto jpeg = decode::EncodePixels(px.data(), 64, 32, 3, 64 * 3, decode::EncodeSpec{false, 95});
   REQUIRE(jpeg.ok());
   const std::string src = WithOrientation(jpeg->str(), 6);
@@ -286,15 +292,8 @@ TEST_CASE("transform: EXIF orientation 6 turns the image upright and the output 
 
 TEST_CASE("transform: a WebP's EXIF chunk and a PNG's eXIf chunk turn the image upright too", "[transform]") {
   TempDir t;
-  // 64 x 32 stored, top red and bottom blue (as above); orientation 6 makes it 32 x 64.
-  std::vector<uint8_t> px(64 * 32 * 3);
-  for (int y = 0; y < 32; ++y)
-    for (int x = 0; x < 64; ++x) {
-      uint8_t* p = &px[(size_t(y) * 64 + x) * 3];
-      p[0] = y < 16 ? 230 : 10;
-      p[1] = 10;
-      p[2] = y < 16 ? 10 : 230;
-    }
+  // Orientation 6 makes RedOverBlue() 32 x 64.
+  const std::vector<uint8_t> px = RedOverBlue();
   auto webp = decode::EncodePixels(px.data(), 64, 32, 3, 64 * 3, decode::EncodeSpec{false, 95, true});
   auto png = decode::EncodePixels(px.data(), 64, 32, 3, 64 * 3, decode::EncodeSpec{});
   REQUIRE(webp.ok());
