@@ -98,6 +98,21 @@ std::string PngWithOrientation(const std::string& png, int o) {
   return png.substr(0, 33) + Be32(uint32_t(data.size())) + typed + Be32(uint32_t(crc)) + png.substr(33);
 }
 
+// `src` converted to tar shards in `dir` with --resize short:90 under a manifest that
+// records short:100 (every image resized is then off by the record); the manifest's path.
+std::string MisrecordedResize(const std::string& src, const std::string& dir, ConvertOptions o) {
+  o.resize = "short:90";
+  auto r = Convert(src, "wds:" + dir + "/t-%06d.tar", o);
+  INFO(r.status().ToString());
+  REQUIRE(r.ok());
+  std::string m = sk_test::ReadFile(dir + "/t.manifest.json");
+  const size_t at = m.find("short:90");
+  REQUIRE(at != std::string::npos);
+  m.replace(at, 8, "short:100");
+  sk_test::WriteFile(dir + "/t.manifest.json", m);
+  return dir + "/t.manifest.json";
+}
+
 // The samples of a dataset, key -> sample.
 std::map<std::string, Sample> ReadAll(const std::string& address) {
   auto ds = Open(address);
@@ -580,14 +595,7 @@ TEST_CASE("transform: verify --against checks a transformed dataset by keys, lab
   CHECK(good->count(FindingKind::kDifferent) == 0);
 
   // The same data under a record that claims another rule: every resized image is off.
-  o.resize = "short:90";
-  REQUIRE(Convert(t / "in", "wds:" + (t / "b/t-%06d.tar"), o).ok());
-  std::string m = sk_test::ReadFile(t / "b/t.manifest.json");
-  const size_t at = m.find("short:90");
-  REQUIRE(at != std::string::npos);
-  m.replace(at, 8, "short:100");
-  sk_test::WriteFile(t / "b/t.manifest.json", m);
-  auto bad = Verify(t / "b/t.manifest.json", v);
+  auto bad = Verify(MisrecordedResize(t / "in", t / "b", o), v);
   REQUIRE(bad.ok());
   CHECK(bad->count(FindingKind::kDifferent) == 5);  // every image's short side is over 90
   bool named = false;
@@ -641,14 +649,7 @@ TEST_CASE("transform: a dataset of decoded arrays converts with --resize and ver
   INFO((good->findings.empty() ? std::string() : good->findings[0].message));
   CHECK(good->findings.empty());
   // Under a record that claims another rule, every array's image is off.
-  o.resize = "short:90";
-  REQUIRE(Convert(t / "src/s.manifest.json", "wds:" + (t / "b/t-%06d.tar"), o).ok());
-  std::string m = sk_test::ReadFile(t / "b/t.manifest.json");
-  const size_t at = m.find("short:90");
-  REQUIRE(at != std::string::npos);
-  m.replace(at, 8, "short:100");
-  sk_test::WriteFile(t / "b/t.manifest.json", m);
-  auto bad = Verify(t / "b/t.manifest.json", v);
+  auto bad = Verify(MisrecordedResize(t / "src/s.manifest.json", t / "b", o), v);
   REQUIRE(bad.ok());
   CHECK(bad->count(FindingKind::kDifferent) == 4);
 }
