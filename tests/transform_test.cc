@@ -387,9 +387,26 @@ TEST_CASE("transform: decoded arrays (npy) are resized by the rule and encoded a
                 .ok());
     CHECK(info.width == 150);
     CHECK(info.height == 100);
+    CHECK(info.components == (c == 0 ? 1 : 3));  // gray stays gray; RGBA resized is RGB
     const uint8_t want[3] = {uint8_t(c ? 200 : 90), uint8_t(c ? 120 : 90), uint8_t(c ? 40 : 90)};
     for (int y = 0; y < reg.height; y += 13)
       for (int x = 0; x < reg.width; x += 17) CHECK(std::memcmp(reg.pixels + reg.stride * y + 3 * x, want, 3) == 0);
+  }
+  // Within the rule an array is encoded as it is: RGBA keeps its alpha.
+  {
+    pickle::NdArray a;
+    a.shape = {50, 60, 4};
+    std::vector<uint8_t> px(50 * 60 * 4, 77);
+    a.data = Bytes::Copy(px.data(), px.size());
+    Sample s;
+    s.key = "small";
+    s.set("npy", pickle::ToNpy(a));
+    REQUIRE(decode::TransformSampleImages(&s, spec).ok());
+    const Field* img = s.find("png");
+    REQUIRE(img != nullptr);
+    auto same = decode::EncodeNpy(pickle::ToNpy(a), spec.encode);
+    REQUIRE(same.ok());
+    CHECK(img->data.str() == same->str());
   }
   // An array that is no image is refused naming the sample.
   pickle::NdArray f;

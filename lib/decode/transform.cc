@@ -549,28 +549,33 @@ Result<Bytes> TransformImage(const uint8_t* data, size_t size, const TransformSp
   return EncodePixels(px, tw, th, 3, stride, spec.encode);
 }
 
-// A decoded array (NpyImage) through the same steps 3 and 4: as RGB (gray repeated, alpha
-// dropped, as the decoders give them), resized by the rule, encoded. No EXIF to apply.
+// A decoded array (NpyImage) through steps 3 and 4, with no EXIF to apply. Within the
+// rule it is encoded as it is (gray stays gray, as --encode alone writes arrays); larger,
+// it is resized as RGB and written back as gray where it was gray (RGBA loses its alpha).
 Result<Bytes> TransformArray(const Bytes& npy, const TransformSpec& spec) {
   SK_ASSIGN_OR_RETURN(NpyImage img, ParseNpyImage(npy));
   SK_RETURN_IF_ERROR(CheckDimensions(spec.limits, uint64_t(img.width), uint64_t(img.height)));
+  const int w = img.width, h = img.height, c = img.channels;
+  int tw, th;
+  ResizedSize(spec.resize, w, h, &tw, &th);
+  if (tw == w && th == h) return EncodePixels(img.pixels(), w, h, c, size_t(w) * size_t(c), spec.encode);
   thread_local std::vector<uint8_t> rgb, small;
   const uint8_t* px = img.pixels();
-  if (img.channels != 3) {
-    rgb.resize(size_t(img.width) * 3 * size_t(img.height));
-    const size_t n = size_t(img.width) * size_t(img.height);
+  if (c != 3) {
+    rgb.resize(size_t(w) * 3 * size_t(h));
+    const size_t n = size_t(w) * size_t(h);
     for (size_t i = 0; i < n; ++i)
-      for (int c = 0; c < 3; ++c) rgb[i * 3 + size_t(c)] = px[i * size_t(img.channels) + (img.channels == 1 ? 0 : size_t(c))];
+      for (size_t k = 0; k < 3; ++k) rgb[i * 3 + k] = px[i * size_t(c) + (c == 1 ? 0 : k)];
     px = rgb.data();
   }
-  int tw, th;
-  ResizedSize(spec.resize, img.width, img.height, &tw, &th);
-  if (tw != img.width || th != img.height) {
-    small.resize(size_t(tw) * 3 * size_t(th));
-    ResizeRgb(px, img.width, img.height, size_t(img.width) * 3, small.data(), tw, th);
-    px = small.data();
+  small.resize(size_t(tw) * 3 * size_t(th));
+  ResizeRgb(px, w, h, size_t(w) * 3, small.data(), tw, th);
+  if (c == 1) {  // the three channels are equal: keep one
+    const size_t n = size_t(tw) * size_t(th);
+    for (size_t i = 0; i < n; ++i) small[i] = small[i * 3];
+    return EncodePixels(small.data(), tw, th, 1, size_t(tw), spec.encode);
   }
-  return EncodePixels(px, tw, th, 3, size_t(tw) * 3, spec.encode);
+  return EncodePixels(small.data(), tw, th, 3, size_t(tw) * 3, spec.encode);
 }
 
 Status TransformSampleImages(Sample* s, const TransformSpec& spec) {

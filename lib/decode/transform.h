@@ -19,8 +19,9 @@
 // An image already within the rule is decoded, turned upright and re-encoded all the
 // same: every image of the output has the codec and orientation the record says.
 // A sample without an image field but with a decoded array ("npy": uint8 [H, W],
-// [H, W, 1], [H, W, 3] or [H, W, 4]) has the array taken as RGB (gray repeated, alpha
-// dropped) through steps 3 and 4 in its place.
+// [H, W, 1], [H, W, 3] or [H, W, 4]) has the array through steps 3 and 4 in its place:
+// within the rule encoded as it is (gray stays gray); larger, resized (gray stays gray,
+// RGBA becomes RGB).
 //
 // Exact sizes (w x h: the upright source; never more than w or h):
 //   short:S  short side > S: the short side becomes S, the long one round(long * S / short)
