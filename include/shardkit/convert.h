@@ -76,7 +76,8 @@ struct ConvertOptions {
   // build with libwebp) decodes every image field, turns it upright by its EXIF
   // orientation, resizes it by `resize` and encodes it, without metadata, as .png, .jpg
   // or .webp (the key is unchanged; docs/formats.md, "Transforms"). Decoded arrays
-  // (field "npy", uint8 [H, W(, C)]) are written as images too (not resized). A source
+  // (field "npy", uint8 [H, W(, C)]) are written as images too, resized by `resize`
+  // when larger (gray stays gray, RGBA becomes RGB). A source
   // that says its arrays are BGR (DatasetInfo::extra["channel_order"]) is refused:
   // convert them first (lmdb.channels=bgr-to-rgb) or say they are RGB.
   std::string encode;
