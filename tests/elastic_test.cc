@@ -268,18 +268,13 @@ TEST_CASE("elastic resume: 4 ranks, then 3, then 6 deliver every sample of the e
 
 TEST_CASE("elastic resume of a 3-source mixture of tar shards, LMDB and MDS", "[elastic][mixture]") {
   TempDir t;
-  REQUIRE(MakeImageFolder(t / "a", 3, 14, 1) == 42);
-  REQUIRE(MakeImageFolder(t / "b", 2, 10, 2) == 20);
-  REQUIRE(MakeImageFolder(t / "c", 2, 5, 3) == 10);
-  REQUIRE(Convert(t / "a", "wds:" + (t / "a.wds/t-%06d.tar")).ok());
-  REQUIRE(Convert(t / "b", "lmdb:" + (t / "b.lmdb")).ok());
-  REQUIRE(Convert(t / "c", "mds:" + (t / "c.mds")).ok());
+  const std::vector<std::string> parts = sk_test::MakeMixtureParts(t, {{3, 14}, {2, 10}, {2, 5}});  // 42, 20, 10
   // Weights 0.5 / 0.25 (of 62 samples: 31 and 15, plus remainder rules), c chosen 14 times
   // (1.4 passes).
   std::vector<MixSourceSpec> src(3);
-  src[0] = {.address = t / "a.wds/t.manifest.json", .weight = 0.5};
-  src[1] = {.address = "lmdb:" + (t / "b.lmdb"), .weight = 0.25, .label_offset = 100};
-  src[2] = {.address = "mds:" + (t / "c.mds"), .choose = 14, .label_offset = 200};
+  src[0] = {.address = parts[0], .weight = 0.5};
+  src[1] = {.address = parts[1], .weight = 0.25, .label_offset = 100};
+  src[2] = {.address = parts[2], .choose = 14, .label_offset = 200};
   auto make = [&](const LoaderOptions& base) {
     LoaderOptions o = base;
     o.sources = src;

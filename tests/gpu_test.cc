@@ -21,7 +21,6 @@
 #include "gpu/weights.h"
 #include "gpu/testing.h"
 #include "pipeline/resize.h"
-#include "shardkit/convert.h"
 #include "shardkit/feed.h"
 #include "shardkit/gpu.h"
 #include "shardkit/loader.h"
@@ -656,17 +655,12 @@ TEST_CASE("a mixture of tar shards, LMDB and MDS on both GPU paths: the CPU load
           "[gpu][mixture]") {
   REQUIRE_GPU_OR_SKIP();
   TempDir t;
-  REQUIRE(MakeImageFolder(t / "a", 3, 6, 1) == 18);
-  REQUIRE(MakeImageFolder(t / "b", 2, 5, 2) == 10);
-  REQUIRE(MakeImageFolder(t / "c", 2, 3, 3) == 6);
-  REQUIRE(Convert(t / "a", "wds:" + (t / "a.wds/t-%06d.tar")).ok());
-  REQUIRE(Convert(t / "b", "lmdb:" + (t / "b.lmdb")).ok());
-  REQUIRE(Convert(t / "c", "mds:" + (t / "c.mds")).ok());
+  const std::vector<std::string> parts = MakeMixtureParts(t, {{3, 6}, {2, 5}, {2, 3}});  // 18, 10, 6
   LoaderOptions o = Opts(DType::kUint8, Layout::kNHWC, 8);
   o.sources.resize(3);
-  o.sources[0] = {.address = t / "a.wds/t.manifest.json", .weight = 2};
-  o.sources[1] = {.address = "lmdb:" + (t / "b.lmdb"), .repeat = 2, .label_offset = 10};
-  o.sources[2] = {.address = "mds:" + (t / "c.mds"), .choose = 4, .label_offset = 20};
+  o.sources[0] = {.address = parts[0], .weight = 2};
+  o.sources[1] = {.address = parts[1], .repeat = 2, .label_offset = 10};
+  o.sources[2] = {.address = parts[2], .choose = 4, .label_offset = 20};
   struct Rows {
     std::vector<std::string> keys;
     std::vector<int64_t> labels;

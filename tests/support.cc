@@ -14,6 +14,8 @@
 
 #include <fmt/format.h>
 
+#include "shardkit/convert.h"
+
 namespace fs = std::filesystem;
 
 namespace sk_test {
@@ -104,6 +106,22 @@ std::string ReadFile(const std::string& path) {
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
+}
+
+std::vector<std::string> MakeMixtureParts(const TempDir& dir, const std::vector<std::pair<int, int>>& sizes) {
+  const std::vector<std::pair<std::string, std::string>> parts = {
+      {"a", "wds:" + dir / "a.wds/t-%06d.tar"}, {"b", "lmdb:" + dir / "b.lmdb"}, {"c", "mds:" + dir / "c.mds"}};
+  std::vector<std::string> out;
+  for (size_t i = 0; i < parts.size() && i < sizes.size(); ++i) {
+    const auto& [name, address] = parts[i];
+    const int want = sizes[i].first * sizes[i].second;
+    if (MakeImageFolder(dir / name, sizes[i].first, sizes[i].second, uint32_t(i + 1)) != want)
+      throw std::runtime_error("MakeMixtureParts: image folder " + name);
+    auto r = shardkit::Convert(dir / name, address);
+    if (!r.ok()) throw std::runtime_error("MakeMixtureParts: " + r.status().ToString());
+    out.push_back(i == 0 ? dir / "a.wds/t.manifest.json" : address);
+  }
+  return out;
 }
 
 int MakeImageFolder(const std::string& root, int classes, int per_class, uint32_t seed) {

@@ -34,6 +34,11 @@ std::string ReadFile(const std::string& path);
 // JPEGs each named img<N>.JPEG. Returns the number of images.
 int MakeImageFolder(const std::string& root, int classes, int per_class, uint32_t seed = 1);
 
+// Three datasets of three formats for a mixture: image folders of classes x per_class
+// images (`sizes`, seeds 1, 2, 3) converted to tar shards (a.wds/t-%06d.tar), LMDB (b.lmdb)
+// and MDS (c.mds) under `dir`. Their addresses, in that order; throws on a failure.
+std::vector<std::string> MakeMixtureParts(const TempDir& dir, const std::vector<std::pair<int, int>>& sizes);
+
 struct RunResult {
   int exit_code = -1;
   std::string out;  // stdout
