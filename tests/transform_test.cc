@@ -180,6 +180,30 @@ std::map<std::string, std::string> Files(const std::string& dir) {
   return out;
 }
 
+// `src` converted with --resize max:128 into tar shards of 2 samples (--samples-per-shard
+// alone: no byte limit) at DIR/t-%06d.tar, by `threads`, as `part`.
+ConvertSummary ConvertByTwo(const std::string& src, const std::string& dir, int threads, PartSpec part,
+                            bool skip_bad) {
+  ConvertOptions o;
+  o.resize = "max:128";
+  o.skip_bad = skip_bad;
+  o.threads = threads;
+  o.part = part;
+  o.write.samples_per_shard = 2;
+  auto r = Convert(src, "wds:" + dir + "/t-%06d.tar", o);
+  INFO(r.status().ToString());
+  REQUIRE(r.ok());
+  return *r;
+}
+
+// Files() of a merged output, without its part records (`.part-` names).
+std::map<std::string, std::string> MergedFiles(const std::string& dir) {
+  auto files = Files(dir);
+  for (auto it = files.begin(); it != files.end();)
+    it = it->first.find(".part-") != std::string::npos ? files.erase(it) : std::next(it);
+  return files;
+}
+
 }  // namespace
 
 TEST_CASE("transform: resize rules give exact sizes and never enlarge", "[transform]") {
@@ -469,15 +493,7 @@ TEST_CASE("transform: the output is the same for any thread count and for parts,
   MakeSource(t / "in");
   sk_test::WriteFile(t / "in/c0/e.jpg", WithOrientation(Gradient(400, 300, 5), 8));
   auto run = [&](const std::string& dir, int threads, PartSpec part = {}) {
-    ConvertOptions o;
-    o.resize = "max:128";
-    o.threads = threads;
-    o.part = part;
-    o.write.samples_per_shard = 2;
-    o.write.shard_size = UINT64_MAX;
-    auto r = Convert(t / "in", "wds:" + dir + "/t-%06d.tar", o);
-    INFO(r.status().ToString());
-    REQUIRE(r.ok());
+    ConvertByTwo(t / "in", dir, threads, part, /*skip_bad=*/false);
   };
   run(t / "one", 1);
   run(t / "four", 4);
@@ -489,10 +505,7 @@ TEST_CASE("transform: the output is the same for any thread count and for parts,
   auto one = Files(t / "one");
   CHECK(one.size() >= 3 * 3 + 1);  // 3 shards with .idx and .xxh3, the manifest
   CHECK(Files(t / "four") == one);
-  auto parts = Files(t / "parts");
-  for (auto it = parts.begin(); it != parts.end();)
-    it = it->first.find(".part-") != std::string::npos ? parts.erase(it) : std::next(it);
-  CHECK(parts == one);
+  CHECK(MergedFiles(t / "parts") == one);
 
   // A size-cut plan cannot be made before the images are transformed.
   ConvertOptions o;
@@ -552,14 +565,18 @@ TEST_CASE("transform: an image that does not decode fails naming its key, or --s
   CHECK_THAT(j["skipped"][1]["reason"].get<std::string>(), Catch::Contains("c1/notjpeg"));
   CHECK(ReadAll(t / "b/t.manifest.json").size() == 4);
 
-  // --skip-bad with a shard plan that counts every source sample is refused.
+  // Under --num-shards the plan counts source samples: [a, b, broken] and [c, d, notjpeg].
   ShardOptions so;
   so.resize = "short:64";
   so.skip_bad = true;
   so.num_shards = 2;
   auto planned = Shard(t / "in", t / "c/t-%06d.tar", so);
-  REQUIRE_FALSE(planned.ok());
-  CHECK_THAT(planned.status().message(), Catch::Contains("--skip-bad"));
+  INFO(planned.status().ToString());
+  REQUIRE(planned.ok());
+  REQUIRE(planned->shards.size() == 2);
+  CHECK(planned->shards[0].samples == 2);
+  CHECK(planned->shards[1].samples == 2);
+  CHECK(planned->skipped == 2);
 
   // The command line: the summary and --json count them.
   auto cli = sk_test::Cli(fmt::format("shard {} {} --resize short:64 --skip-bad --json", Q(t / "in"),
@@ -573,6 +590,109 @@ TEST_CASE("transform: an image that does not decode fails naming its key, or --s
   auto plain = sk_test::Cli(fmt::format("convert {} {} --resize short:64", Q(t / "in"), Q("wds:" + (t / "e/t-%06d.tar"))));
   CHECK(plain.exit_code == 1);
   CHECK_THAT(plain.err, Catch::Contains("c1/broken"));
+}
+
+TEST_CASE("transform: --skip-bad under a shard plan keeps every sample in its planned shard, in one process, in "
+          "parts and resumed",
+          "[transform][parts]") {
+  TempDir t;
+  MakeSource(t / "in");
+  std::string broken = Gradient(300, 200, 6);
+  broken.resize(broken.size() / 3);  // truncated
+  sk_test::WriteFile(t / "in/c1/bad2.jpg", Gradient(200, 200, 7).substr(0, 200));  // a JPEG header only
+  sk_test::WriteFile(t / "in/c1/broken.jpg", broken);
+  sk_test::WriteFile(t / "in/c1/notjpeg.jpg", "GIF89a this is no JPEG");
+  // Source order a, b | bad2, broken | c, d | notjpeg: by 2 per shard, shards 1 and 3 are
+  // all left out and written empty, so that the shard numbers stay the plan's.
+  auto run = [&](const std::string& dir, int threads, PartSpec part = {}) {
+    return ConvertByTwo(t / "in", dir, threads, part, /*skip_bad=*/true);
+  };
+  ConvertSummary one_sum = run(t / "one", 1);
+  REQUIRE(one_sum.shards.size() == 4);
+  CHECK(one_sum.shards[0].samples == 2);
+  CHECK(one_sum.shards[1].samples == 0);
+  CHECK(one_sum.shards[2].samples == 2);
+  CHECK(one_sum.shards[3].samples == 0);
+  CHECK(one_sum.samples == 4);
+  CHECK(one_sum.skipped == 3);
+  auto read = ReadAll(t / "one/t.manifest.json");
+  CHECK(read.size() == 4);
+  CHECK(read.count("c0/a") == 1);
+  CHECK(read.count("c1/d") == 1);
+  auto list = nlohmann::json::parse(sk_test::ReadFile(t / "one/skipped.json"));
+  REQUIRE(list["skipped"].size() == 3);
+  CHECK(list["skipped"][0]["key"] == "c1/bad2");
+  CHECK(list["skipped"][2]["key"] == "c1/notjpeg");
+  auto one = Files(t / "one");
+  run(t / "four", 4);
+  CHECK(Files(t / "four") == one);
+
+  // Two parts and three (part 1 of 3 holds only the empty shard 1), then merge: the
+  // same shards, manifest and skipped.json.
+  for (uint64_t parts : {2, 3}) {
+    const std::string dir = t / fmt::format("parts{}", parts);
+    for (uint64_t i = 0; i < parts; ++i) {
+      ConvertSummary part = run(dir, 2, PartSpec{i, parts, "test"});
+      CHECK(part.skipped_file.empty());  // the record lists them; merge writes the file
+    }
+    auto merged = Merge("wds:" + dir + "/t-%06d.tar");
+    INFO(merged.status().ToString());
+    REQUIRE(merged.ok());
+    REQUIRE(merged->skipped);
+    CHECK(merged->skipped->size() == 3);
+    CHECK(merged->samples == 4);
+    CHECK(MergedFiles(dir) == one);
+  }
+  // A record that lost its list no longer adds up to the plan: merge names the counts.
+  {
+    const std::string rec = t / "parts2/t.part-00000-of-00002.json";
+    auto j = nlohmann::json::parse(sk_test::ReadFile(rec));
+    REQUIRE(j.contains("skipped"));
+    j.erase("skipped");
+    sk_test::WriteFile(rec, j.dump(1) + "\n");
+    auto refused = Merge("wds:" + (t / "parts2/t-%06d.tar"));
+    REQUIRE_FALSE(refused.ok());
+    CHECK_THAT(refused.status().message(), Catch::Contains("4 samples and left out 1") && Catch::Contains("7"));
+  }
+
+  // Interrupted (SIGTERM) just before the fourth sample (d) is written: shard 0 and the empty 1
+  // are committed, then --resume continues to the bytes of an uninterrupted run. A part
+  // interrupted after its last planned position does the same.
+  const std::string cmd = fmt::format("convert {} {} --resize max:128 --samples-per-shard 2 --skip-bad --threads 2",
+                                      Q(t / "in"), Q("wds:" + (t / "res/t-%06d.tar")));
+  auto killed = sk_test::Run(fmt::format("SHARDKIT_TEST_RAISE=15@3 {} {}", Q(SHARDKIT_CLI), cmd));
+  CHECK(killed.exit_code == 143);
+  auto resumed = sk_test::Cli(cmd + " --resume");
+  INFO(resumed.err);
+  REQUIRE(resumed.exit_code == 0);
+  CHECK(Files(t / "res") == one);
+  const std::string part_cmd = fmt::format("convert {} {} --resize max:128 --samples-per-shard 2 --skip-bad --json",
+                                           Q(t / "in"), Q("wds:" + (t / "pres/t-%06d.tar")));
+  auto part_killed = sk_test::Run(fmt::format("SHARDKIT_TEST_RAISE=15@2 {} {} --part 0/2", Q(SHARDKIT_CLI), part_cmd));
+  CHECK(part_killed.exit_code == 143);
+  for (const char* p : {"0/2", "1/2"}) {
+    auto r = sk_test::Cli(fmt::format("{} --part {} --resume", part_cmd, p));
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK(nlohmann::json::parse(r.out)["skipped"] == (std::string(p) == "0/2" ? 2 : 1));
+  }
+  auto m = sk_test::Cli(fmt::format("merge {} --json", Q("wds:" + (t / "pres/t-%06d.tar"))));
+  INFO(m.err);
+  REQUIRE(m.exit_code == 0);
+  CHECK(nlohmann::json::parse(m.out)["skipped"] == 3);
+  CHECK(MergedFiles(t / "pres") == one);
+
+  // TFRecord follows the plan alike, its empty shards read back as empty.
+  ShardOptions so;
+  so.resize = "max:128";
+  so.skip_bad = true;
+  so.samples_per_shard = 2;
+  auto tf = Shard(t / "in", "tfrecord:" + (t / "tf/x-%05d.tfrecord"), so);
+  INFO(tf.status().ToString());
+  REQUIRE(tf.ok());
+  REQUIRE(tf->shards.size() == 4);
+  CHECK(tf->shards[1].samples == 0);
+  CHECK(ReadAll(t / "tf/x.tfrecord.json").size() == 4);
 }
 
 TEST_CASE("transform: --max-pixels refuses a larger image naming its key and declared size", "[transform]") {

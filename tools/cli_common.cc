@@ -201,9 +201,9 @@ void PrintSummary(const char* command, const ConvertSummary& s, bool json) {
     j["source_checksums_checked"] = s.source_checksums_checked;
     j["notes"] = s.notes;
     if (!s.transform.empty()) j["transform"] = nlohmann::json::parse(s.transform);
-    if (!s.skipped_file.empty()) {
+    if (!s.skipped_file.empty() || s.skipped > 0) {  // (a part: its record lists them; merge writes the file)
       j["skipped"] = s.skipped;
-      j["skipped_file"] = s.skipped_file;
+      if (!s.skipped_file.empty()) j["skipped_file"] = s.skipped_file;
     }
     if (s.selected > 0 || s.source_samples > 0) {
       j["source_samples"] = s.source_samples;
@@ -226,10 +226,11 @@ void PrintSummary(const char* command, const ConvertSummary& s, bool json) {
     return;
   }
   for (const auto& n : s.notes) std::fprintf(stderr, "shardkit: note: %s\n", io::RedactText(n).c_str());
-  if (!s.skipped_file.empty())
+  if (!s.skipped_file.empty() || s.skipped > 0)
     std::fprintf(stderr, "shardkit: --skip-bad left out %llu sample%s whose image did not decode, listed in %s\n",
                  static_cast<unsigned long long>(s.skipped), s.skipped == 1 ? "" : "s",
-                 io::RedactText(s.skipped_file).c_str());
+                 s.skipped_file.empty() ? "the part's record (merge writes skipped.json)"
+                                        : io::RedactText(s.skipped_file).c_str());
   if (s.source_samples > 0)
     std::fprintf(stderr, "shardkit: chose %llu of the source's %llu samples%s\n",
                  static_cast<unsigned long long>(s.selected - s.duplicates),

@@ -231,7 +231,7 @@ RunFn SetupConvert(CLI::App* sub) {
   sub->add_option("--shard-size", f->shard_size,
                   "Sharded outputs (tar shards, TFRecord and RecordIO patterns, MDS): start a new shard at this "
                   "many bytes (default: 1GiB for tar shards, TFRecord and RecordIO; 64MiB for MDS, as MosaicML "
-                  "Streaming's writer; the least is 1KiB for tar shards)");
+                  "Streaming's writer; with --samples-per-shard alone: no byte limit; the least is 1KiB for tar shards)");
   sub->add_option("--samples-per-shard", f->samples_per_shard,
                   "Sharded outputs: start a new shard every N samples (default: no limit)")
       ->check(AtLeastOne());

@@ -22,6 +22,10 @@ void PrintMerge(const MergeSummary& m, bool json) {
     j["samples"] = m.samples;
     j["bytes"] = m.bytes;
     j["unchanged"] = m.unchanged;
+    if (m.skipped) {
+      j["skipped"] = m.skipped->size();
+      j["skipped_file"] = m.skipped_file;
+    }
     std::printf("%s\n", io::RedactText(j.dump()).c_str());
     return;
   }
@@ -29,6 +33,9 @@ void PrintMerge(const MergeSummary& m, bool json) {
               static_cast<unsigned long long>(m.parts), static_cast<unsigned long long>(m.shards),
               static_cast<unsigned long long>(m.samples), HumanBytes(m.bytes).c_str(), io::RedactText(m.metadata).c_str(),
               m.unchanged ? " (already merged; unchanged)" : "");
+  if (m.skipped)
+    std::fprintf(stderr, "shardkit: the parts' --skip-bad left out %zu sample%s, listed in %s\n", m.skipped->size(),
+                 m.skipped->size() == 1 ? "" : "s", io::RedactText(m.skipped_file).c_str());
 }
 
 }  // namespace
@@ -45,7 +52,7 @@ RunFn SetupMerge(CLI::App* sub) {
                 "Also hash every shard against its part record (a full read; without it: names and sizes)");
   sub->add_flag("--json", f->json,
                 "Print the summary as one JSON object: command, destination, metadata, parts, shards, samples, "
-                "bytes, unchanged");
+                "bytes, unchanged (and skipped, skipped_file for parts run with --skip-bad)");
   sub->footer(std::string("Checks that every part 0..N-1 finished with the same flags and source, that the shards are\n"
                           "exactly 0..S-1 (none missing, none twice) with their recorded sizes, then writes the\n"
                           "manifest last. Running it again checks again and rewrites nothing.\n"

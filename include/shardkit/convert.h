@@ -20,6 +20,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "shardkit/dataset.h"
@@ -221,6 +222,12 @@ struct MergeSummary {
   uint64_t bytes = 0;
   std::string metadata;        // the file written (wds: the manifest)
   bool unchanged = false;      // it already existed with the same contents: nothing written
+  // The parts ran with ConvertOptions::skip_bad: the samples they left out (key,
+  // reason) in write order, listed in skipped.json beside the output (skipped_file),
+  // as a conversion in one process lists them; nullopt without skip_bad.
+  std::optional<std::vector<std::pair<std::string, std::string>>> skipped;
+  std::string skipped_file;
+  std::string source;  // the address the parts converted (secrets redacted), with skip_bad
 };
 
 // Completes a conversion run as parts (ConvertOptions::part): reads the part records

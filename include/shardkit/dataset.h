@@ -196,7 +196,8 @@ SHARDKIT_API std::vector<FormatOption> FormatOptions();
 
 struct WriteOptions {
   // Sharded formats: start a new shard at this many bytes. 0: the format's own default
-  // (1 GiB for tar shards, TFRecord and RecordIO; 64 MiB for MDS, as MosaicML Streaming).
+  // (1 GiB for tar shards, TFRecord and RecordIO; 64 MiB for MDS, as MosaicML Streaming),
+  // or no byte limit when samples_per_shard is given.
   uint64_t shard_size = 0;
   uint64_t samples_per_shard = 0;    // and/or at this many samples (0 = no limit)
   std::vector<std::string> class_names;
@@ -206,7 +207,9 @@ struct WriteOptions {
   // TFRecord: DALI's tfrecord2idx).
   bool write_index = true;
   // When non-empty, shard i holds exactly shard_plan[i] samples (the sum is the number of
-  // samples the caller will write); shard_size and samples_per_shard are then ignored.
+  // samples the caller will write; a conversion with --skip-bad counts the samples it
+  // leaves out there too, each leaving its shard one short); shard_size and
+  // samples_per_shard are then ignored.
   // What `shardkit shard --num-shards N` and the parts of a split conversion follow.
   std::vector<uint64_t> shard_plan;
   // Per-format writer options, "<format>.<name>" -> value, as FormatOptions() lists them

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <cctype>
 #include <filesystem>
@@ -250,7 +251,10 @@ std::vector<std::string> WriteOptionList(const WriteOptions& opts, std::string_v
 }
 
 WriteOptions ApplyFormatDefaults(const Format& f, WriteOptions opts) {
-  if (opts.shard_size == 0) opts.shard_size = f.default_shard_size;
+  // --samples-per-shard alone cuts by count only (as `shard` does), so that a part's plan
+  // of a transformed conversion can be made by count.
+  if (opts.shard_size == 0)
+    opts.shard_size = opts.samples_per_shard > 0 ? std::numeric_limits<uint64_t>::max() : f.default_shard_size;
   return opts;
 }
 

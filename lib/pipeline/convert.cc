@@ -32,6 +32,7 @@
 #include "decode/transform.h"
 #include "pipeline/select.h"
 #include "formats/channel_order.h"
+#include "formats/leave_out.h"
 #include "formats/registry.h"
 #include "core/redact.h"
 #include "io/upload_staging.h"
@@ -288,10 +289,13 @@ StopHook StopHookFromEnvironment() {
 // `refuse_colour`: the output needs the channel order of colour arrays and the source
 // records none (CopyInto); --encode adds its own.
 // `skipped`: the samples --skip-bad left out (key, reason), in write order.
+// `slots`: `dst` follows a shard plan, and each sample left out uses its position there
+// (formats/leave_out.h).
 Result<ConvertSummary> ConvertFetched(Fetcher* fetcher, const Dataset& src, SampleWriter* dst,
                                       const ConvertOptions& opts, const ProgressFn& progress,
                                       std::string refuse_colour = {},
-                                      std::vector<std::pair<std::string, std::string>>* skipped = nullptr) {
+                                      std::vector<std::pair<std::string, std::string>>* skipped = nullptr,
+                                      formats::LeavesOut* slots = nullptr) {
   Fetcher& fetch = *fetcher;
   std::vector<std::pair<std::string, std::string>> skipped_here;
   if (!skipped) skipped = &skipped_here;
@@ -343,6 +347,13 @@ Result<ConvertSummary> ConvertFetched(Fetcher* fetcher, const Dataset& src, Samp
     for (const Sample& s : cur) {
       if (const Field* why = Fetcher::Skipped(s)) {  // --skip-bad
         skipped->emplace_back(s.key, why->data.str());
+        if (slots) {
+          Status st = slots->LeaveOut(s.key, skipped->back().second);
+          if (!st.ok()) {
+            if (ahead.valid()) (void)ahead.get();
+            return st.At(Location{.key = s.key});
+          }
+        }
         continue;
       }
       if (stop_hook.at == sum.samples) std::raise(stop_hook.signal);
@@ -407,6 +418,14 @@ ConvertSummary CompleteSummary(WriteSummary w) {
   return sum;
 }
 
+// The shards that --samples-per-shard `k` (0: one shard) cuts `n` samples into.
+std::vector<uint64_t> CountPlan(uint64_t n, uint64_t k) {
+  if (k == 0) k = std::max<uint64_t>(n, 1);
+  std::vector<uint64_t> counts;
+  for (uint64_t left = n; left > 0; left -= std::min(left, k)) counts.push_back(std::min(left, k));
+  return counts;
+}
+
 // The global plan of a conversion split into parts, and this part's share of it.
 struct PartPlan {
   std::optional<pipeline::Bijection> order;  // write position -> source index (none: identity)
@@ -443,8 +462,7 @@ Result<PartPlan> MakePartPlan(const Dataset& in, const formats::Format& fmt, Con
   if (!w.shard_plan.empty()) {
     p.shard_counts = w.shard_plan;
   } else if (w.shard_size == std::numeric_limits<uint64_t>::max()) {
-    const uint64_t k = w.samples_per_shard ? w.samples_per_shard : std::max<uint64_t>(n, 1);
-    for (uint64_t left = n; left > 0; left -= std::min(left, k)) p.shard_counts.push_back(std::min(left, k));
+    p.shard_counts = CountPlan(n, w.samples_per_shard);
   } else {
     if (!fmt.plan_by_size) return Status::Unsupported(fmt::format("the {} writer cannot plan shards by size", fmt.name));
     if (!w.transform.empty())
@@ -497,30 +515,11 @@ Result<PartPlan> MakePartPlan(const Dataset& in, const formats::Format& fmt, Con
   return p;
 }
 
-// Writes `text` as the list `name` beside the output (pipeline::SidecarPath): whole,
-// then renamed.
-Result<std::string> WriteSidecar(std::string_view dst, std::string_view name, const std::string& text,
-                                 const std::shared_ptr<FileSystem>& local_fs) {
-  SK_ASSIGN_OR_RETURN(std::string path, pipeline::SidecarPath(dst, name, /*output=*/true));
-  SK_ASSIGN_OR_RETURN(std::shared_ptr<FileSystem> fs, io::FileSystemOf(path, local_fs));
-  SK_ASSIGN_OR_RETURN(auto file, io::AtomicFile::Create(path, /*overwrite=*/true, fs));
-  SK_RETURN_IF_ERROR(file->Write(text));
-  SK_RETURN_IF_ERROR(file->Commit());
-  return path;
-}
-
-// skipped.json (--skip-bad): in the directory of a shard pattern, else beside the output
-// as "<output>.skipped.json"; written whole, then renamed, once the output is complete.
-// {"source": ADDRESS, "count": N, "skipped": [{"key": KEY, "reason": TEXT}, ...]} in
-// write order.
+// skipped.json (--skip-bad; pipeline::SkippedJson), once the output is complete.
 Result<std::string> WriteSkippedList(const std::string& out_address, std::string_view src, const ConvertOptions& c,
                                      const std::vector<std::pair<std::string, std::string>>& skipped) {
-  nlohmann::ordered_json j;
-  j["source"] = io::RedactAddress(src);
-  j["count"] = skipped.size();
-  j["skipped"] = nlohmann::ordered_json::array();
-  for (const auto& [key, why] : skipped) j["skipped"].push_back({{"key", key}, {"reason", why}});
-  return WriteSidecar(out_address, "skipped.json", j.dump(2) + "\n", c.write.filesystem);
+  return pipeline::WriteSidecar(out_address, "skipped.json", pipeline::SkippedJson(io::RedactAddress(src), skipped),
+                                c.write.filesystem);
 }
 
 // The copy behind Convert() and Shard(): `in` into `out_address` with `c`, a part of
@@ -532,11 +531,20 @@ Result<ConvertSummary> CopyInto(const Dataset& in, std::string_view src, const s
   std::string out_path;
   SK_ASSIGN_OR_RETURN(const formats::Format* fmt, formats::Resolve(out_address, true, &out_path));
   if (c.write.class_names.empty()) c.write.class_names = in.info().class_names;
-  if (c.skip_bad && (c.part.count > 0 || !c.write.shard_plan.empty()))
-    return Status::Invalid(
-        "--skip-bad cannot go with --part or --num-shards: their shard plan counts every source sample before any "
-        "image is decoded; find the bad images first (`shardkit verify SRC --decode`), or cut shards by "
-        "--samples-per-shard or --shard-size in one process");
+  if (c.skip_bad && c.part.count == 0 && c.write.shard_plan.empty() && fmt->writes_shards &&
+      c.write.samples_per_shard > 0 && c.write.shard_size == std::numeric_limits<uint64_t>::max()) {
+    // --skip-bad --samples-per-shard K: K positions of the source per shard, as the
+    // plan of a part counts them, so that one process and parts write the same shards
+    // (a sample left out leaves its shard one short; formats/leave_out.h). A source of
+    // unknown size keeps K written samples per shard (it cannot be split into parts).
+    std::optional<uint64_t> n = in.info().num_samples;
+    if (!n)
+      if (auto ra = in.NewRandomAccess(); ra.ok()) n = (*ra)->size();
+    if (n && *n > 0) {
+      c.write.shard_plan = CountPlan(*n, c.write.samples_per_shard);
+      c.write.samples_per_shard = 0;
+    }
+  }
   {  // The transform, recorded by the writer (wds: the manifest's "transform").
     SK_ASSIGN_OR_RETURN(std::optional<decode::TransformSpec> t,
                         decode::ParseTransform(c.resize, c.encode, c.max_pixels));
@@ -588,12 +596,13 @@ Result<ConvertSummary> CopyInto(const Dataset& in, std::string_view src, const s
         std::optional<uint64_t> want = in.info().num_samples;
         if (!want)
           if (auto ra = in.NewRandomAccess(); ra.ok()) want = (*ra)->size();
-        if (want && *want != done->samples)
+        // (--skip-bad: fewer, the ones left out are listed beside it.)
+        if (want && (c.skip_bad ? done->samples > *want : *want != done->samples))
           return Status::Invalid(fmt::format("--resume: the finished output holds {} samples, the source {}; start "
                                              "over with --overwrite",
                                              done->samples, *want),
                                  Location{.file = out_path});
-      } else if (done->samples != plan->end - plan->begin) {
+      } else if (c.skip_bad ? done->samples > plan->end - plan->begin : done->samples != plan->end - plan->begin) {
         return Status::Invalid(fmt::format("--resume: the finished part holds {} samples, its plan {}; start over "
                                            "with --overwrite",
                                            done->samples, plan->end - plan->begin),
@@ -615,19 +624,30 @@ Result<ConvertSummary> CopyInto(const Dataset& in, std::string_view src, const s
   if (fmt->records_assumed_channel_order && c.write.array_channels.empty() && order == formats::ArrayOrder::kUnknown)
     refuse_colour = formats::UnknownOrderMessage(in.info(), fmt::format("the {} writer records a channel order", fmt->name));
   SK_ASSIGN_OR_RETURN(std::unique_ptr<SampleWriter> out, Create(out_address, c.write));
+  // --skip-bad under a shard plan: a sample left out keeps its position (formats/leave_out.h).
+  formats::LeavesOut* slots = nullptr;
+  if (c.skip_bad && !c.write.shard_plan.empty()) {
+    slots = dynamic_cast<formats::LeavesOut*>(out.get());
+    if (!slots)
+      return Status::Unsupported(fmt::format("--skip-bad with a shard plan (--part, --num-shards): the {} writer "
+                                             "cannot leave a planned sample out; cut shards by --shard-size",
+                                             fmt->name));
+  }
+  std::vector<std::pair<std::string, std::string>> skipped;
   if (!plan) {
     Fetcher fetch(c);
-    std::vector<std::pair<std::string, std::string>> skipped;
-    SK_ASSIGN_OR_RETURN(ConvertSummary sum,
-                        ConvertFetched(&fetch, in, out.get(), c, progress, std::move(refuse_colour), &skipped));
+    SK_ASSIGN_OR_RETURN(ConvertSummary sum, ConvertFetched(&fetch, in, out.get(), c, progress,
+                                                           std::move(refuse_colour), &skipped, slots));
     if (c.skip_bad) {
       SK_ASSIGN_OR_RETURN(sum.skipped_file, WriteSkippedList(out_address, src, c, skipped));
     }
     return sum;
   }
-  // The part's slice of the write order, through the same copy loop.
+  // The part's slice of the write order, through the same copy loop; its record lists
+  // what --skip-bad left out, and merge writes skipped.json from the records.
   Fetcher fetch(c, plan->begin, plan->end, plan->order ? &*plan->order : nullptr);
-  SK_ASSIGN_OR_RETURN(ConvertSummary sum, ConvertFetched(&fetch, in, out.get(), c, progress, std::move(refuse_colour)));
+  SK_ASSIGN_OR_RETURN(ConvertSummary sum, ConvertFetched(&fetch, in, out.get(), c, progress,
+                                                         std::move(refuse_colour), &skipped, slots));
   sum.part = c.part;
   return sum;
 }
@@ -780,7 +800,7 @@ Status FinishSelection(std::string_view src, std::string_view dst, const Convert
     sum->notes.push_back(fmt::format("{} of the {} keys listed by --select {} are not in the source",
                                      report.keys_not_found, report.keys_listed, c.select));
   if (!c.dedup) return Status::OK();
-  SK_ASSIGN_OR_RETURN(std::string path, WriteSidecar(dst, "duplicates.json",
+  SK_ASSIGN_OR_RETURN(std::string path, pipeline::WriteSidecar(dst, "duplicates.json",
                                                      pipeline::DuplicatesJson(io::RedactAddress(src), report),
                                                      c.write.filesystem));
   sum->duplicates_file = path;
@@ -894,9 +914,10 @@ Result<ConvertSummary> Shard(std::string_view src, std::string_view dst, const S
   SK_ASSIGN_OR_RETURN(ConvertSummary sum, WriteTo(*in, src, out_address, c, progress));
   SK_RETURN_IF_ERROR(FinishSelection(src, out_address, c, chosen, &sum));
   if (!c.write.shard_plan.empty() && c.part.count == 0 && !sum.already_complete) {
+    // (--skip-bad: a shard holds its plan less the samples left out of it.)
     bool same = sum.shards.size() == c.write.shard_plan.size();
     for (size_t i = 0; same && i < sum.shards.size(); ++i)
-      same = sum.shards[i].samples == c.write.shard_plan[i];
+      same = c.skip_bad ? sum.shards[i].samples <= c.write.shard_plan[i] : sum.shards[i].samples == c.write.shard_plan[i];
     if (!same)
       return Status::Internal(fmt::format(
           "the shard writer wrote {} shards, not the {} of the plan (is WriteOptions::shard_plan "

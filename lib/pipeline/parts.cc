@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "formats/registry.h"
+#include "pipeline/select.h"
 #include "shardkit/convert.h"
 
 namespace shardkit {
@@ -113,6 +114,11 @@ Result<MergeSummary> Merge(std::string_view dst, const MergeOptions& opts) {
                                Location{.file = path});
   SK_ASSIGN_OR_RETURN(MergeSummary sum, fmt->merge(path, opts));
   sum.destination = std::string(dst);
+  if (sum.skipped) {  // --skip-bad: the parts' lists as one, as a single process writes it
+    SK_ASSIGN_OR_RETURN(sum.skipped_file, pipeline::WriteSidecar(dst, "skipped.json",
+                                                                 pipeline::SkippedJson(sum.source, *sum.skipped),
+                                                                 opts.filesystem));
+  }
   return sum;
 }
 

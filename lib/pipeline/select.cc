@@ -17,6 +17,7 @@
 
 #include "core/paths.h"
 #include "formats/registry.h"
+#include "io/any_file.h"
 #include "io/file.h"
 #include "pipeline/plan.h"
 #include "shardkit/convert.h"
@@ -386,6 +387,25 @@ std::string DuplicatesJson(std::string_view source, const SelectReport& report) 
   for (const auto& [k, o] : report.duplicates) dropped.push_back({{"key", k}, {"duplicate_of", o}});
   j["dropped"] = std::move(dropped);
   return j.dump(1) + "\n";
+}
+
+std::string SkippedJson(std::string_view source, const std::vector<std::pair<std::string, std::string>>& skipped) {
+  nlohmann::ordered_json j;
+  j["source"] = std::string(source);
+  j["count"] = skipped.size();
+  j["skipped"] = nlohmann::ordered_json::array();
+  for (const auto& [key, why] : skipped) j["skipped"].push_back({{"key", key}, {"reason", why}});
+  return j.dump(2) + "\n";
+}
+
+Result<std::string> WriteSidecar(std::string_view dst, std::string_view name, const std::string& text,
+                                 const std::shared_ptr<FileSystem>& local_fs) {
+  SK_ASSIGN_OR_RETURN(std::string path, SidecarPath(dst, name, /*output=*/true));
+  SK_ASSIGN_OR_RETURN(std::shared_ptr<FileSystem> fs, io::FileSystemOf(path, local_fs));
+  SK_ASSIGN_OR_RETURN(auto file, io::AtomicFile::Create(path, /*overwrite=*/true, fs));
+  SK_RETURN_IF_ERROR(file->Write(text));
+  SK_RETURN_IF_ERROR(file->Commit());
+  return path;
 }
 
 }  // namespace shardkit::pipeline

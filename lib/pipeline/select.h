@@ -76,4 +76,14 @@ Result<std::string> SidecarPath(std::string_view address, std::string_view name,
 // duplicates.json's text: {"source": ..., "kept": N, "dropped": [{"key": k, "duplicate_of": o}, ...]}.
 std::string DuplicatesJson(std::string_view source, const SelectReport& report);
 
+// skipped.json's text (--skip-bad): {"source": ADDRESS, "count": N, "skipped": [{"key":
+// KEY, "reason": TEXT}, ...]} in write order. A conversion in one process and the merge
+// of its parts write the same bytes.
+std::string SkippedJson(std::string_view source, const std::vector<std::pair<std::string, std::string>>& skipped);
+
+// Writes `text` as the list `name` beside the output `dst` (SidecarPath), through the
+// destination's file system (`local_fs` for a local one): whole, then renamed.
+Result<std::string> WriteSidecar(std::string_view dst, std::string_view name, const std::string& text,
+                                 const std::shared_ptr<FileSystem>& local_fs);
+
 }  // namespace shardkit::pipeline

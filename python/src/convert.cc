@@ -42,9 +42,9 @@ py::dict SummaryToDict(const ConvertSummary& s) {
     d["duplicates"] = s.duplicates;
     if (!s.duplicates_file.empty()) d["duplicates_file"] = s.duplicates_file;
   }
-  if (!s.skipped_file.empty()) {
+  if (!s.skipped_file.empty() || s.skipped > 0) {  // (a part: its record lists them; merge writes the file)
     d["skipped"] = s.skipped;
-    d["skipped_file"] = s.skipped_file;
+    if (!s.skipped_file.empty()) d["skipped_file"] = s.skipped_file;
   }
   return d;
 }
@@ -322,13 +322,18 @@ skip_bad, max_pixels, select and dedup included). Returns a summary dict.)doc");
           d["samples"] = s.samples;
           d["bytes"] = s.bytes;
           d["unchanged"] = s.unchanged;
+          if (s.skipped) {
+            d["skipped"] = s.skipped->size();
+            d["skipped_file"] = s.skipped_file;
+          }
           return d;
         },
         py::arg("dst"), py::kw_only(), py::arg("checksums") = false,
         R"doc(Finishes a conversion written in parts (convert/shard with part=...): checks that every
 part finished with the same flags and source and that no shard is missing or twice, then
-writes the manifest. Idempotent (unchanged=True when it was already written). checksums:
-also hash every shard. Raises on any problem, naming the part or shard.)doc");
+writes the manifest. Idempotent (unchanged=True when it was already written). Parts run
+with skip_bad: skipped.json beside it lists what they left out (skipped, skipped_file).
+checksums: also hash every shard. Raises on any problem, naming the part or shard.)doc");
 }
 
 

@@ -83,6 +83,31 @@ def test_bad_values_and_skip_bad(tmp_path):
         shardkit.convert(str(only_ok), "wds:" + str(tmp_path / "w/t-%06d.tar"), encode="jpeg:80", max_pixels=1000)
 
 
+def test_skip_bad_in_parts_and_merge(tmp_path):
+    """skip_bad with part=: each part keeps the plan's shards, merge writes skipped.json,
+    and the result is the bytes of one process."""
+    if not shardkit.HAVE_CONVERT:
+        pytest.skip("no convert in this build")
+    root = tmp_path / "in"
+    os.makedirs(root / "a")
+    for i in range(5):
+        (root / "a" / ("%d.jpg" % i)).write_bytes(_jpeg((64, 48), (10 + 40 * i, 20, 30)))
+    (root / "a" / "1.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
+    one = tmp_path / "one"
+    s = shardkit.shard(str(root), str(one / "t-%06d.tar"), samples_per_shard=2, resize="max:32", skip_bad=True)
+    assert s["samples"] == 4 and s["skipped"] == 1
+    assert [sh["samples"] for sh in json.loads((one / "t.manifest.json").read_text())["shards"]] == [1, 2, 1]
+    parts = tmp_path / "parts"
+    for i in range(2):
+        p = shardkit.shard(str(root), str(parts / "t-%06d.tar"), samples_per_shard=2, resize="max:32",
+                           skip_bad=True, part=(i, 2))
+        assert p.get("skipped", 0) == (1 if i == 0 else 0) and "skipped_file" not in p
+    m = shardkit.merge("wds:" + str(parts / "t-%06d.tar"))
+    assert m["skipped"] == 1 and m["skipped_file"].endswith("skipped.json")
+    for name in sorted(os.listdir(one)):
+        assert (parts / name).read_bytes() == (one / name).read_bytes(), name
+
+
 def test_select_and_dedup(tmp_path):
     """select= and dedup= choose in source order; duplicates.json and verify(duplicates=True) agree."""
     if not shardkit.HAVE_CONVERT:

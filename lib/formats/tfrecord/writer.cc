@@ -14,6 +14,7 @@
 
 #include "io/file.h"
 #include "core/paths.h"
+#include "formats/leave_out.h"
 #include "formats/registry.h"
 #include "formats/tfrecord/example.h"
 #include "formats/tfrecord/frames.h"
@@ -24,7 +25,7 @@ namespace shardkit::formats::tfrecord {
 
 namespace {
 
-class TfWriter : public SampleWriter {
+class TfWriter : public SampleWriter, public LeavesOut {
  public:
   TfWriter(std::string pattern, WriteOptions opts, Mapping m, Compression c, bool sharded)
       : pattern_(std::move(pattern)), opts_(std::move(opts)), mapping_(std::move(m)), compression_(c),
@@ -52,8 +53,19 @@ class TfWriter : public SampleWriter {
     frames_.push_back(Frame{raw_bytes_, rec->size()});
     raw_bytes_ += frame;
     ++shard_samples_;
+    ++shard_slots_;
     ++total_;
     if (!arrays_ && s.find("npy")) arrays_ = true;
+    return Status::OK();
+  }
+
+  // Under a shard plan (formats/leave_out.h): a position of the plan without a sample.
+  Status LeaveOut(std::string_view, std::string_view) override {
+    SK_RETURN_IF_ERROR(error_);
+    if (!sharded_ || opts_.shard_plan.empty()) return Status::Internal("LeaveOut() without a shard plan");
+    if (file_ && CutBefore(0)) SK_RETURN_IF_ERROR(Keep(FinishShard()));
+    if (!file_) SK_RETURN_IF_ERROR(Keep(StartShard()));  // a shard may end up empty: its number stays the plan's
+    ++shard_slots_;
     return Status::OK();
   }
 
@@ -112,7 +124,7 @@ class TfWriter : public SampleWriter {
   bool CutBefore(uint64_t frame) const {
     if (!sharded_) return false;
     const auto& plan = opts_.shard_plan;
-    if (!plan.empty()) return shard_samples_ >= plan[std::min(summary_.shards.size(), plan.size() - 1)];
+    if (!plan.empty()) return shard_slots_ >= plan[std::min(summary_.shards.size(), plan.size() - 1)];
     if (opts_.samples_per_shard > 0 && shard_samples_ >= opts_.samples_per_shard) return true;
     return shard_samples_ > 0 && raw_bytes_ + frame > opts_.shard_size;
   }
@@ -128,6 +140,7 @@ class TfWriter : public SampleWriter {
     frames_.clear();
     raw_bytes_ = 0;
     shard_samples_ = 0;
+    shard_slots_ = 0;
     if (compression_ != Compression::kNone) {
       zs_ = z_stream{};
       int bits = compression_ == Compression::kGzip ? 15 + 16 : 15;
@@ -208,6 +221,7 @@ class TfWriter : public SampleWriter {
   std::string buf_;
   std::vector<Frame> frames_;  // of the current shard, in the raw stream
   uint64_t raw_bytes_ = 0, shard_samples_ = 0, total_ = 0;
+  uint64_t shard_slots_ = 0;  // positions of the plan the current shard used, written or left out
   WriteSummary summary_;
   std::vector<std::string> committed_;
   Status error_;

@@ -19,8 +19,13 @@ using json = nlohmann::json;
 // A sample the resumed write had committed: checked against the journal's
 // digest of its shard, then dropped.
 Status WdsWriter::Skip(const std::string& key, uint64_t sample_sum, const Location& where) {
+  // Shards whose planned samples were all left out (LeaveOut) hold none to check.
+  while (skip_shard_ < resumed_.size() && resumed_[skip_shard_].samples == 0) ++skip_shard_;
+  if (skip_shard_ >= resumed_.size())
+    return error_ = Status::Internal("resume: more samples to check than the committed shards hold", where);
   paths::AddSampleToDigest(digest_, key, sample_sum);
   ++total_samples_;
+  ++total_slots_;
   ++skip_in_shard_;
   const Resumed& r = resumed_[skip_shard_];
   if (skip_in_shard_ < r.samples) return Status::OK();
@@ -166,7 +171,22 @@ Status WdsWriter::LoadJournal() {
     return bad(fmt::format("bad journal: {}", e.what()));
   }
   resume_samples_ = committed_samples_;
-  // Shards of zero samples cannot exist; still, never divide the skip by them.
+  resume_slots_ = committed_samples_;
+  if (!opts_.shard_plan.empty()) {
+    // Under a plan the committed shards took their planned positions, some of them
+    // perhaps left out (LeaveOut): a shard holds at most its plan's count, and may be
+    // empty.
+    if (resumed_.size() > opts_.shard_plan.size())
+      return bad(fmt::format("it lists {} shards, the plan has {}", resumed_.size(), opts_.shard_plan.size()));
+    resume_slots_ = 0;
+    for (size_t i = 0; i < resumed_.size(); ++i) {
+      if (resumed_[i].samples > opts_.shard_plan[i])
+        return bad(fmt::format("shard {} holds {} samples, its plan {}", i, resumed_[i].samples, opts_.shard_plan[i]));
+      resume_slots_ += opts_.shard_plan[i];
+    }
+    return Status::OK();
+  }
+  // Without a plan a shard of zero samples cannot exist.
   for (const auto& r : resumed_)
     if (r.samples == 0) return bad("a shard with no samples");
   return Status::OK();

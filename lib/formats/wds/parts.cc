@@ -66,6 +66,7 @@ struct Record {
   std::string channel_order;      // of decoded arrays, as the writer was told ("" unknown)
   std::string transform;          // WriteOptions::transform ("" none)
   std::vector<ShardInfo> shards;  // paths joined to the record's directory
+  std::vector<std::pair<std::string, std::string>> skipped;  // left out of the plan (key, reason)
 };
 
 // The file system of a pattern's outputs: the local one, or a remote store's
@@ -105,6 +106,8 @@ Result<Record> ReadRecord(const std::string& path, FileSystem& fs) {
       si.checksum = s.at("checksum").get<std::string>();
       r.shards.push_back(std::move(si));
     }
+    if (j.contains("skipped"))
+      for (const auto& s : j.at("skipped")) r.skipped.emplace_back(s.at("key").get<std::string>(), s.at("reason").get<std::string>());
   } catch (const std::exception& e) {
     return Status::Corrupt(fmt::format("unreadable part record: {}", e.what()), Location{.file = path});
   }
@@ -200,7 +203,8 @@ std::vector<std::string> PartFiles(const std::string& pattern, const std::vector
 
 std::string PartRecordText(const std::string& pattern, const WriteOptions& opts,
                            const std::vector<std::string>& fields, const std::vector<ShardInfo>& shards,
-                           uint64_t samples, uint64_t* total_bytes) {
+                           uint64_t samples, const std::vector<std::pair<std::string, std::string>>& left_out,
+                           uint64_t* total_bytes) {
   json j;
   j["format"] = "wds-part";
   j["version"] = 1;
@@ -224,6 +228,11 @@ std::string PartRecordText(const std::string& pattern, const WriteOptions& opts,
     total += s.bytes;
   }
   j["shards"] = std::move(list);
+  if (!left_out.empty()) {  // absent when none, as in records from before --skip-bad went with --part
+    json skipped = json::array();
+    for (const auto& [key, why] : left_out) skipped.push_back(json{{"key", key}, {"reason", why}});
+    j["skipped"] = std::move(skipped);
+  }
   *total_bytes = total;
   return j.dump(1) + "\n";
 }
@@ -370,6 +379,7 @@ Result<MergeSummary> MergeParts(const std::string& pattern, const MergeOptions& 
                                        missing, nmissing > 8 ? ", ..." : ""),
                            Location{.file = dir});
   MergeSummary out;
+  std::vector<std::pair<std::string, std::string>> skipped;  // left out by the parts, in part order
   out.destination = pattern;
   out.parts = count;
   out.metadata = manifest;
@@ -455,15 +465,23 @@ Result<MergeSummary> MergeParts(const std::string& pattern, const MergeOptions& 
     fields.insert(r.fields.begin(), r.fields.end());
     for (auto& s : r.shards) shards.push_back(std::move(s));
     out.samples += r.samples;
+    for (auto& k : r.skipped) skipped.push_back(std::move(k));
     if (i == 0) {
       r.shards.clear();
       first = std::move(r);
     }
   }
-  if (shards.size() != first.total_shards || out.samples != first.total_samples)
-    return Status::Invalid(fmt::format("the parts hold {} shards and {} samples; the plan has {} and {}", shards.size(),
-                                       out.samples, first.total_shards, first.total_samples),
+  if (shards.size() != first.total_shards || out.samples + skipped.size() != first.total_samples)
+    return Status::Invalid(fmt::format("the parts hold {} shards and {} samples{}; the plan has {} and {}",
+                                       shards.size(), out.samples,
+                                       skipped.empty() ? "" : fmt::format(" and left out {}", skipped.size()),
+                                       first.total_shards, first.total_samples),
                            Location{.file = dir});
+  // convert --skip-bad (the transform record says so): the list, for skipped.json.
+  if (!first.transform.empty() && json::parse(first.transform).value("skip_bad", false)) {
+    out.skipped = std::move(skipped);
+    out.source = first.plan.value("source", std::string());
+  }
   std::string text = ManifestText(pattern, out.samples, first.class_names,
                                   std::vector<std::string>(fields.begin(), fields.end()), shards, first.write_index,
                                   &out.bytes, first.channel_order, first.transform);

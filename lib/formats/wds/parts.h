@@ -30,10 +30,12 @@ std::string PartRecordPath(const std::string& pattern, uint64_t index, uint64_t 
 std::vector<std::string> PartFiles(const std::string& pattern, const std::vector<std::string>& names);
 
 // The record of a finished part: the part, the plan it followed (PartWriteOptions),
-// its fields and shards. *total_bytes: the sum of the shards' bytes.
+// its fields and shards, and the samples of its plan it left out (key, reason;
+// formats/leave_out.h). *total_bytes: the sum of the shards' bytes.
 std::string PartRecordText(const std::string& pattern, const WriteOptions& opts,
                            const std::vector<std::string>& fields, const std::vector<ShardInfo>& shards,
-                           uint64_t samples, uint64_t* total_bytes);
+                           uint64_t samples, const std::vector<std::pair<std::string, std::string>>& left_out,
+                           uint64_t* total_bytes);
 
 // Whether the write that `opts` describes (a part, or the whole output) already
 // finished: its record (a part) or its manifest (the whole) exists and no journal

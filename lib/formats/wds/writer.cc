@@ -202,15 +202,11 @@ Status WdsWriter::Write(const Sample& in) {
   if (shard_samples_ > 0 && key == prev_key_)
     return Status::Invalid("same key as the previous sample: the two would merge into one on read", where);
   const uint64_t sample_sum = in.checksum();
-  if (total_samples_ < resume_samples_) return Skip(key, sample_sum, where);
+  if (total_slots_ < resume_slots_) return Skip(key, sample_sum, where);
 
   // Upper bound of the bytes this sample adds (headers, pax records, padding).
   const uint64_t need = NeedBytes(key, fields);
-  const uint64_t max_samples =
-      !opts_.shard_plan.empty()
-          ? opts_.shard_plan[std::min(summary_.shards.size(), opts_.shard_plan.size() - 1)]
-          : (opts_.samples_per_shard ? opts_.samples_per_shard : UINT64_MAX);
-  if (ar_ && (shard_samples_ >= max_samples ||
+  if (ar_ && (shard_slots_ >= MaxSlots() ||
               (opts_.shard_plan.empty() && ShardBytes() + need + 2 * tar::kBlock > opts_.shard_size))) {
     SK_RETURN_IF_ERROR(Keep(FinishShard()));
   }
@@ -250,20 +246,43 @@ Status WdsWriter::Write(const Sample& in) {
   prev_key_ = key;
   ++shard_samples_;
   ++total_samples_;
+  ++shard_slots_;
+  ++total_slots_;
+  return Status::OK();
+}
+
+uint64_t WdsWriter::MaxSlots() const {
+  if (!opts_.shard_plan.empty()) return opts_.shard_plan[std::min(summary_.shards.size(), opts_.shard_plan.size() - 1)];
+  return opts_.samples_per_shard ? opts_.samples_per_shard : UINT64_MAX;
+}
+
+Status WdsWriter::LeaveOut(std::string_view key, std::string_view reason) {
+  if (finished_) return Status::Internal("LeaveOut() after Finish()");
+  if (!error_.ok()) return error_;
+  if (opts_.shard_plan.empty()) return Status::Internal("LeaveOut() without a shard plan");
+  left_out_.emplace_back(key, reason);
+  if (total_slots_ < resume_slots_) {  // a position of a shard the resumed write had committed
+    ++total_slots_;
+    return Status::OK();
+  }
+  if (ar_ && shard_slots_ >= MaxSlots()) SK_RETURN_IF_ERROR(Keep(FinishShard()));
+  if (!ar_) SK_RETURN_IF_ERROR(Keep(StartShard()));  // a shard may end up empty: its number stays the plan's
+  ++shard_slots_;
+  ++total_slots_;
   return Status::OK();
 }
 
 Result<WriteSummary> WdsWriter::Finish() {
   if (finished_) return Status::Internal("Finish() called twice");
   if (!error_.ok()) return error_;
-  if (total_samples_ < resume_samples_)
-    return resume::SourceEndedEarly(total_samples_, resume_samples_, Location{.file = journal_});
+  if (total_slots_ < resume_slots_)
+    return resume::SourceEndedEarly(total_slots_, resume_slots_, Location{.file = journal_});
   if (ar_) SK_RETURN_IF_ERROR(Keep(FinishShard()));
   uint64_t total = 0;
   if (part()) {
     // A part writes its record; Merge() writes the manifest from all of them.
     std::string record = PartRecordText(pattern_, opts_, std::vector<std::string>(fields_.begin(), fields_.end()),
-                                        summary_.shards, total_samples_, &total);
+                                        summary_.shards, total_samples_, left_out_, &total);
     SK_RETURN_IF_ERROR(Keep(io::WriteFileAtomic(record_, record, true, opts_.filesystem)));
   } else {
     std::string manifest = ManifestText(pattern_, total_samples_, opts_.class_names,
@@ -351,6 +370,7 @@ Status WdsWriter::StartShard() {
     return s;
   }
   shard_samples_ = 0;
+  shard_slots_ = 0;
   idx_.clear();
   idx_lines_.clear();
   idx_names_ok_ = true;

@@ -12,6 +12,7 @@
 #include <xxhash.h>
 
 #include <memory>
+#include <utility>
 #include <set>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/file.h"
+#include "formats/leave_out.h"
 #include "formats/wds/index.h"
 #include "shardkit/dataset.h"
 
@@ -26,13 +28,15 @@ namespace shardkit::formats::wds {
 
 using IdxEntry = wds::IndexMember;
 
-class WdsWriter : public SampleWriter {
+class WdsWriter : public SampleWriter, public LeavesOut {
  public:
   WdsWriter(std::string pattern, WriteOptions opts);
   ~WdsWriter() override;
   static Result<std::unique_ptr<SampleWriter>> Make(const std::string& pattern, const WriteOptions& opts);
   Status Write(const Sample& in) override;
   Result<WriteSummary> Finish() override;
+  // Under a shard plan only (formats/leave_out.h).
+  Status LeaveOut(std::string_view key, std::string_view reason) override;
 
   // The sample counts of the shards that a write with `opts` (shard_size and
   // samples_per_shard; no shard_plan) cuts `n` samples into, computed from the
@@ -65,6 +69,8 @@ class WdsWriter : public SampleWriter {
   // Temporary files a killed writer left for shard `from` and what follows it.
   void RemoveStaleTemps(size_t from);
   uint64_t ShardBytes() const;
+  // Positions of the plan (or samples) the current shard takes.
+  uint64_t MaxSlots() const;
   // Global number of the i-th shard this writer writes (a part starts at first_shard).
   size_t ShardNumber(size_t i) const { return size_t(opts_.part.first_shard) + i; }
   bool part() const { return opts_.part.count > 0; }
@@ -85,6 +91,11 @@ class WdsWriter : public SampleWriter {
   Status io_error_;  // the file layer's error behind a libarchive failure
   Status error_;     // sticky: the first failure ends the writer
   uint64_t shard_samples_ = 0, total_samples_ = 0;
+  // Positions of the shard plan used, written or left out (LeaveOut): in the current
+  // shard, in all; and how many were left out. Without a plan they equal the samples.
+  uint64_t shard_slots_ = 0, total_slots_ = 0;
+  // The samples left out (key, reason): a part's record lists them.
+  std::vector<std::pair<std::string, std::string>> left_out_;
   std::string prev_key_;
   std::vector<IdxEntry> idx_;       // members of the current shard
   std::vector<size_t> idx_lines_;   // end of each sample in idx_
@@ -109,6 +120,7 @@ class WdsWriter : public SampleWriter {
   std::vector<Resumed> resumed_;        // per committed shard
   uint64_t committed_samples_ = 0;
   uint64_t resume_samples_ = 0;         // samples to check and drop before writing
+  uint64_t resume_slots_ = 0;           // the positions they take (with left-out ones, under a plan)
   size_t skip_shard_ = 0;
   uint64_t skip_in_shard_ = 0;
 };

@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
     w.part.first_shard = i;
     uint64_t total = 0;
     std::string text = formats::wds::PartRecordText(pattern, w, {"cls", "jpg"},
-                                                    {ShardInfo{shard, 100, 1, "xxh3:0000000000000000", ""}}, 100, &total);
+                                                    {ShardInfo{shard, 100, 1, "xxh3:0000000000000000", ""}}, 100, {}, &total);
     std::ofstream(formats::wds::PartRecordPath(pattern, i, parts)) << text;
   }
   t1 = Clock::now();
