@@ -623,6 +623,13 @@ TEST_CASE("transform: --skip-bad under a shard plan keeps every sample in its pl
   REQUIRE(list["skipped"].size() == 3);
   CHECK(list["skipped"][0]["key"] == "c1/bad2");
   CHECK(list["skipped"][2]["key"] == "c1/notjpeg");
+  // verify: the empty shards are the plan's, noted and not findings.
+  auto checked = Verify(t / "one/t.manifest.json", VerifyOptions{});
+  REQUIRE(checked.ok());
+  CHECK(checked->findings.empty());
+  CHECK_THAT(checked->notes, Catch::VectorContains(std::string(
+                                 "2 of 4 shards empty: --skip-bad left out every sample the shard plan gave them (not "
+                                 "findings)")));
   auto one = Files(t / "one");
   run(t / "four", 4);
   CHECK(Files(t / "four") == one);

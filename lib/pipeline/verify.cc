@@ -118,6 +118,11 @@ class Verifier {
       rep_.notes.push_back(fmt::format("{} of {} {} no per-sample checksums (the first: '{}')",
                                        shards_without_sums_, Plural(units_.size(), "shard"),
                                        shards_without_sums_ == 1 ? "records" : "record", first_without_sums_));
+    if (empty_by_skip_bad_)
+      rep_.notes.push_back(fmt::format("{} of {} empty: --skip-bad left out every sample the shard plan gave {} "
+                                       "(not findings)",
+                                       empty_by_skip_bad_, Plural(units_.size(), "shard"),
+                                       empty_by_skip_bad_ == 1 ? "it" : "them"));
     CheckFields();
     if (!opts_.against.empty()) ReportMissing();
     rep_.seconds = Elapsed();
@@ -193,6 +198,23 @@ class Verifier {
                          "rule, not their bytes",
                          it->second));
     return Status::OK();
+  }
+
+  // The dataset's transform record says --skip-bad: a shard whose planned samples were
+  // all left out is empty by design (formats/leave_out.h). Read once, when a shard
+  // the manifest records as empty is met.
+  bool SkipBadRecorded() {
+    if (!skip_bad_known_) {
+      skip_bad_known_ = true;
+      if (auto ds = Open(address_, opts_.open); ds.ok()) {
+        auto it = (*ds)->info().extra.find("transform");
+        if (it != (*ds)->info().extra.end()) {
+          auto j = nlohmann::json::parse(it->second, nullptr, /*allow_exceptions=*/false);
+          if (j.is_object() && j.value("skip_bad", false)) skip_bad_ = true;
+        }
+      }
+    }
+    return skip_bad_;
   }
 
   // The keys --skip-bad left out, from the list beside the dataset (skipped.json in a
@@ -466,7 +488,8 @@ class Verifier {
         NoteOnce("no recorded checksums: an image folder carries no metadata; checked structure and keys only");
       else
       if (u.shard >= 0) {
-        if (shards_without_sums_++ == 0) first_without_sums_ = u.path;
+        // (A shard the manifest records as empty has no sample to record one for.)
+        if (u.expect_samples != 0 && shards_without_sums_++ == 0) first_without_sums_ = u.path;
       } else {
         NoteOnce("the dataset records no per-sample checksums");
       }
@@ -510,8 +533,12 @@ class Verifier {
       ++read;
     }
 
-    if (read == 0 && rep_.count(FindingKind::kStructure) == structure_before)
-      Add(FindingKind::kEmptyShard, at, "holds no samples");
+    if (read == 0 && rep_.count(FindingKind::kStructure) == structure_before) {
+      if (u.expect_samples == 0 && SkipBadRecorded())
+        ++empty_by_skip_bad_;
+      else
+        Add(FindingKind::kEmptyShard, at, "holds no samples");
+    }
     if (u.expect_samples && read != *u.expect_samples)
       Add(FindingKind::kCount, at,
           fmt::format("{} read but the manifest records {}", Plural(read, "sample"), *u.expect_samples));
@@ -841,6 +868,8 @@ class Verifier {
   std::string select_text_;
   uint64_t select_seed_ = 0;
   bool dedup_ = false, skip_bad_ = false;
+  bool skip_bad_known_ = false;   // SkipBadRecorded() has looked (ReadTransform() sets skip_bad_ too)
+  uint64_t empty_by_skip_bad_ = 0;  // shards recorded empty under --skip-bad: not findings
   uint64_t source_dups_ = 0;
 };
 
