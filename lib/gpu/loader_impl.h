@@ -218,7 +218,7 @@ struct ProducerImpl : GpuLoader::Impl {
     (void)Start(e);  // position 0 of an epoch is always valid
   }
 
-  // `start` is within the epoch (GpuLoader::restore checked it: pipeline::CheckRestore).
+  // `start` is within the epoch (GpuLoader::restore checked it: pipeline::PlanRestore).
   Status Restore(uint64_t e, uint64_t start) override {
     Stop();
     return Start(e, start);
