@@ -139,20 +139,24 @@ class Fetcher {
   // records no channel order and the output needs one.
   void SetColourRefusal(std::string message) { refuse_colour_ = std::move(message); }
 
-  // Fills `batch` with the next window (empty at the end).
-  Status Next(std::vector<Sample>* batch) {
+  // Fills `batch` with the next window (empty at the end); with `hashes`, each sample's
+  // image hash as read, before any transform (--dedup in one pass), on the reading threads.
+  Status Next(std::vector<Sample>* batch, std::vector<std::optional<pipeline::ImageHash>>* hashes = nullptr) {
     batch->clear();
+    if (hashes) hashes->clear();
     if (eof_) return Status::OK();
     if (ra_) {
       const uint64_t n = end_;
       const uint64_t begin = next_, end = std::min<uint64_t>(n, begin + window_);
       const size_t count = end - begin;
       batch->resize(count);
+      if (hashes) hashes->resize(count);
       std::vector<Status> st(count);
       auto get = [&](size_t j) {
         uint64_t idx = order_ ? (*order_)(begin + j) : begin + j;
         Status s = ra_->Get(idx, &(*batch)[j]);
         if (s.ok()) s = CheckRecorded((*batch)[j], idx);
+        if (s.ok() && hashes) (*hashes)[j] = pipeline::Deduplicator::Hash((*batch)[j]);
         if (s.ok()) s = PrepareArrays(&(*batch)[j]);
         if (!s.ok()) s.At(Location{.index = int64_t(idx)});
         st[j] = std::move(s);
@@ -189,6 +193,7 @@ class Fetcher {
         break;
       }
       if (Status st = CheckRecorded(s, next_); !st.ok()) return st;
+      if (hashes) hashes->push_back(pipeline::Deduplicator::Hash(s));
       if (Status st = PrepareArrays(&s); !st.ok()) {
         st.At(Location{.index = int64_t(next_)});
         return st;
@@ -291,11 +296,14 @@ StopHook StopHookFromEnvironment() {
 // `skipped`: the samples --skip-bad left out (key, reason), in write order.
 // `slots`: `dst` follows a shard plan, and each sample left out uses its position there
 // (formats/leave_out.h).
+// `dedup`: --dedup in this pass (the source in order, not shuffled or split): a sample
+// whose image repeats an earlier one's is dropped here.
 Result<ConvertSummary> ConvertFetched(Fetcher* fetcher, const Dataset& src, SampleWriter* dst,
                                       const ConvertOptions& opts, const ProgressFn& progress,
                                       std::string refuse_colour = {},
                                       std::vector<std::pair<std::string, std::string>>* skipped = nullptr,
-                                      formats::LeavesOut* slots = nullptr) {
+                                      formats::LeavesOut* slots = nullptr,
+                                      pipeline::Deduplicator* dedup = nullptr) {
   Fetcher& fetch = *fetcher;
   std::vector<std::pair<std::string, std::string>> skipped_here;
   if (!skipped) skipped = &skipped_here;
@@ -337,14 +345,25 @@ Result<ConvertSummary> ConvertFetched(Fetcher* fetcher, const Dataset& src, Samp
 
   const StopHook stop_hook = StopHookFromEnvironment();
   std::vector<Sample> cur, nxt;
-  SK_RETURN_IF_ERROR(fetch.Next(&cur));
+  std::vector<std::optional<pipeline::ImageHash>> cur_h, nxt_h;  // --dedup in this pass
+  uint64_t position = 0;  // of the sample in the source (dedup: no order, no range)
+  SK_RETURN_IF_ERROR(fetch.Next(&cur, dedup ? &cur_h : nullptr));
   while (!cur.empty()) {
     // Read the next window while this one is written (threads > 1).
     std::future<Status> ahead;
     bool more = !fetch.eof();
     if (more && opts.threads > 1)
-      ahead = std::async(std::launch::async, [&] { return fetch.Next(&nxt); });
-    for (const Sample& s : cur) {
+      ahead = std::async(std::launch::async, [&] { return fetch.Next(&nxt, dedup ? &nxt_h : nullptr); });
+    for (size_t j = 0; j < cur.size(); ++j, ++position) {
+      const Sample& s = cur[j];
+      if (dedup) {
+        Result<bool> repeats = dedup->Repeats(position, s.key, cur_h[j]);
+        if (!repeats.ok()) {
+          if (ahead.valid()) (void)ahead.get();
+          return repeats.status();
+        }
+        if (*repeats) continue;
+      }
       if (const Field* why = Fetcher::Skipped(s)) {  // --skip-bad
         skipped->emplace_back(s.key, why->data.str());
         if (slots) {
@@ -372,12 +391,13 @@ Result<ConvertSummary> ConvertFetched(Fetcher* fetcher, const Dataset& src, Samp
       report(false);
     }
     if (more) {
-      Status st = ahead.valid() ? ahead.get() : fetch.Next(&nxt);
+      Status st = ahead.valid() ? ahead.get() : fetch.Next(&nxt, dedup ? &nxt_h : nullptr);
       if (!st.ok()) return st;
     } else {
       nxt.clear();
     }
     std::swap(cur, nxt);
+    std::swap(cur_h, nxt_h);
   }
   if (stop_hook.at == sum.samples) std::raise(stop_hook.signal);
   if (int sig = StopRequested()) return Interrupted(sig, sum.samples, prog.total);
@@ -526,8 +546,10 @@ Result<std::string> WriteSkippedList(const std::string& out_address, std::string
 // it (c.part), or nothing when --resume finds it complete.
 // `remote_address`: a remote output staged at `out_address` with nothing staged yet;
 // --resume then also looks for a finished output there.
+// `dedup`: --dedup in the copy's own read (Narrow()).
 Result<ConvertSummary> CopyInto(const Dataset& in, std::string_view src, const std::string& out_address,
-                                ConvertOptions c, const ProgressFn& progress, const std::string& remote_address = {}) {
+                                ConvertOptions c, const ProgressFn& progress, const std::string& remote_address,
+                                pipeline::Deduplicator* dedup) {
   std::string out_path;
   SK_ASSIGN_OR_RETURN(const formats::Format* fmt, formats::Resolve(out_address, true, &out_path));
   if (c.write.class_names.empty()) c.write.class_names = in.info().class_names;
@@ -637,12 +659,13 @@ Result<ConvertSummary> CopyInto(const Dataset& in, std::string_view src, const s
   if (!plan) {
     Fetcher fetch(c);
     SK_ASSIGN_OR_RETURN(ConvertSummary sum, ConvertFetched(&fetch, in, out.get(), c, progress,
-                                                           std::move(refuse_colour), &skipped, slots));
+                                                           std::move(refuse_colour), &skipped, slots, dedup));
     if (c.skip_bad) {
       SK_ASSIGN_OR_RETURN(sum.skipped_file, WriteSkippedList(out_address, src, c, skipped));
     }
     return sum;
   }
+  if (dedup) return Status::Internal("--dedup in one pass with a part plan");
   // The part's slice of the write order, through the same copy loop; its record lists
   // what --skip-bad left out, and merge writes skipped.json from the records.
   Fetcher fetch(c, plan->begin, plan->end, plan->order ? &*plan->order : nullptr);
@@ -753,7 +776,7 @@ OpenOptions SourceOpenOptions(OpenOptions o, bool verify_source) {
 // same pattern left removed when overwriting (RemoveStaleOutputs). Shard paths in
 // the summary are the remote addresses.
 Result<ConvertSummary> WriteTo(const Dataset& in, std::string_view src, const std::string& address, ConvertOptions c,
-                               const ProgressFn& progress) {
+                               const ProgressFn& progress, pipeline::Deduplicator* dedup) {
   std::string target = address;
   {  // the format's defaults, before a part plan or a journal records the options
     std::string path;
@@ -770,7 +793,8 @@ Result<ConvertSummary> WriteTo(const Dataset& in, std::string_view src, const st
     target = staged.address;
   }
   SK_ASSIGN_OR_RETURN(ConvertSummary sum,
-                      Staged(CopyInto(in, src, target, c, progress, staged.fresh ? staged.remote : std::string()),
+                      Staged(CopyInto(in, src, target, c, progress, staged.fresh ? staged.remote : std::string(),
+                                      dedup),
                              staged));
   SK_RETURN_IF_ERROR(staged.Finish());
   for (auto& si : sum.shards) si.path = staged.RemoteOf(si.path);
@@ -779,13 +803,45 @@ Result<ConvertSummary> WriteTo(const Dataset& in, std::string_view src, const st
   return sum;
 }
 // --select / --dedup (pipeline/select.h): the source narrowed to the chosen samples;
-// `in` itself when neither is asked for.
-Result<std::unique_ptr<Dataset>> Narrow(std::unique_ptr<Dataset> in, const ConvertOptions& c,
-                                        pipeline::SelectReport* report) {
-  if (c.select.empty() && !c.dedup) return in;
+// `in` itself when neither is asked for. --dedup reads every sample before the write,
+// unless nothing planned before the first write depends on which samples it keeps (one
+// process, the source's order, no --num-shards (`num_shards`), no --resume, which checks
+// a finished output's count, and no --skip-bad count plan): then *one_pass drops them in
+// the copy's own read, which reads each image once instead of twice. Both drop the same
+// samples (pipeline::Deduplicator); Finish() completes the report.
+struct Narrowed {
+  std::unique_ptr<Dataset> in;
+  pipeline::SelectReport report;
+  std::unique_ptr<pipeline::Deduplicator> one_pass;
+  void Finish() {
+    if (!one_pass) return;
+    report.duplicates = std::move(one_pass->duplicates());
+    report.kept = report.selected - report.duplicates.size();
+  }
+};
+Result<Narrowed> Narrow(std::unique_ptr<Dataset> in, const ConvertOptions& c, uint64_t num_shards) {
+  Narrowed n;
+  if (c.select.empty() && !c.dedup) {
+    n.in = std::move(in);
+    return n;
+  }
   SK_ASSIGN_OR_RETURN(pipeline::SelectSpec spec, pipeline::ParseSelect(c.select));
-  return pipeline::SelectSamples(std::shared_ptr<const Dataset>(std::move(in)), spec, c.dedup, c.seed,
-                                 std::max(1, c.threads), report);
+  const bool in_pass = c.dedup && c.part.count == 0 && !c.shuffle && num_shards == 0 && !c.write.resume &&
+                       !(c.skip_bad && c.write.samples_per_shard > 0);
+  if (in_pass && in->NewRandomAccess().ok()) {
+    if (!c.select.empty()) {
+      SK_ASSIGN_OR_RETURN(in, pipeline::SelectSamples(std::shared_ptr<const Dataset>(std::move(in)), spec,
+                                                      /*dedup=*/false, c.seed, std::max(1, c.threads), &n.report));
+    }
+    SK_ASSIGN_OR_RETURN(std::shared_ptr<RandomAccess> ra, in->NewRandomAccess());
+    if (c.select.empty()) n.report.source_samples = n.report.selected = n.report.kept = ra->size();
+    n.one_pass = std::make_unique<pipeline::Deduplicator>(std::move(ra));
+    n.in = std::move(in);
+    return n;
+  }
+  SK_ASSIGN_OR_RETURN(n.in, pipeline::SelectSamples(std::shared_ptr<const Dataset>(std::move(in)), spec, c.dedup,
+                                                    c.seed, std::max(1, c.threads), &n.report));
+  return n;
 }
 
 // The selection's part of the summary, and duplicates.json (written whole, then renamed,
@@ -818,11 +874,12 @@ Result<ConvertSummary> ConvertDataset(const Dataset& src, SampleWriter* dst,
 Result<ConvertSummary> Convert(std::string_view src, std::string_view dst, const ConvertOptions& opts,
                                const ProgressFn& progress) {
   const auto t0 = Clock::now();
-  SK_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> in, Open(src, SourceOpenOptions(opts.open, opts.verify_source)));
-  pipeline::SelectReport chosen;
-  SK_ASSIGN_OR_RETURN(in, Narrow(std::move(in), opts, &chosen));
-  SK_ASSIGN_OR_RETURN(ConvertSummary sum, WriteTo(*in, src, std::string(dst), opts, progress));
-  SK_RETURN_IF_ERROR(FinishSelection(src, dst, opts, chosen, &sum));
+  SK_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> source, Open(src, SourceOpenOptions(opts.open, opts.verify_source)));
+  SK_ASSIGN_OR_RETURN(Narrowed chosen, Narrow(std::move(source), opts, /*num_shards=*/0));
+  const std::unique_ptr<Dataset>& in = chosen.in;
+  SK_ASSIGN_OR_RETURN(ConvertSummary sum, WriteTo(*in, src, std::string(dst), opts, progress, chosen.one_pass.get()));
+  chosen.Finish();
+  SK_RETURN_IF_ERROR(FinishSelection(src, dst, opts, chosen.report, &sum));
   sum.source = std::string(src);
   sum.destination = std::string(dst);
   sum.source_format = in->info().format;
@@ -883,9 +940,9 @@ Result<ConvertSummary> Shard(std::string_view src, std::string_view dst, const S
     c.write.shard_size = opts.shard_size;
   }
 
-  SK_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> in, Open(src, SourceOpenOptions(opts.open, opts.verify_source)));
-  pipeline::SelectReport chosen;
-  SK_ASSIGN_OR_RETURN(in, Narrow(std::move(in), c, &chosen));
+  SK_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> source, Open(src, SourceOpenOptions(opts.open, opts.verify_source)));
+  SK_ASSIGN_OR_RETURN(Narrowed chosen, Narrow(std::move(source), c, opts.num_shards));
+  const std::unique_ptr<Dataset>& in = chosen.in;
   c.write.class_names = in->info().class_names;
   if (opts.num_shards > 0) {
     std::optional<uint64_t> total = in->info().num_samples;
@@ -911,8 +968,9 @@ Result<ConvertSummary> Shard(std::string_view src, std::string_view dst, const S
     c.write.shard_size = std::numeric_limits<uint64_t>::max();
     c.write.samples_per_shard = 0;
   }
-  SK_ASSIGN_OR_RETURN(ConvertSummary sum, WriteTo(*in, src, out_address, c, progress));
-  SK_RETURN_IF_ERROR(FinishSelection(src, out_address, c, chosen, &sum));
+  SK_ASSIGN_OR_RETURN(ConvertSummary sum, WriteTo(*in, src, out_address, c, progress, chosen.one_pass.get()));
+  chosen.Finish();
+  SK_RETURN_IF_ERROR(FinishSelection(src, out_address, c, chosen.report, &sum));
   if (!c.write.shard_plan.empty() && c.part.count == 0 && !sum.already_complete) {
     // (--skip-bad: a shard holds its plan less the samples left out of it.)
     bool same = sum.shards.size() == c.write.shard_plan.size();

@@ -71,12 +71,8 @@ Status Read(const RandomAccess& ra, uint64_t idx, Sample* s) {
   return st;
 }
 
-struct Hash128 {
-  uint64_t lo = 0, hi = 0;
-  bool operator==(const Hash128& o) const { return lo == o.lo && hi == o.hi; }
-};
-struct Hash128Hasher {
-  size_t operator()(const Hash128& h) const { return size_t(h.lo); }
+struct ImageHashHasher {
+  size_t operator()(const ImageHash& h) const { return size_t(h.lo); }
 };
 
 // The chosen samples: source indices, ascending.
@@ -238,49 +234,56 @@ Result<std::vector<uint64_t>> Choose(const Dataset& src, const RandomAccess& ra,
 }
 
 // Step 2: drops, from `sel`, samples whose image bytes repeat an earlier one's.
-Status Dedup(const RandomAccess& ra, std::vector<uint64_t>* sel, int threads, SelectReport* report) {
+Status Dedup(const std::shared_ptr<RandomAccess>& ra, std::vector<uint64_t>* sel, int threads, SelectReport* report) {
   const size_t m = sel->size();
-  std::vector<Hash128> hash(m);
-  std::vector<char> has_image(m);
+  std::vector<std::optional<ImageHash>> hash(m);
   std::vector<std::string> keys(m);
   SK_RETURN_IF_ERROR(ForEach(m, threads, [&](size_t j) {
     Sample s;
-    SK_RETURN_IF_ERROR(Read(ra, (*sel)[j], &s));
+    SK_RETURN_IF_ERROR(Read(*ra, (*sel)[j], &s));
     keys[j] = s.key;
-    if (const Field* f = s.image()) {
-      const XXH128_hash_t h = XXH3_128bits(f->data.data(), f->data.size());
-      hash[j] = {h.low64, h.high64};
-      has_image[j] = 1;
-    }
+    hash[j] = Deduplicator::Hash(s);
     return Status::OK();
   }));
-  std::unordered_map<Hash128, size_t, Hash128Hasher> first;
+  Deduplicator dedup(ra);
   std::vector<uint64_t> kept;
   kept.reserve(m);
   for (size_t j = 0; j < m; ++j) {
-    if (!has_image[j]) {
-      kept.push_back((*sel)[j]);
-      continue;
-    }
-    auto [it, fresh] = first.emplace(hash[j], j);
-    if (!fresh) {
-      // Equal hashes: equal bytes? (A collision keeps the sample.)
-      Sample a, b;
-      SK_RETURN_IF_ERROR(Read(ra, (*sel)[it->second], &a));
-      SK_RETURN_IF_ERROR(Read(ra, (*sel)[j], &b));
-      const Field *fa = a.image(), *fb = b.image();
-      if (fa && fb && fa->data.view() == fb->data.view()) {
-        report->duplicates.emplace_back(keys[j], keys[it->second]);
-        continue;
-      }
-    }
-    kept.push_back((*sel)[j]);
+    SK_ASSIGN_OR_RETURN(bool repeats, dedup.Repeats((*sel)[j], keys[j], hash[j]));
+    if (!repeats) kept.push_back((*sel)[j]);
   }
   *sel = std::move(kept);
+  report->duplicates = std::move(dedup.duplicates());
   return Status::OK();
 }
 
 }  // namespace
+
+struct Deduplicator::Table : std::unordered_map<ImageHash, uint64_t, ImageHashHasher> {};
+
+Deduplicator::Deduplicator(std::shared_ptr<const RandomAccess> ra) : ra_(std::move(ra)), first_(new Table) {}
+Deduplicator::~Deduplicator() = default;
+
+std::optional<ImageHash> Deduplicator::Hash(const Sample& s) {
+  const Field* f = s.image();
+  if (!f) return std::nullopt;
+  const XXH128_hash_t h = XXH3_128bits(f->data.data(), f->data.size());
+  return ImageHash{h.low64, h.high64};
+}
+
+Result<bool> Deduplicator::Repeats(uint64_t index, const std::string& key, const std::optional<ImageHash>& h) {
+  if (!h) return false;
+  auto [it, fresh] = first_->emplace(*h, index);
+  if (fresh) return false;
+  // Equal hashes: equal bytes? (A collision keeps the sample.)
+  Sample a, b;
+  SK_RETURN_IF_ERROR(Read(*ra_, it->second, &a));
+  SK_RETURN_IF_ERROR(Read(*ra_, index, &b));
+  const Field *fa = a.image(), *fb = b.image();
+  if (!fa || !fb || fa->data.view() != fb->data.view()) return false;
+  dups_.emplace_back(key, a.key);
+  return true;
+}
 
 Result<SelectSpec> ParseSelect(std::string_view text) {
   SelectSpec spec;
@@ -331,7 +334,7 @@ Result<std::unique_ptr<Dataset>> SelectSamples(std::shared_ptr<const Dataset> sr
   report->source_samples = ra->size();
   SK_ASSIGN_OR_RETURN(std::vector<uint64_t> sel, Choose(*src, *ra, spec, seed, threads, report));
   report->selected = sel.size();
-  if (dedup) SK_RETURN_IF_ERROR(Dedup(*ra, &sel, threads, report));
+  if (dedup) SK_RETURN_IF_ERROR(Dedup(ra, &sel, threads, report));
   report->kept = sel.size();
   auto idx = std::make_shared<const std::vector<uint64_t>>(std::move(sel));
   return std::unique_ptr<Dataset>(std::make_unique<SelectedDataset>(std::move(src), std::move(ra), std::move(idx)));
@@ -345,12 +348,12 @@ Result<std::vector<std::pair<std::string, std::string>>> FindDuplicates(const Da
     std::shared_ptr<RandomAccess> ra = std::move(ra_r).value();
     sel.resize(ra->size());
     for (uint64_t i = 0; i < sel.size(); ++i) sel[i] = i;
-    SK_RETURN_IF_ERROR(Dedup(*ra, &sel, std::max(1, threads), &report));
+    SK_RETURN_IF_ERROR(Dedup(ra, &sel, std::max(1, threads), &report));
     return std::move(report.duplicates);
   }
   // A source read in order: hashes only (no second read to compare bytes), XXH3-128.
   SK_ASSIGN_OR_RETURN(std::unique_ptr<SampleReader> r, src.NewReader());
-  std::unordered_map<Hash128, std::string, Hash128Hasher> first;
+  std::unordered_map<ImageHash, std::string, ImageHashHasher> first;
   Sample s;
   for (uint64_t i = 0;; ++i) {
     auto more = r->Next(&s);
@@ -360,10 +363,9 @@ Result<std::vector<std::pair<std::string, std::string>>> FindDuplicates(const Da
       return st;
     }
     if (!*more) break;
-    const Field* f = s.image();
-    if (!f) continue;
-    const XXH128_hash_t h = XXH3_128bits(f->data.data(), f->data.size());
-    auto [it, fresh] = first.emplace(Hash128{h.low64, h.high64}, s.key);
+    const std::optional<ImageHash> h = Deduplicator::Hash(s);
+    if (!h) continue;
+    auto [it, fresh] = first.emplace(*h, s.key);
     if (!fresh) report.duplicates.emplace_back(s.key, it->second);
   }
   return std::move(report.duplicates);

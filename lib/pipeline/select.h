@@ -18,7 +18,9 @@
 //      candidates; equal hashes are confirmed by comparing the bytes. A sample without
 //      an image field is never a duplicate.
 // Both need random access (kUnsupported, naming the source, without it); both read
-// every sample once before the first is written (the whole source, in a part too).
+// every sample once before the first is written (the whole source, in a part too). A
+// conversion in one process and in source order runs step 2 in its own read instead
+// (Deduplicator, convert.cc's Narrow()).
 //
 // Threading: SelectSamples reads with `threads` threads and returns when done; the
 // wrapped dataset is as thread-safe as the source (Get() from many threads at once).
@@ -26,6 +28,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -56,6 +59,36 @@ struct SelectReport {
   uint64_t keys_not_found = 0;      // keys-from: listed keys the source lacks
   // --dedup: (dropped key, the earlier key whose image bytes it repeats), source order.
   std::vector<std::pair<std::string, std::string>> duplicates;
+};
+
+// XXH3-128 of a sample's image bytes: what --dedup compares first.
+struct ImageHash {
+  uint64_t lo = 0, hi = 0;
+  bool operator==(const ImageHash& o) const { return lo == o.lo && hi == o.hi; }
+};
+
+// The --dedup rule, given the samples in source order: Repeats() says whether a sample's
+// image bytes repeat an earlier one's. Equal hashes are confirmed by comparing the bytes,
+// both samples read again from `ra` (a collision keeps the sample). SelectSamples' pass
+// before the write and a conversion's own read (one pass, convert.cc) both use it, so
+// they drop the same samples.
+// Threading: Hash() from any thread; Repeats() from one thread, in source order.
+class Deduplicator {
+ public:
+  explicit Deduplicator(std::shared_ptr<const RandomAccess> ra);
+  ~Deduplicator();
+  // The hash of s's image field; nullopt when it has none (never a duplicate).
+  static std::optional<ImageHash> Hash(const Sample& s);
+  // Sample `index` of `ra` with `key` and image hash `h`: true when it repeats an earlier
+  // one, then listed in duplicates() as (key, the earlier one's key).
+  Result<bool> Repeats(uint64_t index, const std::string& key, const std::optional<ImageHash>& h);
+  std::vector<std::pair<std::string, std::string>>& duplicates() { return dups_; }
+
+ private:
+  struct Table;
+  std::shared_ptr<const RandomAccess> ra_;
+  std::unique_ptr<Table> first_;  // hash -> the first index with it
+  std::vector<std::pair<std::string, std::string>> dups_;
 };
 
 // The chosen samples of `src` (which the result keeps alive). `seed` is fraction's.
