@@ -673,6 +673,16 @@ TEST_CASE("transform: --skip-bad under a shard plan keeps every sample in its pl
   INFO(resumed.err);
   REQUIRE(resumed.exit_code == 0);
   CHECK(Files(t / "res") == one);
+  {  // A left-out image that decodes on resume is another source: refused by name.
+    const std::string again = fmt::format("convert {} {} --resize max:128 --samples-per-shard 2 --skip-bad",
+                                          Q(t / "in2"), Q("wds:" + (t / "res2/t-%06d.tar")));
+    fs::copy(t / "in", t / "in2", fs::copy_options::recursive);
+    CHECK(sk_test::Run(fmt::format("SHARDKIT_TEST_RAISE=15@3 {} {}", Q(SHARDKIT_CLI), again)).exit_code == 143);
+    sk_test::WriteFile(t / "in2/c1/bad2.jpg", Gradient(200, 200, 7));
+    auto refused = sk_test::Cli(again + " --resume");
+    CHECK(refused.exit_code != 0);
+    CHECK_THAT(refused.err, Catch::Contains("c1/bad2") && Catch::Contains("left this sample out"));
+  }
   const std::string part_cmd = fmt::format("convert {} {} --resize max:128 --samples-per-shard 2 --skip-bad --json",
                                            Q(t / "in"), Q("wds:" + (t / "pres/t-%06d.tar")));
   auto part_killed = sk_test::Run(fmt::format("SHARDKIT_TEST_RAISE=15@2 {} {} --part 0/2", Q(SHARDKIT_CLI), part_cmd));

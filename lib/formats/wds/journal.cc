@@ -22,7 +22,11 @@ Status WdsWriter::Skip(const std::string& key, uint64_t sample_sum, const Locati
   // Shards whose planned samples were all left out (LeaveOut) hold none to check.
   while (skip_shard_ < resumed_.size() && resumed_[skip_shard_].samples == 0) ++skip_shard_;
   if (skip_shard_ >= resumed_.size())
-    return error_ = Status::Internal("resume: more samples to check than the committed shards hold", where);
+    return error_ = Status::Invalid(
+               "resume: the interrupted write left this sample out of its committed shards (--skip-bad), but it "
+               "reads now: resume needs the same source, in the same order, with the same options; start over "
+               "with --overwrite",
+               where);
   paths::AddSampleToDigest(digest_, key, sample_sum);
   ++total_samples_;
   ++total_slots_;
