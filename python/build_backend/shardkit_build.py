@@ -5,11 +5,12 @@
 configures and builds the CMake project (the library, the `_shardkit` extension and the
 `shardkit` command; no tests, no MPI) with the running interpreter, stages the package
 (Python files, the extension, libshardkit under its soname, the command as
-shardkit/_bin/shardkit), strips debug information, and repairs it (wheel_repair.py:
-every library beyond glibc, libgcc_s and libstdc++ is bundled under shardkit.libs/ with
-a hashed soname, RUNPATHs are $ORIGIN-relative, and a library left outside fails the
-build). The wheel's platform tag is manylinux_2_X, X from the newest glibc symbol its
-files need. The command is on PATH through the entry point shardkit._cli:main.
+shardkit/_bin/shardkit), strips debug information and symbol tables (the dynamic
+symbols stay), and repairs it (wheel_repair.py: every library beyond glibc, libgcc_s and
+libstdc++ is bundled under shardkit.libs/ with a hashed soname, RUNPATHs are
+$ORIGIN-relative, and a library left outside fails the build). The wheel's platform tag
+is manylinux_2_X, X from the newest glibc symbol its files need. The command is on PATH
+through the entry point shardkit._cli:main.
 build_sdist() packs the source tree (what git tracks) with PKG-INFO.
 
 The version is CMake's project(VERSION) (CMakeLists.txt), the only place it is written.
@@ -18,7 +19,8 @@ Settings (pip --config-settings KEY=VALUE, or the environment):
   build-dir / SHARDKIT_BUILD_DIR   CMake build directory (default: <repo>/build-pip)
   build-type / SHARDKIT_BUILD_TYPE CMake build type (default RelWithDebInfo, the type the
                                    tests build, so that ccache shares its objects;
-                                   debug information is stripped from the wheel)
+                                   debug information and symbol tables are stripped
+                                   from the wheel)
   jobs / SHARDKIT_BUILD_JOBS       parallel build jobs (default: the CPU count)
   cmake-args / SHARDKIT_CMAKE_ARGS extra CMake arguments, space separated
   repair / SHARDKIT_WHEEL_REPAIR   "off": no bundling (a wheel for this machine only,
@@ -136,7 +138,7 @@ def _stage(config_settings, pkg_dir, cli, stage):
             p = os.path.join(dirpath, fn)
             if wheel_repair.is_elf(p):
                 os.chmod(p, 0o755)
-                subprocess.run(["objcopy", "--strip-debug", p], check=True)
+                subprocess.run(["objcopy", "--strip-unneeded", p], check=True)
     if (_setting(config_settings, "repair", "SHARDKIT_WHEEL_REPAIR") or "on") == "off":
         return None
     external = shlex.split(_setting(config_settings, "external", "SHARDKIT_WHEEL_EXTERNAL") or "")
