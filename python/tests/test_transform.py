@@ -92,20 +92,28 @@ def test_skip_bad_in_parts_and_merge(tmp_path):
     os.makedirs(root / "a")
     for i in range(5):
         (root / "a" / ("%d.jpg" % i)).write_bytes(_jpeg((64, 48), (10 + 40 * i, 20, 30)))
-    (root / "a" / "1.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
+    for bad in ("2.jpg", "3.jpg"):  # shard 1 of the plan [0, 1] [2, 3] [4]: written empty
+        (root / "a" / bad).write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
     one = tmp_path / "one"
     s = shardkit.shard(str(root), str(one / "t-%06d.tar"), samples_per_shard=2, resize="max:32", skip_bad=True)
-    assert s["samples"] == 4 and s["skipped"] == 1
-    assert [sh["samples"] for sh in json.loads((one / "t.manifest.json").read_text())["shards"]] == [1, 2, 1]
+    assert s["samples"] == 3 and s["skipped"] == 2
+    assert [sh["samples"] for sh in json.loads((one / "t.manifest.json").read_text())["shards"]] == [2, 0, 1]
     parts = tmp_path / "parts"
     for i in range(2):
         p = shardkit.shard(str(root), str(parts / "t-%06d.tar"), samples_per_shard=2, resize="max:32",
                            skip_bad=True, part=(i, 2))
-        assert p.get("skipped", 0) == (1 if i == 0 else 0) and "skipped_file" not in p
+        assert p.get("skipped", 0) == (0 if i == 0 else 2) and "skipped_file" not in p
     m = shardkit.merge("wds:" + str(parts / "t-%06d.tar"))
-    assert m["skipped"] == 1 and m["skipped_file"].endswith("skipped.json")
+    assert m["skipped"] == 2 and m["skipped_file"].endswith("skipped.json")
     for name in sorted(os.listdir(one)):
         assert (parts / name).read_bytes() == (one / name).read_bytes(), name
+    # The loader reads past the empty shard, by index and streamed.
+    for stream in (False, True):
+        keys = []
+        for batch in shardkit.Loader(str(one / "t.manifest.json"), batch_size=2, output_size=(16, 16), decoder="cpu",
+                                     stream=stream, drop_last=False, return_keys=True):
+            keys += list(batch[-1])  # (images, labels, keys)
+        assert sorted(keys) == ["a/0", "a/1", "a/4"], stream
 
 
 def test_select_and_dedup(tmp_path):
