@@ -11,6 +11,12 @@ namespace {
 Result<std::unique_ptr<GpuLoader::Impl>> MakeImpl(std::shared_ptr<RandomAccess> data, std::unique_ptr<Dataset> ds,
                                                    std::string_view address, const LoaderOptions& opts,
                                                    const GpuOptions& gopts) {
+  // A mixture opens its own sources (both paths); a dataset given beside it is a mistake,
+  // refused as Loader::Create refuses it.
+  if (!opts.sources.empty() && (!address.empty() || data || ds))
+    return Status::Invalid(fmt::format("give {} or LoaderOptions::sources (a mixture), not both",
+                                       address.empty() ? std::string("a dataset")
+                                                       : fmt::format("an address ('{}')", address)));
   std::string why = CudaUnavailableReason();
   if (!why.empty()) return Status::Unsupported(why);
   int count = CudaDeviceCount();
