@@ -356,36 +356,27 @@ Result<ConvertSummary> ConvertFetched(Fetcher* fetcher, const Dataset& src, Samp
       ahead = std::async(std::launch::async, [&] { return fetch.Next(&nxt, dedup ? &nxt_h : nullptr); });
     for (size_t j = 0; j < cur.size(); ++j, ++position) {
       const Sample& s = cur[j];
+      // An early return waits for the window being read ahead first.
+      auto stop = [&](Status st) {
+        if (ahead.valid()) (void)ahead.get();
+        return st;
+      };
       if (dedup) {
         Result<bool> repeats = dedup->Repeats(position, s.key, cur_h[j]);
-        if (!repeats.ok()) {
-          if (ahead.valid()) (void)ahead.get();
-          return repeats.status();
-        }
+        if (!repeats.ok()) return stop(repeats.status());
         if (*repeats) continue;
       }
       if (const Field* why = Fetcher::Skipped(s)) {  // --skip-bad
         skipped->emplace_back(s.key, why->data.str());
         if (slots) {
           Status st = slots->LeaveOut(s.key, skipped->back().second);
-          if (!st.ok()) {
-            if (ahead.valid()) (void)ahead.get();
-            return st.At(Location{.key = s.key});
-          }
+          if (!st.ok()) return stop(st.At(Location{.key = s.key}));
         }
         continue;
       }
       if (stop_hook.at == sum.samples) std::raise(stop_hook.signal);
-      if (int sig = StopRequested()) {
-        if (ahead.valid()) (void)ahead.get();
-        return Interrupted(sig, sum.samples, prog.total);
-      }
-      Status st = dst->Write(s);
-      if (!st.ok()) {
-        if (ahead.valid()) (void)ahead.get();
-        st.At(Location{.key = s.key});
-        return st;
-      }
+      if (int sig = StopRequested()) return stop(Interrupted(sig, sum.samples, prog.total));
+      if (Status st = dst->Write(s); !st.ok()) return stop(st.At(Location{.key = s.key}));
       ++sum.samples;
       sum.payload_bytes += s.bytes();
       report(false);
@@ -436,6 +427,14 @@ ConvertSummary CompleteSummary(WriteSummary w) {
   sum.shards = std::move(w.shards);
   sum.already_complete = true;
   return sum;
+}
+
+// The number of samples of `in` known without reading them: its metadata's, else its
+// random access's size; nullopt for a source read in order only.
+std::optional<uint64_t> KnownSize(const Dataset& in) {
+  if (in.info().num_samples) return in.info().num_samples;
+  if (auto ra = in.NewRandomAccess(); ra.ok()) return (*ra)->size();
+  return std::nullopt;
 }
 
 // The shards that --samples-per-shard `k` (0: one shard) cuts `n` samples into.
@@ -559,10 +558,7 @@ Result<ConvertSummary> CopyInto(const Dataset& in, std::string_view src, const s
     // plan of a part counts them, so that one process and parts write the same shards
     // (a sample left out leaves its shard one short; formats/leave_out.h). A source of
     // unknown size keeps K written samples per shard (it cannot be split into parts).
-    std::optional<uint64_t> n = in.info().num_samples;
-    if (!n)
-      if (auto ra = in.NewRandomAccess(); ra.ok()) n = (*ra)->size();
-    if (n && *n > 0) {
+    if (std::optional<uint64_t> n = KnownSize(in); n && *n > 0) {
       c.write.shard_plan = CountPlan(*n, c.write.samples_per_shard);
       c.write.samples_per_shard = 0;
     }
@@ -608,16 +604,12 @@ Result<ConvertSummary> CopyInto(const Dataset& in, std::string_view src, const s
       }
     } else if (auto d = Open(out_address, OpenOptions{.filesystem = c.write.filesystem}); d.ok()) {
       // Formats that publish the whole output at the end: it is there, so it finished.
-      std::optional<uint64_t> have = (*d)->info().num_samples, want = in.info().num_samples;
-      if (!want)
-        if (auto ra = in.NewRandomAccess(); ra.ok()) want = (*ra)->size();
+      std::optional<uint64_t> have = (*d)->info().num_samples, want = KnownSize(in);
       if (have && want && *have == *want) done = WriteSummary{*have, (*d)->info().total_bytes, (*d)->info().shards};
     }
     if (done) {
       if (!plan) {
-        std::optional<uint64_t> want = in.info().num_samples;
-        if (!want)
-          if (auto ra = in.NewRandomAccess(); ra.ok()) want = (*ra)->size();
+        const std::optional<uint64_t> want = KnownSize(in);
         // (--skip-bad: fewer, the ones left out are listed beside it.)
         if (want && (c.skip_bad ? done->samples > *want : *want != done->samples))
           return Status::Invalid(fmt::format("--resume: the finished output holds {} samples, the source {}; start "
@@ -945,10 +937,7 @@ Result<ConvertSummary> Shard(std::string_view src, std::string_view dst, const S
   const std::unique_ptr<Dataset>& in = chosen.in;
   c.write.class_names = in->info().class_names;
   if (opts.num_shards > 0) {
-    std::optional<uint64_t> total = in->info().num_samples;
-    if (!total) {
-      if (auto ra = in->NewRandomAccess(); ra.ok()) total = (*ra)->size();
-    }
+    std::optional<uint64_t> total = KnownSize(*in);
     if (!total) {
       SK_ASSIGN_OR_RETURN(std::unique_ptr<SampleReader> r, in->NewReader());
       uint64_t n = 0;
