@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <functional>
 #include <set>
+#include <thread>
 
 #include "core/front_end.h"
 #include "shardkit/convert.h"
@@ -38,10 +41,12 @@ class FakeReader : public SampleReader {
 
 class FakeRandom : public RandomAccess {
  public:
-  FakeRandom(uint64_t n, int64_t fail_at, std::atomic<int>* calls) : n_(n), fail_at_(fail_at), calls_(calls) {}
+  FakeRandom(uint64_t n, int64_t fail_at, std::atomic<int>* calls, const std::function<void(uint64_t)>* on_get)
+      : n_(n), fail_at_(fail_at), calls_(calls), on_get_(on_get) {}
   uint64_t size() const override { return n_; }
   Status Get(uint64_t i, Sample* out) const override {
     ++*calls_;
+    if (*on_get_) (*on_get_)(i);
     if (int64_t(i) == fail_at_) return Status::Corrupt("bad sample", Location{.file = "fake"});
     if (i >= n_) return Status::Invalid("index out of range");
     *out = MakeSample(i);
@@ -52,6 +57,7 @@ class FakeRandom : public RandomAccess {
   uint64_t n_;
   int64_t fail_at_;
   std::atomic<int>* calls_;
+  const std::function<void(uint64_t)>* on_get_;
 };
 
 class FakeDataset : public Dataset {
@@ -68,9 +74,10 @@ class FakeDataset : public Dataset {
   }
   Result<std::shared_ptr<RandomAccess>> NewRandomAccess() const override {
     if (!random_) return Status::Unsupported("no random access here");
-    return std::shared_ptr<RandomAccess>(new FakeRandom(*info_.num_samples, fail_at_, &calls));
+    return std::shared_ptr<RandomAccess>(new FakeRandom(*info_.num_samples, fail_at_, &calls, &on_get));
   }
   mutable std::atomic<int> calls{0};
+  std::function<void(uint64_t)> on_get;  // called in Get(i), after counting the call
 
  private:
   DatasetInfo info_;
@@ -233,6 +240,29 @@ TEST_CASE("ConvertDataset reads at most two windows ahead") {
   REQUIRE(ConvertDataset(ds, &w, o).ok());
   CHECK(w.max_ahead <= 20);
   CHECK(w.got.size() == 1000);
+}
+
+TEST_CASE("ConvertDataset: a slow sample holds up no other reader, which read on up to two windows ahead") {
+  // Window 4, 3 threads. While sample 5 (the second window's) is read, the first window is
+  // written and the other readers go on to sample 11, the end of two windows from sample 4:
+  // 12 reads. (Readers that waited for each window to finish would stop at 8, and sample 5
+  // would give up waiting after 5 s.)
+  FakeDataset ds(100, true);
+  int seen = 0;
+  ds.on_get = [&](uint64_t i) {
+    if (i != 5) return;
+    for (int k = 0; k < 500 && ds.calls.load() < 12; ++k) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // (no 13th read comes)
+    seen = ds.calls.load();
+  };
+  FakeWriter w;
+  ConvertOptions o;
+  o.threads = 3;
+  o.window = 4;
+  REQUIRE(ConvertDataset(ds, &w, o).ok());
+  CHECK(seen == 12);
+  REQUIRE(w.got.size() == 100);
+  for (uint64_t i = 0; i < 100; ++i) REQUIRE(w.got[i].key == MakeSample(i).key);
 }
 
 TEST_CASE("EvenShardPlan differs by at most one and sums to the total") {

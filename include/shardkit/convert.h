@@ -6,9 +6,10 @@
 // Shard() is Convert() into WebDataset tar shards with a choice of how to cut
 // them, including N shards whose sample counts differ by at most one.
 //
-// Memory is bounded: at most two windows of `window` samples are in flight
-// (one being written while the next is read ahead, by `threads` threads when
-// the source offers random access).
+// Memory is bounded: at most two windows of `window` samples are in flight,
+// counted from the first sample being written (when the source offers random
+// access, `threads` threads read ahead continuously within that bound; else the
+// next window is read while the current one is written).
 //
 // Thread safety: the functions are reentrant; distinct calls may run at once on
 // distinct outputs. The ProgressFn is called from the calling thread only.

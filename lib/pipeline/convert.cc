@@ -1,9 +1,10 @@
 // Convert and Shard: source dataset -> samples -> destination writer.
 //
-// The copy runs in windows of `window` samples. With threads > 1 the next
-// window is read (in parallel by index, by `threads` threads, when the source has random
-// access)
-// while the current one is written, so at most two windows are in memory.
+// The copy runs in windows of `window` samples, and at most two windows are in memory: from
+// the first sample being written on. With threads > 1 and a source with random access,
+// `threads` workers read (and transform) samples by index continuously within that bound, so
+// a slow image holds up no other worker; with threads > 1 and a source read in order, the
+// next window is read while the current one is written.
 #include "shardkit/convert.h"
 
 #include <fmt/format.h>
@@ -16,8 +17,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <chrono>
+#include <condition_variable>
 #include <future>
 #include <limits>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -73,6 +76,16 @@ class Fetcher {
   Fetcher(const ConvertOptions& opts, uint64_t begin = 0, uint64_t end = UINT64_MAX,
           const pipeline::Bijection* order = nullptr)
       : opts_(opts), window_(std::max<size_t>(1, opts.window)), begin_(begin), end_(end), order_(order) {}
+  Fetcher(const Fetcher&) = delete;
+  Fetcher& operator=(const Fetcher&) = delete;
+  ~Fetcher() {
+    {
+      std::lock_guard lk(mu_);
+      quit_ = true;
+    }
+    work_cv_.notify_all();
+    for (auto& t : workers_) t.join();
+  }
 
   Status Init(const Dataset& src) {
     total_ = src.info().num_samples;
@@ -122,6 +135,9 @@ class Fetcher {
 
   std::optional<uint64_t> total() const { return total_; }
   bool eof() const { return eof_; }
+  // Next() is served by workers that read ahead on their own (threads > 1, random access):
+  // the caller needs no thread of its own to overlap reading and writing.
+  bool streams() const { return ra_ && opts_.threads > 1; }
   // Samples checked against the source's recorded checksums so far.
   uint64_t checked() const { return checked_.load(std::memory_order_relaxed); }
   // Decoded arrays are encoded as images while read (on the reading threads).
@@ -145,39 +161,16 @@ class Fetcher {
     batch->clear();
     if (hashes) hashes->clear();
     if (eof_) return Status::OK();
+    if (ra_ && opts_.threads > 1) return NextStreamed(batch, hashes);
     if (ra_) {
-      const uint64_t n = end_;
-      const uint64_t begin = next_, end = std::min<uint64_t>(n, begin + window_);
-      const size_t count = end - begin;
-      batch->resize(count);
-      if (hashes) hashes->resize(count);
-      std::vector<Status> st(count);
-      auto get = [&](size_t j) {
-        uint64_t idx = order_ ? (*order_)(begin + j) : begin + j;
-        Status s = ra_->Get(idx, &(*batch)[j]);
-        if (s.ok()) s = CheckRecorded((*batch)[j], idx);
-        if (s.ok() && hashes) (*hashes)[j] = pipeline::Deduplicator::Hash((*batch)[j]);
-        if (s.ok()) s = PrepareArrays(&(*batch)[j]);
-        if (!s.ok()) s.At(Location{.index = int64_t(idx)});
-        st[j] = std::move(s);
-      };
-      if (opts_.threads > 1) {
-        // Plain threads, not a pool sized by the core count: reads may wait on I/O.
-        std::atomic<size_t> next{0};
-        auto work = [&] {
-          for (size_t j; (j = next.fetch_add(1)) < count;) get(j);
-        };
-        std::vector<std::thread> pool;
-        for (int t = 1; t < opts_.threads && size_t(t) < count; ++t) pool.emplace_back(work);
-        work();
-        for (auto& th : pool) th.join();
-      } else {
-        for (size_t j = 0; j < count; ++j) get(j);
+      const uint64_t end = std::min<uint64_t>(end_, next_ + window_);
+      batch->resize(end - next_);
+      if (hashes) hashes->resize(end - next_);
+      for (size_t j = 0; next_ < end; ++j, ++next_) {
+        Status st = Get(next_, &(*batch)[j], hashes ? &(*hashes)[j] : nullptr);
+        if (!st.ok()) return st;
       }
-      next_ = end;
-      if (end >= n) eof_ = true;
-      for (auto& s : st)
-        if (!s.ok()) return s;
+      if (end >= end_) eof_ = true;
       return Status::OK();
     }
     while (batch->size() < window_) {
@@ -208,6 +201,68 @@ class Fetcher {
   // The field that marks a sample --skip-bad leaves out (its only field; the data is the
   // reason). No real field has this name: extensions are lowercase text.
   static constexpr std::string_view kSkippedField = "\x01skipped";
+
+  // Reads write position `pos` (source index: order_(pos)) into `s`, checked and
+  // transformed, with its image hash when `h` is given. Thread-safe.
+  Status Get(uint64_t pos, Sample* s, std::optional<pipeline::ImageHash>* h) {
+    const uint64_t idx = order_ ? (*order_)(pos) : pos;
+    Status st = ra_->Get(idx, s);
+    if (st.ok()) st = CheckRecorded(*s, idx);
+    if (st.ok() && h) *h = pipeline::Deduplicator::Hash(*s);
+    if (st.ok()) st = PrepareArrays(s);
+    if (!st.ok()) st.At(Location{.index = int64_t(idx)});
+    return st;
+  }
+
+  // Next() by the workers (streams()): the window [next_, next_ + window_) in order, each
+  // sample as soon as a worker has it. The previous window, which the caller has written,
+  // is released first: the workers may read up to two windows from this one's start.
+  Status NextStreamed(std::vector<Sample>* batch, std::vector<std::optional<pipeline::ImageHash>>* hashes) {
+    const uint64_t end = std::min<uint64_t>(end_, next_ + window_);
+    std::unique_lock lk(mu_);
+    if (workers_.empty()) {  // the first call starts them
+      hashing_ = hashes != nullptr;
+      ring_.resize(2 * window_);
+      claim_ = next_;
+      const int n = int(std::min<uint64_t>(uint64_t(opts_.threads), end_ - next_));
+      for (int t = 0; t < n; ++t) workers_.emplace_back([this] { Work(); });
+    }
+    released_ = next_;
+    work_cv_.notify_all();
+    for (; next_ < end; ++next_) {
+      Slot& slot = ring_[next_ % ring_.size()];
+      done_cv_.wait(lk, [&] { return slot.done; });
+      slot.done = false;
+      if (!slot.status.ok()) {
+        eof_ = true;  // nothing more is served after an error
+        return std::move(slot.status);
+      }
+      batch->push_back(std::move(slot.sample));
+      if (hashes) hashes->push_back(slot.hash);
+    }
+    if (end >= end_) eof_ = true;
+    return Status::OK();
+  }
+
+  // A worker: takes the next write position while it lies within two windows of the first
+  // one the caller still holds, reads it into its slot, and so on to the end.
+  void Work() {
+    std::unique_lock lk(mu_);
+    for (;;) {
+      work_cv_.wait(lk, [&] { return quit_ || claim_ >= end_ || claim_ < released_ + ring_.size(); });
+      if (quit_ || claim_ >= end_) return;
+      const uint64_t pos = claim_++;
+      Slot& slot = ring_[pos % ring_.size()];
+      lk.unlock();
+      slot.sample = Sample{};
+      slot.hash.reset();
+      Status st = Get(pos, &slot.sample, hashing_ ? &slot.hash : nullptr);
+      lk.lock();
+      slot.status = std::move(st);
+      slot.done = true;
+      done_cv_.notify_one();  // (only the caller waits on it)
+    }
+  }
 
   Status PrepareArrays(Sample* s) const {
     if (!refuse_colour_.empty()) SK_RETURN_IF_ERROR(formats::RefuseColourArrays(*s, refuse_colour_));
@@ -255,6 +310,21 @@ class Fetcher {
   std::string refuse_colour_;                 // SetColourRefusal
   uint64_t next_ = 0;
   bool eof_ = false;
+  // streams(): a ring of 2 * window_ slots, position p in slot p % size.
+  struct Slot {
+    Sample sample;
+    std::optional<pipeline::ImageHash> hash;
+    Status status;
+    bool done = false;  // read, not yet taken by Next()
+  };
+  std::mutex mu_;
+  std::condition_variable work_cv_, done_cv_;
+  std::vector<Slot> ring_;
+  std::vector<std::thread> workers_;
+  uint64_t claim_ = 0;     // the next position a worker takes
+  uint64_t released_ = 0;  // positions before it are taken and written: their slots are free
+  bool hashing_ = false;   // the workers hash each image (--dedup in this pass)
+  bool quit_ = false;
 };
 
 // A source that yielded no samples (ConvertOptions::allow_empty is not set).
@@ -349,10 +419,11 @@ Result<ConvertSummary> ConvertFetched(Fetcher* fetcher, const Dataset& src, Samp
   uint64_t position = 0;  // of the sample in the source (dedup: no order, no range)
   SK_RETURN_IF_ERROR(fetch.Next(&cur, dedup ? &cur_h : nullptr));
   while (!cur.empty()) {
-    // Read the next window while this one is written (threads > 1).
+    // Read the next window while this one is written (threads > 1, a source read in order;
+    // a streaming fetcher reads ahead on its own workers).
     std::future<Status> ahead;
     bool more = !fetch.eof();
-    if (more && opts.threads > 1)
+    if (more && opts.threads > 1 && !fetch.streams())
       ahead = std::async(std::launch::async, [&] { return fetch.Next(&nxt, dedup ? &nxt_h : nullptr); });
     for (size_t j = 0; j < cur.size(); ++j, ++position) {
       const Sample& s = cur[j];
