@@ -12,6 +12,9 @@ user without Debian's libraries would, then proves where every library came from
   no shared object loaded since the import from outside the wheel, the nvidia-* pip
   packages or the allow-list (Debian's liblmdb and the rest are on this machine, so a
   plain import would prove nothing; the maps do).
+- WebP, AVIF and JPEG XL images (made with cwebp, avifenc, cjxl where installed) convert
+  with a resize in the venv: the wheel's decoders work, AVIF's by dav1d beside the stubs
+  that stand in for the AV1 codecs left out (wheel_repair.STUB_PREFIXES).
 - The venv's bin/shardkit: --version is the project version, verify and info work and
   a usage error exits 2.
 - Size: the wheel stays under --max-mb; import time is printed.
@@ -55,6 +58,44 @@ print(json.dumps({"version": shardkit.__version__, "samples": len(ds), "checked"
                   "before": sorted(before), "after": sorted(maps()),
                   "file": shardkit.__file__}))
 '''
+
+
+# The codecs beyond JPEG and PNG that this wheel decodes, each through a resize (which
+# decodes every image): an image per codec, made with Debian's cwebp, avifenc and cjxl.
+CODEC_PROBE = r'''
+import json, os, sys
+import shardkit
+src, out = sys.argv[1], sys.argv[2]
+have = {"webp": shardkit.HAVE_WEBP, "avif": shardkit.HAVE_AVIF, "jxl": shardkit.HAVE_JXL}
+s = shardkit.convert(src, "wds:" + os.path.join(out, "t-%06d.tar"), resize="max:16", encode="png")
+ds = shardkit.open(os.path.join(out, "t.manifest.json"))
+keys = sorted(ds[i]["__key__"] for i in range(len(ds)))
+print(json.dumps({"have": have, "keys": keys}))
+'''
+
+
+def make_codec_folder(root):
+    """root/c/img.{webp,avif,jxl} from one 48x32 PNG; {} when an encoder is missing."""
+    from PIL import Image
+
+    tools = {"webp": ["cwebp", "-quiet", "-q", "80", "{src}", "-o", "{dst}"],
+             "avif": ["avifenc", "-j", "1", "-s", "8", "{src}", "{dst}"],
+             "jxl": ["cjxl", "{src}", "{dst}", "--quiet"]}
+    if not all(shutil.which(t[0]) for t in tools.values()):
+        return {}
+    d = os.path.join(root, "c")
+    os.makedirs(d)
+    png = os.path.join(root, "src.png")
+    Image.new("RGB", (48, 32), (200, 40, 90)).save(png)
+    made = {}
+    for ext, cmd in tools.items():
+        dst = os.path.join(d, "img_%s.%s" % (ext, ext))
+        r = run([a.format(src=png, dst=dst) for a in cmd])
+        if r.returncode:
+            fail("%s failed: %s" % (cmd[0], r.stderr))
+        made[ext] = "c/img_%s" % ext
+    os.remove(png)
+    return made
 
 
 def run(cmd, **kw):
@@ -150,6 +191,22 @@ def main():
         ours = [p for p in loaded if os.path.realpath(site) + os.sep + "shardkit" in p]
         if not any("/shardkit.libs/liblmdb-" in p for p in ours):
             fail("the bundled liblmdb was not loaded (the maps show %d of the wheel's files)" % len(ours))
+        # WebP, AVIF and JPEG XL decode inside the wheel (AVIF by dav1d: the other AV1
+        # codecs libavif links are stubs there, wheel_repair.STUB_PREFIXES).
+        codecs = os.path.join(tmp, "codecs")
+        made = make_codec_folder(codecs)
+        if made:
+            r = run([py, "-c", CODEC_PROBE, codecs, os.path.join(tmp, "codecs-out")], env=env, cwd=work)
+            if r.returncode:
+                fail("converting WebP, AVIF and JPEG XL images with --resize in the venv failed (exit %d):\n%s"
+                     % (r.returncode, r.stderr))
+            got = json.loads(r.stdout.strip().splitlines()[-1])
+            want = sorted(k for ext, k in made.items() if got["have"][ext])
+            if got["keys"] != want:
+                fail("the codec probe converted %r, expected %r" % (got["keys"], want))
+            codec_note = "; %s decoded" % ", ".join(sorted(e for e in made if got["have"][e])) if want else ""
+        else:
+            codec_note = "; no cwebp/avifenc/cjxl here: codecs not probed"
         # The command of the wheel.
         cli = os.path.join(venv, "bin", "shardkit")
         r = run([cli, "--version"], env=env, cwd=work)
@@ -166,8 +223,8 @@ def main():
             fail("a usage error from the venv's command exited %d, not 2" % r.returncode)
         print("wheel_test: ok: %s (%.1f MB, %s); %d samples converted and %d read back at random in a fresh "
               "venv; %d of the wheel's libraries mapped, none from outside; import shardkit %.3f s cold, "
-              "%.3f s warm (python alone %.3f s)" % (name, size_mb, tag, res["samples"], res["checked"], len(ours),
-                                                     cold, warm, bare))
+              "%.3f s warm (python alone %.3f s)%s" % (name, size_mb, tag, res["samples"], res["checked"], len(ours),
+                                                       cold, warm, bare, codec_note))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -159,6 +159,9 @@ Status DecodeAvif(const uint8_t* data, size_t size, const Limits& limits, std::v
   std::unique_ptr<avifDecoder, AvifDecoderFree> d(avifDecoderCreate());
   if (!d) return Status::Internal("AVIF: libavif could not create a decoder");
   d->maxThreads = 1;  // one decoder per thread (the loader's threads)
+  // dav1d where this libavif has it (Debian's does; first in libavif's own order too): the
+  // wheel bundles no other AV1 decoder (python/build_backend/wheel_repair.py, STUB_PREFIXES).
+  if (avifCodecName(AVIF_CODEC_CHOICE_DAV1D, AVIF_CODEC_FLAG_CAN_DECODE)) d->codecChoice = AVIF_CODEC_CHOICE_DAV1D;
   d->ignoreExif = AVIF_TRUE;
   d->ignoreXMP = AVIF_TRUE;
   d->strictFlags = AVIF_STRICT_DISABLED;  // as browsers read them (e.g. files without 'pixi')

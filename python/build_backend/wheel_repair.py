@@ -34,6 +34,17 @@ ALLOWED = {
 }
 LIBS_DIR = "shardkit.libs"
 
+# Libraries that a bundled library links but shardkit never calls. Debian's libavif links
+# every AV1 codec it was built with: the aom, rav1e and SVT-AV1 encoders and two more
+# decoders (libgav1, with abseil, and aom's), 17 MB of the wheel's libraries, while
+# shardkit only decodes AVIF, with dav1d (decode/codecs.cc asks libavif for it). Where
+# dav1d is bundled these are left out, and one small library built here, STUB_NAME,
+# defines every function the bundled files import from them; each writes its name and
+# aborts, so a call that should never come cannot pass unnoticed.
+STUB_PREFIXES = ("libaom.so", "librav1e.so", "libSvtAv1Enc.so", "libgav1.so")
+STUB_KEEPS = "libdav1d.so"
+STUB_NAME = "libshardkit-av1-stubs.so"
+
 
 def _run(cmd):
     return subprocess.run(cmd, check=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True).stdout
@@ -77,6 +88,87 @@ def resolve_all(path, env):
 def glibc_versions(path):
     out = _run(["objdump", "-T", path])
     return {tuple(int(x) for x in v.split(".")) for v in re.findall(r"GLIBC_(\d+\.\d+(?:\.\d+)?)", out)}
+
+
+def _dynamic_symbols(path, defined):
+    """{name: type} of the dynamic symbols `path` defines (defined) or imports (not):
+    type "F" for a function, "O" for an object, "" otherwise."""
+    out = {}
+    for line in _run(["objdump", "-T", path]).splitlines():
+        m = re.match(r"^[0-9a-f]+\s+(.{7})\s+(\S+)\s+[0-9a-f]+\s+(?:\S+\s+)?(\S+)$", line)
+        if not m:
+            continue
+        flags, section, name = m.groups()
+        if (section != "*UND*") != defined:
+            continue
+        out[name] = "F" if "F" in flags else "O" if "O" in flags else ""
+    return out
+
+
+def _stub_source(imports):
+    """C source of STUB_NAME: one aborting function per (symbol, library) of `imports`."""
+    lines = ["#include <stdio.h>", "#include <stdlib.h>",
+             "static void sk_left_out(const char* f, const char* lib) {",
+             '  fprintf(stderr, "shardkit: %s of %s was called, and this wheel leaves %s out (shardkit decodes '
+             'AVIF with dav1d only)\\n", f, lib, lib);',
+             "  abort();", "}"]
+    for sym, lib in sorted(imports):
+        lines.append('void %s(void) { sk_left_out("%s", "%s"); }' % (sym, sym, lib))
+    return "\n".join(lines) + "\n"
+
+
+def _plan_stubs(bundle, own, log):
+    """Of `bundle` (soname -> path), the libraries to leave out for STUB_NAME and the
+    functions it must define: (left_out names, {file soname or path: [stubbed names it
+    needs]}, [(symbol, library)]). Nothing is left out unless dav1d is bundled and every
+    symbol imported from a left-out library is a function of it."""
+    if not any(n.startswith(STUB_KEEPS) for n in bundle):
+        return set(), {}, []
+    stubbed = {n for n in bundle if n.startswith(STUB_PREFIXES)}
+    if not stubbed:
+        return set(), {}, []
+    # What stays: the libraries reachable from our own files without passing a stubbed one.
+    keep, todo = set(), list(own)
+    seen = set()
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        for n in needed(p):
+            if n in bundle and n not in stubbed and n not in keep:
+                keep.add(n)
+                todo.append(bundle[n])
+    users, imports = {}, set()
+    defined = {n: _dynamic_symbols(bundle[n], True) for n in stubbed}
+    for p in [bundle[n] for n in sorted(keep)] + list(own):
+        wants = [n for n in needed(p) if n in stubbed]
+        if not wants:
+            continue
+        users[p] = wants
+        for sym, kind in _dynamic_symbols(p, False).items():
+            for n in wants:
+                if sym in defined[n]:
+                    if defined[n][sym] != "F":
+                        log("not leaving out %s: %s imports its %s, which is not a function" % (n, p, sym))
+                        return set(), {}, []
+                    imports.add((sym, n))
+    left_out = set(bundle) - keep
+    return left_out, users, sorted(imports)
+
+
+def _build_stubs(libs, imports):
+    src = os.path.join(libs, STUB_NAME + ".c")
+    with open(src, "w") as f:
+        f.write(_stub_source(imports))
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        raise RuntimeError("wheel repair needs a C compiler for %s (Debian: build-essential)" % STUB_NAME)
+    try:
+        _run([cc, "-shared", "-fPIC", "-O2", "-s", "-o", os.path.join(libs, STUB_NAME), src,
+              "-Wl,-soname," + STUB_NAME])
+    finally:
+        os.remove(src)
 
 
 def _unique_name(name, data):
@@ -158,6 +250,17 @@ def repair(pkg_root, external=(), log=lambda m: None):
     bundle = {n: path for n, path in where.items()
               if n not in ALLOWED and n not in external and n not in own_names}
     os.makedirs(libs, exist_ok=True)
+    left_out, users, imports = _plan_stubs(bundle, own, log)
+    if left_out:
+        _build_stubs(libs, imports)
+        for n in sorted(left_out):
+            k = sum(1 for _, lib in imports if lib == n)
+            log("left out %s (%.1f MB): %s" % (
+                n, os.path.getsize(bundle[n]) / 1e6,
+                "%d of its functions are stubs in %s/%s" % (k, LIBS_DIR, STUB_NAME) if k
+                else "only libraries left out need it"))
+    path_of_name = {q: n for n, q in bundle.items()}
+    bundle = {n: p for n, p in bundle.items() if n not in left_out}
     renamed = {}
     for name, path in sorted(bundle.items()):
         with open(path, "rb") as f:
@@ -169,6 +272,13 @@ def repair(pkg_root, external=(), log=lambda m: None):
         os.chmod(dst, 0o755)
         renamed[name] = new
         log("bundled %s (%s, %.1f MB) as %s/%s" % (name, path, len(data) / 1e6, LIBS_DIR, new))
+    for p, wants in users.items():  # the left-out libraries they need become the stubs
+        name = path_of_name.get(p)
+        target = os.path.join(libs, renamed[name]) if name else p
+        args = []
+        for n in wants:
+            args += ["--remove-needed", n]
+        _patchelf(*args, "--add-needed", STUB_NAME, target)
     for name, new in renamed.items():
         dst = os.path.join(libs, new)
         _patchelf("--set-soname", new, dst)
