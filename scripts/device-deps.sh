@@ -11,7 +11,12 @@ bash ../shared/device/carry-debs.sh \
   libmsgpack-cxx-dev libdlpack-dev catch2 pybind11-dev \
   libprotobuf-dev libprotobuf32 libprotoc32 protobuf-compiler \
   libcurl4-openssl-dev libssl-dev libexpat1-dev libexpat1 \
-  zlib1g-dev libzstd-dev nginx patchelf
+  zlib1g-dev libzstd-dev nginx patchelf \
+  libwebp-dev libwebp7 libwebpdemux2 libwebpmux3 \
+  libavif-dev libavif15 libaom3 libdav1d6 libgav1-1 libabsl20220623 librav1e0 libsvtav1enc1 libyuv0 \
+  libjxl-dev libjxl0.7 libhwy-dev libhwy1 liblcms2-2 liblcms2-dev libbrotli-dev libbrotli1
+# WebP, AVIF, JPEG XL (Debian 12's, with the libraries they link): the GPU build decodes
+# them on its host route and the GPU wheel bundles them, as the CPU build here does.
 # libcurl: link against the GPU machine's own libcurl.so.4 (Debian's runtime would need
 # Debian's libssh2 and OpenLDAP too); the carried package brings headers and the .so link.
 # zlib and zstd (the TFRecord and MDS formats), and libcrypto (MD5) likewise: headers from Debian, the machine's

@@ -15,7 +15,15 @@
 #include <thread>
 #include <vector>
 
+#if defined(SHARDKIT_HAVE_AVIF)
+#include <avif/avif.h>
+#endif
+#if defined(SHARDKIT_HAVE_JXL)
+#include <jxl/encode.h>
+#endif
+
 #include "core/pickle.h"
+#include "decode/encode.h"
 #include "gpu/jpeg_header.h"
 #include "gpu/resize_math.h"
 #include "gpu/weights.h"
@@ -802,6 +810,96 @@ TEST_CASE("GPU decode path: decoded arrays (npy) take the host route, no decode,
     CheckHostRouteEqualsCpu(data, o, g, 2);
   }
 }
+
+#if defined(SHARDKIT_HAVE_WEBP) && defined(SHARDKIT_HAVE_AVIF) && defined(SHARDKIT_HAVE_JXL)
+// w x h RGB pixels with a pattern from `seed`, and the same pixels as WebP, AVIF or JPEG XL
+// (made with the libraries' own encoders: the GPU machine has no command-line encoders).
+std::vector<uint8_t> Pattern(int w, int h, uint32_t seed) {
+  std::vector<uint8_t> px(size_t(w) * h * 3);
+  for (size_t k = 0; k < px.size(); ++k) px[k] = uint8_t((k * 7 + (k / 3 / size_t(w)) * 5 + seed * 31) & 0xff);
+  return px;
+}
+std::string EncodeAvif(const std::vector<uint8_t>& px, int w, int h) {
+  avifImage* im = avifImageCreate(w, h, 8, AVIF_PIXEL_FORMAT_YUV420);
+  avifRGBImage rgb;
+  avifRGBImageSetDefaults(&rgb, im);
+  rgb.format = AVIF_RGB_FORMAT_RGB;
+  rgb.pixels = const_cast<uint8_t*>(px.data());
+  rgb.rowBytes = uint32_t(w) * 3;
+  REQUIRE(avifImageRGBToYUV(im, &rgb) == AVIF_RESULT_OK);
+  avifEncoder* enc = avifEncoderCreate();
+  enc->speed = AVIF_SPEED_FASTEST;
+  avifRWData out = AVIF_DATA_EMPTY;
+  const avifResult r = avifEncoderWrite(enc, im, &out);
+  std::string bytes(reinterpret_cast<const char*>(out.data), out.size);
+  avifRWDataFree(&out);
+  avifEncoderDestroy(enc);
+  avifImageDestroy(im);
+  INFO(avifResultToString(r));
+  REQUIRE(r == AVIF_RESULT_OK);
+  return bytes;
+}
+std::string EncodeJxl(const std::vector<uint8_t>& px, int w, int h) {
+  JxlEncoder* enc = JxlEncoderCreate(nullptr);
+  JxlBasicInfo info;
+  JxlEncoderInitBasicInfo(&info);
+  info.xsize = uint32_t(w);
+  info.ysize = uint32_t(h);
+  info.bits_per_sample = 8;
+  info.num_color_channels = 3;
+  REQUIRE(JxlEncoderSetBasicInfo(enc, &info) == JXL_ENC_SUCCESS);
+  JxlColorEncoding ce;
+  JxlColorEncodingSetToSRGB(&ce, JXL_FALSE);
+  REQUIRE(JxlEncoderSetColorEncoding(enc, &ce) == JXL_ENC_SUCCESS);
+  JxlEncoderFrameSettings* fs = JxlEncoderFrameSettingsCreate(enc, nullptr);
+  const JxlPixelFormat pf{3, JXL_TYPE_UINT8, JXL_NATIVE_ENDIAN, 0};
+  REQUIRE(JxlEncoderAddImageFrame(fs, &pf, px.data(), px.size()) == JXL_ENC_SUCCESS);
+  JxlEncoderCloseInput(enc);
+  std::string out(4096, '\0');
+  size_t used = 0;
+  for (;;) {
+    uint8_t* next = reinterpret_cast<uint8_t*>(out.data()) + used;
+    size_t avail = out.size() - used;
+    const JxlEncoderStatus st = JxlEncoderProcessOutput(enc, &next, &avail);
+    used = out.size() - avail;
+    if (st == JXL_ENC_SUCCESS) break;
+    REQUIRE(st == JXL_ENC_NEED_MORE_OUTPUT);
+    out.resize(out.size() * 2);
+  }
+  JxlEncoderDestroy(enc);
+  out.resize(used);
+  return out;
+}
+
+TEST_CASE("GPU decode path: WebP, AVIF and JPEG XL take the host route, equal to the CPU loader", "[gpu][codecs]") {
+  auto data = std::make_shared<MemData>();
+  decode::EncodeSpec webp;
+  webp.png = false;
+  webp.webp = true;
+  for (int i = 0; i < 18; ++i) {
+    const int w = 70 + (i * 37) % 150, h = 60 + (i * 53) % 140;
+    const std::vector<uint8_t> px = Pattern(w, h, uint32_t(i));
+    std::string bytes, ext = i % 3 == 0 ? "webp" : i % 3 == 1 ? "avif" : "jxl";
+    if (ext == "webp") {
+      auto b = decode::EncodePixels(px.data(), w, h, 3, size_t(w) * 3, webp);
+      REQUIRE(b.ok());
+      bytes = b->str();
+    } else {
+      bytes = ext == "avif" ? EncodeAvif(px, w, h) : EncodeJxl(px, w, h);
+    }
+    data->Add(fmt::format("c{}/img_{:02d}", i % 3, i), ext, std::move(bytes), i % 3);
+  }
+  // Without a device, the CPU loader at least reads all of them (three batches of six).
+  CHECK(CpuEpoch(data, Opts(DType::kUint8, Layout::kNHWC, 6), 2).size() == 3);
+  REQUIRE_GPU_OR_SKIP();
+  GpuOptions g;
+  g.decoder = DecoderKind::kGpu;  // nvJPEG on: none of these is a JPEG, all go to the host route
+  for (DType dt : {DType::kUint8, DType::kFloat32}) {
+    LoaderOptions o = Opts(dt, dt == DType::kUint8 ? Layout::kNHWC : Layout::kNCHW, 6);
+    CheckHostRouteEqualsCpu(data, o, g, 2);
+  }
+}
+#endif
 
 TEST_CASE("nvJPEG decode: every quirky image decodes in a mixed batch, close to the CPU loader", "[gpu]") {
   REQUIRE_GPU_OR_SKIP();
