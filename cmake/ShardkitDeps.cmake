@@ -52,9 +52,9 @@ if(SHARDKIT_BUILD_TOOLS)
   find_package(CLI11 CONFIG REQUIRED)
 endif()
 # Remote objects (lib/io/remote): libcurl (HTTP, TLS, SigV4 signing) and expat (S3's XML answers).
-# Optional (SHARDKIT_WITH_REMOTE, default ON): it is not wired into the formats yet, and
-# on the GPU machine (Debian packages carried onto Ubuntu) linking it made the loader
-# crash, so the device scripts build without it (docs/remote.md).
+# Optional (SHARDKIT_WITH_REMOTE, default ON): without it, s3:// and http(s):// addresses
+# fail with "unknown storage scheme". The GPU machine's scripts build without it where
+# they read local files only (docs/remote.md: headers and library must match there).
 option(SHARDKIT_WITH_REMOTE "Build the HTTP(S)/S3 object client (lib/io/remote, libcurl + expat)" ON)
 if(SHARDKIT_WITH_REMOTE)
   find_package(CURL REQUIRED)
