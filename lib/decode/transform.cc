@@ -15,6 +15,7 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <turbojpeg.h>
 
 namespace shardkit::decode {
 
@@ -76,6 +77,7 @@ int ExifOrientation(const uint8_t* p, size_t n) {
 struct JpegHead {
   int orientation = 1;
   int width = 0, height = 0;
+  int sof = 0;  // the frame's marker: 0xC0 baseline, 0xC1 extended, 0xC2 progressive, ...
 };
 JpegHead ScanJpeg(const uint8_t* d, size_t n) {
   JpegHead h;
@@ -106,6 +108,7 @@ JpegHead ScanJpeg(const uint8_t* d, size_t n) {
     if (sof && seg_n >= 5) {
       h.height = int(seg[1]) << 8 | seg[2];
       h.width = int(seg[3]) << 8 | seg[4];
+      h.sof = m;
     }
     i += 2 + len;
   }
@@ -145,8 +148,10 @@ struct Axis {
   std::vector<int> start;  // the first input pixel of each output pixel's taps
   std::vector<int32_t> w;  // taps per output pixel (zero where the filter is)
 };
-void MakeAxis(int in, int out, Axis* a) {
-  const double scale = double(in) / out;
+// `scale`: input pixels per output pixel, in / out unless given (a chroma plane's: its
+// luma plane's, so that both planes' samples keep their places).
+void MakeAxis(int in, int out, Axis* a, double scale = 0) {
+  if (scale <= 0) scale = double(in) / out;
   const double support = std::max(scale, 1.0);
   // Every output pixel gets `taps` weights over [start, start + taps), start clamped into
   // the image, so the inner loops have one trip count (the zeros add nothing).
@@ -498,9 +503,194 @@ void ResizeRgb(const uint8_t* src, int sw, int sh, size_t sstride, uint8_t* dst,
   HorizontalPass(tmp.data(), row_vec, ax, dw, dh, dst, out_row);
 }
 
+namespace {
+
+// One-channel rows to rows of ax's output width (a plane's horizontal pass).
+void HorizontalPassPlaneScalar(const uint8_t* src, size_t sstride, const Axis& ax, int dw, int h, uint8_t* dst,
+                               size_t dstride) {
+  for (int y = 0; y < h; ++y) {
+    const uint8_t* row = src + sstride * size_t(y);
+    uint8_t* out = dst + dstride * size_t(y);
+    for (int x = 0; x < dw; ++x) {
+      const int32_t* w = &ax.w[size_t(x) * ax.taps];
+      const uint8_t* p = row + ax.start[x];
+      int32_t a = 0;
+      for (int k = 0; k < ax.taps; ++k) a += w[k] * p[k];
+      out[x] = Clamp8(a);
+    }
+  }
+}
+
+#ifdef SK_RESAMPLE_AVX2
+// The same with AVX2, 8 output pixels at a time: pixel x's taps in groups of 8 bytes,
+// widened to 16 bits, times their 16-bit weights (zero past the last tap) by pmaddwd, one
+// 128-bit lane per pixel (x and x + 4 share a register); three rounds of phaddd leave the
+// 8 sums in order. The integer sums are the scalar pass's; the rest of a row is scalar.
+// Every row must have 8 readable bytes after its last pixel.
+__attribute__((target("avx2"))) void HorizontalPassPlaneAvx2(const uint8_t* src, size_t sstride, const Axis& ax,
+                                                             int dw, int h, uint8_t* dst, size_t dstride) {
+  const int groups = (ax.taps + 7) / 8;
+  const int blocks = dw / 8;
+  // Per block, register r (pixels 8b + r and 8b + r + 4) and group j: 16 weights.
+  thread_local std::vector<int16_t> wv;
+  wv.assign(size_t(blocks) * 4 * groups * 16, 0);
+  for (int b = 0; b < blocks; ++b)
+    for (int r = 0; r < 4; ++r)
+      for (int half = 0; half < 2; ++half) {
+        const int x = 8 * b + r + 4 * half;
+        for (int k = 0; k < ax.taps; ++k)
+          wv[((size_t(b) * 4 + r) * groups + k / 8) * 16 + 8 * half + k % 8] =
+              int16_t(ax.w[size_t(x) * ax.taps + k]);
+      }
+  const __m256i round = _mm256_set1_epi32(1 << (kShift - 1));
+  for (int y = 0; y < h; ++y) {
+    const uint8_t* row = src + sstride * size_t(y);
+    uint8_t* out = dst + dstride * size_t(y);
+    const int16_t* w = wv.data();
+    for (int b = 0; b < blocks; ++b) {
+      __m256i acc[4];
+      for (int r = 0; r < 4; ++r) {
+        const uint8_t* p0 = row + ax.start[8 * b + r];
+        const uint8_t* p1 = row + ax.start[8 * b + r + 4];
+        __m256i a = _mm256_setzero_si256();
+        for (int j = 0; j < groups; ++j, p0 += 8, p1 += 8, w += 16) {
+          const __m128i v = _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p0)),
+                                               _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p1)));
+          a = _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_cvtepu8_epi16(v),
+                                                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w))));
+        }
+        acc[r] = a;
+      }
+      // [x0 x1 x2 x3 | x4 x5 x6 x7] after three horizontal adds.
+      __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(acc[0], acc[1]), _mm256_hadd_epi32(acc[2], acc[3]));
+      s = _mm256_srai_epi32(_mm256_add_epi32(s, round), kShift);
+      const __m256i p16 = _mm256_packus_epi32(s, s);        // per lane: 4 x 16 bits, twice
+      const __m256i p8 = _mm256_packus_epi16(p16, p16);     // per lane: 4 bytes, four times
+      const uint32_t lo = uint32_t(_mm_cvtsi128_si32(_mm256_castsi256_si128(p8)));
+      const uint32_t hi = uint32_t(_mm_cvtsi128_si32(_mm256_extracti128_si256(p8, 1)));
+      std::memcpy(out + 8 * b, &lo, 4);
+      std::memcpy(out + 8 * b + 4, &hi, 4);
+    }
+    for (int x = 8 * blocks; x < dw; ++x) {  // the tail
+      const int32_t* wx = &ax.w[size_t(x) * ax.taps];
+      const uint8_t* p = row + ax.start[x];
+      int32_t a = 0;
+      for (int k = 0; k < ax.taps; ++k) a += wx[k] * p[k];
+      out[x] = Clamp8(a);
+    }
+  }
+}
+#endif
+
+// Resizes one 8-bit plane (sw x sh, rows sstride apart) to dw x dh (rows dstride apart)
+// with ResizeRgb's filter and passes: vertical first, then horizontal. `sx`, `sy`: input
+// pixels per output pixel when not sw / dw and sh / dh (MakeAxis).
+void ResizePlane(const uint8_t* src, int sw, int sh, size_t sstride, uint8_t* dst, int dw, int dh, size_t dstride,
+                 double sx = 0, double sy = 0) {
+  thread_local Axis ax, ay;
+  thread_local std::vector<uint8_t> tmp;
+  const size_t row_vec = (size_t(sw) + 8 + 15) / 16 * 16;  // 8 spare bytes for the horizontal loads
+  tmp.resize(row_vec * size_t(dh));
+  if (dh != sh || (sy > 0 && sy != 1.0)) {
+    MakeAxis(sh, dh, &ay, sy);
+    VerticalPass(src, sstride, size_t(sw), ay, dh, tmp.data(), row_vec);
+  } else {
+    for (int y = 0; y < dh; ++y) std::memcpy(tmp.data() + row_vec * size_t(y), src + sstride * size_t(y), size_t(sw));
+  }
+  if (dw == sw && (sx <= 0 || sx == 1.0)) {
+    for (int y = 0; y < dh; ++y) std::memcpy(dst + dstride * size_t(y), tmp.data() + row_vec * size_t(y), size_t(dw));
+    return;
+  }
+  MakeAxis(sw, dw, &ax, sx);
+#ifdef SK_RESAMPLE_AVX2
+  if (UseAvx2()) return HorizontalPassPlaneAvx2(tmp.data(), row_vec, ax, dw, dh, dst, dstride);
+#endif
+  HorizontalPassPlaneScalar(tmp.data(), row_vec, ax, dw, dh, dst, dstride);
+}
+
+std::atomic<bool> g_planes{true};
+
+// TurboJPEG handles of this thread.
+struct TjHandles {
+  tjhandle dec = tjInitDecompress(), enc = tjInitCompress();
+  ~TjHandles() {
+    if (dec) tjDestroy(dec);
+    if (enc) tjDestroy(enc);
+  }
+};
+
+// The JPEG-to-JPEG route in YCbCr: a baseline 4:2:0 YCbCr JPEG, upright, to a JPEG output
+// is decoded to its Y, Cb and Cr planes (no chroma upsampling, no colour conversion) at
+// the DCT scale the decoder would use, each plane resized on its own (the chroma planes
+// to the output's chroma size), and encoded from the planes (no colour conversion, no
+// chroma downsampling). nullopt where the image does not qualify or TurboJPEG reports
+// anything (an error or a warning): the caller then takes the RGB route, which gives
+// the error, or tolerates the warning, as the loader does.
+std::optional<Bytes> TransformJpegPlanes(const uint8_t* data, size_t size, const JpegHead& head,
+                                         const TransformSpec& spec, int* out_w, int* out_h) {
+  if (!g_planes.load(std::memory_order_relaxed) || spec.encode.png || spec.encode.webp) return std::nullopt;
+  if (head.orientation != 1 || (head.sof != 0xC0 && head.sof != 0xC1)) return std::nullopt;
+  if (!CheckDimensions(spec.limits, uint64_t(head.width), uint64_t(head.height)).ok()) return std::nullopt;
+  thread_local TjHandles tj;
+  if (!tj.dec || !tj.enc) return std::nullopt;
+  int w, h, sub, cs;
+  if (tjDecompressHeader3(tj.dec, data, static_cast<unsigned long>(size), &w, &h, &sub, &cs) != 0 ||
+      cs != TJCS_YCbCr || sub != TJSAMP_420 || w != head.width || h != head.height)
+    return std::nullopt;
+  int tw, th;
+  ResizedSize(spec.resize, w, h, &tw, &th);
+  int num = 8;  // the decoder's choice (decode/jpeg.cc): SIMD scales that still cover the output
+  while (num > 1 && w * (num / 2) / 8.0 >= tw && h * (num / 2) / 8.0 >= th) num /= 2;
+  const int sw = (w * num + 7) / 8, sh = (h * num + 7) / 8;
+  // TurboJPEG's planes: luma padded to whole chroma samples (2 x 2), chroma ceil(side / 2).
+  const int yw = tjPlaneWidth(0, sw, TJSAMP_420), yh = tjPlaneHeight(0, sh, TJSAMP_420);
+  const int cw = tjPlaneWidth(1, sw, TJSAMP_420), ch = tjPlaneHeight(1, sh, TJSAMP_420);
+  thread_local std::vector<uint8_t> in, out;
+  in.resize(size_t(yw) * yh + 2 * size_t(cw) * ch);
+  unsigned char* ip[3] = {in.data(), in.data() + size_t(yw) * yh, in.data() + size_t(yw) * yh + size_t(cw) * ch};
+  int is[3] = {yw, cw, cw};
+  if (tjDecompressToYUVPlanes(tj.dec, data, static_cast<unsigned long>(size), ip, sw, is, sh, 0) != 0)
+    return std::nullopt;
+  const int tyw = tjPlaneWidth(0, tw, TJSAMP_420), tyh = tjPlaneHeight(0, th, TJSAMP_420);
+  const int tcw = tjPlaneWidth(1, tw, TJSAMP_420), tch = tjPlaneHeight(1, th, TJSAMP_420);
+  out.resize(size_t(tyw) * tyh + 2 * size_t(tcw) * tch);
+  unsigned char* op[3] = {out.data(), out.data() + size_t(tyw) * tyh,
+                          out.data() + size_t(tyw) * tyh + size_t(tcw) * tch};
+  ResizePlane(ip[0], sw, sh, size_t(yw), op[0], tw, th, size_t(tyw));
+  for (int y = 0; y < th; ++y)  // the padding column and row repeat the edge
+    for (int x = tw; x < tyw; ++x) op[0][size_t(tyw) * y + x] = op[0][size_t(tyw) * y + tw - 1];
+  for (int y = th; y < tyh; ++y) std::memcpy(op[0] + size_t(tyw) * y, op[0] + size_t(tyw) * (th - 1), size_t(tyw));
+  // Chroma sample i covers luma pixels 2i and 2i + 1 in both images: its plane scales by
+  // the luma's factor (with odd sides, ceil(sw / 2) / ceil(tw / 2) would stretch it).
+  const double sx = double(sw) / tw, sy = double(sh) / th;
+  ResizePlane(ip[1], cw, ch, size_t(cw), op[1], tcw, tch, size_t(tcw), sx, sy);
+  ResizePlane(ip[2], cw, ch, size_t(cw), op[2], tcw, tch, size_t(tcw), sx, sy);
+  const unsigned char* cp[3] = {op[0], op[1], op[2]};
+  int os[3] = {tyw, tcw, tcw};
+  unsigned char* buf = nullptr;
+  unsigned long len = 0;
+  if (tjCompressFromYUVPlanes(tj.enc, cp, tw, os, th, TJSAMP_420, &buf, &len, spec.encode.quality,
+                              TJFLAG_ACCURATEDCT) != 0) {
+    tjFree(buf);
+    return std::nullopt;
+  }
+  Bytes b = Bytes::Copy(buf, len);
+  tjFree(buf);
+  if (out_w) *out_w = tw;
+  if (out_h) *out_h = th;
+  return b;
+}
+
+}  // namespace
+
+bool SetPlaneRoute(bool on) { return g_planes.exchange(on); }
+
 Result<Bytes> TransformImage(const uint8_t* data, size_t size, const TransformSpec& spec, int* out_w, int* out_h) {
   const bool jpeg = Sniff(data, size) == ImageFormat::kJpeg;
   const JpegHead head = jpeg ? ScanJpeg(data, size) : JpegHead{};
+  if (jpeg) {
+    if (std::optional<Bytes> b = TransformJpegPlanes(data, size, head, spec, out_w, out_h)) return std::move(*b);
+  }
   // The output size in the stored orientation, when the header tells the size: DCT
   // scaling may go down to it.
   double min_w = 0, min_h = 0;

@@ -14,6 +14,8 @@
 //     triangle filter whose support widens with the factor (PIL's BILINEAR) to the exact
 //     size; the resize runs in the stored orientation and the small result is rotated,
 //     which is the same as rotating first;
+//     (A baseline 4:2:0 YCbCr JPEG, upright, to a JPEG output does steps 1, 3 and 4 in
+//     YCbCr planes instead of RGB: SetPlaneRoute below.)
 //  4. encoded with the chosen codec (encode.h); the output has no EXIF or other metadata.
 //     The field takes the codec's extension (jpg, png, webp); the key is unchanged.
 // An image already within the rule is decoded, turned upright and re-encoded all the
@@ -113,5 +115,12 @@ void ResizeRgb(const uint8_t* src, int src_w, int src_h, size_t src_stride, uint
 // portable passes'. SetResampleSimd(false) keeps them to the portable ones (tests compare
 // the two); it returns whether the SIMD passes are in use now.
 bool SetResampleSimd(bool on);
+// TransformImage takes a baseline 4:2:0 YCbCr JPEG, upright, to a JPEG output in YCbCr:
+// decoded to its planes, each resized with the same filter (the chroma planes to the
+// output's chroma size), encoded from the planes, skipping the colour conversions and the
+// chroma resampling of the RGB route (which every other image takes, and this one where
+// TurboJPEG reports an error or a warning). SetPlaneRoute(false) sends every image the RGB
+// way (tests compare the two); it returns the previous setting.
+bool SetPlaneRoute(bool on);
 
 }  // namespace shardkit::decode
