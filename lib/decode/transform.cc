@@ -342,24 +342,21 @@ void VerticalPassScalar(const uint8_t* src, size_t sstride, size_t row, const Ax
   }
 }
 
-// RGB rows to rows of ax's output width.
+// Rows of C-channel pixels (3: RGB, 1: a plane) to rows of ax's output width: output
+// pixels [x0, dw).
+template <int C>
 void HorizontalPassScalar(const uint8_t* src, size_t sstride, const Axis& ax, int dw, int h, uint8_t* dst,
-                          size_t dstride) {
+                          size_t dstride, int x0 = 0) {
   for (int y = 0; y < h; ++y) {
     const uint8_t* row = src + sstride * size_t(y);
     uint8_t* out = dst + dstride * size_t(y);
-    for (int x = 0; x < dw; ++x) {
+    for (int x = x0; x < dw; ++x) {
       const int32_t* w = &ax.w[size_t(x) * ax.taps];
-      const uint8_t* p = row + size_t(ax.start[x]) * 3;
-      int32_t r = 0, g = 0, b = 0;
-      for (int k = 0; k < ax.taps; ++k, p += 3) {
-        r += w[k] * p[0];
-        g += w[k] * p[1];
-        b += w[k] * p[2];
-      }
-      out[3 * x] = Clamp8(r);
-      out[3 * x + 1] = Clamp8(g);
-      out[3 * x + 2] = Clamp8(b);
+      const uint8_t* p = row + size_t(ax.start[x]) * C;
+      int32_t acc[C] = {};
+      for (int k = 0; k < ax.taps; ++k, p += C)
+        for (int c = 0; c < C; ++c) acc[c] += w[k] * p[c];
+      for (int c = 0; c < C; ++c) out[C * x + c] = Clamp8(acc[c]);
     }
   }
 }
@@ -467,7 +464,7 @@ void HorizontalPass(const uint8_t* src, size_t sstride, const Axis& ax, int dw, 
 #ifdef SK_RESAMPLE_AVX2
   if (UseAvx2()) return HorizontalPassAvx2(src, sstride, ax, dw, h, dst, dstride);
 #endif
-  HorizontalPassScalar(src, sstride, ax, dw, h, dst, dstride);
+  HorizontalPassScalar<3>(src, sstride, ax, dw, h, dst, dstride);
 }
 }  // namespace
 
@@ -505,27 +502,11 @@ void ResizeRgb(const uint8_t* src, int sw, int sh, size_t sstride, uint8_t* dst,
 
 namespace {
 
-// One-channel rows to rows of ax's output width (a plane's horizontal pass).
-void HorizontalPassPlaneScalar(const uint8_t* src, size_t sstride, const Axis& ax, int dw, int h, uint8_t* dst,
-                               size_t dstride) {
-  for (int y = 0; y < h; ++y) {
-    const uint8_t* row = src + sstride * size_t(y);
-    uint8_t* out = dst + dstride * size_t(y);
-    for (int x = 0; x < dw; ++x) {
-      const int32_t* w = &ax.w[size_t(x) * ax.taps];
-      const uint8_t* p = row + ax.start[x];
-      int32_t a = 0;
-      for (int k = 0; k < ax.taps; ++k) a += w[k] * p[k];
-      out[x] = Clamp8(a);
-    }
-  }
-}
-
 #ifdef SK_RESAMPLE_AVX2
-// The same with AVX2, 8 output pixels at a time: pixel x's taps in groups of 8 bytes,
+// A plane's horizontal pass with AVX2, 8 output pixels at a time: pixel x's taps in groups of 8 bytes,
 // widened to 16 bits, times their 16-bit weights (zero past the last tap) by pmaddwd, one
 // 128-bit lane per pixel (x and x + 4 share a register); three rounds of phaddd leave the
-// 8 sums in order. The integer sums are the scalar pass's; the rest of a row is scalar.
+// 8 sums in order. The integer sums are the scalar pass's; the last dw % 8 are scalar.
 // Every row must have 8 readable bytes after its last pixel.
 __attribute__((target("avx2"))) void HorizontalPassPlaneAvx2(const uint8_t* src, size_t sstride, const Axis& ax,
                                                              int dw, int h, uint8_t* dst, size_t dstride) {
@@ -571,14 +552,8 @@ __attribute__((target("avx2"))) void HorizontalPassPlaneAvx2(const uint8_t* src,
       std::memcpy(out + 8 * b, &lo, 4);
       std::memcpy(out + 8 * b + 4, &hi, 4);
     }
-    for (int x = 8 * blocks; x < dw; ++x) {  // the tail
-      const int32_t* wx = &ax.w[size_t(x) * ax.taps];
-      const uint8_t* p = row + ax.start[x];
-      int32_t a = 0;
-      for (int k = 0; k < ax.taps; ++k) a += wx[k] * p[k];
-      out[x] = Clamp8(a);
-    }
   }
+  if (8 * blocks < dw) HorizontalPassScalar<1>(src, sstride, ax, dw, h, dst, dstride, 8 * blocks);  // the tail
 }
 #endif
 
@@ -605,7 +580,7 @@ void ResizePlane(const uint8_t* src, int sw, int sh, size_t sstride, uint8_t* ds
 #ifdef SK_RESAMPLE_AVX2
   if (UseAvx2()) return HorizontalPassPlaneAvx2(tmp.data(), row_vec, ax, dw, dh, dst, dstride);
 #endif
-  HorizontalPassPlaneScalar(tmp.data(), row_vec, ax, dw, dh, dst, dstride);
+  HorizontalPassScalar<1>(tmp.data(), row_vec, ax, dw, dh, dst, dstride);
 }
 
 std::atomic<bool> g_planes{true};
