@@ -1,9 +1,14 @@
 // libFuzzer target: the image decoder (lib/decode/jpeg.h): JPEG header parsing
 // (SOF precision, dimensions, components, progressive scans) and a cropped,
-// DCT-scaled decode; PNG through libpng when the magic says so. Limits are
-// lowered so that the fuzzer's 2 GB memory limit tests the refusals.
+// DCT-scaled decode; PNG through libpng when the magic says so. A third of the inputs
+// also go through convert's transform (decode/transform.h: the EXIF scan, the YCbCr
+// plane route or the RGB one, the resize, the JPEG encode). Limits are lowered so that
+// the fuzzer's 2 GB memory limit tests the refusals.
+#include <algorithm>
+
 #include "common.h"
 #include "decode/jpeg.h"
+#include "decode/transform.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static shardkit::decode::ImageDecoder* dec = [] {
@@ -31,6 +36,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     volatile uint8_t sink = 0;
     for (int y = 0; y < region.height; y += 7)
       sink = sink + region.pixels[size_t(y) * region.stride + size_t(region.width - 1) * 3];
+  }
+  if (size % 3 == 0) {
+    static const shardkit::decode::TransformSpec* spec = [] {
+      auto t = shardkit::decode::ParseTransform("short:24", "jpeg:80", 16'000'000);
+      if (!t.ok() || !*t) abort();
+      auto* s = new shardkit::decode::TransformSpec(**t);
+      s->limits.max_side = 8192;
+      s->limits.max_scans = 200;
+      s->limits.max_memory = 256ull << 20;
+      return s;
+    }();
+    int w = 0, h = 0;
+    auto out = shardkit::decode::TransformImage(data, size, *spec, &w, &h);
+    if (out.ok() && (out->size() == 0 || w <= 0 || h <= 0 || std::min(w, h) > 24)) abort();
   }
   return 0;
 }
