@@ -812,13 +812,8 @@ TEST_CASE("GPU decode path: decoded arrays (npy) take the host route, no decode,
 }
 
 #if defined(SHARDKIT_HAVE_WEBP) && defined(SHARDKIT_HAVE_AVIF) && defined(SHARDKIT_HAVE_JXL)
-// w x h RGB pixels with a pattern from `seed`, and the same pixels as WebP, AVIF or JPEG XL
-// (made with the libraries' own encoders: the GPU machine has no command-line encoders).
-std::vector<uint8_t> Pattern(int w, int h, uint32_t seed) {
-  std::vector<uint8_t> px(size_t(w) * h * 3);
-  for (size_t k = 0; k < px.size(); ++k) px[k] = uint8_t((k * 7 + (k / 3 / size_t(w)) * 5 + seed * 31) & 0xff);
-  return px;
-}
+// RGB pixels (sk_test::Pattern) as AVIF or JPEG XL, made with the libraries' own encoders:
+// the GPU machine has no command-line encoders.
 std::string EncodeAvif(const std::vector<uint8_t>& px, int w, int h) {
   avifImage* im = avifImageCreate(w, h, 8, AVIF_PIXEL_FORMAT_YUV420);
   avifRGBImage rgb;
@@ -878,7 +873,7 @@ TEST_CASE("GPU decode path: WebP, AVIF and JPEG XL take the host route, equal to
   webp.webp = true;
   for (int i = 0; i < 18; ++i) {
     const int w = 70 + (i * 37) % 150, h = 60 + (i * 53) % 140;
-    const std::vector<uint8_t> px = Pattern(w, h, uint32_t(i));
+    const std::vector<uint8_t> px = Pattern(w, h, 3, uint32_t(i));
     std::string bytes, ext = i % 3 == 0 ? "webp" : i % 3 == 1 ? "avif" : "jxl";
     if (ext == "webp") {
       auto b = decode::EncodePixels(px.data(), w, h, 3, size_t(w) * 3, webp);

@@ -37,7 +37,6 @@ TempDir::~TempDir() {
   fs::remove_all(path_, ec);
 }
 
-namespace {
 std::vector<uint8_t> Pattern(int w, int h, int ch, uint32_t seed) {
   std::vector<uint8_t> px(size_t(w) * h * ch);
   uint32_t s = seed * 2654435761u + 12345;
@@ -50,7 +49,6 @@ std::vector<uint8_t> Pattern(int w, int h, int ch, uint32_t seed) {
       }
   return px;
 }
-}  // namespace
 
 std::string MakeJpeg(int w, int h, uint32_t seed, JpegKind kind, int quality) {
   tjhandle tj = tjInitCompress();

@@ -22,6 +22,9 @@ class TempDir {
 
 enum class JpegKind { kBaseline420, kBaseline444, kGray, kProgressive, kCmyk };
 
+// w x h pixels of `ch` channels (interleaved): ramps of each channel's own slope with a
+// little noise, deterministic from `seed` (the pixels of MakeJpeg and MakePng).
+std::vector<uint8_t> Pattern(int w, int h, int ch, uint32_t seed);
 // A JPEG of w x h pixels with a deterministic pattern from `seed`, made with turbojpeg.
 std::string MakeJpeg(int w, int h, uint32_t seed, JpegKind kind = JpegKind::kBaseline420, int quality = 90);
 // A PNG (RGB) of w x h pixels, made with libpng.

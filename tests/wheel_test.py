@@ -67,7 +67,7 @@ import json, os, sys
 import shardkit
 src, out = sys.argv[1], sys.argv[2]
 have = {"webp": shardkit.HAVE_WEBP, "avif": shardkit.HAVE_AVIF, "jxl": shardkit.HAVE_JXL}
-s = shardkit.convert(src, "wds:" + os.path.join(out, "t-%06d.tar"), resize="max:16", encode="png")
+shardkit.convert(src, "wds:" + os.path.join(out, "t-%06d.tar"), resize="max:16", encode="png")
 ds = shardkit.open(os.path.join(out, "t.manifest.json"))
 keys = sorted(ds[i]["__key__"] for i in range(len(ds)))
 print(json.dumps({"have": have, "keys": keys}))

@@ -188,12 +188,7 @@ struct ImageDecoder::Impl {
       return Status::Corrupt(fmt::format("JPEG with {} components is not supported", cinfo.num_components));
     }
     CropBox box = ClampBox(choose(*info), info->width, info->height);
-    // Only the scales libjpeg-turbo has SIMD IDCTs for (8/8, 4/8, 2/8, 1/8): the others
-    // (7/8, 6/8, ...) run plain C IDCTs that cost more than they save.
-    int num = 8;
-    if (min_w > 0 && min_h > 0) {
-      while (num > 1 && box.w * (num / 2) / 8.0 >= min_w && box.h * (num / 2) / 8.0 >= min_h) num /= 2;
-    }
+    const int num = min_w > 0 && min_h > 0 ? SimdDctScale(box.w, box.h, min_w, min_h) : 8;
     cinfo.scale_num = unsigned(num);
     cinfo.scale_denom = 8;
     cinfo.out_color_space = info->cmyk ? JCS_CMYK : JCS_RGB;
@@ -316,6 +311,12 @@ struct ImageDecoder::Impl {
     return Status::OK();
   }
 };
+
+int SimdDctScale(double w, double h, double min_w, double min_h) {
+  int num = 8;
+  while (num > 1 && w * (num / 2) / 8.0 >= min_w && h * (num / 2) / 8.0 >= min_h) num /= 2;
+  return num;
+}
 
 ImageDecoder::ImageDecoder(Limits limits, DecodeSettings settings)
     : impl_(std::make_unique<Impl>(limits, settings)) {}

@@ -75,6 +75,11 @@ struct Limits {
 // side, P in all)" when a side is over max_side or the area over max_pixels.
 Status CheckDimensions(const Limits& limits, uint64_t width, uint64_t height);
 
+// The DCT scale (num / 8, num in 8, 4, 2, 1) at which a w x h JPEG decodes to the fewest
+// pixels that still cover min_w x min_h: only the scales libjpeg-turbo has SIMD IDCTs for;
+// the others (7/8, 6/8, ...) run plain C IDCTs that cost more than they save.
+int SimdDctScale(double w, double h, double min_w, double min_h);
+
 // The decoded pixels of a region: RGB, 3 bytes per pixel, rows `stride` bytes apart.
 // `box` is the requested crop in these pixels' coordinates (fractional after DCT
 // scaling); it lies inside [0, width) x [0, height).

@@ -466,41 +466,6 @@ void HorizontalPass(const uint8_t* src, size_t sstride, const Axis& ax, int dw, 
 #endif
   HorizontalPassScalar<3>(src, sstride, ax, dw, h, dst, dstride);
 }
-}  // namespace
-
-bool SetResampleSimd(bool on) {
-  g_simd.store(on);
-  return UseAvx2();
-}
-
-void ResizeRgb(const uint8_t* src, int sw, int sh, size_t sstride, uint8_t* dst, int dw, int dh) {
-  thread_local Axis ax, ay;
-  thread_local std::vector<uint8_t> tmp;
-  // The vertical pass first, over whole rows (vectorised), into tmp (sw x dh); then the
-  // horizontal one over the dh rows left. Intermediate values are rounded to 8 bits.
-  const size_t in_row = size_t(sw) * 3, out_row = size_t(dw) * 3;
-  if (dh == sh && dw == sw) {
-    for (int y = 0; y < dh; ++y) std::memcpy(dst + out_row * size_t(y), src + sstride * size_t(y), out_row);
-    return;
-  }
-  // tmp's rows: whole vectors, with 8 spare bytes for the horizontal pass's loads.
-  const size_t row_vec = (in_row + 8 + 15) / 16 * 16;
-  tmp.resize(row_vec * size_t(dh));
-  if (dh != sh) {
-    MakeAxis(sh, dh, &ay);
-    VerticalPass(src, sstride, in_row, ay, dh, tmp.data(), row_vec);
-  } else {
-    for (int y = 0; y < dh; ++y) std::memcpy(tmp.data() + row_vec * size_t(y), src + sstride * size_t(y), in_row);
-  }
-  if (dw == sw) {
-    for (int y = 0; y < dh; ++y) std::memcpy(dst + out_row * size_t(y), tmp.data() + row_vec * size_t(y), out_row);
-    return;
-  }
-  MakeAxis(sw, dw, &ax);
-  HorizontalPass(tmp.data(), row_vec, ax, dw, dh, dst, out_row);
-}
-
-namespace {
 
 #ifdef SK_RESAMPLE_AVX2
 // A plane's horizontal pass with AVX2, 8 output pixels at a time: pixel x's taps in groups of 8 bytes,
@@ -557,31 +522,60 @@ __attribute__((target("avx2"))) void HorizontalPassPlaneAvx2(const uint8_t* src,
 }
 #endif
 
-// Resizes one 8-bit plane (sw x sh, rows sstride apart) to dw x dh (rows dstride apart)
-// with ResizeRgb's filter and passes: vertical first, then horizontal. `sx`, `sy`: input
-// pixels per output pixel when not sw / dw and sh / dh (MakeAxis).
-void ResizePlane(const uint8_t* src, int sw, int sh, size_t sstride, uint8_t* dst, int dw, int dh, size_t dstride,
-                 double sx = 0, double sy = 0) {
+// A plane's rows (one byte per pixel) to rows of ax's output width; src's rows must have
+// 8 readable bytes after their last pixel.
+void HorizontalPassPlane(const uint8_t* src, size_t sstride, const Axis& ax, int dw, int h, uint8_t* dst,
+                         size_t dstride) {
+#ifdef SK_RESAMPLE_AVX2
+  if (UseAvx2()) return HorizontalPassPlaneAvx2(src, sstride, ax, dw, h, dst, dstride);
+#endif
+  HorizontalPassScalar<1>(src, sstride, ax, dw, h, dst, dstride);
+}
+
+// ResizeRgb (channels 3) and a plane's resize (channels 1): dst's rows dstride apart.
+// `sx`, `sy`: input pixels per output pixel when not sw / dw and sh / dh (MakeAxis); an
+// axis whose size and scale stay is copied.
+void Resize(int channels, const uint8_t* src, int sw, int sh, size_t sstride, uint8_t* dst, int dw, int dh,
+            size_t dstride, double sx = 0, double sy = 0) {
   thread_local Axis ax, ay;
   thread_local std::vector<uint8_t> tmp;
-  const size_t row_vec = (size_t(sw) + 8 + 15) / 16 * 16;  // 8 spare bytes for the horizontal loads
-  tmp.resize(row_vec * size_t(dh));
-  if (dh != sh || (sy > 0 && sy != 1.0)) {
-    MakeAxis(sh, dh, &ay, sy);
-    VerticalPass(src, sstride, size_t(sw), ay, dh, tmp.data(), row_vec);
-  } else {
-    for (int y = 0; y < dh; ++y) std::memcpy(tmp.data() + row_vec * size_t(y), src + sstride * size_t(y), size_t(sw));
+  const bool resize_x = dw != sw || (sx > 0 && sx != 1.0), resize_y = dh != sh || (sy > 0 && sy != 1.0);
+  // The vertical pass first, over whole rows (vectorised), into tmp (sw x dh); then the
+  // horizontal one over the dh rows left. Intermediate values are rounded to 8 bits.
+  const size_t in_row = size_t(sw) * channels, out_row = size_t(dw) * channels;
+  if (!resize_x && !resize_y) {
+    for (int y = 0; y < dh; ++y) std::memcpy(dst + dstride * size_t(y), src + sstride * size_t(y), out_row);
+    return;
   }
-  if (dw == sw && (sx <= 0 || sx == 1.0)) {
-    for (int y = 0; y < dh; ++y) std::memcpy(dst + dstride * size_t(y), tmp.data() + row_vec * size_t(y), size_t(dw));
+  // tmp's rows: whole vectors, with 8 spare bytes for the horizontal pass's loads.
+  const size_t row_vec = (in_row + 8 + 15) / 16 * 16;
+  tmp.resize(row_vec * size_t(dh));
+  if (resize_y) {
+    MakeAxis(sh, dh, &ay, sy);
+    VerticalPass(src, sstride, in_row, ay, dh, tmp.data(), row_vec);
+  } else {
+    for (int y = 0; y < dh; ++y) std::memcpy(tmp.data() + row_vec * size_t(y), src + sstride * size_t(y), in_row);
+  }
+  if (!resize_x) {
+    for (int y = 0; y < dh; ++y) std::memcpy(dst + dstride * size_t(y), tmp.data() + row_vec * size_t(y), out_row);
     return;
   }
   MakeAxis(sw, dw, &ax, sx);
-#ifdef SK_RESAMPLE_AVX2
-  if (UseAvx2()) return HorizontalPassPlaneAvx2(tmp.data(), row_vec, ax, dw, dh, dst, dstride);
-#endif
-  HorizontalPassScalar<1>(tmp.data(), row_vec, ax, dw, dh, dst, dstride);
+  if (channels == 3) HorizontalPass(tmp.data(), row_vec, ax, dw, dh, dst, dstride);
+  else HorizontalPassPlane(tmp.data(), row_vec, ax, dw, dh, dst, dstride);
 }
+}  // namespace
+
+bool SetResampleSimd(bool on) {
+  g_simd.store(on);
+  return UseAvx2();
+}
+
+void ResizeRgb(const uint8_t* src, int sw, int sh, size_t sstride, uint8_t* dst, int dw, int dh) {
+  Resize(3, src, sw, sh, sstride, dst, dw, dh, size_t(dw) * 3);
+}
+
+namespace {
 
 std::atomic<bool> g_planes{true};
 
@@ -614,8 +608,7 @@ std::optional<Bytes> TransformJpegPlanes(const uint8_t* data, size_t size, const
     return std::nullopt;
   int tw, th;
   ResizedSize(spec.resize, w, h, &tw, &th);
-  int num = 8;  // the decoder's choice (decode/jpeg.cc): SIMD scales that still cover the output
-  while (num > 1 && w * (num / 2) / 8.0 >= tw && h * (num / 2) / 8.0 >= th) num /= 2;
+  const int num = SimdDctScale(w, h, tw, th);  // as the RGB route's decoder scales
   const int sw = (w * num + 7) / 8, sh = (h * num + 7) / 8;
   // TurboJPEG's planes: luma padded to whole chroma samples (2 x 2), chroma ceil(side / 2).
   const int yw = tjPlaneWidth(0, sw, TJSAMP_420), yh = tjPlaneHeight(0, sh, TJSAMP_420);
@@ -631,15 +624,15 @@ std::optional<Bytes> TransformJpegPlanes(const uint8_t* data, size_t size, const
   out.resize(size_t(tyw) * tyh + 2 * size_t(tcw) * tch);
   unsigned char* op[3] = {out.data(), out.data() + size_t(tyw) * tyh,
                           out.data() + size_t(tyw) * tyh + size_t(tcw) * tch};
-  ResizePlane(ip[0], sw, sh, size_t(yw), op[0], tw, th, size_t(tyw));
+  Resize(1, ip[0], sw, sh, size_t(yw), op[0], tw, th, size_t(tyw));
   for (int y = 0; y < th; ++y)  // the padding column and row repeat the edge
     for (int x = tw; x < tyw; ++x) op[0][size_t(tyw) * y + x] = op[0][size_t(tyw) * y + tw - 1];
   for (int y = th; y < tyh; ++y) std::memcpy(op[0] + size_t(tyw) * y, op[0] + size_t(tyw) * (th - 1), size_t(tyw));
   // Chroma sample i covers luma pixels 2i and 2i + 1 in both images: its plane scales by
   // the luma's factor (with odd sides, ceil(sw / 2) / ceil(tw / 2) would stretch it).
   const double sx = double(sw) / tw, sy = double(sh) / th;
-  ResizePlane(ip[1], cw, ch, size_t(cw), op[1], tcw, tch, size_t(tcw), sx, sy);
-  ResizePlane(ip[2], cw, ch, size_t(cw), op[2], tcw, tch, size_t(tcw), sx, sy);
+  Resize(1, ip[1], cw, ch, size_t(cw), op[1], tcw, tch, size_t(tcw), sx, sy);
+  Resize(1, ip[2], cw, ch, size_t(cw), op[2], tcw, tch, size_t(tcw), sx, sy);
   const unsigned char* cp[3] = {op[0], op[1], op[2]};
   int os[3] = {tyw, tcw, tcw};
   unsigned char* buf = nullptr;

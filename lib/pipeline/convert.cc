@@ -161,7 +161,7 @@ class Fetcher {
     batch->clear();
     if (hashes) hashes->clear();
     if (eof_) return Status::OK();
-    if (ra_ && opts_.threads > 1) return NextStreamed(batch, hashes);
+    if (streams()) return NextStreamed(batch, hashes);
     if (ra_) {
       const uint64_t end = std::min<uint64_t>(end_, next_ + window_);
       batch->resize(end - next_);

@@ -146,7 +146,7 @@ def _plan_stubs(bundle, own, log):
         if not wants:
             continue
         users[p] = wants
-        for sym, kind in _dynamic_symbols(p, False).items():
+        for sym in _dynamic_symbols(p, False):
             for n in wants:
                 if sym in defined[n]:
                     if defined[n][sym] != "F":
